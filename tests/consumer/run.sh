@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Placeholder; replaced by the install/find_package consumer test.
+exit 0
