@@ -1,0 +1,424 @@
+#include "eval/interpreter.h"
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <mutex>
+
+#pragma GCC diagnostic error "-Wswitch"
+
+namespace pallas::eval {
+
+using ir::AttrKey;
+using ir::OpCode;
+
+// ---- Runtime refs ---------------------------------------------------------------------------------
+RefValue RefValue::of_array(Array& a, MemorySpace space) {
+  RefValue r;
+  r.data = static_cast<std::byte*>(a.raw_data());
+  r.dtype = a.dtype();
+  r.shape = a.shape();
+  r.strides = row_major_strides(a.shape());
+  r.space = space;
+  // Keep the buffer alive through a copy of the handle.
+  r.owner = std::make_shared<Array>(a);
+  return r;
+}
+
+bool RefValue::is_contiguous() const { return strides == row_major_strides(shape); }
+
+RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic,
+              const SourceLoc& loc) {
+  PALLAS_INTERNAL_CHECK(index.entries.size() == r.shape.size(), "indexer rank mismatch");
+  RefValue out;
+  out.dtype = r.dtype;
+  out.space = r.space;
+  out.owner = r.owner;
+  int64_t offset = 0;
+  for (size_t d = 0; d < index.entries.size(); ++d) {
+    const ir::IndexEntry& e = index.entries[d];
+    int64_t start = e.dynamic >= 0 ? dynamic[static_cast<size_t>(e.dynamic - 1)] : e.start;
+    int64_t dim = r.shape[d];
+    if (e.is_slice) {
+      int64_t last = start + (e.size - 1) * e.stride;
+      if (e.size > 0 && (start < 0 || last >= dim))
+        throw Error("ref index out of bounds: slice of " + std::to_string(e.size) +
+                        " elements from " + std::to_string(start) + " (stride " +
+                        std::to_string(e.stride) + ") in dimension " + std::to_string(d) +
+                        " of size " + std::to_string(dim) + " (ref " +
+                        shape_to_string(r.shape) + ")",
+                    loc);
+      out.shape.push_back(e.size);
+      out.strides.push_back(r.strides[d] * e.stride);
+    } else if (start < 0 || start >= dim) {
+      throw Error("ref index out of bounds: index " + std::to_string(start) + " in dimension " +
+                      std::to_string(d) + " of size " + std::to_string(dim) + " (ref " +
+                      shape_to_string(r.shape) + ")",
+                  loc);
+    }
+    offset += start * r.strides[d];
+  }
+  out.data = r.data + offset * itemsize(r.dtype);
+  return out;
+}
+
+namespace {
+
+// Calls fn(ref_ptr, flat_index) for every element of a strided view, in row-major order, with
+// the innermost dimension as a tight loop over contiguous runs when possible.
+template <class Fn> void for_each_run(const RefValue& r, Fn&& fn) {
+  const int rank = static_cast<int>(r.shape.size());
+  const int64_t isz = itemsize(r.dtype);
+  if (num_elements(r.shape) == 0) return;
+  if (rank == 0) {
+    fn(r.data, int64_t{0}, int64_t{1}, int64_t{1});
+    return;
+  }
+  const int64_t inner = r.shape[rank - 1];
+  const int64_t inner_stride = r.strides[rank - 1];
+  std::vector<int64_t> idx(rank, 0);
+  int64_t flat = 0;
+  while (true) {
+    int64_t off = 0;
+    for (int d = 0; d < rank - 1; ++d) off += idx[d] * r.strides[d];
+    fn(r.data + off * isz, flat, inner, inner_stride);
+    flat += inner;
+    int d = rank - 2;
+    for (; d >= 0; --d) {
+      if (++idx[d] < r.shape[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+Array read(const RefValue& r) {
+  Array out(r.shape, r.dtype);
+  const int64_t isz = itemsize(r.dtype);
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  for_each_run(r, [&](std::byte* src, int64_t flat, int64_t n, int64_t stride) {
+    if (stride == 1) {
+      std::memcpy(dst + flat * isz, src, static_cast<size_t>(n * isz));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dst + (flat + i) * isz, src + i * stride * isz, static_cast<size_t>(isz));
+    }
+  });
+  return out;
+}
+
+void write(const RefValue& r, const Array& value) {
+  PALLAS_INTERNAL_CHECK(value.shape() == r.shape && value.dtype() == r.dtype,
+                        "write of mismatched value");
+  const int64_t isz = itemsize(r.dtype);
+  const auto* src = static_cast<const std::byte*>(value.raw_data());
+  for_each_run(r, [&](std::byte* dst, int64_t flat, int64_t n, int64_t stride) {
+    if (stride == 1) {
+      std::memmove(dst, src + flat * isz, static_cast<size_t>(n * isz));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dst + i * stride * isz, src + (flat + i) * isz, static_cast<size_t>(isz));
+    }
+  });
+}
+
+void fill_uninitialized(Array& a) {
+  if (is_float(a.dtype())) {
+    Scalar nan = Scalar::of_float(std::numeric_limits<double>::quiet_NaN(), a.dtype());
+    const int64_t isz = itemsize(a.dtype());
+    auto* p = static_cast<std::byte*>(a.raw_data());
+    if (a.size() == 0) return;
+    nan.store_to(p);
+    for (int64_t i = 1; i < a.size(); ++i) std::memcpy(p + i * isz, p, static_cast<size_t>(isz));
+  } else {
+    std::memset(a.raw_data(), 0, static_cast<size_t>(a.nbytes()));
+  }
+}
+
+// ---- Interpreter ------------------------------------------------------------------------------------
+Interpreter::Interpreter(const ir::Kernel& kernel) : kernel_(kernel) {}
+
+const Array& Interpreter::array(ir::ValueId v) const {
+  const Array* a = std::get_if<Array>(&env_[static_cast<size_t>(v)]);
+  PALLAS_INTERNAL_CHECK(a != nullptr, "value is not an array at run time");
+  return *a;
+}
+
+const RefValue& Interpreter::ref(ir::ValueId v) const {
+  const RefValue* r = std::get_if<RefValue>(&env_[static_cast<size_t>(v)]);
+  PALLAS_INTERNAL_CHECK(r != nullptr, "value is not a ref at run time");
+  return *r;
+}
+
+int64_t Interpreter::scalar_int(ir::ValueId v) const { return array(v).scalar_at_flat(0).as_int64(); }
+
+void Interpreter::run(const std::vector<RtValue>& params, const GridPoint& grid) {
+  const auto& args = kernel_.body.args;
+  if (params.size() != args.size())
+    throw Error("kernel '" + kernel_.name + "' takes " + std::to_string(args.size()) +
+                " parameters, got " + std::to_string(params.size()));
+  env_.assign(kernel_.values.size(), RtValue{});
+  for (size_t i = 0; i < args.size(); ++i) env_[args[i]] = params[i];
+  grid_ = &grid;
+  run_region(kernel_.body);
+  env_.clear();
+}
+
+void Interpreter::run_region(const ir::Region& r) {
+  for (const ir::Op& op : r.ops) eval_op(op);
+}
+
+std::vector<Array> Interpreter::run_region_yield(const ir::Region& r) {
+  run_region(r);
+  std::vector<Array> out;
+  if (!r.ops.empty() && r.ops.back().code == OpCode::Yield)
+    for (ir::ValueId v : r.ops.back().operands) out.push_back(array(v));
+  return out;
+}
+
+void Interpreter::eval_op(const ir::Op& op) {
+  if (eval_extension_op(op)) return;
+  const uint32_t cat = op.info().categories;
+  if (cat & (ir::kControl | ir::kTerminator)) return eval_control(op);
+  if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return eval_ref_op(op);
+  switch (op.code) {
+    case OpCode::ProgramId:
+    case OpCode::NumPrograms: {
+      int64_t axis = op.attrs.get_int(AttrKey::Axis);
+      const auto& v = op.code == OpCode::ProgramId ? grid_->program_ids : grid_->num_programs;
+      if (axis >= static_cast<int64_t>(v.size()))
+        throw Error(std::string(op.info().name) + "(" + std::to_string(axis) + "): the grid has " +
+                        std::to_string(v.size()) + " axes",
+                    op.loc);
+      set(op.results[0], constant(Scalar::of_int(v[axis], DType::I32), {}));
+      return;
+    }
+    case OpCode::DebugPrint: {
+      const std::string& fmt = op.attrs.get_string(AttrKey::Format);
+      std::string out;
+      size_t pos = 0, k = 0;
+      for (size_t p = fmt.find("{}"); p != std::string::npos; p = fmt.find("{}", pos)) {
+        out += fmt.substr(pos, p - pos);
+        const Array& a = array(op.operands[k++]);
+        out += a.rank() == 0 ? a.scalar_at_flat(0).to_string() : a.to_string();
+        pos = p + 2;
+      }
+      out += fmt.substr(pos);
+      static std::mutex print_mutex;
+      std::lock_guard<std::mutex> lock(print_mutex);
+      (debug_out_ ? *debug_out_ : std::cout) << out << "\n";
+      return;
+    }
+    default: break;
+  }
+  // Pure ops: gather operands without copying buffers (Array handles share storage).
+  Array small[4];
+  std::vector<Array> big;
+  std::span<const Array> in;
+  if (op.operands.size() <= 4) {
+    for (size_t i = 0; i < op.operands.size(); ++i) small[i] = array(op.operands[i]);
+    in = std::span<const Array>(small, op.operands.size());
+  } else {
+    for (ir::ValueId v : op.operands) big.push_back(array(v));
+    in = big;
+  }
+  std::vector<Array> res = pure_op(op, in);
+  for (size_t i = 0; i < res.size(); ++i) set(op.results[i], std::move(res[i]));
+}
+
+void Interpreter::eval_control(const ir::Op& op) {
+  switch (op.code) {
+    case OpCode::Yield: return;  // read by the enclosing op
+    case OpCode::For: {
+      const ir::Region& body = op.regions[0];
+      int64_t lo = scalar_int(op.operands[0]);
+      int64_t hi = scalar_int(op.operands[1]);
+      DType index_dtype = array(op.operands[0]).dtype();
+      std::vector<Array> carries;
+      for (size_t i = 2; i < op.operands.size(); ++i) carries.push_back(array(op.operands[i]));
+      for (int64_t i = lo; i < hi; ++i) {
+        set(body.args[0], constant(Scalar::of_int(i, index_dtype), {}));
+        for (size_t c = 0; c < carries.size(); ++c) set(body.args[c + 1], carries[c]);
+        carries = run_region_yield(body);
+      }
+      for (size_t c = 0; c < carries.size(); ++c) set(op.results[c], carries[c]);
+      return;
+    }
+    case OpCode::While: {
+      const ir::Region& cond = op.regions[0];
+      const ir::Region& body = op.regions[1];
+      std::vector<Array> carries;
+      for (ir::ValueId v : op.operands) carries.push_back(array(v));
+      while (true) {
+        for (size_t c = 0; c < carries.size(); ++c) set(cond.args[c], carries[c]);
+        if (run_region_yield(cond).at(0).get_flat(0) == 0) break;
+        for (size_t c = 0; c < carries.size(); ++c) set(body.args[c], carries[c]);
+        carries = run_region_yield(body);
+      }
+      for (size_t c = 0; c < carries.size(); ++c) set(op.results[c], carries[c]);
+      return;
+    }
+    case OpCode::Cond:
+    case OpCode::Switch: {
+      int64_t index;
+      if (op.code == OpCode::Cond) {
+        index = array(op.operands[0]).get_flat(0) != 0 ? 0 : 1;
+      } else {
+        index = std::clamp<int64_t>(scalar_int(op.operands[0]), 0,
+                                    static_cast<int64_t>(op.regions.size()) - 1);
+      }
+      std::vector<Array> res = run_region_yield(op.regions[static_cast<size_t>(index)]);
+      for (size_t i = 0; i < res.size(); ++i) set(op.results[i], res[i]);
+      return;
+    }
+    case OpCode::RunScoped: {
+      const ir::Region& body = op.regions[0];
+      for (ir::ValueId a : body.args) {
+        const ir::Type& t = kernel_.type(a);
+        Array buf(t.shape, t.dtype);
+        fill_uninitialized(buf);
+        set(a, RefValue::of_array(buf, t.space));
+      }
+      std::vector<Array> res = run_region_yield(body);
+      for (ir::ValueId a : body.args) set(a, RtValue{});  // the scope's buffers die here
+      for (size_t i = 0; i < res.size(); ++i) set(op.results[i], res[i]);
+      return;
+    }
+    default: break;
+  }
+  throw InternalError("eval_control on " + std::string(op.info().name));
+}
+
+namespace {
+
+// Applies an atomic read-modify-write elementwise; returns nothing (new values in `cur`).
+template <class T> T rmw(const std::string& kind, T cur, T v) {
+  if (kind == "xchg") return v;
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+    float a = static_cast<float>(cur), b = static_cast<float>(v);
+    if (kind == "add") return T(a + b);
+    if (kind == "max") return T(std::isnan(a) || a >= b ? a : b);
+    if (kind == "min") return T(std::isnan(a) || a <= b ? a : b);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (kind == "add" || kind == "or" || kind == "max") return cur || v;
+    if (kind == "and" || kind == "min") return cur && v;
+    if (kind == "xor") return cur != v;
+  } else {
+    if (kind == "add") {
+      if constexpr (std::is_integral_v<T>)
+        return static_cast<T>(static_cast<std::make_unsigned_t<T>>(cur) +
+                              static_cast<std::make_unsigned_t<T>>(v));
+      else
+        return cur + v;
+    }
+    if (kind == "max") return std::isnan(static_cast<double>(cur)) || cur >= v ? cur : v;
+    if (kind == "min") return std::isnan(static_cast<double>(cur)) || cur <= v ? cur : v;
+    if constexpr (std::is_integral_v<T>) {
+      if (kind == "and") return cur & v;
+      if (kind == "or") return cur | v;
+      if (kind == "xor") return cur ^ v;
+    }
+  }
+  throw InternalError("atomic kind " + kind);
+}
+
+}  // namespace
+
+void Interpreter::eval_ref_op(const ir::Op& op) {
+  const RefValue& base = ref(op.operands[0]);
+  const ir::Indexer& index = op.attrs.get_indexer(AttrKey::Index);
+  size_t ndyn = 0;
+  int64_t dyn[16];
+  std::vector<int64_t> dyn_big;
+  for (const ir::IndexEntry& e : index.entries)
+    if (e.dynamic >= 0) ++ndyn;
+  std::span<const int64_t> dynamic;
+  if (ndyn <= 16) {
+    for (size_t i = 0; i < ndyn; ++i) dyn[i] = scalar_int(op.operands[1 + i]);
+    dynamic = std::span<const int64_t>(dyn, ndyn);
+  } else {
+    for (size_t i = 0; i < ndyn; ++i) dyn_big.push_back(scalar_int(op.operands[1 + i]));
+    dynamic = dyn_big;
+  }
+  RefValue v;
+  try {
+    v = view(base, index, dynamic, op.loc);
+  } catch (const Error& e) {
+    throw Error(std::string(op.info().name) + ": " + e.what());
+  }
+  size_t next = 1 + ndyn;
+  bool masked = op.attrs.get_int_or(AttrKey::Masked, 0) != 0;
+  switch (op.code) {
+    case OpCode::RefView: set(op.results[0], std::move(v)); return;
+    case OpCode::Load: {
+      Array x = read(v);
+      if (masked) x = select(array(op.operands[next]), x, array(op.operands[next + 1]));
+      set(op.results[0], std::move(x));
+      return;
+    }
+    case OpCode::Store:
+    case OpCode::Swap: {
+      Array value = array(op.operands[next]);
+      Array old = read(v);
+      if (masked) value = select(array(op.operands[next + 1]), value, old);
+      write(v, value);
+      if (op.code == OpCode::Swap) set(op.results[0], std::move(old));
+      return;
+    }
+    case OpCode::AtomicRmw:
+    case OpCode::AtomicCas: {
+      Array old = read(v);
+      Array updated = old.clone();
+      const std::string kind =
+          op.code == OpCode::AtomicRmw ? op.attrs.get_string(AttrKey::Kind) : std::string("cas");
+      visit_dtype(v.dtype, [&]<class T>() {
+        T* cur = updated.data<T>();
+        if (op.code == OpCode::AtomicRmw) {
+          const T* val = array(op.operands[next]).data<T>();
+          for (int64_t i = 0; i < updated.size(); ++i) cur[i] = rmw<T>(kind, cur[i], val[i]);
+        } else {
+          const T* expected = array(op.operands[next]).data<T>();
+          const T* desired = array(op.operands[next + 1]).data<T>();
+          for (int64_t i = 0; i < updated.size(); ++i)
+            if (std::memcmp(&cur[i], &expected[i], sizeof(T)) == 0) cur[i] = desired[i];
+        }
+      });
+      write(v, updated);
+      set(op.results[0], std::move(old));
+      return;
+    }
+    default: break;
+  }
+  throw InternalError("eval_ref_op on " + std::string(op.info().name));
+}
+
+}  // namespace pallas::eval
+
+namespace pallas {
+
+void evaluate(const ir::Kernel& k, std::span<Array> buffers, const EvaluateOptions& opts) {
+  const auto& args = k.body.args;
+  if (buffers.size() != args.size())
+    throw Error("evaluate: kernel '" + k.name + "' takes " + std::to_string(args.size()) +
+                " Refs, got " + std::to_string(buffers.size()) + " buffers");
+  std::vector<eval::RtValue> params;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ir::Type& t = k.type(args[i]);
+    Array& b = buffers[i];
+    if (!t.is_ref)
+      throw Error("evaluate: parameter " + std::to_string(i) + " of kernel '" + k.name +
+                  "' is not a Ref");
+    if (b.shape() != t.shape || b.dtype() != t.dtype)
+      throw Error("evaluate: buffer " + std::to_string(i) + " is " + b.shape_dtype().to_string() +
+                  " but kernel '" + k.name + "' expects " + t.to_string());
+    params.push_back(eval::RefValue::of_array(b, t.space));
+  }
+  eval::Interpreter interp(k);
+  interp.set_debug_out(opts.debug_out);
+  interp.run(params, opts.grid);
+}
+
+}  // namespace pallas

@@ -1,0 +1,71 @@
+// The kernel-body interpreter shared by the reference interpreter and the TPU interpret mode:
+// walks the IR, evaluates pure ops with src/eval's rules and performs ref ops on strided views.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <variant>
+#include <vector>
+
+#include "eval/eval.h"
+#include "pallas/evaluate.h"
+
+namespace pallas::eval {
+
+// A runtime Ref: a strided view into a buffer someone owns.
+struct RefValue {
+  std::byte* data = nullptr;      // address of element (0, ..., 0)
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<int64_t> strides;   // in elements
+  MemorySpace space = MemorySpace::Any;
+  std::shared_ptr<void> owner;    // keeps the buffer alive (may be null for borrowed memory)
+
+  static RefValue of_array(Array& a, MemorySpace space = MemorySpace::Any);
+  int64_t size() const { return num_elements(shape); }
+  bool is_contiguous() const;
+};
+
+using RtValue = std::variant<std::monostate, Array, RefValue>;
+
+class Interpreter {
+ public:
+  explicit Interpreter(const ir::Kernel& kernel);
+  virtual ~Interpreter() = default;
+
+  // Runs the kernel body once with these parameters (one per kernel parameter).
+  void run(const std::vector<RtValue>& params, const GridPoint& grid);
+  void set_debug_out(std::ostream* os) { debug_out_ = os; }
+
+ protected:
+  // Hook for backends that add ops (DMAs, semaphores): return true if handled.
+  virtual bool eval_extension_op(const ir::Op&) { return false; }
+  const Array& array(ir::ValueId v) const;
+  const RefValue& ref(ir::ValueId v) const;
+  void set(ir::ValueId v, RtValue x) { env_[static_cast<size_t>(v)] = std::move(x); }
+  int64_t scalar_int(ir::ValueId v) const;
+
+ private:
+  void run_region(const ir::Region& r);
+  void eval_op(const ir::Op& op);
+  void eval_control(const ir::Op& op);
+  void eval_ref_op(const ir::Op& op);
+  std::vector<Array> run_region_yield(const ir::Region& r);
+
+  const ir::Kernel& kernel_;
+  std::vector<RtValue> env_;
+  const GridPoint* grid_ = nullptr;
+  std::ostream* debug_out_ = nullptr;
+};
+
+// Ref operations on runtime Refs (exposed for the TPU interpreter and tests).
+// `dynamic` holds the values of the indexer's dynamic entries ($1..$n in order).
+RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic,
+              const SourceLoc& loc);
+Array read(const RefValue& r);             // copies a view into a fresh contiguous Array
+void write(const RefValue& r, const Array& value);
+// Fills an Array with what a fresh (uninitialized) buffer holds in the interpreters:
+// NaN for floats, 0 otherwise (so reading one by mistake shows up).
+void fill_uninitialized(Array& a);
+
+}  // namespace pallas::eval

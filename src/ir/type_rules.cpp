@@ -1,0 +1,655 @@
+// Result-type rules: one per op, keyed by the op table. Tracing calls them when it builds an op
+// (so a user mistake is reported at trace time, at the user's line) and the verifier calls them
+// again on a whole kernel (so a parsed or transformed kernel is checked the same way).
+#include <algorithm>
+#include <set>
+
+#include "pallas/ir/ir.h"
+
+#pragma GCC diagnostic error "-Wswitch"
+
+namespace pallas::ir {
+
+namespace {
+
+struct RuleContext {
+  OpCode code;
+  const std::vector<Type>& operands;
+  const Attrs& attrs;
+  const std::vector<RegionSignature>& regions;
+  const SourceLoc& loc;
+
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw Error(std::string(op_info(code).name) + ": " + msg, loc);
+  }
+  const Type& operand(size_t i) const {
+    if (i >= operands.size())
+      fail("expected at least " + std::to_string(i + 1) + " operands, got " +
+           std::to_string(operands.size()));
+    return operands[i];
+  }
+  void expect_num_operands(size_t n) const {
+    if (operands.size() != n)
+      fail("expected " + std::to_string(n) + " operands, got " + std::to_string(operands.size()));
+  }
+  void expect_num_regions(size_t n) const {
+    if (regions.size() != n)
+      fail("expected " + std::to_string(n) + " regions, got " + std::to_string(regions.size()));
+  }
+  const Type& tensor(size_t i) const {
+    const Type& t = operand(i);
+    if (t.is_ref)
+      fail("operand " + std::to_string(i) + " must be an array value, got the Ref " +
+           t.to_string() + " (load from it first)");
+    return t;
+  }
+  const Type& ref(size_t i) const {
+    const Type& t = operand(i);
+    if (!t.is_ref) fail("operand " + std::to_string(i) + " must be a Ref, got " + t.to_string());
+    return t;
+  }
+  void expect_int_scalar(size_t i, const char* what) const {
+    const Type& t = tensor(i);
+    if (!t.is_scalar() || !is_integer(t.dtype))
+      fail(std::string(what) + " must be an integer scalar, got " + t.to_string());
+  }
+  int64_t int_attr(AttrKey k) const {
+    const AttrValue* v = attrs.find(k);
+    if (!v || !std::holds_alternative<int64_t>(*v))
+      fail("missing integer attribute '" + std::string(attr_name(k)) + "'");
+    return std::get<int64_t>(*v);
+  }
+  const Ints& ints_attr(AttrKey k) const {
+    const AttrValue* v = attrs.find(k);
+    if (!v || !std::holds_alternative<Ints>(*v))
+      fail("missing integer-list attribute '" + std::string(attr_name(k)) + "'");
+    return std::get<Ints>(*v);
+  }
+  DType dtype_attr(AttrKey k) const {
+    const AttrValue* v = attrs.find(k);
+    if (!v || !std::holds_alternative<DType>(*v))
+      fail("missing dtype attribute '" + std::string(attr_name(k)) + "'");
+    return std::get<DType>(*v);
+  }
+  const std::string& string_attr(AttrKey k) const {
+    const AttrValue* v = attrs.find(k);
+    if (!v || !std::holds_alternative<std::string>(*v))
+      fail("missing string attribute '" + std::string(attr_name(k)) + "'");
+    return std::get<std::string>(*v);
+  }
+  const Indexer& indexer_attr() const {
+    const AttrValue* v = attrs.find(AttrKey::Index);
+    if (!v || !std::holds_alternative<Indexer>(*v)) fail("missing attribute 'index'");
+    return std::get<Indexer>(*v);
+  }
+  int64_t axis_in(int64_t axis, int rank, const char* what = "axis") const {
+    if (axis < 0 || axis >= rank)
+      fail(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
+           std::to_string(rank));
+    return axis;
+  }
+  // Distinct axes, each in [0, rank).
+  void axes_in(const Ints& axes, int rank, const char* what) const {
+    std::set<int64_t> seen;
+    for (int64_t a : axes) {
+      axis_in(a, rank, what);
+      if (!seen.insert(a).second) fail(std::string(what) + " repeats axis " + std::to_string(a));
+    }
+  }
+};
+
+std::string ints_to_string(const Ints& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string types_to_string(const std::vector<Type>& ts) {
+  std::string s = "(";
+  for (size_t i = 0; i < ts.size(); ++i) s += (i ? ", " : "") + ts[i].to_string();
+  return s + ")";
+}
+
+void check_elementwise_dtype(const RuleContext& c, DType t) {
+  const OpInfo& info = op_info(c.code);
+  std::string dt(dtype_name(t));
+  if (is_semaphore(t)) c.fail("semaphore values support no arithmetic");
+  if (info.is(kFloatOnly) && !is_float(t)) c.fail("needs a floating-point operand, got " + dt);
+  if (info.is(kIntOnly) && !is_integer(t)) c.fail("needs an integer operand, got " + dt);
+  if (info.is(kIntOrBoolOnly) && !is_integer(t) && t != DType::Bool)
+    c.fail("needs an integer or bool operand, got " + dt);
+  bool arithmetic = info.is(kUnary) || info.is(kBinary) || info.is(kReduce) || info.is(kScan);
+  bool bool_ok = info.is(kIntOrBoolOnly) || c.code == OpCode::Max || c.code == OpCode::Min ||
+                 c.code == OpCode::ReduceMax || c.code == OpCode::ReduceMin ||
+                 c.code == OpCode::Cummax || c.code == OpCode::Cummin ||
+                 c.code == OpCode::Argmax || c.code == OpCode::Argmin;
+  if (arithmetic && t == DType::Bool && !bool_ok) c.fail("does not accept bool operands");
+}
+
+Type same_types(const RuleContext& c, size_t first, size_t count) {
+  const Type& a = c.tensor(first);
+  for (size_t i = first + 1; i < first + count; ++i) {
+    const Type& b = c.tensor(i);
+    if (!(a == b))
+      c.fail("operand types differ: " + a.to_string() + " vs " + b.to_string());
+  }
+  return a;
+}
+
+// The shape of what `index` selects from a ref of type `ref`, after checking the entries and
+// that dynamic entries refer to integer scalar operands 1..n in order. Returns the number of
+// dynamic operands.
+int check_indexer(const RuleContext& c, const Type& ref, const Indexer& index) {
+  if (static_cast<int>(index.entries.size()) != ref.rank())
+    c.fail("indexer has " + std::to_string(index.entries.size()) + " entries for a ref of rank " +
+           std::to_string(ref.rank()) + " (" + ref.to_string() + ")");
+  int next_dynamic = 1;
+  for (size_t d = 0; d < index.entries.size(); ++d) {
+    const IndexEntry& e = index.entries[d];
+    int64_t dim = ref.shape[d];
+    std::string where = "index entry " + std::to_string(d);
+    if (e.dynamic >= 0) {
+      if (e.dynamic != next_dynamic)
+        c.fail(where + " refers to operand $" + std::to_string(e.dynamic) + ", expected $" +
+               std::to_string(next_dynamic));
+      c.expect_int_scalar(static_cast<size_t>(e.dynamic), "a dynamic index");
+      ++next_dynamic;
+    }
+    if (e.is_slice) {
+      if (e.size < 0) c.fail(where + ": negative slice size " + std::to_string(e.size));
+      if (e.stride < 1) c.fail(where + ": slice stride must be >= 1, got " + std::to_string(e.stride));
+      if (e.size > dim) c.fail(where + ": slice size " + std::to_string(e.size) +
+                               " exceeds dimension " + std::to_string(dim) + " of " + ref.to_string());
+      if (e.dynamic < 0 && e.size > 0) {
+        int64_t last = e.start + (e.size - 1) * e.stride;
+        if (e.start < 0 || last >= dim)
+          c.fail(where + ": slice [" + std::to_string(e.start) + " : " + std::to_string(last + 1) +
+                 " : " + std::to_string(e.stride) + "] is out of bounds for dimension " +
+                 std::to_string(d) + " of size " + std::to_string(dim));
+      }
+    } else if (e.dynamic < 0 && (e.start < 0 || e.start >= dim)) {
+      c.fail(where + ": index " + std::to_string(e.start) + " is out of bounds for dimension " +
+             std::to_string(d) + " of size " + std::to_string(dim));
+    }
+  }
+  return next_dynamic - 1;
+}
+
+void check_region_yields(const RuleContext& c, size_t r, const std::vector<Type>& expected,
+                         const char* what) {
+  const std::vector<Type>& got = c.regions[r].yields;
+  if (got != expected)
+    c.fail(std::string(what) + " yields " + types_to_string(got) + ", expected " +
+           types_to_string(expected));
+}
+
+void check_region_args(const RuleContext& c, size_t r, const std::vector<Type>& expected) {
+  if (c.regions[r].args != expected)
+    c.fail("region " + std::to_string(r) + " takes " + types_to_string(c.regions[r].args) +
+           ", expected " + types_to_string(expected));
+}
+
+std::vector<Type> rule(const RuleContext& c) {
+  const Attrs& a = c.attrs;
+  switch (c.code) {
+    case OpCode::Constant: {
+      c.expect_num_operands(0);
+      const AttrValue* v = a.find(AttrKey::Value);
+      if (!v || !std::holds_alternative<Scalar>(*v)) c.fail("missing attribute 'value'");
+      Shape shape = c.ints_attr(AttrKey::ShapeAttr);
+      for (int64_t d : shape) if (d < 0) c.fail("negative dimension in shape " + ints_to_string(shape));
+      return {Type::tensor(shape, std::get<Scalar>(*v).dtype)};
+    }
+    case OpCode::Iota: {
+      c.expect_num_operands(0);
+      DType t = c.dtype_attr(AttrKey::DTypeAttr);
+      Shape shape = c.ints_attr(AttrKey::ShapeAttr);
+      if (!is_integer(t) && !is_float(t)) c.fail("needs an integer or float dtype");
+      c.axis_in(c.int_attr(AttrKey::Axis), static_cast<int>(shape.size()));
+      return {Type::tensor(shape, t)};
+    }
+    case OpCode::ProgramId:
+    case OpCode::NumPrograms: {
+      c.expect_num_operands(0);
+      int64_t axis = c.int_attr(AttrKey::Axis);
+      if (axis < 0) c.fail("grid axis must be >= 0, got " + std::to_string(axis));
+      return {Type::scalar(DType::I32)};
+    }
+    case OpCode::Neg: case OpCode::Abs: case OpCode::Sign: case OpCode::Floor:
+    case OpCode::Ceil: case OpCode::Round: case OpCode::Exp: case OpCode::Exp2:
+    case OpCode::Log: case OpCode::Log1p: case OpCode::Sqrt: case OpCode::Rsqrt:
+    case OpCode::Reciprocal: case OpCode::Tanh: case OpCode::Logistic: case OpCode::Sin:
+    case OpCode::Cos: case OpCode::Erf: case OpCode::IsFinite: case OpCode::Not:
+    case OpCode::IntegerPow: case OpCode::MultipleOf: {
+      c.expect_num_operands(1);
+      Type t = c.tensor(0);
+      check_elementwise_dtype(c, t.dtype);
+      if (c.code == OpCode::IntegerPow) {
+        int64_t e = c.int_attr(AttrKey::Exponent);
+        if (e < 0 && !is_float(t.dtype))
+          c.fail("negative exponent " + std::to_string(e) + " needs a float operand, got " +
+                 std::string(dtype_name(t.dtype)));
+      }
+      if (c.code == OpCode::MultipleOf && c.int_attr(AttrKey::N) < 1)
+        c.fail("n must be >= 1");
+      if (c.code == OpCode::Round) {
+        int64_t r = a.get_int_or(AttrKey::Rounding, 0);
+        if (r != 0 && r != 1) c.fail("rounding must be 0 (away from zero) or 1 (to nearest even)");
+      }
+      if (c.code == OpCode::IsFinite) t.dtype = DType::Bool;
+      return {t};
+    }
+    case OpCode::Add: case OpCode::Sub: case OpCode::Mul: case OpCode::Div: case OpCode::Rem:
+    case OpCode::Pow: case OpCode::Max: case OpCode::Min: case OpCode::And: case OpCode::Or:
+    case OpCode::Xor: case OpCode::ShiftLeft: case OpCode::ShiftRightLogical:
+    case OpCode::ShiftRightArithmetic: {
+      c.expect_num_operands(2);
+      Type t = same_types(c, 0, 2);
+      check_elementwise_dtype(c, t.dtype);
+      return {t};
+    }
+    case OpCode::Eq: case OpCode::Ne: case OpCode::Lt: case OpCode::Le: case OpCode::Gt:
+    case OpCode::Ge: {
+      c.expect_num_operands(2);
+      Type t = same_types(c, 0, 2);
+      if (is_semaphore(t.dtype)) c.fail("semaphore values cannot be compared");
+      t.dtype = DType::Bool;
+      return {t};
+    }
+    case OpCode::Select: {
+      c.expect_num_operands(3);
+      const Type& p = c.tensor(0);
+      Type t = same_types(c, 1, 2);
+      if (p.dtype != DType::Bool) c.fail("predicate must be bool, got " + p.to_string());
+      if (p.shape != t.shape)
+        c.fail("predicate shape " + p.to_string() + " differs from the operands' " + t.to_string());
+      return {t};
+    }
+    case OpCode::Convert: {
+      c.expect_num_operands(1);
+      Type t = c.tensor(0);
+      DType to = c.dtype_attr(AttrKey::DTypeAttr);
+      if (is_semaphore(t.dtype) || is_semaphore(to)) c.fail("cannot convert semaphore values");
+      t.dtype = to;
+      return {t};
+    }
+    case OpCode::Bitcast: {
+      c.expect_num_operands(1);
+      Type t = c.tensor(0);
+      DType to = c.dtype_attr(AttrKey::DTypeAttr);
+      if (t.dtype == DType::Bool || to == DType::Bool || is_semaphore(t.dtype) || is_semaphore(to))
+        c.fail("bitcast needs numeric dtypes, got " + std::string(dtype_name(t.dtype)) + " -> " +
+               std::string(dtype_name(to)));
+      int from_bits = bit_width(t.dtype), to_bits = bit_width(to);
+      if (from_bits > to_bits) {
+        t.shape.push_back(from_bits / to_bits);
+      } else if (from_bits < to_bits) {
+        int64_t ratio = to_bits / from_bits;
+        if (t.shape.empty() || t.shape.back() != ratio)
+          c.fail("bitcast from " + std::string(dtype_name(t.dtype)) + " to " +
+                 std::string(dtype_name(to)) + " needs a last dimension of " +
+                 std::to_string(ratio) + ", got " + t.to_string());
+        t.shape.pop_back();
+      }
+      t.dtype = to;
+      return {t};
+    }
+    case OpCode::BroadcastInDim: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      Shape shape = c.ints_attr(AttrKey::ShapeAttr);
+      const Ints& dims = c.ints_attr(AttrKey::Dims);
+      if (static_cast<int>(dims.size()) != x.rank())
+        c.fail("dims " + ints_to_string(dims) + " must have one entry per operand dimension (" +
+               x.to_string() + ")");
+      for (size_t i = 0; i < dims.size(); ++i) {
+        c.axis_in(dims[i], static_cast<int>(shape.size()), "broadcast dimension");
+        if (i > 0 && dims[i] <= dims[i - 1]) c.fail("dims must be strictly increasing");
+        if (x.shape[i] != 1 && x.shape[i] != shape[dims[i]])
+          c.fail("cannot broadcast " + x.to_string() + " to shape " + ints_to_string(shape) +
+                 ": dimension " + std::to_string(i) + " has size " + std::to_string(x.shape[i]) +
+                 " but the target has " + std::to_string(shape[dims[i]]));
+      }
+      return {Type::tensor(shape, x.dtype)};
+    }
+    case OpCode::Reshape: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      Shape shape = c.ints_attr(AttrKey::ShapeAttr);
+      for (int64_t d : shape) if (d < 0) c.fail("negative dimension in " + ints_to_string(shape));
+      if (num_elements(shape) != x.size())
+        c.fail("cannot reshape " + x.to_string() + " (" + std::to_string(x.size()) +
+               " elements) to " + ints_to_string(shape) + " (" +
+               std::to_string(num_elements(shape)) + " elements)");
+      return {Type::tensor(shape, x.dtype)};
+    }
+    case OpCode::Transpose: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      const Ints& perm = c.ints_attr(AttrKey::Permutation);
+      if (static_cast<int>(perm.size()) != x.rank())
+        c.fail("permutation " + ints_to_string(perm) + " does not match rank of " + x.to_string());
+      c.axes_in(perm, x.rank(), "permutation");
+      Shape shape;
+      for (int64_t p : perm) shape.push_back(x.shape[p]);
+      return {Type::tensor(shape, x.dtype)};
+    }
+    case OpCode::Squeeze: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      const Ints& dims = c.ints_attr(AttrKey::Dims);
+      c.axes_in(dims, x.rank(), "squeezed dimension");
+      Shape shape;
+      for (int d = 0; d < x.rank(); ++d) {
+        bool squeezed = std::find(dims.begin(), dims.end(), d) != dims.end();
+        if (squeezed && x.shape[d] != 1)
+          c.fail("cannot squeeze dimension " + std::to_string(d) + " of size " +
+                 std::to_string(x.shape[d]) + " in " + x.to_string());
+        if (!squeezed) shape.push_back(x.shape[d]);
+      }
+      return {Type::tensor(shape, x.dtype)};
+    }
+    case OpCode::ExpandDims: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      const Ints& dims = c.ints_attr(AttrKey::Dims);
+      int out_rank = x.rank() + static_cast<int>(dims.size());
+      c.axes_in(dims, out_rank, "new dimension");
+      Shape shape;
+      size_t next = 0;
+      for (int d = 0; d < out_rank; ++d) {
+        if (std::find(dims.begin(), dims.end(), d) != dims.end())
+          shape.push_back(1);
+        else
+          shape.push_back(x.shape[next++]);
+      }
+      return {Type::tensor(shape, x.dtype)};
+    }
+    case OpCode::Concatenate: {
+      if (c.operands.empty()) c.fail("needs at least one operand");
+      Type t = c.tensor(0);
+      int64_t axis = c.axis_in(c.int_attr(AttrKey::Axis), t.rank());
+      for (size_t i = 1; i < c.operands.size(); ++i) {
+        const Type& u = c.tensor(i);
+        bool ok = u.dtype == t.dtype && u.rank() == t.rank();
+        for (int d = 0; ok && d < t.rank(); ++d)
+          if (d != axis && u.shape[d] != t.shape[d]) ok = false;
+        if (!ok)
+          c.fail("operand " + std::to_string(i) + " " + u.to_string() +
+                 " does not match operand 0 " + c.operands[0].to_string() +
+                 " outside axis " + std::to_string(axis));
+        t.shape[axis] += u.shape[axis];
+      }
+      return {t};
+    }
+    case OpCode::Slice: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      const Ints& start = c.ints_attr(AttrKey::Start);
+      const Ints& limit = c.ints_attr(AttrKey::Limit);
+      const Ints& strides = c.ints_attr(AttrKey::Strides);
+      if (static_cast<int>(start.size()) != x.rank() || limit.size() != start.size() ||
+          strides.size() != start.size())
+        c.fail("start/limit/strides need one entry per dimension of " + x.to_string());
+      Shape shape;
+      for (int d = 0; d < x.rank(); ++d) {
+        if (strides[d] < 1) c.fail("strides must be >= 1");
+        if (start[d] < 0 || start[d] > limit[d] || limit[d] > x.shape[d])
+          c.fail("slice [" + std::to_string(start[d]) + ", " + std::to_string(limit[d]) +
+                 ") is out of bounds for dimension " + std::to_string(d) + " of " + x.to_string());
+        shape.push_back((limit[d] - start[d] + strides[d] - 1) / strides[d]);
+      }
+      return {Type::tensor(shape, x.dtype)};
+    }
+    case OpCode::DynamicSlice: {
+      const Type& x = c.tensor(0);
+      c.expect_num_operands(1 + x.rank());
+      for (int d = 0; d < x.rank(); ++d) c.expect_int_scalar(1 + d, "a start index");
+      const Ints& sizes = c.ints_attr(AttrKey::Sizes);
+      if (static_cast<int>(sizes.size()) != x.rank())
+        c.fail("sizes need one entry per dimension of " + x.to_string());
+      for (int d = 0; d < x.rank(); ++d)
+        if (sizes[d] < 0 || sizes[d] > x.shape[d])
+          c.fail("size " + std::to_string(sizes[d]) + " does not fit dimension " +
+                 std::to_string(d) + " of " + x.to_string());
+      return {Type::tensor(sizes, x.dtype)};
+    }
+    case OpCode::Rev: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      c.axes_in(c.ints_attr(AttrKey::Dims), x.rank(), "reversed dimension");
+      return {x};
+    }
+    case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin:
+    case OpCode::ReduceProd: case OpCode::ReduceAnd: case OpCode::ReduceOr: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      check_elementwise_dtype(c, x.dtype);
+      const Ints& axes = c.ints_attr(AttrKey::Axes);
+      c.axes_in(axes, x.rank(), "reduction axis");
+      Shape shape;
+      for (int d = 0; d < x.rank(); ++d)
+        if (std::find(axes.begin(), axes.end(), d) == axes.end()) shape.push_back(x.shape[d]);
+      return {Type::tensor(shape, x.dtype)};
+    }
+    case OpCode::Argmax: case OpCode::Argmin: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      check_elementwise_dtype(c, x.dtype);
+      int64_t axis = c.axis_in(c.int_attr(AttrKey::Axis), x.rank());
+      if (x.shape[axis] == 0) c.fail("cannot take the arg-extremum of an empty axis");
+      DType index = c.dtype_attr(AttrKey::DTypeAttr);
+      if (!is_integer(index)) c.fail("index dtype must be an integer type");
+      Shape shape = x.shape;
+      shape.erase(shape.begin() + axis);
+      return {Type::tensor(shape, index)};
+    }
+    case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax: case OpCode::Cummin: {
+      c.expect_num_operands(1);
+      const Type& x = c.tensor(0);
+      check_elementwise_dtype(c, x.dtype);
+      c.axis_in(c.int_attr(AttrKey::Axis), x.rank());
+      return {x};
+    }
+    case OpCode::Sort: {
+      if (c.operands.empty()) c.fail("needs at least one operand");
+      const Type& k = c.tensor(0);
+      if (k.rank() < 1) c.fail("cannot sort a scalar");
+      for (size_t i = 1; i < c.operands.size(); ++i)
+        if (c.tensor(i).shape != k.shape)
+          c.fail("operand " + std::to_string(i) + " " + c.operands[i].to_string() +
+                 " has another shape than the keys " + k.to_string());
+      int64_t num_keys = c.int_attr(AttrKey::NumKeys);
+      if (num_keys < 1 || num_keys > static_cast<int64_t>(c.operands.size()))
+        c.fail("num_keys " + std::to_string(num_keys) + " must be in [1, " +
+               std::to_string(c.operands.size()) + "]");
+      for (const Type& t : c.operands)
+        if (is_semaphore(t.dtype)) c.fail("cannot sort semaphores");
+      return c.operands;
+    }
+    case OpCode::DotGeneral: {
+      c.expect_num_operands(2);
+      const Type& l = c.tensor(0);
+      const Type& r = c.tensor(1);
+      if (l.dtype != r.dtype)
+        c.fail("operand dtypes differ: " + l.to_string() + " vs " + r.to_string() +
+               " (convert one first)");
+      if (l.dtype == DType::Bool || is_semaphore(l.dtype)) c.fail("needs numeric operands");
+      const Ints& lc = c.ints_attr(AttrKey::LhsContracting);
+      const Ints& rc = c.ints_attr(AttrKey::RhsContracting);
+      const Ints& lb = c.ints_attr(AttrKey::LhsBatch);
+      const Ints& rb = c.ints_attr(AttrKey::RhsBatch);
+      if (lc.size() != rc.size()) c.fail("lhs and rhs need the same number of contracting dims");
+      if (lb.size() != rb.size()) c.fail("lhs and rhs need the same number of batch dims");
+      Ints lall = lc, rall = rc;
+      lall.insert(lall.end(), lb.begin(), lb.end());
+      rall.insert(rall.end(), rb.begin(), rb.end());
+      c.axes_in(lall, l.rank(), "lhs dimension");
+      c.axes_in(rall, r.rank(), "rhs dimension");
+      for (size_t i = 0; i < lc.size(); ++i)
+        if (l.shape[lc[i]] != r.shape[rc[i]])
+          c.fail("contracting dimensions differ: lhs " + l.to_string() + " dim " +
+                 std::to_string(lc[i]) + " vs rhs " + r.to_string() + " dim " +
+                 std::to_string(rc[i]));
+      Shape shape;
+      for (size_t i = 0; i < lb.size(); ++i) {
+        if (l.shape[lb[i]] != r.shape[rb[i]])
+          c.fail("batch dimensions differ: lhs " + l.to_string() + " dim " +
+                 std::to_string(lb[i]) + " vs rhs " + r.to_string() + " dim " +
+                 std::to_string(rb[i]));
+        shape.push_back(l.shape[lb[i]]);
+      }
+      for (int d = 0; d < l.rank(); ++d)
+        if (std::find(lall.begin(), lall.end(), d) == lall.end()) shape.push_back(l.shape[d]);
+      for (int d = 0; d < r.rank(); ++d)
+        if (std::find(rall.begin(), rall.end(), d) == rall.end()) shape.push_back(r.shape[d]);
+      DType out = c.dtype_attr(AttrKey::DTypeAttr);
+      if (out == DType::Bool || is_semaphore(out)) c.fail("result dtype must be numeric");
+      return {Type::tensor(shape, out)};
+    }
+    case OpCode::RefView: {
+      const Type& r = c.ref(0);
+      int ndyn = check_indexer(c, r, c.indexer_attr());
+      c.expect_num_operands(1 + ndyn);
+      return {Type::ref(c.indexer_attr().result_shape(), r.dtype, r.space)};
+    }
+    case OpCode::Load: case OpCode::Store: case OpCode::Swap: {
+      const Type& r = c.ref(0);
+      const Indexer& index = c.indexer_attr();
+      int ndyn = check_indexer(c, r, index);
+      bool masked = a.get_int_or(AttrKey::Masked, 0) != 0;
+      Type value = Type::tensor(index.result_shape(), r.dtype);
+      size_t next = 1 + ndyn;
+      if (c.code == OpCode::Load) {
+        c.expect_num_operands(next + (masked ? 2 : 0));
+      } else {
+        c.expect_num_operands(next + 1 + (masked ? 1 : 0));
+        if (!(c.tensor(next) == value))
+          c.fail("value " + c.operands[next].to_string() + " does not match the indexed region " +
+                 value.to_string() + " of " + r.to_string());
+        ++next;
+      }
+      if (masked) {
+        const Type& m = c.tensor(next);
+        if (m.dtype != DType::Bool || m.shape != value.shape)
+          c.fail("mask must be bool with shape of the indexed region " + value.to_string() +
+                 ", got " + m.to_string());
+        if (c.code == OpCode::Load && !(c.tensor(next + 1) == value))
+          c.fail("fill value " + c.operands[next + 1].to_string() + " must be " + value.to_string());
+      }
+      if (c.code == OpCode::Store) return {};
+      return {value};
+    }
+    case OpCode::AtomicRmw: {
+      const Type& r = c.ref(0);
+      const Indexer& index = c.indexer_attr();
+      int ndyn = check_indexer(c, r, index);
+      c.expect_num_operands(2 + ndyn);
+      Type value = Type::tensor(index.result_shape(), r.dtype);
+      if (!(c.tensor(1 + ndyn) == value))
+        c.fail("value " + c.operands[1 + ndyn].to_string() + " does not match the indexed region " +
+               value.to_string());
+      const std::string& kind = c.string_attr(AttrKey::Kind);
+      static const std::set<std::string> kinds = {"add", "max", "min", "and", "or", "xor", "xchg"};
+      if (!kinds.count(kind)) c.fail("unknown atomic kind '" + kind + "'");
+      if ((kind == "and" || kind == "or" || kind == "xor") && !is_integer(r.dtype) &&
+          r.dtype != DType::Bool)
+        c.fail("atomic " + kind + " needs an integer ref, got " + r.to_string());
+      return {value};
+    }
+    case OpCode::AtomicCas: {
+      const Type& r = c.ref(0);
+      const Indexer& index = c.indexer_attr();
+      int ndyn = check_indexer(c, r, index);
+      c.expect_num_operands(3 + ndyn);
+      Type value = Type::tensor(index.result_shape(), r.dtype);
+      for (int i = 1; i <= 2; ++i)
+        if (!(c.tensor(ndyn + i) == value))
+          c.fail("operand " + c.operands[ndyn + i].to_string() +
+                 " does not match the indexed region " + value.to_string());
+      return {value};
+    }
+    case OpCode::For: {
+      c.expect_num_regions(1);
+      c.expect_int_scalar(0, "the lower bound");
+      c.expect_int_scalar(1, "the upper bound");
+      if (c.operands[0].dtype != c.operands[1].dtype)
+        c.fail("loop bounds have different dtypes: " + c.operands[0].to_string() + " vs " +
+               c.operands[1].to_string());
+      std::vector<Type> carries(c.operands.begin() + 2, c.operands.end());
+      std::vector<Type> args = {c.operands[0]};
+      args.insert(args.end(), carries.begin(), carries.end());
+      check_region_args(c, 0, args);
+      check_region_yields(c, 0, carries, "the loop body");
+      return carries;
+    }
+    case OpCode::While: {
+      c.expect_num_regions(2);
+      const std::vector<Type>& carries = c.operands;
+      check_region_args(c, 0, carries);
+      check_region_args(c, 1, carries);
+      check_region_yields(c, 0, {Type::scalar(DType::Bool)}, "the loop condition");
+      check_region_yields(c, 1, carries, "the loop body");
+      return carries;
+    }
+    case OpCode::Cond: {
+      c.expect_num_regions(2);
+      c.expect_num_operands(1);
+      const Type& p = c.tensor(0);
+      if (!p.is_scalar() || p.dtype != DType::Bool)
+        c.fail("the predicate must be a bool scalar, got " + p.to_string());
+      check_region_args(c, 0, {});
+      check_region_args(c, 1, {});
+      check_region_yields(c, 1, c.regions[0].yields, "the false branch");
+      return c.regions[0].yields;
+    }
+    case OpCode::Switch: {
+      c.expect_num_operands(1);
+      c.expect_int_scalar(0, "the branch index");
+      if (c.regions.empty()) c.fail("needs at least one branch");
+      for (size_t r = 0; r < c.regions.size(); ++r) {
+        check_region_args(c, r, {});
+        check_region_yields(c, r, c.regions[0].yields,
+                            ("branch " + std::to_string(r)).c_str());
+      }
+      return c.regions[0].yields;
+    }
+    case OpCode::RunScoped: {
+      c.expect_num_operands(0);
+      c.expect_num_regions(1);
+      for (const Type& t : c.regions[0].args)
+        if (!t.is_ref) c.fail("scoped allocations must be Refs, got " + t.to_string());
+      for (const Type& t : c.regions[0].yields)
+        if (t.is_ref) c.fail("a scoped Ref cannot leave its scope");
+      return c.regions[0].yields;
+    }
+    case OpCode::Yield:
+      return {};
+    case OpCode::DebugPrint: {
+      const std::string& fmt = c.string_attr(AttrKey::Format);
+      size_t holes = 0;
+      for (size_t p = fmt.find("{}"); p != std::string::npos; p = fmt.find("{}", p + 2)) ++holes;
+      if (holes != c.operands.size())
+        c.fail("format \"" + fmt + "\" has " + std::to_string(holes) + " placeholders {} for " +
+               std::to_string(c.operands.size()) + " values");
+      for (size_t i = 0; i < c.operands.size(); ++i) c.tensor(i);
+      return {};
+    }
+  }
+  throw InternalError("no result-type rule for an op");
+}
+
+}  // namespace
+
+std::vector<Type> infer_result_types(OpCode code, const std::vector<Type>& operands,
+                                     const Attrs& attrs,
+                                     const std::vector<RegionSignature>& regions,
+                                     const SourceLoc& loc) {
+  RuleContext c{code, operands, attrs, regions, loc};
+  const OpInfo& info = op_info(code);
+  if (info.num_operands >= 0) c.expect_num_operands(static_cast<size_t>(info.num_operands));
+  if (info.num_regions >= 0) c.expect_num_regions(static_cast<size_t>(info.num_regions));
+  return rule(c);
+}
+
+}  // namespace pallas::ir
