@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("pallas: placeholder"); return 0; }
