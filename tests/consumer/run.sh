@@ -1,3 +1,11 @@
 #!/usr/bin/env bash
-# Placeholder; replaced by the install/find_package consumer test.
-exit 0
+# Installs pallas into a temporary prefix and builds + runs an out-of-tree consumer against it.
+set -euo pipefail
+SRC=$1
+BUILD=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cmake --install "$BUILD" --prefix "$TMP/prefix" >/dev/null
+cmake -S "$SRC/tests/consumer" -B "$TMP/build" -G Ninja -DCMAKE_PREFIX_PATH="$TMP/prefix" >/dev/null
+cmake --build "$TMP/build" >/dev/null
+"$TMP/build/consumer"
