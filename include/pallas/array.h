@@ -112,7 +112,11 @@ class Array {
   // ---- DLPack (zero copy). Export: the consumer owns the returned tensor and must call its
   // deleter; the buffer stays alive until then. Import: takes ownership of `tensor` (its deleter
   // runs when the last Array handle dies). Only CPU, contiguous row-major tensors of a supported
-  // dtype are accepted; anything else is a pallas::Error naming what is wrong.
+  // dtype are accepted; anything else is a pallas::Error naming what is wrong. When
+  // from_dlpack throws, it has not taken ownership: the caller must still call the deleter.
+  // DLPack 0.6 has no bool code: bool exports as kDLUInt/8 (and imports back as u8);
+  // code 6 (kDLBool in DLPack >= 0.8) with 8 bits imports as bool. Imported buffers are only
+  // guaranteed aligned to the element size, not to 64 bytes.
   DLManagedTensor* to_dlpack() const;
   static Array from_dlpack(DLManagedTensor* tensor);
 

@@ -182,6 +182,11 @@ struct Scalar {
   static Scalar of_float(double v, DType t) { Scalar s; s.dtype = t; s.f = v; return s; }
   // Converts `v` to dtype t with the rules of `convert` (see ir/ops.def semantics).
   static Scalar from_double(double v, DType t);
+  // This value converted to dtype t with the rules of `convert`: int -> int wraps (two's
+  // complement truncation), int -> float rounds once to nearest even, float -> float rounds to
+  // nearest even, float -> int truncates toward zero and saturates (NaN -> 0), anything ->
+  // bool is (v != 0), bool -> number is 0 / 1.
+  Scalar convert_to(DType t) const;
   double as_double() const;
   int64_t as_int64() const;  // integer/bool value; floats truncate toward zero
   // Writes the value as one element of dtype `dtype` at `dst`.
@@ -190,6 +195,9 @@ struct Scalar {
   // Text form: integers in decimal, floats with enough digits to round-trip ("inf", "-inf",
   // "nan" for the specials), bools as true/false.
   std::string to_string() const;
+  // Inverse of to_string. Also accepts a leading '+', exponents ("1e-3"), "infinity", "-nan",
+  // and 1 / 0 for bools. Integers must fit the dtype. Throws pallas::Error on bad text.
+  static Scalar parse(std::string_view text, DType t);
   bool bitwise_equal(const Scalar& o) const;
 };
 
