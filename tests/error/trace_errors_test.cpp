@@ -14,7 +14,7 @@ Type ref(pl::Shape s, pl::DType t) { return Type::ref(std::move(s), t, pl::Memor
 // Runs fn, expects a pallas::Error whose message contains every fragment and points at `line`
 // of this file. Returns the message.
 template <class F>
-std::string expect_user_error(F&& fn, int line, std::vector<std::string> fragments) {
+std::string expect_user_error(F&& fn, const int& line, std::vector<std::string> fragments) {
   try {
     fn();
   } catch (const pl::InternalError& e) {

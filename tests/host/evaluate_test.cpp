@@ -2,6 +2,7 @@
 // Expected values are computed by hand or with plain C++ loops in the test.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "pallas/pallas.h"
