@@ -1,0 +1,26 @@
+// Benchmarks of the pallas_bench executable. Each writes a Markdown table to `report`.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <ostream>
+#include <vector>
+
+void bench_elementwise(std::ostream& report);
+void bench_dot(std::ostream& report);
+void bench_interpreter(std::ostream& report);
+
+namespace bench {
+// Median wall time in seconds of `repeats` runs of fn (after one warm-up run).
+template <class F> double median_seconds(int repeats, F&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+}  // namespace bench
