@@ -61,6 +61,9 @@ class Array {
   // generated in double and rounded to dtype. Same seed → same bits on every machine.
   static Array random_normal(Shape shape, DType dtype, uint64_t seed, double mean = 0.0,
                              double stddev = 1.0);
+  // Uniform in [lo, hi): float values that round up to hi are capped at the largest value
+  // below hi; integer dtypes (and bool, as 0 / 1) draw the integers n with lo <= n < hi.
+  // random_normal on an integer dtype converts the normal draws (truncating toward zero).
   static Array random_uniform(Shape shape, DType dtype, uint64_t seed, double lo = 0.0,
                               double hi = 1.0);
   // Wraps memory that someone else owns; `keep_alive` is called when the last handle dies.
