@@ -1,5 +1,6 @@
 #include "eval/interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -125,16 +126,28 @@ void write(const RefValue& r, const Array& value) {
   });
 }
 
+Scalar uninitialized_value(DType t) {
+  if (is_float(t)) return Scalar::of_float(std::numeric_limits<double>::quiet_NaN(), t);
+  if (t == DType::Bool) return Scalar::of_int(1, t);
+  return visit_dtype(t, [&]<class T>() {
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
+      return Scalar::of_int(std::numeric_limits<T>::max(), t);
+    else if constexpr (std::is_integral_v<T>)
+      return Scalar::of_uint(std::numeric_limits<T>::max(), t);
+    else
+      return Scalar::of_int(0, t);
+  });
+}
+
 void fill_uninitialized(Array& a) {
-  if (is_float(a.dtype())) {
-    Scalar nan = Scalar::of_float(std::numeric_limits<double>::quiet_NaN(), a.dtype());
-    const int64_t isz = itemsize(a.dtype());
-    auto* p = static_cast<std::byte*>(a.raw_data());
-    if (a.size() == 0) return;
-    nan.store_to(p);
-    for (int64_t i = 1; i < a.size(); ++i) std::memcpy(p + i * isz, p, static_cast<size_t>(isz));
-  } else {
-    std::memset(a.raw_data(), 0, static_cast<size_t>(a.nbytes()));
+  if (a.size() == 0) return;
+  const int64_t isz = itemsize(a.dtype());
+  auto* p = static_cast<std::byte*>(a.raw_data());
+  uninitialized_value(a.dtype()).store_to(p);
+  for (int64_t filled = 1; filled < a.size();) {  // doubling copies
+    int64_t n = std::min(filled, a.size() - filled);
+    std::memcpy(p + filled * isz, p, static_cast<size_t>(n * isz));
+    filled += n;
   }
 }
 

@@ -64,8 +64,10 @@ RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64
               const SourceLoc& loc);
 Array read(const RefValue& r);             // copies a view into a fresh contiguous Array
 void write(const RefValue& r, const Array& value);
-// Fills an Array with what a fresh (uninitialized) buffer holds in the interpreters:
-// NaN for floats, 0 otherwise (so reading one by mistake shows up).
+// What a fresh (uninitialized) buffer, block padding and out-of-bounds reads hold in the
+// interpreters (JAX interpret mode's "nan" policy): NaN for floats, the maximum for integers,
+// true for bool — so reading one by mistake shows up.
+Scalar uninitialized_value(DType t);
 void fill_uninitialized(Array& a);
 
 }  // namespace pallas::eval
