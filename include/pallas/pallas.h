@@ -6,4 +6,5 @@
 #include "pallas/error.h"
 #include "pallas/evaluate.h"
 #include "pallas/ir/ir.h"
+#include "pallas/pallas_call.h"
 #include "pallas/trace.h"

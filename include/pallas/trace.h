@@ -517,6 +517,8 @@ class TraceScope {
   TraceScope& operator=(const TraceScope&) = delete;
   std::vector<Value> add_params(const std::vector<ir::Type>& types);
   ir::Kernel finish();
+  // Ends the body with a yield of these values (functions that return values: index maps).
+  ir::Kernel finish(const std::vector<Value>& yields, const Loc& loc);
 
  private:
   void* saved_;  // the enclosing trace (traces nest: index maps traced inside a call's setup)

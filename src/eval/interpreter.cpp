@@ -168,7 +168,7 @@ const RefValue& Interpreter::ref(ir::ValueId v) const {
 
 int64_t Interpreter::scalar_int(ir::ValueId v) const { return array(v).scalar_at_flat(0).as_int64(); }
 
-void Interpreter::run(const std::vector<RtValue>& params, const GridPoint& grid) {
+std::vector<Array> Interpreter::run(const std::vector<RtValue>& params, const GridPoint& grid) {
   const auto& args = kernel_.body.args;
   if (params.size() != args.size())
     throw Error("kernel '" + kernel_.name + "' takes " + std::to_string(args.size()) +
@@ -176,8 +176,9 @@ void Interpreter::run(const std::vector<RtValue>& params, const GridPoint& grid)
   env_.assign(kernel_.values.size(), RtValue{});
   for (size_t i = 0; i < args.size(); ++i) env_[args[i]] = params[i];
   grid_ = &grid;
-  run_region(kernel_.body);
+  std::vector<Array> out = run_region_yield(kernel_.body);
   env_.clear();
+  return out;
 }
 
 void Interpreter::run_region(const ir::Region& r) {

@@ -33,8 +33,9 @@ class Interpreter {
   explicit Interpreter(const ir::Kernel& kernel);
   virtual ~Interpreter() = default;
 
-  // Runs the kernel body once with these parameters (one per kernel parameter).
-  void run(const std::vector<RtValue>& params, const GridPoint& grid);
+  // Runs the kernel body once with these parameters (one per kernel parameter); returns what
+  // the body yields (index maps), or nothing.
+  std::vector<Array> run(const std::vector<RtValue>& params, const GridPoint& grid);
   void set_debug_out(std::ostream* os) { debug_out_ = os; }
 
  protected:

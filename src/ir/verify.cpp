@@ -44,7 +44,6 @@ class Verifier {
       const Op& op = r.ops[i];
       bool last = i + 1 == r.ops.size();
       if (op.code == OpCode::Yield && !last) fail(&op, "yield must be the last op of its region");
-      if (op.code == OpCode::Yield && &r == &k_.body) fail(&op, "the kernel body cannot yield");
       check_op(op);
     }
     visible_.pop_back();

@@ -184,5 +184,10 @@ ir::Kernel TraceScope::finish() {
   return k;
 }
 
+ir::Kernel TraceScope::finish(const std::vector<Value>& yields, const Loc& loc) {
+  trace::g_current->builder.add(ir::OpCode::Yield, trace::ids(yields), {}, trace::src(loc));
+  return finish();
+}
+
 }  // namespace detail
 }  // namespace pallas

@@ -230,7 +230,8 @@ struct Op {
   const OpInfo& info() const { return op_info(code); }
 };
 
-// A traced kernel body: a function of Refs (its parameters) returning nothing.
+// A traced function: a kernel body (a function of Refs returning nothing) or an index map (a
+// function of grid indices and prefetch Refs whose body ends with a yield of the indices).
 struct Kernel {
   std::string name = "kernel";
   std::vector<Type> values;  // type of each value, indexed by ValueId

@@ -1,0 +1,59 @@
+// Internals of pallas_call shared by the driver and the backends.
+#pragma once
+
+#include <mutex>
+
+#include "eval/interpreter.h"
+#include "pallas/pallas_call.h"
+
+namespace pallas {
+
+class PallasCallImpl {
+ public:
+  KernelFn kernel;
+  std::vector<ShapeDtype> out_shapes;
+  CallOptions opts;
+  GridSpec grid_spec;       // canonical: opts.grid/specs/scratch or opts.grid_spec
+  CompilerParamsMap compiler_params;
+  std::string backend;      // resolved at creation: "reference", "tpu_interpret", ...
+  SourceLoc loc;            // where pallas_call was called
+
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const TracedCall>> cache;  // keyed by argument signature
+
+  std::shared_ptr<const TracedCall> trace(const std::vector<ShapeDtype>& args);
+  // "name at file.cc:12" for messages.
+  std::string func_src_info() const;
+};
+
+namespace core {
+// Builds the grid mapping for these (non-dynamic-grid) argument shapes: traces every index map
+// and checks every BlockSpec. Throws pallas::Error with the seed's messages.
+GridMapping build_grid_mapping(const PallasCallImpl& call, const std::vector<ShapeDtype>& args);
+
+// The index map's block indices at one grid point: one value per block dimension (for
+// BoundedSlice dims the slice start), computed with a fast path for maps that only forward grid
+// indices and constants.
+class IndexMapEvaluator {
+ public:
+  explicit IndexMapEvaluator(const ir::Kernel& index_map);
+  ~IndexMapEvaluator();
+  IndexMapEvaluator(IndexMapEvaluator&&) noexcept;
+  // `prefetch` holds the scalar-prefetch Refs; `grid` the program ids and grid sizes.
+  void eval(const GridPoint& grid, const std::vector<eval::RtValue>& prefetch,
+            std::vector<int64_t>& out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+}  // namespace core
+
+namespace interpret {
+// The reference interpreter: runs a traced call on host arrays. `args` excludes the dynamic
+// grid sizes, which are folded into `grid`.
+std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array>& args,
+                                 const std::vector<int64_t>& grid, std::ostream* debug_out);
+}  // namespace interpret
+
+}  // namespace pallas

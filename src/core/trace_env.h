@@ -1,0 +1,31 @@
+// What pallas_call is tracing right now (thread-local): the grid's axis names, and whether a
+// kernel body or an index map is being traced (for the seed's constant-capture errors).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pallas::core {
+
+struct TraceEnv {
+  enum class Kind { Kernel, IndexMap } kind = Kind::Kernel;
+  std::vector<std::string> grid_names;
+  std::string func_src_info;  // "kernel at file.cc:12" / "at file.cc:30"
+  std::string origin;         // for index maps: "args[0]"
+};
+
+// The innermost active environment, or nullptr outside pallas_call tracing.
+const TraceEnv* current_trace_env();
+
+class ScopedTraceEnv {
+ public:
+  explicit ScopedTraceEnv(const TraceEnv* env);
+  ~ScopedTraceEnv();
+  ScopedTraceEnv(const ScopedTraceEnv&) = delete;
+  ScopedTraceEnv& operator=(const ScopedTraceEnv&) = delete;
+
+ private:
+  const TraceEnv* saved_;
+};
+
+}  // namespace pallas::core

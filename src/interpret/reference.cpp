@@ -1,0 +1,241 @@
+// The reference interpreter: the semantic oracle of pallas_call.
+//
+// Each operand lives in a working array padded to whole blocks (padding holds the uninitialized
+// value). The grid is walked in row-major order; at each point every operand's block is a
+// strided view into its working array (so reads and writes go straight to the array, which is
+// exactly "copy the block in, run, copy it out"), and the kernel body is interpreted over those
+// views plus the scratch buffers, which persist across points. Blocks whose BoundedSlice is
+// shorter than the block are staged through a buffer. At the end, outputs are the logical part
+// of their working arrays. An aliased input is updated in place: the output shares its buffer.
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/call.h"
+#include "ir/analysis.h"
+
+namespace pallas::interpret {
+
+namespace {
+
+struct Operand {
+  Array work;                 // padded working array
+  Shape logical;              // the array's own shape
+  std::vector<int64_t> low;   // where the logical array starts inside `work` (Element padding)
+  std::vector<int64_t> strides;
+};
+
+std::string tuple_string(const std::vector<int64_t>& v) {
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() == 1) s += ",";
+  return s + ")";
+}
+
+// Padded shape and the low-side offset of the logical array for a block mapping.
+void padded_layout(const BlockMapping& bm, Shape& padded, std::vector<int64_t>& low) {
+  padded.clear();
+  low.clear();
+  for (size_t d = 0; d < bm.array.shape.size(); ++d) {
+    int64_t n = bm.array.shape[d];
+    const BlockDim& b = bm.block_shape[d];
+    if (b.is_blocked() && b.size() > 0) {
+      padded.push_back(cdiv(n, b.size()) * b.size());
+      low.push_back(0);
+    } else if (b.is_element()) {
+      auto [lo, hi] = b.element().padding;
+      padded.push_back(lo + n + hi);
+      low.push_back(lo);
+    } else {
+      padded.push_back(n);
+      low.push_back(0);
+    }
+  }
+}
+
+eval::RefValue view_of(Array& a, MemorySpace space, const std::vector<int64_t>& low,
+                       const Shape& shape) {
+  eval::RefValue r = eval::RefValue::of_array(a, space);
+  int64_t off = 0;
+  for (size_t d = 0; d < low.size(); ++d) off += low[d] * r.strides[d];
+  r.data += off * itemsize(a.dtype());
+  r.shape = shape;
+  return r;
+}
+
+// A working array holding `src` inside padding of the uninitialized value.
+Array make_padded(const Array& src, const Shape& padded, const std::vector<int64_t>& low) {
+  Array w(padded, src.dtype());
+  if (padded != src.shape()) eval::fill_uninitialized(w);
+  Array s = src;
+  eval::write(view_of(w, MemorySpace::Any, low, src.shape()), s);
+  return w;
+}
+
+Array make_uninitialized(const Shape& shape, DType dtype) {
+  Array a(shape, dtype);
+  eval::fill_uninitialized(a);
+  return a;
+}
+
+}  // namespace
+
+std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array>& args,
+                                 const std::vector<int64_t>& grid, std::ostream* debug_out) {
+  const GridMapping& gm = call.grid_mapping;
+  const ir::Kernel& k = call.kernel;
+  const int num_index = gm.num_index_operands;
+  const int num_in = gm.num_inputs, num_out = gm.num_outputs;
+  std::vector<bool> written = ir::params_written(k);
+
+  // ---- Working arrays.
+  std::vector<eval::RtValue> prefetch;
+  for (int i = 0; i < num_index; ++i) {
+    Array a = written[i] ? args[i].clone() : args[i];
+    prefetch.push_back(eval::RefValue::of_array(a, MemorySpace::Smem));
+  }
+  std::map<int, int> alias_of_output;  // output -> input
+  std::set<int> aliased_inputs;
+  for (auto [i, o] : call.input_output_aliases) {
+    alias_of_output[o] = i - num_index;
+    aliased_inputs.insert(i - num_index);
+  }
+  std::vector<Operand> ops(num_in + num_out);
+  for (int j = 0; j < num_in + num_out; ++j) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    Operand& op = ops[j];
+    op.logical = bm.array.shape;
+    Shape padded;
+    padded_layout(bm, padded, op.low);
+    if (j < num_in) {
+      const Array& src = args[num_index + j];
+      bool in_place = aliased_inputs.count(j) || !written[num_index + j];
+      if (padded == src.shape() && in_place)
+        op.work = src;  // zero-copy: read-only, or updated in place through its alias
+      else
+        op.work = make_padded(src, padded, op.low);
+    } else {
+      auto alias = alias_of_output.find(j - num_in);
+      if (alias != alias_of_output.end()) {
+        Operand& in = ops[alias->second];
+        if (in.work.shape() == padded && in.low == op.low) {
+          op.work = in.work;  // shares the buffer
+        } else {
+          Array logical = eval::read(view_of(in.work, MemorySpace::Any, in.low, in.logical));
+          op.work = make_padded(logical, padded, op.low);
+        }
+      } else {
+        op.work = make_uninitialized(padded, bm.array.dtype);
+      }
+    }
+    op.strides = row_major_strides(op.work.shape());
+  }
+  std::vector<Array> scratch;
+  for (const ir::Type& t : gm.scratch_types) scratch.push_back(make_uninitialized(t.shape, t.dtype));
+
+  // ---- Per-point state, reused.
+  std::vector<core::IndexMapEvaluator> index_maps;
+  index_maps.reserve(gm.block_mappings.size());
+  for (const BlockMapping& bm : gm.block_mappings) index_maps.emplace_back(bm.index_map);
+  std::vector<eval::RtValue> params(k.body.args.size());
+  for (int i = 0; i < num_index; ++i) params[i] = prefetch[i];
+  for (size_t s = 0; s < scratch.size(); ++s)
+    params[num_index + num_in + num_out + s] = eval::RefValue::of_array(scratch[s], gm.scratch_types[s].space);
+  // Shared owners for the block views (one per operand), so per-point views do not allocate one.
+  std::vector<std::shared_ptr<void>> owners;
+  for (Operand& op : ops) owners.push_back(std::make_shared<Array>(op.work));
+
+  eval::Interpreter interp(k);
+  interp.set_debug_out(debug_out);
+  GridPoint point;
+  point.num_programs = grid;
+  point.program_ids.assign(grid.size(), 0);
+  int64_t total = 1;
+  for (int64_t g : grid) total *= g;
+  std::vector<int64_t> indices;
+
+  struct Staged {
+    eval::RefValue buffer_part;  // the valid part of the staging buffer
+    eval::RefValue array_part;   // where it lives in the working array
+  };
+  std::vector<Staged> staged;
+
+  for (int64_t linear = 0; linear < total; ++linear) {
+    int64_t rest = linear;
+    for (int d = static_cast<int>(grid.size()) - 1; d >= 0; --d) {
+      point.program_ids[d] = rest % grid[d];
+      rest /= grid[d];
+    }
+    staged.clear();
+    for (int j = 0; j < num_in + num_out; ++j) {
+      const BlockMapping& bm = gm.block_mappings[j];
+      Operand& op = ops[j];
+      index_maps[j].eval(point, prefetch, indices);
+      eval::RefValue v;
+      v.dtype = bm.array.dtype;
+      v.space = bm.block_ref_type.space;
+      v.owner = owners[j];
+      int64_t offset = 0;
+      bool needs_staging = false;
+      Shape region_shape;  // shape of the region in the array (bounded slices may be shorter)
+      for (size_t d = 0; d < bm.block_shape.size(); ++d) {
+        const BlockDim& b = bm.block_shape[d];
+        int64_t idx = indices[d];
+        int64_t start = b.is_blocked() ? idx * b.size() : idx;
+        int64_t size = b.is_bounded_slice() ? bm.slice_sizes[d] : b.size();
+        int64_t dim = op.work.shape()[d];
+        if (start < 0 || start + size > dim) {
+          std::ostringstream range;
+          for (size_t e = 0; e < bm.block_shape.size(); ++e) {
+            const BlockDim& be = bm.block_shape[e];
+            int64_t s0 = be.is_blocked() ? indices[e] * be.size() : indices[e];
+            int64_t n0 = be.is_bounded_slice() ? bm.slice_sizes[e] : be.size();
+            range << (e ? ", " : "") << s0 - op.low[e] << ":" << s0 - op.low[e] + n0;
+          }
+          bool is_input = j < num_in;
+          throw Error("Out-of-bounds block index " + tuple_string(indices) + " for " +
+                          (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
+                          tuple_string(point.program_ids) + ": " +
+                          (is_input ? "reading [" : "writing [") + range.str() + "] but " +
+                          (is_input ? "input" : "output") + " has shape " +
+                          tuple_string(op.logical) + ".",
+                      bm.index_map.loc);
+        }
+        offset += start * op.strides[d];
+        if (!b.is_squeezed()) {
+          v.shape.push_back(size);
+          v.strides.push_back(op.strides[d]);
+          region_shape.push_back(size);
+          if (size != b.size()) needs_staging = true;
+        }
+      }
+      v.data = static_cast<std::byte*>(op.work.raw_data()) + offset * itemsize(v.dtype);
+      if (needs_staging) {
+        Array buf = make_uninitialized(bm.block_ref_type.shape, bm.array.dtype);
+        eval::RefValue whole = eval::RefValue::of_array(buf, v.space);
+        eval::RefValue part = whole;
+        part.shape = region_shape;
+        eval::write(part, eval::read(v));
+        staged.push_back({part, v});
+        params[num_index + j] = whole;
+      } else {
+        params[num_index + j] = std::move(v);
+      }
+    }
+    interp.run(params, point);
+    for (const Staged& s : staged) eval::write(s.array_part, eval::read(s.buffer_part));
+  }
+
+  // ---- Results: the logical part of each output's working array.
+  std::vector<Array> out;
+  for (int o = 0; o < num_out; ++o) {
+    Operand& op = ops[num_in + o];
+    bool whole = op.work.shape() == op.logical;
+    for (int64_t l : op.low) whole = whole && l == 0;
+    out.push_back(whole ? op.work
+                        : eval::read(view_of(op.work, MemorySpace::Any, op.low, op.logical)));
+  }
+  return out;
+}
+
+}  // namespace pallas::interpret

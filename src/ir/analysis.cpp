@@ -1,0 +1,34 @@
+#include "ir/analysis.h"
+
+#include <map>
+
+namespace pallas::ir {
+
+namespace {
+void walk(const Kernel& k, const Region& r, std::map<ValueId, int>& origin, std::vector<bool>& out) {
+  for (const Op& op : r.ops) {
+    for (size_t i = 0; i < op.operands.size(); ++i) {
+      auto it = origin.find(op.operands[i]);
+      if (it == origin.end()) continue;
+      if (op.code == OpCode::RefView && i == 0) {
+        origin[op.results[0]] = it->second;
+      } else if (op.code == OpCode::Load && i == 0) {
+        // reads only
+      } else if (k.type(op.operands[i]).is_ref) {
+        out[it->second] = true;  // a write, or an op we do not model: assume it writes
+      }
+    }
+    for (const Region& sub : op.regions) walk(k, sub, origin, out);
+  }
+}
+}  // namespace
+
+std::vector<bool> params_written(const Kernel& k) {
+  std::vector<bool> out(k.body.args.size(), false);
+  std::map<ValueId, int> origin;
+  for (size_t i = 0; i < k.body.args.size(); ++i) origin[k.body.args[i]] = static_cast<int>(i);
+  walk(k, k.body, origin, out);
+  return out;
+}
+
+}  // namespace pallas::ir
