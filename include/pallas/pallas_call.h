@@ -88,7 +88,7 @@ struct Buffered {
 // declared as pl::Value (grid indices) or pl::Ref (prefetch operands).
 struct IndexMapArg : Value {
   IndexMapArg(const Value& v) : Value(v) {}
-  operator Ref() const { return Ref(*this); }
+  operator Ref() const { return Ref(static_cast<const Value&>(*this)); }
 };
 using IndexMapFn = std::function<Indices(const std::vector<IndexMapArg>&)>;
 

@@ -198,6 +198,7 @@ class RefSlot {
   RefSlot(Ref ref, Indices idx, Loc loc) : ref_(std::move(ref)), idx_(std::move(idx)), loc_(loc) {}
   operator Value() const { return load(); }
   Value load() const { return ref_.load(idx_, loc_); }
+  Value astype(DType t) const { return load().astype(t, loc_); }
   const RefSlot& operator=(Operand v) const;
   const RefSlot& operator=(const RefSlot& other) const { return *this = Operand(other, loc_); }
   const RefSlot& operator+=(Operand v) const;
