@@ -9,6 +9,7 @@
 void bench_elementwise(std::ostream& report);
 void bench_dot(std::ostream& report);
 void bench_interpreter(std::ostream& report);
+void bench_pallas_call(std::ostream& report);
 
 namespace bench {
 // Median wall time in seconds of `repeats` runs of fn (after one warm-up run).

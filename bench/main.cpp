@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
   const std::map<std::string, void (*)(std::ostream&)> benches = {
-      {"elementwise", bench_elementwise}, {"dot", bench_dot}, {"interpreter", bench_interpreter}};
+      {"elementwise", bench_elementwise}, {"dot", bench_dot}, {"interpreter", bench_interpreter}, {"pallas_call", bench_pallas_call}};
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) names.push_back(argv[i]);
   if (names.empty())
