@@ -1,7 +1,9 @@
 // Evaluation rules of the IR ops over host tiles (Arrays), shared by every interpreter.
 //
 // Each function evaluates one op on whole tiles: dispatch on the op and dtype happens once per
-// call, and the element loops are tight. Inputs are never modified; results are fresh Arrays.
+// call, and the element loops are tight. Inputs are never modified; results are fresh Arrays,
+// except that reshape, squeeze and expand_dims return a view of the operand's buffer (evaluation
+// never writes into an Array it produced, so sharing is safe).
 // Operand types have already been checked by the op's type rule (evaluation may assume them).
 #pragma once
 
@@ -42,6 +44,7 @@ Array rev(const Array& x, const ir::Ints& dims);
 Array reduce(ir::OpCode code, const Array& x, const ir::Attrs& attrs);
 // Cumsum/Cumprod/Cummax/Cummin (attrs Axis, Reverse).
 Array scan(ir::OpCode code, const Array& x, const ir::Attrs& attrs);
+// ---- sort.cpp --------------------------------------------------------------------------------
 // Stable sort along the last axis (attrs NumKeys, Descending); returns one Array per operand.
 std::vector<Array> sort(std::span<const Array> operands, const ir::Attrs& attrs);
 
