@@ -97,7 +97,7 @@ template <class Fn> void for_each_run(const RefValue& r, Fn&& fn) {
 }  // namespace
 
 Array read(const RefValue& r) {
-  Array out(r.shape, r.dtype);
+  Array out = Array::uninitialized(r.shape, r.dtype);
   const int64_t isz = itemsize(r.dtype);
   auto* dst = static_cast<std::byte*>(out.raw_data());
   for_each_run(r, [&](std::byte* src, int64_t flat, int64_t n, int64_t stride) {
@@ -292,7 +292,7 @@ void Interpreter::eval_control(const ir::Op& op) {
       const ir::Region& body = op.regions[0];
       for (ir::ValueId a : body.args) {
         const ir::Type& t = kernel_.type(a);
-        Array buf(t.shape, t.dtype);
+        Array buf = Array::uninitialized(t.shape, t.dtype);
         fill_uninitialized(buf);
         set(a, RefValue::of_array(buf, t.space));
       }
