@@ -228,16 +228,20 @@ void Interpreter::eval_op(const ir::Op& op) {
     }
     default: break;
   }
-  // Pure ops: gather operands without copying buffers (Array handles share storage).
-  Array small[4];
-  std::vector<Array> big;
-  std::span<const Array> in;
-  if (op.operands.size() <= 4) {
-    for (size_t i = 0; i < op.operands.size(); ++i) small[i] = array(op.operands[i]);
-    in = std::span<const Array>(small, op.operands.size());
+  // Pure ops: operands by pointer (no handle copies on this hot path).
+  const Array* small[8];
+  std::vector<const Array*> big;
+  std::span<const Array* const> in;
+  if (op.operands.size() <= 8) {
+    for (size_t i = 0; i < op.operands.size(); ++i) small[i] = &array(op.operands[i]);
+    in = std::span<const Array* const>(small, op.operands.size());
   } else {
-    for (ir::ValueId v : op.operands) big.push_back(array(v));
+    for (ir::ValueId v : op.operands) big.push_back(&array(v));
     in = big;
+  }
+  if (op.results.size() == 1) {
+    set(op.results[0], pure_op1(op, in));
+    return;
   }
   std::vector<Array> res = pure_op(op, in);
   for (size_t i = 0; i < res.size(); ++i) set(op.results[i], std::move(res[i]));
