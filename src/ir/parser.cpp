@@ -106,7 +106,7 @@ class Parser {
     }
     scopes_.emplace_back();
     expect('(', "after the kernel name");
-    k_.body.args = params(')');
+    k_.body.args = params("kernel parameters");
     k_.loc = opt_loc();
     expect('{', "to open the kernel body");
     region_ops(k_.body, /*is_body=*/true);
@@ -380,10 +380,10 @@ class Parser {
     return it->second;
   }
 
-  // Comma-separated "%x: type" up to `close` (consumed).
-  std::vector<ValueId> params(char close) {
+  // Comma-separated "%x: type" up to the closing ')' (consumed).
+  std::vector<ValueId> params(const char* what) {
     std::vector<ValueId> out;
-    if (accept(close)) return out;
+    if (accept(')')) return out;
     do {
       skip_ws();
       size_t at = p_;
@@ -394,7 +394,7 @@ class Parser {
       k_.values[v] = std::move(t);
       out.push_back(v);
     } while (accept(','));
-    expect(close, std::string("after the ") + (close == ')' ? "parameters" : "arguments"));
+    expect(')', std::string("after the ") + what);
     return out;
   }
 
@@ -535,7 +535,7 @@ class Parser {
     expect('^', "to start the region's arguments");
     expect('(', "after '^'");
     scopes_.emplace_back();
-    r.args = params(')');
+    r.args = params("region arguments");
     expect(':', "after the region's arguments");
     region_ops(r, /*is_body=*/false);
     expect('}', "to close the region");
