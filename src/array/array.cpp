@@ -2,25 +2,76 @@
 // (Printing is in array_format.cpp, random numbers in random.cpp, DLPack in dlpack.cpp.)
 #include "pallas/array.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace pallas {
 namespace {
 
 constexpr size_t kAlignment = 64;
 
-// A zero-filled 64-byte-aligned buffer of at least `nbytes` bytes (never a null pointer,
-// even for empty arrays, so raw_data() of a created array is always usable).
+// Buffers up to 1 MiB come from per-thread free lists of power-of-two size classes: the
+// interpreters create one result buffer per op, and recycling them keeps the per-op cost of
+// small tiles far below a malloc/free pair of an aligned block. Larger buffers go straight to
+// the allocator. A freed buffer joins the free list of the thread that frees it.
+constexpr int kMinClassLog2 = 6;   // 64 bytes
+constexpr int kMaxClassLog2 = 20;  // 1 MiB
+constexpr size_t kMaxCachedBytesPerClass = size_t{8} << 20;  // per thread and size class
+
+struct BufferCache {
+  std::vector<void*> free_lists[kMaxClassLog2 + 1];
+  ~BufferCache() {
+    for (int c = 0; c <= kMaxClassLog2; ++c)
+      for (void* p : free_lists[c]) ::operator delete(p, std::align_val_t{kAlignment});
+  }
+};
+
+BufferCache& buffer_cache() {
+  thread_local BufferCache cache;
+  return cache;
+}
+
+int size_class(size_t n) {
+  int c = kMinClassLog2;
+  while ((size_t{1} << c) < n) ++c;
+  return c;
+}
+
+// A 64-byte-aligned buffer of at least `nbytes` bytes (never a null pointer, even for empty
+// arrays, so raw_data() of a created array is always usable), zero-filled unless `zero` is false.
 std::shared_ptr<void> allocate(int64_t nbytes, bool zero = true) {
   size_t n = static_cast<size_t>(nbytes);
   n = n == 0 ? kAlignment : (n + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = ::operator new(n, std::align_val_t{kAlignment});
+  void* p = nullptr;
+  std::shared_ptr<void> out;
+  if (n <= (size_t{1} << kMaxClassLog2)) {
+    int c = size_class(n);
+    n = size_t{1} << c;
+    auto& list = buffer_cache().free_lists[c];
+    if (!list.empty()) {
+      p = list.back();
+      list.pop_back();
+    } else {
+      p = ::operator new(n, std::align_val_t{kAlignment});
+    }
+    out = std::shared_ptr<void>(p, [c](void* q) {
+      auto& l = buffer_cache().free_lists[c];
+      if (l.size() < std::max<size_t>(8, kMaxCachedBytesPerClass >> c))
+        l.push_back(q);
+      else
+        ::operator delete(q, std::align_val_t{kAlignment});
+    });
+  } else {
+    p = ::operator new(n, std::align_val_t{kAlignment});
+    out = std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{kAlignment}); });
+  }
   // The contents are "unspecified" by contract; zero them anyway so that a forgotten
   // initialization shows up as a deterministic value rather than garbage. Array::uninitialized
   // skips this for callers that overwrite every element (the evaluators' results).
   if (zero) std::memset(p, 0, n);
-  return std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{kAlignment}); });
+  return out;
 }
 
 std::string index_to_string(std::span<const int64_t> index) {
