@@ -538,6 +538,8 @@ TEST(Parser, ErrorsNameLineColumnAndWhatWasExpected) {
        "parse error at 6:5: yield must be the last op of its region"},
       {head + load + "  %2 = run_scoped() ({\n  ^():\n    yield(%2)\n  }) : f32[4]\n}",
        "parse error at 5:11: %2 is used before it is defined"},
+      {head + "  %1 = load(%0) {index = [$-1]} : f32[]\n}",
+       "parse error at 2:27: an operand number cannot be negative"},
       {head + load + "}\nextra", "parse error at 4:1: expected end of input after the kernel, got 'extra'"},
       {head + "  %1 = load(%0) {index = [ds(0, 4)]} : f32[4] loc(\"a.cc\":x:1)\n}",
        "parse error at 2:58: expected a line number, got 'x'"},
