@@ -411,9 +411,11 @@ class Parser {
 
   // An index start: an integer, or "$k" (operand k).
   void index_start(IndexEntry& e) {
+    skip_ws();
+    const size_t at = p_;
     if (accept('$')) {
       e.dynamic = int32("an operand number after '$'");
-      if (e.dynamic < 0) fail_at(p_, "an operand number cannot be negative");
+      if (e.dynamic < 0) fail_at(at, "an operand number cannot be negative");
     } else {
       e.start = integer("an index, '$k' or 'ds(...)'");
     }
