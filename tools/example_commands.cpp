@@ -1,5 +1,5 @@
 // `pallas list`, `pallas run`, `pallas ir`: the bundled examples from the command line.
-#include <cstdio>
+#include <algorithm>
 #include <iostream>
 
 #include "examples/examples.h"
@@ -9,6 +9,16 @@
 namespace pallas::cli {
 
 namespace ex = ::pallas::examples;
+
+namespace {
+
+// The printers differ on whether their text ends with a newline; print exactly one.
+std::string with_newline(std::string text) {
+  if (text.empty() || text.back() != '\n') text += '\n';
+  return text;
+}
+
+}  // namespace
 
 int list() {
   size_t width = 0;
@@ -32,9 +42,8 @@ int ir(const ExampleArgs& args) {
   const ex::Problem p = ex::find(args.name).build(run_options(args));
   // Tracing needs only the argument shapes: nothing runs, so any backend's IR can be shown.
   const std::shared_ptr<const TracedCall> traced = p.call.trace(p.arg_shapes());
-  std::string text = ir::print(traced->kernel);
-  if (!text.empty() && text.back() != '\n') text += '\n';
-  std::cout << text << traced->grid_mapping.to_string() << "\n";
+  std::cout << with_newline(ir::print(traced->kernel))
+            << with_newline(traced->grid_mapping.to_string());
   return 0;
 }
 
