@@ -70,7 +70,7 @@ Problem build(const RunOptions& opts) {
       .reference = reference,
       // Outputs are O(1) and may cancel to ~0 (y * gamma + beta), hence an atol as large as the
       // rtol; bf16's final rounding is half an ulp.
-      .tolerance = opts.dtype == DType::BF16 ? Tolerance{5e-3, 5e-3} : Tolerance{1e-5, 1e-5},
+      .tolerance = opts.dtype == DType::BF16 ? Tolerance{5e-3, 5e-3} : Tolerance{2e-5, 2e-5},
       .flops = 8 * n,
       .bytes = 2 * n * item + 2 * kCols * item,
       .throughput = Throughput::Bytes,
