@@ -12,13 +12,14 @@ constexpr size_t kAlignment = 64;
 
 // A zero-filled 64-byte-aligned buffer of at least `nbytes` bytes (never a null pointer,
 // even for empty arrays, so raw_data() of a created array is always usable).
-std::shared_ptr<void> allocate(int64_t nbytes) {
+std::shared_ptr<void> allocate(int64_t nbytes, bool zero = true) {
   size_t n = static_cast<size_t>(nbytes);
   n = n == 0 ? kAlignment : (n + kAlignment - 1) / kAlignment * kAlignment;
   void* p = ::operator new(n, std::align_val_t{kAlignment});
   // The contents are "unspecified" by contract; zero them anyway so that a forgotten
-  // initialization shows up as a deterministic value rather than garbage.
-  std::memset(p, 0, n);
+  // initialization shows up as a deterministic value rather than garbage. Array::uninitialized
+  // skips this for callers that overwrite every element (the evaluators' results).
+  if (zero) std::memset(p, 0, n);
   return std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{kAlignment}); });
 }
 
@@ -74,6 +75,16 @@ Array::Array(Shape shape, DType dtype)
 }
 
 Array Array::zeros(Shape shape, DType dtype) { return Array(std::move(shape), dtype); }
+
+Array Array::uninitialized(Shape shape, DType dtype) {
+  Array a;
+  a.shape_ = std::move(shape);
+  a.dtype_ = dtype;
+  a.size_ = checked_num_elements(a.shape_, "Array");
+  a.storage_ = allocate(a.nbytes(), /*zero=*/false);
+  a.data_ = a.storage_.get();
+  return a;
+}
 
 Array Array::full(Shape shape, DType dtype, double value) {
   return full(std::move(shape), Scalar::from_double(value, dtype));

@@ -65,7 +65,7 @@ eval::RefValue view_of(Array& a, MemorySpace space, const std::vector<int64_t>& 
 
 // A working array holding `src` inside padding of the uninitialized value.
 Array make_padded(const Array& src, const Shape& padded, const std::vector<int64_t>& low) {
-  Array w(padded, src.dtype());
+  Array w = Array::uninitialized(padded, src.dtype());
   if (padded != src.shape()) eval::fill_uninitialized(w);
   Array s = src;
   eval::write(view_of(w, MemorySpace::Any, low, src.shape()), s);
@@ -73,7 +73,7 @@ Array make_padded(const Array& src, const Shape& padded, const std::vector<int64
 }
 
 Array make_uninitialized(const Shape& shape, DType dtype) {
-  Array a(shape, dtype);
+  Array a = Array::uninitialized(shape, dtype);
   eval::fill_uninitialized(a);
   return a;
 }
