@@ -25,7 +25,7 @@ check list 0 "$PALLAS" list
 for e in $examples; do expect "list_$e" "^$e "; done
 
 # run: every example on the reference interpreter, at a small size (this script stays fast).
-declare -A size=([add]=70 [matmul]=128 [softmax]=20 [layer_norm]=20 [gather]=32 [inplace]=20)
+declare -A size=([add]=70 [matmul]=128 [softmax]=20 [layer_norm]=20 [gather]=32 [inplace]=24)
 for e in $examples; do
   check "run_$e" 0 "$PALLAS" run "$e" --backend reference --size "${size[$e]}" --seed 5
   expect "run_${e}_line" "^$e .* backend=reference: max abs err [^,]+, max rel err .*  ok$"
