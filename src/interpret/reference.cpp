@@ -226,12 +226,22 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
     for (const Staged& s : staged) eval::write(s.array_part, eval::read(s.buffer_part));
   }
 
-  // ---- Results: the logical part of each output's working array.
+  // ---- Results: the logical part of each output's working array. An aliased output is the
+  // caller's input buffer: when it was worked on through a padded copy, copy the result back.
   std::vector<Array> out;
   for (int o = 0; o < num_out; ++o) {
     Operand& op = ops[num_in + o];
     bool whole = op.work.shape() == op.logical;
     for (int64_t l : op.low) whole = whole && l == 0;
+    auto alias = alias_of_output.find(o);
+    if (alias != alias_of_output.end()) {
+      Array caller = args[num_index + alias->second];
+      if (!op.work.shares_buffer_with(caller))
+        eval::write(eval::RefValue::of_array(caller),
+                    eval::read(view_of(op.work, MemorySpace::Any, op.low, op.logical)));
+      out.push_back(caller);
+      continue;
+    }
     out.push_back(whole ? op.work
                         : eval::read(view_of(op.work, MemorySpace::Any, op.low, op.logical)));
   }
