@@ -214,6 +214,27 @@ TEST(DotGeneral, F32InputsF16ResultRoundsOnce) {
   expect_close(dot(lh, rh, d, f16), ref_dot(lh, rh, d), 2e-3, 2e-3);
 }
 
+TEST(DotGeneral, OtherResultDtypes) {
+  Array l = Array::random_normal({6, 30}, f32, 24), r = Array::random_normal({30, 5}, f32, 25);
+  DotDims d{{1}, {0}, {}, {}};
+  // f64 result: computed in f64, where f32 products are exact.
+  expect_close(dot(l, r, d, f64), ref_dot(l, r, d), 1e-13, 1e-13);
+  Array lb = l.astype(bf16), rb = r.astype(bf16);
+  expect_close(dot(lb, rb, d, f64), ref_dot(lb, rb, d), 1e-13, 1e-13);
+  // Integer result from floats: the f32 result converted (truncated toward zero).
+  Array big = dot(l, r, d, f32);
+  EXPECT_TRUE(testutil::same_bits(dot(l, r, d, i32), big.astype(i32)));
+  // f64 inputs, f32 result: rounded once from f64.
+  Array ld = l.astype(f64), rd = r.astype(f64);
+  EXPECT_TRUE(testutil::same_bits(dot(ld, rd, d, f32), ref_dot(ld, rd, d).astype(f32)) ||
+              allclose(dot(ld, rd, d, f32).astype(f64), ref_dot(ld, rd, d), 1e-7, 1e-7).ok);
+  // Repeated calls of different sizes reuse scratch: results stay right.
+  for (int64_t n : {3, 70, 5}) {
+    Array a = Array::random_normal({n, n}, bf16, 26), b = Array::random_normal({n, n}, bf16, 27);
+    expect_close(dot(a, b, d, bf16), ref_dot(a, b, d), 1e-2, 1e-2);
+  }
+}
+
 TEST(DotGeneral, EmptyDims) {
   Array l({3, 0}, f32), r({0, 4}, f32);
   Array z = dot(l, r, {{1}, {0}, {}, {}}, f32);

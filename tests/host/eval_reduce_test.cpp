@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 
+#include "eval/accumulate.h"
 #include "eval/eval.h"
 #include "tests/host/eval_test_util.h"
 
@@ -169,6 +170,28 @@ TEST(ReduceSum, HalfFloatsAccumulateInF32) {
   const double exact = tenth.get_flat(0) * 1000;
   const double want = Array::from_values({}, bf16, {exact}).get_flat(0);
   EXPECT_EQ(reduce(OpCode::ReduceSum, tenth, {0}).get_flat(0), want);
+}
+
+TEST(ReduceSum, InlineBf16RoundingMatchesTheLibraryConversion) {
+  // The reductions and dot round f32 -> bf16 with an inline bit trick; it must agree bit for bit
+  // with float_to_bf16_bits everywhere: ties, carries into the exponent, overflow to Inf,
+  // subnormals, NaN payloads of both signs.
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7F7FFFFFu,
+                                0x7F7F8000u, 0x7F7F7FFFu, 0x3F808000u, 0x3F818000u, 0x3F80FFFFu,
+                                0x00008000u, 0x00018000u, 0x807FFFFFu, 0x7FC00000u, 0xFFC00001u,
+                                0x7F800001u, 0xFF812345u, 0x7FFFFFFFu};
+  uint64_t s = 0x9E3779B97F4A7C15u;
+  for (int i = 0; i < 200000; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    bits.push_back(static_cast<uint32_t>(s));
+  }
+  for (uint32_t b : bits) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    ASSERT_EQ(eval::acc::f32_to_bf16_bits(f), float_to_bf16_bits(f)) << std::hex << b;
+  }
 }
 
 TEST(ReduceEmpty, GivesTheIdentity) {
