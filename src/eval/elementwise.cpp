@@ -2,6 +2,7 @@
 // scalar_ops.h. Dispatch (op, dtype) happens once per call; the element loops are plain loops
 // over raw pointers with the functor inlined, so the compiler vectorizes them. float16/bfloat16
 // are widened to float in small chunks, computed, and rounded back.
+#include <algorithm>
 #include <cstring>
 
 #include "eval/eval.h"
@@ -19,16 +20,46 @@ constexpr int64_t kChunk = 256;  // f16/bf16 elements widened at a time
 
 template <class T> constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
 
+// Loops run in blocks of kBlock elements with a constant-trip-count inner loop, then a scalar
+// tail. Why: at -O2 (the RelWithDebInfo default) GCC uses its "very cheap" vectorizer cost
+// model, which refuses loops whose trip count is not known to be a multiple of the vector
+// width, so a plain `for (i < n)` loop stays scalar (about 3x slower for f32 add on a tile).
+// A fixed 16-element inner loop is vectorized at -O2 and at -O3 alike. `__restrict`: results
+// are fresh buffers that never overlap the operands, and without it the compiler would need
+// runtime overlap checks, which the cheap cost model also refuses.
+constexpr int64_t kBlock = 16;
+static_assert(kChunk % kBlock == 0);
+
+template <class T, class R, class F>
+void map_unary_plain(const T* __restrict x, R* __restrict out, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock)
+    for (int64_t j = 0; j < kBlock; ++j) out[i + j] = f(x[i + j]);
+  for (; i < n; ++i) out[i] = f(x[i]);
+}
+
+template <class T, class R, class F>
+void map_binary_plain(const T* __restrict a, const T* __restrict b, R* __restrict out, int64_t n,
+                      F f) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock)
+    for (int64_t j = 0; j < kBlock; ++j) out[i + j] = f(a[i + j], b[i + j]);
+  for (; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+
+// f16/bf16: widen a chunk to float, run the op on the float buffers (the vectorizable part),
+// round back. The widening/rounding calls are out of line and stay scalar.
 template <class T, class F> void map_unary(const T* x, T* out, int64_t n, F f) {
   if constexpr (is_half_v<T>) {
-    float buf[kChunk];
+    float in[kChunk], res[kChunk];
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-      int64_t m = std::min(kChunk, n - i0);
-      for (int64_t i = 0; i < m; ++i) buf[i] = f(static_cast<float>(x[i0 + i]));
-      for (int64_t i = 0; i < m; ++i) out[i0 + i] = T(buf[i]);
+      const int64_t m = std::min(kChunk, n - i0);
+      for (int64_t i = 0; i < m; ++i) in[i] = static_cast<float>(x[i0 + i]);
+      map_unary_plain(in, res, m, f);
+      for (int64_t i = 0; i < m; ++i) out[i0 + i] = T(res[i]);
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
+    map_unary_plain(x, out, n, f);
   }
 }
 
@@ -36,20 +67,21 @@ template <class T, class R, class F> void map_binary(const T* a, const T* b, R* 
   if constexpr (is_half_v<T>) {
     float fa[kChunk], fb[kChunk];
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-      int64_t m = std::min(kChunk, n - i0);
+      const int64_t m = std::min(kChunk, n - i0);
       for (int64_t i = 0; i < m; ++i) {
         fa[i] = static_cast<float>(a[i0 + i]);
         fb[i] = static_cast<float>(b[i0 + i]);
       }
       if constexpr (std::is_same_v<R, bool>) {
-        for (int64_t i = 0; i < m; ++i) out[i0 + i] = f(fa[i], fb[i]);
+        map_binary_plain(fa, fb, out + i0, m, f);
       } else {
-        for (int64_t i = 0; i < m; ++i) fa[i] = f(fa[i], fb[i]);
-        for (int64_t i = 0; i < m; ++i) out[i0 + i] = T(fa[i]);
+        float res[kChunk];
+        map_binary_plain(fa, fb, res, m, f);
+        for (int64_t i = 0; i < m; ++i) out[i0 + i] = T(res[i]);
       }
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+    map_binary_plain(a, b, out, n, f);
   }
 }
 
