@@ -12,31 +12,67 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-// Buffers up to 1 MiB come from per-thread free lists of power-of-two size classes: the
-// interpreters create one result buffer per op, and recycling them keeps the per-op cost of
-// small tiles far below a malloc/free pair of an aligned block. Larger buffers go straight to
-// the allocator. A freed buffer joins the free list of the thread that frees it.
+// Buffers are recycled through per-thread caches: the interpreters create one result buffer per
+// op, and reusing freed ones keeps the per-op cost of small tiles far below a malloc/free pair of
+// an aligned block, and spares large tiles the page faults of fresh memory on every op.
+//  - up to 1 MiB: free lists of power-of-two size classes (at most 8 MiB kept per class);
+//  - larger: a few buffers kept by exact size (rounded to 64 KiB), at most 1 GiB in all.
+// A freed buffer joins the cache of the thread that frees it. After a thread's cache has been
+// destroyed (thread exit), its frees go straight to the allocator.
 constexpr int kMinClassLog2 = 6;   // 64 bytes
 constexpr int kMaxClassLog2 = 20;  // 1 MiB
-constexpr size_t kMaxCachedBytesPerClass = size_t{8} << 20;  // per thread and size class
+constexpr size_t kMaxCachedBytesPerClass = size_t{8} << 20;
+constexpr size_t kLargeGranule = size_t{64} << 10;
+constexpr size_t kMaxLargeCached = 4;
+constexpr size_t kMaxLargeCachedBytes = size_t{1} << 30;
+
+void free_aligned(void* p) { ::operator delete(p, std::align_val_t{kAlignment}); }
+
+thread_local bool t_cache_alive = false;
 
 struct BufferCache {
   std::vector<void*> free_lists[kMaxClassLog2 + 1];
+  std::vector<std::pair<size_t, void*>> large;  // (size, buffer)
+  size_t large_bytes = 0;
+  BufferCache() { t_cache_alive = true; }
   ~BufferCache() {
-    for (int c = 0; c <= kMaxClassLog2; ++c)
-      for (void* p : free_lists[c]) ::operator delete(p, std::align_val_t{kAlignment});
+    t_cache_alive = false;
+    for (auto& list : free_lists)
+      for (void* p : list) free_aligned(p);
+    for (auto& [n, p] : large) free_aligned(p);
   }
 };
 
-BufferCache& buffer_cache() {
+BufferCache* buffer_cache() {
   thread_local BufferCache cache;
-  return cache;
+  return t_cache_alive ? &cache : nullptr;
 }
 
 int size_class(size_t n) {
   int c = kMinClassLog2;
   while ((size_t{1} << c) < n) ++c;
   return c;
+}
+
+void release_small(int c, void* q) {
+  BufferCache* cache = t_cache_alive ? buffer_cache() : nullptr;
+  if (cache && cache->free_lists[c].size() < std::max<size_t>(8, kMaxCachedBytesPerClass >> c))
+    cache->free_lists[c].push_back(q);
+  else
+    free_aligned(q);
+}
+
+void release_large(size_t n, void* q) {
+  BufferCache* cache = t_cache_alive ? buffer_cache() : nullptr;
+  if (!cache || n > kMaxLargeCachedBytes) return free_aligned(q);
+  while (!cache->large.empty() && (cache->large.size() >= kMaxLargeCached ||
+                                   cache->large_bytes + n > kMaxLargeCachedBytes)) {
+    cache->large_bytes -= cache->large.front().first;
+    free_aligned(cache->large.front().second);
+    cache->large.erase(cache->large.begin());
+  }
+  cache->large.emplace_back(n, q);
+  cache->large_bytes += n;
 }
 
 // A 64-byte-aligned buffer of at least `nbytes` bytes (never a null pointer, even for empty
@@ -46,26 +82,30 @@ std::shared_ptr<void> allocate(int64_t nbytes, bool zero = true) {
   n = n == 0 ? kAlignment : (n + kAlignment - 1) / kAlignment * kAlignment;
   void* p = nullptr;
   std::shared_ptr<void> out;
+  BufferCache* cache = buffer_cache();
   if (n <= (size_t{1} << kMaxClassLog2)) {
     int c = size_class(n);
     n = size_t{1} << c;
-    auto& list = buffer_cache().free_lists[c];
-    if (!list.empty()) {
-      p = list.back();
-      list.pop_back();
+    if (cache && !cache->free_lists[c].empty()) {
+      p = cache->free_lists[c].back();
+      cache->free_lists[c].pop_back();
     } else {
       p = ::operator new(n, std::align_val_t{kAlignment});
     }
-    out = std::shared_ptr<void>(p, [c](void* q) {
-      auto& l = buffer_cache().free_lists[c];
-      if (l.size() < std::max<size_t>(8, kMaxCachedBytesPerClass >> c))
-        l.push_back(q);
-      else
-        ::operator delete(q, std::align_val_t{kAlignment});
-    });
+    out = std::shared_ptr<void>(p, [c](void* q) { release_small(c, q); });
   } else {
-    p = ::operator new(n, std::align_val_t{kAlignment});
-    out = std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{kAlignment}); });
+    n = (n + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+    if (cache) {
+      for (size_t i = 0; i < cache->large.size(); ++i)
+        if (cache->large[i].first == n) {
+          p = cache->large[i].second;
+          cache->large_bytes -= n;
+          cache->large.erase(cache->large.begin() + static_cast<long>(i));
+          break;
+        }
+    }
+    if (!p) p = ::operator new(n, std::align_val_t{kAlignment});
+    out = std::shared_ptr<void>(p, [n](void* q) { release_large(n, q); });
   }
   // The contents are "unspecified" by contract; zero them anyway so that a forgotten
   // initialization shows up as a deterministic value rather than garbage. Array::uninitialized
