@@ -173,12 +173,12 @@ std::vector<Array> Interpreter::run(const std::vector<RtValue>& params, const Gr
   if (params.size() != args.size())
     throw Error("kernel '" + kernel_.name + "' takes " + std::to_string(args.size()) +
                 " parameters, got " + std::to_string(params.size()));
-  env_.assign(kernel_.values.size(), RtValue{});
+  // Values are SSA: every slot is written before it is read, so slots are not reset between
+  // runs (assigning into a slot that holds the same kind of value reuses its storage).
+  if (env_.size() != kernel_.values.size()) env_.assign(kernel_.values.size(), RtValue{});
   for (size_t i = 0; i < args.size(); ++i) env_[args[i]] = params[i];
   grid_ = &grid;
-  std::vector<Array> out = run_region_yield(kernel_.body);
-  env_.clear();
-  return out;
+  return run_region_yield(kernel_.body);
 }
 
 void Interpreter::run_region(const ir::Region& r) {
