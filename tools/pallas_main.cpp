@@ -1,50 +1,32 @@
-// The `pallas` command-line tool.
+// The `pallas` command-line tool: parses the command line and dispatches to tools/*_command.cpp.
+// Exit codes: 0 ok; 1 a check failed or the run raised an error; 2 a usage error (unknown
+// subcommand, example or option, or a bad option value).
 #include <CLI/CLI.hpp>
 
-#include <cmath>
 #include <iostream>
 
+#include "examples/examples.h"
 #include "pallas/pallas.h"
-
-namespace pl = pallas;
+#include "tools/commands.h"
 
 namespace {
 
-// The demo kernel: a numerically stable row softmax of an (8, 128) tile, written with a loop
-// over rows to show regions, dynamic indexing and reductions.
-pl::ir::Kernel trace_demo_kernel() {
-  using pl::ir::Type;
-  return pl::trace_kernel(
-      [](pl::Ref x, pl::Ref o) {
-        pl::fori_loop(0, x.dim(0), [&](pl::Value row) {
-          pl::Value v = x(row, pl::all);             // (128,)
-          pl::Value e = pl::exp(v - pl::max(v));     // (128,)
-          o(row, pl::all) = e / pl::sum(e);
-        });
-      },
-      {Type::ref({8, 128}, pl::f32, pl::MemorySpace::Vmem), Type::ref({8, 128}, pl::f32, pl::MemorySpace::Vmem)},
-      "row_softmax");
+namespace cli = ::pallas::cli;
+
+// NAME and the options the example subcommands share; each declares only those it uses.
+CLI::App* add_example_command(CLI::App& app, const std::string& name, const std::string& help,
+                              cli::ExampleArgs& args) {
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("name", args.name, "the example (see `pallas list`)")->required();
+  cmd->add_option("--size", args.size, "problem size (0: the example's default)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dtype", args.dtype, "input dtype")->check(CLI::IsMember({"f32", "bf16"}));
+  return cmd;
 }
 
-int run_demo(uint64_t seed) {
-  pl::ir::Kernel k = trace_demo_kernel();
-  std::cout << pl::ir::print(k) << "\n";
-  std::vector<pl::Array> bufs = {pl::Array::random_normal({8, 128}, pl::f32, seed),
-                                 pl::Array::zeros({8, 128}, pl::f32)};
-  pl::evaluate(k, bufs);
-  // Independent reference: plain C++ in double.
-  pl::Array expected({8, 128}, pl::f32);
-  for (int r = 0; r < 8; ++r) {
-    double m = -INFINITY, s = 0;
-    for (int c = 0; c < 128; ++c) m = std::max(m, bufs[0].get({r, c}));
-    for (int c = 0; c < 128; ++c) s += std::exp(bufs[0].get({r, c}) - m);
-    for (int c = 0; c < 128; ++c) expected.set({r, c}, std::exp(bufs[0].get({r, c}) - m) / s);
-  }
-  pl::AllCloseResult res = pl::allclose(bufs[1], expected, 1e-5, 1e-6);
-  std::cout << "row_softmax f32[8,128] (reference evaluation): max abs err " << res.max_abs_error
-            << ", max rel err " << res.max_rel_error << "  " << (res.ok ? "ok" : "FAILED") << "\n";
-  if (!res.ok) std::cout << res.message << "\n";
-  return res.ok ? 0 : 1;
+void add_backend_option(CLI::App* cmd, cli::ExampleArgs& args) {
+  cmd->add_option("--backend", args.backend, "where the kernel runs")
+      ->check(CLI::IsMember({"reference", "tpu-interpret", "gpu"}));
 }
 
 }  // namespace
@@ -52,10 +34,23 @@ int run_demo(uint64_t seed) {
 int main(int argc, char** argv) {
   CLI::App app{"pallas: write accelerator kernels in the Pallas model, run them anywhere"};
   app.require_subcommand(1);
-  uint64_t seed = 0;
+
+  uint64_t demo_seed = 0;
   CLI::App* demo = app.add_subcommand("demo", "trace a kernel, print its IR, evaluate it and check it");
-  demo->add_option("--seed", seed, "random seed for the inputs");
+  demo->add_option("--seed", demo_seed, "random seed for the inputs");
   CLI::App* version = app.add_subcommand("version", "print the version");
+  CLI::App* list = app.add_subcommand("list", "list the bundled examples");
+
+  cli::ExampleArgs args;
+  CLI::App* run = add_example_command(app, "run", "run an example on random inputs and check it against its reference", args);
+  run->add_option("--seed", args.seed, "random seed for the inputs");
+  add_backend_option(run, args);
+  CLI::App* ir = add_example_command(app, "ir", "print an example's traced kernel IR and grid mapping", args);
+  CLI::App* bench = add_example_command(app, "bench", "time an example (median of --iters runs after a warm-up)", args);
+  bench->add_option("--iters", args.iters, "timed runs")->check(CLI::PositiveNumber);
+  bench->add_option("--seed", args.seed, "random seed for the inputs");
+  add_backend_option(bench, args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,8 +62,15 @@ int main(int argc, char** argv) {
       std::cout << "pallas 0.1.0\n";
       return 0;
     }
-    if (*demo) return run_demo(seed);
-  } catch (const pl::Error& e) {
+    if (*demo) return cli::demo(demo_seed);
+    if (*list) return cli::list();
+    if (*run) return cli::run(args);
+    if (*ir) return cli::ir(args);
+    if (*bench) return cli::bench(args);
+  } catch (const pallas::examples::UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {  // pallas::Error, and InternalError (a bug, still reported)
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }

@@ -48,6 +48,8 @@ class Array {
 
   // ---- Creation
   static Array zeros(Shape shape, DType dtype);
+  // Contents unspecified (not even zeroed): for producers that overwrite every element.
+  static Array uninitialized(Shape shape, DType dtype);
   static Array full(Shape shape, DType dtype, double value);
   static Array full(Shape shape, const Scalar& value);
   // 0, 1, 2, ... in row-major order (converted to dtype).

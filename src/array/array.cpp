@@ -2,24 +2,116 @@
 // (Printing is in array_format.cpp, random numbers in random.cpp, DLPack in dlpack.cpp.)
 #include "pallas/array.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace pallas {
 namespace {
 
 constexpr size_t kAlignment = 64;
 
-// A zero-filled 64-byte-aligned buffer of at least `nbytes` bytes (never a null pointer,
-// even for empty arrays, so raw_data() of a created array is always usable).
-std::shared_ptr<void> allocate(int64_t nbytes) {
+// Buffers are recycled through per-thread caches: the interpreters create one result buffer per
+// op, and reusing freed ones keeps the per-op cost of small tiles far below a malloc/free pair of
+// an aligned block, and spares large tiles the page faults of fresh memory on every op.
+//  - up to 1 MiB: free lists of power-of-two size classes (at most 8 MiB kept per class);
+//  - larger: a few buffers kept by exact size (rounded to 64 KiB), at most 1 GiB in all.
+// A freed buffer joins the cache of the thread that frees it. After a thread's cache has been
+// destroyed (thread exit), its frees go straight to the allocator.
+constexpr int kMinClassLog2 = 6;   // 64 bytes
+constexpr int kMaxClassLog2 = 20;  // 1 MiB
+constexpr size_t kMaxCachedBytesPerClass = size_t{8} << 20;
+constexpr size_t kLargeGranule = size_t{64} << 10;
+constexpr size_t kMaxLargeCached = 4;
+constexpr size_t kMaxLargeCachedBytes = size_t{1} << 30;
+
+void free_aligned(void* p) { ::operator delete(p, std::align_val_t{kAlignment}); }
+
+thread_local bool t_cache_alive = false;
+
+struct BufferCache {
+  std::vector<void*> free_lists[kMaxClassLog2 + 1];
+  std::vector<std::pair<size_t, void*>> large;  // (size, buffer)
+  size_t large_bytes = 0;
+  BufferCache() { t_cache_alive = true; }
+  ~BufferCache() {
+    t_cache_alive = false;
+    for (auto& list : free_lists)
+      for (void* p : list) free_aligned(p);
+    for (auto& [n, p] : large) free_aligned(p);
+  }
+};
+
+BufferCache* buffer_cache() {
+  thread_local BufferCache cache;
+  return t_cache_alive ? &cache : nullptr;
+}
+
+int size_class(size_t n) {
+  int c = kMinClassLog2;
+  while ((size_t{1} << c) < n) ++c;
+  return c;
+}
+
+void release_small(int c, void* q) {
+  BufferCache* cache = t_cache_alive ? buffer_cache() : nullptr;
+  if (cache && cache->free_lists[c].size() < std::max<size_t>(8, kMaxCachedBytesPerClass >> c))
+    cache->free_lists[c].push_back(q);
+  else
+    free_aligned(q);
+}
+
+void release_large(size_t n, void* q) {
+  BufferCache* cache = t_cache_alive ? buffer_cache() : nullptr;
+  if (!cache || n > kMaxLargeCachedBytes) return free_aligned(q);
+  while (!cache->large.empty() && (cache->large.size() >= kMaxLargeCached ||
+                                   cache->large_bytes + n > kMaxLargeCachedBytes)) {
+    cache->large_bytes -= cache->large.front().first;
+    free_aligned(cache->large.front().second);
+    cache->large.erase(cache->large.begin());
+  }
+  cache->large.emplace_back(n, q);
+  cache->large_bytes += n;
+}
+
+// A 64-byte-aligned buffer of at least `nbytes` bytes (never a null pointer, even for empty
+// arrays, so raw_data() of a created array is always usable), zero-filled unless `zero` is false.
+std::shared_ptr<void> allocate(int64_t nbytes, bool zero = true) {
   size_t n = static_cast<size_t>(nbytes);
   n = n == 0 ? kAlignment : (n + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = ::operator new(n, std::align_val_t{kAlignment});
+  void* p = nullptr;
+  std::shared_ptr<void> out;
+  BufferCache* cache = buffer_cache();
+  if (n <= (size_t{1} << kMaxClassLog2)) {
+    int c = size_class(n);
+    n = size_t{1} << c;
+    if (cache && !cache->free_lists[c].empty()) {
+      p = cache->free_lists[c].back();
+      cache->free_lists[c].pop_back();
+    } else {
+      p = ::operator new(n, std::align_val_t{kAlignment});
+    }
+    out = std::shared_ptr<void>(p, [c](void* q) { release_small(c, q); });
+  } else {
+    n = (n + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+    if (cache) {
+      for (size_t i = 0; i < cache->large.size(); ++i)
+        if (cache->large[i].first == n) {
+          p = cache->large[i].second;
+          cache->large_bytes -= n;
+          cache->large.erase(cache->large.begin() + static_cast<long>(i));
+          break;
+        }
+    }
+    if (!p) p = ::operator new(n, std::align_val_t{kAlignment});
+    out = std::shared_ptr<void>(p, [n](void* q) { release_large(n, q); });
+  }
   // The contents are "unspecified" by contract; zero them anyway so that a forgotten
-  // initialization shows up as a deterministic value rather than garbage.
-  std::memset(p, 0, n);
-  return std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{kAlignment}); });
+  // initialization shows up as a deterministic value rather than garbage. Array::uninitialized
+  // skips this for callers that overwrite every element (the evaluators' results).
+  if (zero) std::memset(p, 0, n);
+  return out;
 }
 
 std::string index_to_string(std::span<const int64_t> index) {
@@ -74,6 +166,16 @@ Array::Array(Shape shape, DType dtype)
 }
 
 Array Array::zeros(Shape shape, DType dtype) { return Array(std::move(shape), dtype); }
+
+Array Array::uninitialized(Shape shape, DType dtype) {
+  Array a;
+  a.shape_ = std::move(shape);
+  a.dtype_ = dtype;
+  a.size_ = checked_num_elements(a.shape_, "Array");
+  a.storage_ = allocate(a.nbytes(), /*zero=*/false);
+  a.data_ = a.storage_.get();
+  return a;
+}
 
 Array Array::full(Shape shape, DType dtype, double value) {
   return full(std::move(shape), Scalar::from_double(value, dtype));

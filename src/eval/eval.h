@@ -54,7 +54,11 @@ Array dot_general(const Array& lhs, const Array& rhs, const ir::Attrs& attrs);
 
 // ---- the generic op entry used by interpreters and constant folding -------------------------
 // Evaluates a pure op without regions or refs (everything but ref ops, grid queries, control
-// flow and debug_print). Throws InternalError for other ops.
+// flow and debug_print). Throws InternalError for other ops. The pointer form avoids copying
+// Array handles on the interpreters' hot path; `pure_op1` is for single-result ops (all but
+// sort).
 std::vector<Array> pure_op(const ir::Op& op, std::span<const Array> operands);
+std::vector<Array> pure_op(const ir::Op& op, std::span<const Array* const> operands);
+Array pure_op1(const ir::Op& op, std::span<const Array* const> operands);
 
 }  // namespace pallas::eval

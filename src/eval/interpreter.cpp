@@ -97,7 +97,7 @@ template <class Fn> void for_each_run(const RefValue& r, Fn&& fn) {
 }  // namespace
 
 Array read(const RefValue& r) {
-  Array out(r.shape, r.dtype);
+  Array out = Array::uninitialized(r.shape, r.dtype);
   const int64_t isz = itemsize(r.dtype);
   auto* dst = static_cast<std::byte*>(out.raw_data());
   for_each_run(r, [&](std::byte* src, int64_t flat, int64_t n, int64_t stride) {
@@ -173,12 +173,12 @@ std::vector<Array> Interpreter::run(const std::vector<RtValue>& params, const Gr
   if (params.size() != args.size())
     throw Error("kernel '" + kernel_.name + "' takes " + std::to_string(args.size()) +
                 " parameters, got " + std::to_string(params.size()));
-  env_.assign(kernel_.values.size(), RtValue{});
+  // Values are SSA: every slot is written before it is read, so slots are not reset between
+  // runs (assigning into a slot that holds the same kind of value reuses its storage).
+  if (env_.size() != kernel_.values.size()) env_.assign(kernel_.values.size(), RtValue{});
   for (size_t i = 0; i < args.size(); ++i) env_[args[i]] = params[i];
   grid_ = &grid;
-  std::vector<Array> out = run_region_yield(kernel_.body);
-  env_.clear();
-  return out;
+  return run_region_yield(kernel_.body);
 }
 
 void Interpreter::run_region(const ir::Region& r) {
@@ -228,16 +228,20 @@ void Interpreter::eval_op(const ir::Op& op) {
     }
     default: break;
   }
-  // Pure ops: gather operands without copying buffers (Array handles share storage).
-  Array small[4];
-  std::vector<Array> big;
-  std::span<const Array> in;
-  if (op.operands.size() <= 4) {
-    for (size_t i = 0; i < op.operands.size(); ++i) small[i] = array(op.operands[i]);
-    in = std::span<const Array>(small, op.operands.size());
+  // Pure ops: operands by pointer (no handle copies on this hot path).
+  const Array* small[8];
+  std::vector<const Array*> big;
+  std::span<const Array* const> in;
+  if (op.operands.size() <= 8) {
+    for (size_t i = 0; i < op.operands.size(); ++i) small[i] = &array(op.operands[i]);
+    in = std::span<const Array* const>(small, op.operands.size());
   } else {
-    for (ir::ValueId v : op.operands) big.push_back(array(v));
+    for (ir::ValueId v : op.operands) big.push_back(&array(v));
     in = big;
+  }
+  if (op.results.size() == 1) {
+    set(op.results[0], pure_op1(op, in));
+    return;
   }
   std::vector<Array> res = pure_op(op, in);
   for (size_t i = 0; i < res.size(); ++i) set(op.results[i], std::move(res[i]));
@@ -292,7 +296,7 @@ void Interpreter::eval_control(const ir::Op& op) {
       const ir::Region& body = op.regions[0];
       for (ir::ValueId a : body.args) {
         const ir::Type& t = kernel_.type(a);
-        Array buf(t.shape, t.dtype);
+        Array buf = Array::uninitialized(t.shape, t.dtype);
         fill_uninitialized(buf);
         set(a, RefValue::of_array(buf, t.space));
       }

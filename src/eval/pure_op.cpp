@@ -9,11 +9,32 @@ namespace pallas::eval {
 using ir::AttrKey;
 using ir::OpCode;
 
-std::vector<Array> pure_op(const ir::Op& op, std::span<const Array> in) {
+namespace {
+std::vector<Array> copies(std::span<const Array* const> in) {
+  std::vector<Array> out;
+  out.reserve(in.size());
+  for (const Array* a : in) out.push_back(*a);
+  return out;
+}
+}  // namespace
+
+std::vector<Array> pure_op(const ir::Op& op, std::span<const Array> operands) {
+  std::vector<const Array*> ptrs;
+  for (const Array& a : operands) ptrs.push_back(&a);
+  return pure_op(op, std::span<const Array* const>(ptrs));
+}
+
+std::vector<Array> pure_op(const ir::Op& op, std::span<const Array* const> in) {
+  if (op.code == OpCode::Sort) return sort(copies(in), op.attrs);
+  return {pure_op1(op, in)};
+}
+
+Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
   const ir::Attrs& a = op.attrs;
+  auto in = [&](size_t i) -> const Array& { return *p[i]; };
   switch (op.code) {
     case OpCode::Constant:
-      return {constant(a.get_scalar(AttrKey::Value), a.get_ints(AttrKey::ShapeAttr))};
+      return constant(a.get_scalar(AttrKey::Value), a.get_ints(AttrKey::ShapeAttr));
     case OpCode::Iota:
       return {iota(a.get_dtype(AttrKey::DTypeAttr), a.get_ints(AttrKey::ShapeAttr),
                    a.get_int(AttrKey::Axis))};
@@ -23,40 +44,40 @@ std::vector<Array> pure_op(const ir::Op& op, std::span<const Array> in) {
     case OpCode::Reciprocal: case OpCode::Tanh: case OpCode::Logistic: case OpCode::Sin:
     case OpCode::Cos: case OpCode::Erf: case OpCode::IsFinite: case OpCode::Not:
     case OpCode::IntegerPow: case OpCode::MultipleOf:
-      return {unary(op.code, in[0], a)};
+      return unary(op.code, in(0), a);
     case OpCode::Add: case OpCode::Sub: case OpCode::Mul: case OpCode::Div: case OpCode::Rem:
     case OpCode::Pow: case OpCode::Max: case OpCode::Min: case OpCode::And: case OpCode::Or:
     case OpCode::Xor: case OpCode::ShiftLeft: case OpCode::ShiftRightLogical:
     case OpCode::ShiftRightArithmetic: case OpCode::Eq: case OpCode::Ne: case OpCode::Lt:
     case OpCode::Le: case OpCode::Gt: case OpCode::Ge:
-      return {binary(op.code, in[0], in[1])};
-    case OpCode::Select: return {select(in[0], in[1], in[2])};
-    case OpCode::Convert: return {convert(in[0], a.get_dtype(AttrKey::DTypeAttr))};
-    case OpCode::Bitcast: return {bitcast(in[0], a.get_dtype(AttrKey::DTypeAttr))};
+      return binary(op.code, in(0), in(1));
+    case OpCode::Select: return select(in(0), in(1), in(2));
+    case OpCode::Convert: return convert(in(0), a.get_dtype(AttrKey::DTypeAttr));
+    case OpCode::Bitcast: return bitcast(in(0), a.get_dtype(AttrKey::DTypeAttr));
     case OpCode::BroadcastInDim:
-      return {broadcast_in_dim(in[0], a.get_ints(AttrKey::ShapeAttr), a.get_ints(AttrKey::Dims))};
-    case OpCode::Reshape: return {reshape(in[0], a.get_ints(AttrKey::ShapeAttr))};
-    case OpCode::Transpose: return {transpose(in[0], a.get_ints(AttrKey::Permutation))};
-    case OpCode::Squeeze: return {squeeze(in[0], a.get_ints(AttrKey::Dims))};
-    case OpCode::ExpandDims: return {expand_dims(in[0], a.get_ints(AttrKey::Dims))};
-    case OpCode::Concatenate: return {concatenate(in, a.get_int(AttrKey::Axis))};
+      return broadcast_in_dim(in(0), a.get_ints(AttrKey::ShapeAttr), a.get_ints(AttrKey::Dims));
+    case OpCode::Reshape: return reshape(in(0), a.get_ints(AttrKey::ShapeAttr));
+    case OpCode::Transpose: return transpose(in(0), a.get_ints(AttrKey::Permutation));
+    case OpCode::Squeeze: return squeeze(in(0), a.get_ints(AttrKey::Dims));
+    case OpCode::ExpandDims: return expand_dims(in(0), a.get_ints(AttrKey::Dims));
+    case OpCode::Concatenate: return concatenate(copies(p), a.get_int(AttrKey::Axis));
     case OpCode::Slice:
-      return {slice(in[0], a.get_ints(AttrKey::Start), a.get_ints(AttrKey::Limit),
+      return {slice(in(0), a.get_ints(AttrKey::Start), a.get_ints(AttrKey::Limit),
                     a.get_ints(AttrKey::Strides))};
     case OpCode::DynamicSlice: {
       ir::Ints start;
-      for (size_t i = 1; i < in.size(); ++i) start.push_back(static_cast<int64_t>(in[i].get_flat(0)));
-      return {dynamic_slice(in[0], start, a.get_ints(AttrKey::Sizes))};
+      for (size_t i = 1; i < p.size(); ++i) start.push_back(in(i).scalar_at_flat(0).as_int64());
+      return dynamic_slice(in(0), start, a.get_ints(AttrKey::Sizes));
     }
-    case OpCode::Rev: return {rev(in[0], a.get_ints(AttrKey::Dims))};
+    case OpCode::Rev: return rev(in(0), a.get_ints(AttrKey::Dims));
     case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin:
     case OpCode::ReduceProd: case OpCode::ReduceAnd: case OpCode::ReduceOr:
     case OpCode::Argmax: case OpCode::Argmin:
-      return {reduce(op.code, in[0], a)};
+      return reduce(op.code, in(0), a);
     case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax: case OpCode::Cummin:
-      return {scan(op.code, in[0], a)};
-    case OpCode::Sort: return sort(in, a);
-    case OpCode::DotGeneral: return {dot_general(in[0], in[1], a)};
+      return scan(op.code, in(0), a);
+    case OpCode::Sort: break;  // several results: pure_op
+    case OpCode::DotGeneral: return dot_general(in(0), in(1), a);
     // Not pure: handled by the interpreter.
     case OpCode::ProgramId: case OpCode::NumPrograms: case OpCode::RefView: case OpCode::Load:
     case OpCode::Store: case OpCode::Swap: case OpCode::AtomicRmw: case OpCode::AtomicCas:
@@ -64,7 +85,7 @@ std::vector<Array> pure_op(const ir::Op& op, std::span<const Array> in) {
     case OpCode::RunScoped: case OpCode::Yield: case OpCode::DebugPrint:
       break;
   }
-  throw InternalError("pure_op called on " + std::string(op.info().name));
+  throw InternalError("pure_op1 called on " + std::string(op.info().name));
 }
 
 }  // namespace pallas::eval

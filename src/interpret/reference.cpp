@@ -65,7 +65,7 @@ eval::RefValue view_of(Array& a, MemorySpace space, const std::vector<int64_t>& 
 
 // A working array holding `src` inside padding of the uninitialized value.
 Array make_padded(const Array& src, const Shape& padded, const std::vector<int64_t>& low) {
-  Array w(padded, src.dtype());
+  Array w = Array::uninitialized(padded, src.dtype());
   if (padded != src.shape()) eval::fill_uninitialized(w);
   Array s = src;
   eval::write(view_of(w, MemorySpace::Any, low, src.shape()), s);
@@ -73,7 +73,7 @@ Array make_padded(const Array& src, const Shape& padded, const std::vector<int64
 }
 
 Array make_uninitialized(const Shape& shape, DType dtype) {
-  Array a(shape, dtype);
+  Array a = Array::uninitialized(shape, dtype);
   eval::fill_uninitialized(a);
   return a;
 }
@@ -154,11 +154,39 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
   for (int64_t g : grid) total *= g;
   std::vector<int64_t> indices;
 
-  struct Staged {
-    eval::RefValue buffer_part;  // the valid part of the staging buffer
-    eval::RefValue array_part;   // where it lives in the working array
+  // Each operand's block view keeps its shape and strides for the whole call; only its data
+  // pointer moves from point to point. A block with a BoundedSlice shorter than the block is
+  // staged through a buffer of the full block shape.
+  struct BlockView {
+    eval::RefValue view;       // the block's region inside the working array
+    bool staged = false;
+    Array staging;             // staged blocks: the kernel's buffer
+    eval::RefValue staged_part;  // its valid part
   };
-  std::vector<Staged> staged;
+  std::vector<BlockView> blocks(num_in + num_out);
+  for (int j = 0; j < num_in + num_out; ++j) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    BlockView& b = blocks[j];
+    b.view.dtype = bm.array.dtype;
+    b.view.space = bm.block_ref_type.space;
+    b.view.owner = owners[j];
+    for (size_t d = 0; d < bm.block_shape.size(); ++d) {
+      const BlockDim& bd = bm.block_shape[d];
+      if (bd.is_squeezed()) continue;
+      int64_t size = bd.is_bounded_slice() ? bm.slice_sizes[d] : bd.size();
+      b.view.shape.push_back(size);
+      b.view.strides.push_back(ops[j].strides[d]);
+      if (size != bd.size()) b.staged = true;
+    }
+    if (b.staged) {
+      b.staging = make_uninitialized(bm.block_ref_type.shape, bm.array.dtype);
+      params[num_index + j] = eval::RefValue::of_array(b.staging, b.view.space);
+      b.staged_part = std::get<eval::RefValue>(params[num_index + j]);
+      b.staged_part.shape = b.view.shape;
+    } else {
+      params[num_index + j] = b.view;
+    }
+  }
 
   for (int64_t linear = 0; linear < total; ++linear) {
     int64_t rest = linear;
@@ -166,18 +194,11 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
       point.program_ids[d] = rest % grid[d];
       rest /= grid[d];
     }
-    staged.clear();
     for (int j = 0; j < num_in + num_out; ++j) {
       const BlockMapping& bm = gm.block_mappings[j];
       Operand& op = ops[j];
       index_maps[j].eval(point, prefetch, indices);
-      eval::RefValue v;
-      v.dtype = bm.array.dtype;
-      v.space = bm.block_ref_type.space;
-      v.owner = owners[j];
       int64_t offset = 0;
-      bool needs_staging = false;
-      Shape region_shape;  // shape of the region in the array (bounded slices may be shorter)
       for (size_t d = 0; d < bm.block_shape.size(); ++d) {
         const BlockDim& b = bm.block_shape[d];
         int64_t idx = indices[d];
@@ -202,36 +223,37 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
                       bm.index_map.loc);
         }
         offset += start * op.strides[d];
-        if (!b.is_squeezed()) {
-          v.shape.push_back(size);
-          v.strides.push_back(op.strides[d]);
-          region_shape.push_back(size);
-          if (size != b.size()) needs_staging = true;
-        }
       }
-      v.data = static_cast<std::byte*>(op.work.raw_data()) + offset * itemsize(v.dtype);
-      if (needs_staging) {
-        Array buf = make_uninitialized(bm.block_ref_type.shape, bm.array.dtype);
-        eval::RefValue whole = eval::RefValue::of_array(buf, v.space);
-        eval::RefValue part = whole;
-        part.shape = region_shape;
-        eval::write(part, eval::read(v));
-        staged.push_back({part, v});
-        params[num_index + j] = whole;
+      BlockView& bv = blocks[j];
+      bv.view.data = static_cast<std::byte*>(op.work.raw_data()) + offset * itemsize(bv.view.dtype);
+      if (bv.staged) {
+        eval::fill_uninitialized(bv.staging);
+        eval::write(bv.staged_part, eval::read(bv.view));
       } else {
-        params[num_index + j] = std::move(v);
+        std::get<eval::RefValue>(params[num_index + j]).data = bv.view.data;
       }
     }
     interp.run(params, point);
-    for (const Staged& s : staged) eval::write(s.array_part, eval::read(s.buffer_part));
+    for (const BlockView& bv : blocks)
+      if (bv.staged) eval::write(bv.view, eval::read(bv.staged_part));
   }
 
-  // ---- Results: the logical part of each output's working array.
+  // ---- Results: the logical part of each output's working array. An aliased output is the
+  // caller's input buffer: when it was worked on through a padded copy, copy the result back.
   std::vector<Array> out;
   for (int o = 0; o < num_out; ++o) {
     Operand& op = ops[num_in + o];
     bool whole = op.work.shape() == op.logical;
     for (int64_t l : op.low) whole = whole && l == 0;
+    auto alias = alias_of_output.find(o);
+    if (alias != alias_of_output.end()) {
+      Array caller = args[num_index + alias->second];
+      if (!op.work.shares_buffer_with(caller))
+        eval::write(eval::RefValue::of_array(caller),
+                    eval::read(view_of(op.work, MemorySpace::Any, op.low, op.logical)));
+      out.push_back(caller);
+      continue;
+    }
     out.push_back(whole ? op.work
                         : eval::read(view_of(op.work, MemorySpace::Any, op.low, op.logical)));
   }

@@ -161,11 +161,15 @@ int check_indexer(const RuleContext& c, const Type& ref, const Indexer& index) {
       if (e.size > dim) c.fail(where + ": slice size " + std::to_string(e.size) +
                                " exceeds dimension " + std::to_string(dim) + " of " + ref.to_string());
       if (e.dynamic < 0 && e.size > 0) {
-        int64_t last = e.start + (e.size - 1) * e.stride;
-        if (e.start < 0 || last >= dim)
-          c.fail(where + ": slice [" + std::to_string(e.start) + " : " + std::to_string(last + 1) +
-                 " : " + std::to_string(e.stride) + "] is out of bounds for dimension " +
-                 std::to_string(d) + " of size " + std::to_string(dim));
+        // last = start + (size - 1) * stride, without overflow for hostile (parsed) values.
+        int64_t span = 0, last = 0;
+        bool overflow = __builtin_mul_overflow(e.size - 1, e.stride, &span) ||
+                        __builtin_add_overflow(e.start, span, &last);
+        if (overflow || e.start < 0 || last >= dim)
+          c.fail(where + ": ds(" + std::to_string(e.start) + ", " + std::to_string(e.size) +
+                 (e.stride != 1 ? ", " + std::to_string(e.stride) : std::string()) +
+                 ") is out of bounds for dimension " + std::to_string(d) + " of size " +
+                 std::to_string(dim));
       }
     } else if (e.dynamic < 0 && (e.start < 0 || e.start >= dim)) {
       c.fail(where + ": index " + std::to_string(e.start) + " is out of bounds for dimension " +
@@ -397,7 +401,8 @@ std::vector<Type> rule(const RuleContext& c) {
         if (start[d] < 0 || start[d] > limit[d] || limit[d] > x.shape[d])
           c.fail("slice [" + std::to_string(start[d]) + ", " + std::to_string(limit[d]) +
                  ") is out of bounds for dimension " + std::to_string(d) + " of " + x.to_string());
-        shape.push_back((limit[d] - start[d] + strides[d] - 1) / strides[d]);
+        int64_t extent = limit[d] - start[d];  // >= 0 and no overflow: checked above
+        shape.push_back(extent / strides[d] + (extent % strides[d] != 0));
       }
       return {Type::tensor(shape, x.dtype)};
     }

@@ -1,0 +1,154 @@
+// The bundled examples through the C++ API: every example passes against its reference at a
+// small size, and every reference is able to fail (a corrupted output is reported).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "examples/examples.h"
+
+namespace ex = pallas::examples;
+namespace pl = pallas;
+
+namespace {
+
+// Small but not trivial: several grid points, and padded edge blocks where the example allows.
+int64_t small_size(const std::string& name) {
+  if (name == "matmul") return 256;  // grid (2, 2, 2): the accumulator crosses K steps
+  if (name == "add") return 100;     // (100, 137) in (64, 128) blocks: both edges padded
+  if (name == "gather") return 32;   // 4 blocks of 8 rows
+  if (name == "inplace") return 24;  // whole blocks: see InplaceWithPaddedBlocks below
+  return 20;                         // 3 row blocks of 8, the last one padded
+}
+
+std::vector<std::string> example_names() {
+  std::vector<std::string> names;
+  for (const ex::Example& e : ex::all()) names.push_back(e.name);
+  return names;
+}
+
+ex::Problem small_problem(const std::string& name, pl::DType t = pl::f32, uint64_t seed = 7) {
+  return ex::find(name).build({.seed = seed, .size = small_size(name), .dtype = t});
+}
+
+class ExamplesEach : public testing::TestWithParam<std::string> {};
+
+TEST_P(ExamplesEach, PassesInF32) {
+  ex::Outcome o = ex::run(small_problem(GetParam()));
+  EXPECT_TRUE(o.ok) << o.message;
+}
+
+TEST_P(ExamplesEach, PassesInBf16) {
+  ex::Outcome o = ex::run(small_problem(GetParam(), pl::bf16));
+  EXPECT_TRUE(o.ok) << o.message;
+}
+
+TEST_P(ExamplesEach, CorruptedOutputIsReported) {
+  ex::Problem p = small_problem(GetParam());
+  std::vector<pl::Array> expected = p.reference(p.inputs);
+  std::vector<pl::Array> outputs = p.call(p.inputs);
+  ASSERT_TRUE(ex::compare(p, p.inputs, outputs, expected).ok);
+  pl::Array& out = outputs.at(0);
+  const int64_t k = out.size() / 2;
+  out.set_flat(k, out.get_flat(k) + 1);
+  ex::Outcome o = ex::compare(p, p.inputs, outputs, expected);
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.message.find("mismatch"), std::string::npos) << o.message;
+  EXPECT_GE(o.max_abs_error, 0.5);
+}
+
+TEST_P(ExamplesEach, TracesWithoutRunning) {
+  ex::Problem p = small_problem(GetParam());
+  auto traced = p.call.trace(p.arg_shapes());
+  EXPECT_EQ(traced->grid_mapping.num_inputs, static_cast<int>(p.inputs.size()) -
+                                                 traced->grid_mapping.num_index_operands);
+  EXPECT_EQ(traced->grid_mapping.num_outputs, 1);
+}
+
+TEST_P(ExamplesEach, SeedChoosesTheInputs) {
+  ex::Problem a = small_problem(GetParam(), pl::f32, 1), b = small_problem(GetParam(), pl::f32, 1),
+              c = small_problem(GetParam(), pl::f32, 2);
+  const pl::Array& last_a = a.inputs.back();
+  EXPECT_TRUE(pl::allclose(last_a, b.inputs.back(), 0, 0).ok);
+  EXPECT_FALSE(pl::allclose(last_a, c.inputs.back(), 0, 0).ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(, ExamplesEach, testing::ValuesIn(example_names()),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+
+TEST(Examples, RegistryHasEveryExampleOnceWithADescription) {
+  std::set<std::string> names;
+  for (const ex::Example& e : ex::all()) {
+    EXPECT_TRUE(names.insert(e.name).second) << e.name;
+    EXPECT_FALSE(e.description.empty()) << e.name;
+    EXPECT_EQ(e.description.find('\n'), std::string::npos) << e.name;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"add", "matmul", "softmax", "layer_norm", "gather",
+                                          "inplace"}));
+}
+
+TEST(Examples, UnknownNameIsAUsageErrorListingTheKnownOnes) {
+  try {
+    ex::find("nope");
+    FAIL() << "no error";
+  } catch (const ex::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown example 'nope'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("matmul"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Examples, MatmulRejectsASizeItCannotTile) {
+  try {
+    ex::find("matmul").build({.size = 300});
+    FAIL() << "no error";
+  } catch (const ex::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 128"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(ex::find("matmul").build({.size = 96}));  // one block
+  EXPECT_NO_THROW(ex::find("matmul").build({.size = 384}));
+}
+
+TEST(Examples, DefaultSizes) {
+  EXPECT_EQ(ex::find("matmul").build({}).signature, "f32[512,512]x[512,512]");
+  EXPECT_EQ(ex::find("add").build({}).signature, "f32[300,337]+[300,337]");
+  EXPECT_EQ(ex::find("softmax").build({}).inputs.at(0).shape(), (pl::Shape{64, 256}));
+}
+
+TEST(Examples, BadOptionsAreUsageErrors) {
+  EXPECT_THROW(ex::find("add").build({.size = -1}), ex::UsageError);
+  EXPECT_THROW(ex::find("add").build({.dtype = pl::i32}), ex::UsageError);
+  EXPECT_THROW(ex::find("add").build({.backend = "cuda"}), ex::UsageError);
+  EXPECT_THROW(ex::find("gather").build({.size = 30}), ex::UsageError);
+}
+
+TEST(Examples, BackendsThatDoNotExistYetSayNotSupported) {
+  for (const char* backend : {"tpu-interpret", "gpu"}) {
+    ex::Problem p = ex::find("add").build({.size = 8, .backend = backend});
+    EXPECT_THROW(ex::run(p), pl::NotSupportedError) << backend;
+  }
+}
+
+TEST(Examples, MatmulGridAndScratch) {
+  ex::Problem p = ex::find("matmul").build({.size = 256});
+  auto traced = p.call.trace(p.arg_shapes());
+  EXPECT_EQ(traced->grid_mapping.grid, (std::vector<int64_t>{2, 2, 2}));
+  ASSERT_EQ(traced->grid_mapping.scratch_types.size(), 1u);
+}
+
+TEST(Examples, InplaceNoticesAnOutputThatIsNotTheInputBuffer) {
+  ex::Problem p = ex::find("inplace").build({.size = 16});
+  std::vector<pl::Array> expected = p.reference(p.inputs);
+  std::vector<pl::Array> copy = {expected[0].astype(pl::f32)};  // right values, wrong buffer
+  ex::Outcome o = ex::compare(p, p.inputs, copy, expected);
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.message.find("buffer"), std::string::npos) << o.message;
+}
+
+// Regression: when the aliased array is not a multiple of the block shape, the interpreter works
+// on a padded copy; the result must still land in x, and the output must be x's buffer.
+TEST(Examples, InplaceWithPaddedBlocksStillUpdatesTheInput) {
+  ex::Problem p = ex::find("inplace").build({.size = 20});  // 20 rows in blocks of 8
+  ex::Outcome o = ex::run(p);
+  EXPECT_TRUE(o.ok) << o.message;
+}

@@ -1,0 +1,50 @@
+// `pallas list`, `pallas run`, `pallas ir`: the bundled examples from the command line.
+#include <algorithm>
+#include <iostream>
+
+#include "examples/examples.h"
+#include "tools/commands.h"
+#include "tools/report.h"
+
+namespace pallas::cli {
+
+namespace ex = ::pallas::examples;
+
+namespace {
+
+// The printers differ on whether their text ends with a newline; print exactly one.
+std::string with_newline(std::string text) {
+  if (text.empty() || text.back() != '\n') text += '\n';
+  return text;
+}
+
+}  // namespace
+
+int list() {
+  size_t width = 0;
+  for (const ex::Example& e : ex::all()) width = std::max(width, e.name.size());
+  for (const ex::Example& e : ex::all())
+    std::cout << e.name << std::string(width + 2 - e.name.size(), ' ') << e.description << "\n";
+  return 0;
+}
+
+int run(const ExampleArgs& args) {
+  const ex::Problem p = ex::find(args.name).build(run_options(args));
+  const ex::Outcome o = ex::run(p);
+  std::cout << headline(p) << ": max abs err " << short_number(o.max_abs_error)
+            << ", max rel err " << short_number(o.max_rel_error) << "  "
+            << (o.ok ? "ok" : "FAILED") << "\n";
+  if (!o.ok) std::cout << o.message << "\n";
+  return o.ok ? 0 : 1;
+}
+
+int ir(const ExampleArgs& args) {
+  const ex::Problem p = ex::find(args.name).build(run_options(args));
+  // Tracing needs only the argument shapes: nothing runs, so any backend's IR can be shown.
+  const std::shared_ptr<const TracedCall> traced = p.call.trace(p.arg_shapes());
+  std::cout << with_newline(ir::print(traced->kernel))
+            << with_newline(traced->grid_mapping.to_string());
+  return 0;
+}
+
+}  // namespace pallas::cli

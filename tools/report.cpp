@@ -1,0 +1,24 @@
+#include "tools/report.h"
+
+#include <cstdio>
+
+namespace pallas::cli {
+
+examples::RunOptions run_options(const ExampleArgs& args) {
+  return {.seed = args.seed,
+          .size = args.size,
+          .dtype = parse_dtype(args.dtype),
+          .backend = args.backend};
+}
+
+std::string headline(const examples::Problem& p) {
+  return p.name + " " + p.signature + " backend=" + p.backend;
+}
+
+std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2g", v);
+  return buf;
+}
+
+}  // namespace pallas::cli
