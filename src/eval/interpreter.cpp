@@ -1,5 +1,7 @@
 #include "eval/interpreter.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -152,7 +154,27 @@ void fill_uninitialized(Array& a) {
 }
 
 // ---- Interpreter ------------------------------------------------------------------------------------
-Interpreter::Interpreter(const ir::Kernel& kernel) : kernel_(kernel) {}
+Interpreter::Interpreter(const ir::Kernel& kernel) : kernel_(kernel), fusions_(plan_fusions(kernel)) {}
+
+// acc += x·y as one sgemm with beta = 1 into the ref's memory when its rows are contiguous;
+// otherwise the unfused ops.
+void Interpreter::run_accumulate_dot(const AccumulateDot& f, const RefValue& acc) {
+  Array x = array(f.dot->operands[0]), y = array(f.dot->operands[1]);
+  if (x.dtype() != DType::F32) x = convert(x, DType::F32);
+  if (y.dtype() != DType::F32) y = convert(y, DType::F32);
+  const int64_t m = x.dim(0), kk = x.dim(1), n = y.dim(1);
+  if (acc.shape.size() == 2 && acc.strides[1] == 1 && acc.shape[0] == m && acc.shape[1] == n &&
+      m > 0 && n > 0) {
+    if (kk > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(kk), 1.0f, x.data<float>(), static_cast<int>(kk), y.data<float>(),
+                  static_cast<int>(n), 1.0f, reinterpret_cast<float*>(acc.data),
+                  static_cast<int>(acc.strides[0]));
+    return;
+  }
+  Array d = dot_general(array(f.dot->operands[0]), array(f.dot->operands[1]), f.dot->attrs);
+  write(acc, binary(ir::OpCode::Add, read(acc), d));
+}
 
 const Array& Interpreter::array(ir::ValueId v) const {
   const Array* a = std::get_if<Array>(&env_[static_cast<size_t>(v)]);
@@ -194,6 +216,7 @@ std::vector<Array> Interpreter::run_region_yield(const ir::Region& r) {
 }
 
 void Interpreter::eval_op(const ir::Op& op) {
+  if (op.results.size() == 1 && fusions_.skip[static_cast<size_t>(op.results[0])]) return;
   if (eval_extension_op(op)) return;
   const uint32_t cat = op.info().categories;
   if (cat & (ir::kControl | ir::kTerminator)) return eval_control(op);
@@ -379,6 +402,11 @@ void Interpreter::eval_ref_op(const ir::Op& op) {
     }
     case OpCode::Store:
     case OpCode::Swap: {
+      if (op.code == OpCode::Store) {
+        int fused = fusions_.store_fusion[static_cast<size_t>(op.operands[next])];
+        if (fused >= 0) return run_accumulate_dot(fusions_.accumulate_dots[fused], v);
+      }
+      if (op.code == OpCode::Store && !masked) return write(v, array(op.operands[next]));
       Array value = array(op.operands[next]);
       Array old = read(v);
       if (masked) value = select(array(op.operands[next + 1]), value, old);

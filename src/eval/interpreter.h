@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "eval/eval.h"
+#include "eval/fusion.h"
 #include "pallas/evaluate.h"
 
 namespace pallas::eval {
@@ -53,7 +54,10 @@ class Interpreter {
   void eval_ref_op(const ir::Op& op);
   std::vector<Array> run_region_yield(const ir::Region& r);
 
+  void run_accumulate_dot(const AccumulateDot& f, const RefValue& acc);
+
   const ir::Kernel& kernel_;
+  FusionPlan fusions_;
   std::vector<RtValue> env_;
   const GridPoint* grid_ = nullptr;
   std::ostream* debug_out_ = nullptr;

@@ -235,3 +235,26 @@ TEST(Evaluate, BufferMismatchIsAnError) {
     EXPECT_NE(std::string(e.what()).find("f32[4]"), std::string::npos) << e.what();
   }
 }
+
+TEST(Evaluate, AccumulateDotFusionMatchesPlainLoopsIncludingStridedFallback) {
+  // acc[...] += dot(x, y) runs fused (one sgemm with beta = 1); through a strided view it falls
+  // back to the unfused ops. Both must equal plain C++.
+  auto k = pl::trace_kernel(
+      [](pl::Ref x, pl::Ref y, pl::Ref acc, pl::Ref acc2) {
+        acc[pl::all] += pl::dot(x[pl::all], y[pl::all]);
+        acc2.at(pl::all, pl::ds(0, 4, 2))[pl::all] += pl::dot(x[pl::all], y[pl::all]);
+      },
+      {ref({4, 3}, pl::f32), ref({3, 4}, pl::f32), ref({4, 4}, pl::f32), ref({4, 8}, pl::f32)});
+  std::vector<pl::Array> bufs = {pl::Array::random_normal({4, 3}, pl::f32, 5),
+                                 pl::Array::random_normal({3, 4}, pl::f32, 6),
+                                 pl::Array::full({4, 4}, pl::f32, 1), pl::Array::full({4, 8}, pl::f32, 2)};
+  pl::evaluate(k, bufs);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      double s = 0;
+      for (int kk = 0; kk < 3; ++kk) s += bufs[0].get({i, kk}) * bufs[1].get({kk, j});
+      EXPECT_NEAR(bufs[2].get({i, j}), 1 + s, 1e-5);
+      EXPECT_NEAR(bufs[3].get({i, 2 * j}), 2 + s, 1e-5);
+      EXPECT_EQ(bufs[3].get({i, 2 * j + 1}), 2.0);
+    }
+}
