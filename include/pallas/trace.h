@@ -301,13 +301,14 @@ Value dynamic_slice(const Operand& x, std::vector<Operand> start, std::vector<in
 Value rev(const Operand& x, std::vector<int64_t> dims);
 
 // ---- Reductions, scans, sort ------------------------------------------------------------------
-// Negative axes count from the end; an empty list reduces over every axis.
-Value sum(const Operand& x, std::vector<int64_t> axes = {});
-Value max(const Operand& x, std::vector<int64_t> axes = {});
-Value min(const Operand& x, std::vector<int64_t> axes = {});
-Value prod(const Operand& x, std::vector<int64_t> axes = {});
-Value reduce_and(const Operand& x, std::vector<int64_t> axes = {});
-Value reduce_or(const Operand& x, std::vector<int64_t> axes = {});
+// Negative axes count from the end; an empty list reduces over every axis. With keepdims the
+// reduced axes stay as size-1 dimensions (so the result broadcasts against x).
+Value sum(const Operand& x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value max(const Operand& x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value min(const Operand& x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value prod(const Operand& x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value reduce_and(const Operand& x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value reduce_or(const Operand& x, std::vector<int64_t> axes = {}, bool keepdims = false);
 // Index of the first maximum (NaN counts as the maximum) along `axis`.
 Value argmax(const Operand& x, int64_t axis, DType index_dtype = DType::I32);
 Value argmin(const Operand& x, int64_t axis, DType index_dtype = DType::I32);

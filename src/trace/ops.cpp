@@ -69,11 +69,16 @@ ir::Ints normalize_axes(std::vector<int64_t> axes, int rank, const char* what, c
   return axes;
 }
 
-Value reduce(OpCode code, const Operand& x, std::vector<int64_t> axes) {
+Value reduce(OpCode code, const Operand& x, std::vector<int64_t> axes, bool keepdims) {
   Value v = x.value();
+  ir::Ints norm = normalize_axes(std::move(axes), v.rank(), op_name(code), x.loc());
   Attrs a;
-  a.set(AttrKey::Axes, normalize_axes(std::move(axes), v.rank(), op_name(code), x.loc()));
-  return add_op1(code, {v}, std::move(a), x.loc());
+  a.set(AttrKey::Axes, norm);
+  Value r = add_op1(code, {v}, std::move(a), x.loc());
+  if (!keepdims || norm.empty()) return r;
+  Attrs e;
+  e.set(AttrKey::Dims, norm);  // the reduced axes, as positions in the kept-dims result
+  return add_op1(OpCode::ExpandDims, {r}, std::move(e), x.loc());
 }
 
 Value arg_extremum(OpCode code, const Operand& x, int64_t axis, DType index_dtype) {
@@ -317,12 +322,12 @@ Value rev(const Operand& x, std::vector<int64_t> dims) {
 }
 
 // ---- Reductions, scans, sort ------------------------------------------------------------------------
-Value sum(const Operand& x, std::vector<int64_t> axes) { return reduce(OpCode::ReduceSum, x, std::move(axes)); }
-Value max(const Operand& x, std::vector<int64_t> axes) { return reduce(OpCode::ReduceMax, x, std::move(axes)); }
-Value min(const Operand& x, std::vector<int64_t> axes) { return reduce(OpCode::ReduceMin, x, std::move(axes)); }
-Value prod(const Operand& x, std::vector<int64_t> axes) { return reduce(OpCode::ReduceProd, x, std::move(axes)); }
-Value reduce_and(const Operand& x, std::vector<int64_t> axes) { return reduce(OpCode::ReduceAnd, x, std::move(axes)); }
-Value reduce_or(const Operand& x, std::vector<int64_t> axes) { return reduce(OpCode::ReduceOr, x, std::move(axes)); }
+Value sum(const Operand& x, std::vector<int64_t> axes, bool keepdims) { return reduce(OpCode::ReduceSum, x, std::move(axes), keepdims); }
+Value max(const Operand& x, std::vector<int64_t> axes, bool keepdims) { return reduce(OpCode::ReduceMax, x, std::move(axes), keepdims); }
+Value min(const Operand& x, std::vector<int64_t> axes, bool keepdims) { return reduce(OpCode::ReduceMin, x, std::move(axes), keepdims); }
+Value prod(const Operand& x, std::vector<int64_t> axes, bool keepdims) { return reduce(OpCode::ReduceProd, x, std::move(axes), keepdims); }
+Value reduce_and(const Operand& x, std::vector<int64_t> axes, bool keepdims) { return reduce(OpCode::ReduceAnd, x, std::move(axes), keepdims); }
+Value reduce_or(const Operand& x, std::vector<int64_t> axes, bool keepdims) { return reduce(OpCode::ReduceOr, x, std::move(axes), keepdims); }
 Value argmax(const Operand& x, int64_t axis, DType t) { return arg_extremum(OpCode::Argmax, x, axis, t); }
 Value argmin(const Operand& x, int64_t axis, DType t) { return arg_extremum(OpCode::Argmin, x, axis, t); }
 Value cumsum(const Operand& x, int64_t axis, bool reverse) { return scan(OpCode::Cumsum, x, axis, reverse); }

@@ -183,3 +183,16 @@ TEST(Trace, ControlFlowHelpersTraceBranches) {
     EXPECT_NE(std::find(cs.begin(), cs.end(), c), cs.end()) << pl::ir::op_info(c).name;
   pl::ir::verify(k);
 }
+
+TEST(Trace, KeepdimsReductionsBroadcastBack) {
+  std::vector<pl::Shape> shapes;
+  pl::trace_kernel(
+      [&](pl::Ref x) {
+        pl::Value v = x[pl::all];
+        shapes.push_back(pl::max(v, {1}, true).shape());
+        shapes.push_back(pl::sum(v, {0, 2}, true).shape());
+        shapes.push_back((v - pl::max(v, {-1}, true)).shape());
+      },
+      {ref({2, 3, 4}, pl::f32)});
+  EXPECT_EQ(shapes, (std::vector<pl::Shape>{{2, 1, 4}, {1, 3, 1}, {2, 3, 4}}));
+}
