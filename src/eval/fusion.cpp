@@ -1,6 +1,5 @@
 #include "eval/fusion.h"
 
-#include <map>
 
 namespace pallas::eval {
 
@@ -27,11 +26,9 @@ bool is_plain_matmul(const ir::Kernel& k, const ir::Op& d) {
 
 void plan_region(const ir::Kernel& k, const ir::Region& r, const std::vector<int>& uses,
                  FusionPlan& plan) {
-  std::map<ir::ValueId, const ir::Op*> defs;  // single-result ops of this region
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     for (const ir::Region& sub : op.regions) plan_region(k, sub, uses, plan);
-    if (op.results.size() == 1) defs[op.results[0]] = &op;
     // store(%acc, idx, %s) at i, add at i-1, load at i-2.
     if (op.code != OpCode::Store || i < 2 || op.attrs.get_int_or(AttrKey::Masked, 0)) continue;
     const ir::Op& add = r.ops[i - 1];
@@ -48,13 +45,15 @@ void plan_region(const ir::Kernel& k, const ir::Region& r, const std::vector<int
       continue;
     ir::ValueId other = add.operands[0] == load.results[0] ? add.operands[1] : add.operands[0];
     if (add.operands[0] != load.results[0] && add.operands[1] != load.results[0]) continue;
-    auto d = defs.find(other);
-    if (d == defs.end() || d->second->code != OpCode::DotGeneral || uses[other] != 1 ||
-        !is_plain_matmul(k, *d->second))
+    // The dot must be an earlier op of this region.
+    const ir::Op* dot = nullptr;
+    for (size_t j = i - 2; j-- > 0 && !dot;)
+      if (r.ops[j].results.size() == 1 && r.ops[j].results[0] == other) dot = &r.ops[j];
+    if (!dot || dot->code != OpCode::DotGeneral || uses[other] != 1 || !is_plain_matmul(k, *dot))
       continue;
     plan.skip[other] = plan.skip[load.results[0]] = plan.skip[s] = 1;
     plan.store_fusion[s] = static_cast<int>(plan.accumulate_dots.size());
-    plan.accumulate_dots.push_back({d->second, &load, &add, &op});
+    plan.accumulate_dots.push_back({dot, &load, &add, &op});
   }
 }
 

@@ -154,7 +154,56 @@ void fill_uninitialized(Array& a) {
 }
 
 // ---- Interpreter ------------------------------------------------------------------------------------
-Interpreter::Interpreter(const ir::Kernel& kernel) : kernel_(kernel), fusions_(plan_fusions(kernel)) {}
+Interpreter::Interpreter(const ir::Kernel& kernel) : kernel_(kernel), fusions_(plan_fusions(kernel)) {
+  plan_releases(kernel.body);
+}
+
+namespace {
+// Values an op reads, directly or from its nested regions (where they are defined outside).
+void collect_uses(const ir::Op& op, std::vector<ir::ValueId>& out) {
+  out.insert(out.end(), op.operands.begin(), op.operands.end());
+  for (const ir::Region& r : op.regions)
+    for (const ir::Op& inner : r.ops) collect_uses(inner, out);
+}
+}  // namespace
+
+void Interpreter::plan_releases(const ir::Region& r) {
+  // Every value is defined in exactly one region, so one table of "defining region" and one of
+  // "index of the last user in that region" serve all regions.
+  if (def_region_.empty()) {
+    def_region_.assign(kernel_.values.size(), nullptr);
+    last_use_.assign(kernel_.values.size(), 0);
+  }
+  std::vector<ir::ValueId> uses, defined;
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const ir::Op& op = r.ops[i];
+    for (const ir::Region& sub : op.regions) plan_releases(sub);
+    uses.clear();
+    collect_uses(op, uses);
+    // A fused accumulate-dot reads the dot's operands at its store.
+    if (op.code == ir::OpCode::Store) {
+      int f = fusions_.store_fusion[static_cast<size_t>(op.operands.back())];
+      if (f >= 0) {
+        const ir::Op* dot = fusions_.accumulate_dots[static_cast<size_t>(f)].dot;
+        uses.insert(uses.end(), dot->operands.begin(), dot->operands.end());
+      }
+    }
+    for (ir::ValueId v : uses)
+      if (def_region_[v] == &r) last_use_[v] = i;
+    for (ir::ValueId res : op.results) {
+      def_region_[res] = &r;
+      last_use_[res] = i;
+      defined.push_back(res);
+    }
+  }
+  std::vector<std::vector<ir::ValueId>> rel(r.ops.size());
+  for (ir::ValueId v : defined) {
+    size_t i = last_use_[v];
+    if (r.ops[i].code == ir::OpCode::Yield) continue;  // the enclosing op reads yielded values
+    rel[i].push_back(v);
+  }
+  releases_[&r] = std::move(rel);
+}
 
 // acc += x·y as one sgemm with beta = 1 into the ref's memory when its rows are contiguous;
 // otherwise the unfused ops.
@@ -204,7 +253,11 @@ std::vector<Array> Interpreter::run(const std::vector<RtValue>& params, const Gr
 }
 
 void Interpreter::run_region(const ir::Region& r) {
-  for (const ir::Op& op : r.ops) eval_op(op);
+  const std::vector<std::vector<ir::ValueId>>& rel = releases_.at(&r);
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    eval_op(r.ops[i]);
+    for (ir::ValueId v : rel[i]) env_[static_cast<size_t>(v)] = RtValue{};
+  }
 }
 
 std::vector<Array> Interpreter::run_region_yield(const ir::Region& r) {

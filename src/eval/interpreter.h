@@ -2,6 +2,7 @@
 // walks the IR, evaluates pure ops with src/eval's rules and performs ref ops on strided views.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <ostream>
 #include <variant>
@@ -58,6 +59,12 @@ class Interpreter {
 
   const ir::Kernel& kernel_;
   FusionPlan fusions_;
+  // Per region, per op: the values whose last use is that op, released right after it so that
+  // dead tiles return their buffers (small working set, recycled buffers).
+  std::map<const ir::Region*, std::vector<std::vector<ir::ValueId>>> releases_;
+  void plan_releases(const ir::Region& r);
+  std::vector<const ir::Region*> def_region_;  // planning tables, per ValueId
+  std::vector<size_t> last_use_;
   std::vector<RtValue> env_;
   const GridPoint* grid_ = nullptr;
   std::ostream* debug_out_ = nullptr;
