@@ -9,17 +9,15 @@
 #include <limits>
 #include <type_traits>
 
+#include "eval/scalar_ops.h"
 #include "pallas/dtype.h"
 
 namespace pallas::eval::acc {
 
 // f16/bf16 accumulate in f32 (ir.h semantics); everything else in its own type.
-template <class T> struct AccOf { using type = T; };
-template <> struct AccOf<float16> { using type = float; };
-template <> struct AccOf<bfloat16> { using type = float; };
-template <class T> using Acc = typename AccOf<T>::type;
+template <class T> using Acc = scalar::Compute<T>;
 
-template <class T> inline constexpr bool is_int_v = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+using scalar::is_int_v;
 template <class T> inline constexpr bool is_half_v =
     std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
 
@@ -67,54 +65,23 @@ template <class T> inline T store(Acc<T> a) {
 
 enum class Kind { Sum, Prod, Max, Min, And, Or };
 
-// Float max/min: any NaN gives NaN; equal values that differ (only -0 vs +0) give +0 for max
-// and -0 for min.
-template <class A> inline A float_max(A a, A b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if (a < b) return b;
-  if (b < a) return a;
-  return std::signbit(a) ? b : a;
-}
-template <class A> inline A float_min(A a, A b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if (a < b) return a;
-  if (b < a) return b;
-  return std::signbit(a) ? a : b;
-}
-
+// Combining two accumulators: the elementwise ops' own scalar definitions (scalar_ops.h), so
+// reductions, scans and the elementwise ops cannot disagree on wrapping, NaN or -0.
 template <Kind K, class A> inline A combine(A a, A b) {
   if constexpr (K == Kind::Sum) {
-    if constexpr (is_int_v<A>)
-      return static_cast<A>(static_cast<Wide<A>>(static_cast<Wide<A>>(a) + static_cast<Wide<A>>(b)));
-    else
-      return a + b;
+    if constexpr (std::is_same_v<A, bool>) return a || b;
+    else return scalar::Add{}(a, b);
   } else if constexpr (K == Kind::Prod) {
-    if constexpr (is_int_v<A>)
-      return static_cast<A>(static_cast<Wide<A>>(static_cast<Wide<A>>(a) * static_cast<Wide<A>>(b)));
-    else
-      return a * b;
+    if constexpr (std::is_same_v<A, bool>) return a && b;
+    else return scalar::Mul{}(a, b);
   } else if constexpr (K == Kind::Max) {
-    if constexpr (std::is_floating_point_v<A>)
-      return float_max(a, b);
-    else
-      return a < b ? b : a;
+    return scalar::Max{}(a, b);
   } else if constexpr (K == Kind::Min) {
-    if constexpr (std::is_floating_point_v<A>)
-      return float_min(a, b);
-    else
-      return b < a ? b : a;
+    return scalar::Min{}(a, b);
   } else if constexpr (K == Kind::And) {
-    if constexpr (std::is_same_v<A, bool>)
-      return a && b;
-    else
-      return static_cast<A>(a & b);
+    return scalar::And{}(a, b);
   } else {
-    if constexpr (std::is_same_v<A, bool>)
-      return a || b;
-    else
-      return static_cast<A>(a | b);
+    return scalar::Or{}(a, b);
   }
 }
 
