@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "eval/eval.h"
+#include "ir/shapes.h"
 #include "eval/strided.h"
 
 namespace pallas::eval {
@@ -51,15 +52,7 @@ Array squeeze(const Array& x, const ir::Ints& dims) {
 }
 
 Array expand_dims(const Array& x, const ir::Ints& dims) {
-  const int out_rank = x.rank() + static_cast<int>(dims.size());
-  Shape shape;
-  size_t next = 0;
-  for (int d = 0; d < out_rank; ++d) {
-    if (std::find(dims.begin(), dims.end(), d) != dims.end())
-      shape.push_back(1);
-    else
-      shape.push_back(x.shape()[next++]);
-  }
+  Shape shape = ir::expanded_shape(x.shape(), dims);
   return x.reshaped(shape);
 }
 

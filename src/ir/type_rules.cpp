@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "ir/shapes.h"
 #include "pallas/ir/ir.h"
 
 #pragma GCC diagnostic error "-Wswitch"
@@ -357,17 +358,8 @@ std::vector<Type> rule(const RuleContext& c) {
       c.expect_num_operands(1);
       const Type& x = c.tensor(0);
       const Ints& dims = c.ints_attr(AttrKey::Dims);
-      int out_rank = x.rank() + static_cast<int>(dims.size());
-      c.axes_in(dims, out_rank, "new dimension");
-      Shape shape;
-      size_t next = 0;
-      for (int d = 0; d < out_rank; ++d) {
-        if (std::find(dims.begin(), dims.end(), d) != dims.end())
-          shape.push_back(1);
-        else
-          shape.push_back(x.shape[next++]);
-      }
-      return {Type::tensor(shape, x.dtype)};
+      c.axes_in(dims, x.rank() + static_cast<int>(dims.size()), "new dimension");
+      return {Type::tensor(expanded_shape(x.shape, dims), x.dtype)};
     }
     case OpCode::Concatenate: {
       if (c.operands.empty()) c.fail("needs at least one operand");
