@@ -350,8 +350,6 @@ void end_region_yield(const std::vector<Value>& yields, const Loc& loc);
 void abandon_region();
 std::vector<Value> finish_control_op(ir::OpCode code, const std::vector<Value>& operands,
                                      int num_regions, ir::Attrs attrs, const Loc& loc);
-void check_no_open_regions_after(int depth);
-int region_depth();
 Value as_carry(const Operand& o);
 Value as_bool_pred(const Operand& o, const char* what);
 Value as_index_scalar(const Operand& o, const char* what);

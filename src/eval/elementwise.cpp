@@ -89,13 +89,31 @@ template <class T, class R, class F> void map_binary(const T* a, const T* b, R* 
   throw InternalError(std::string(ir::op_info(code).name) + " on " + std::string(dtype_name(t)));
 }
 
-template <class F> Array unary_float(OpCode code, const Array& x, F f) {
+// Dtype classes an op accepts (the type rules have already checked; a mismatch here is a bug).
+template <class T> struct FloatType : std::bool_constant<s::is_float_v<s::Compute<T>>> {};
+template <class T> struct IntType : std::bool_constant<s::is_int_v<T>> {};
+template <class T> struct IntOrBoolType : std::bool_constant<std::is_integral_v<T>> {};
+
+template <template <class> class Accepts, class F>
+Array unary_if(OpCode code, const Array& x, F f) {
   Array out = Array::uninitialized(x.shape(), x.dtype());
   visit_dtype(x.dtype(), [&]<class T>() {
-    if constexpr (s::is_float_v<s::Compute<T>>)
+    if constexpr (Accepts<T>::value)
       map_unary(x.data<T>(), out.data<T>(), x.size(), f);
     else
       bad_dtype(code, x.dtype());
+  });
+  return out;
+}
+
+template <template <class> class Accepts, class F>
+Array binary_if(OpCode code, const Array& a, const Array& b, F f) {
+  Array out = Array::uninitialized(a.shape(), a.dtype());
+  visit_dtype(a.dtype(), [&]<class T>() {
+    if constexpr (Accepts<T>::value)
+      map_binary(a.data<T>(), b.data<T>(), out.data<T>(), a.size(), f);
+    else
+      bad_dtype(code, a.dtype());
   });
   return out;
 }
@@ -114,54 +132,10 @@ template <class F> Array unary_numeric(OpCode code, const Array& x, F f, bool al
   return out;
 }
 
-template <class F> Array unary_integer(OpCode code, const Array& x, F f) {
-  Array out = Array::uninitialized(x.shape(), x.dtype());
-  visit_dtype(x.dtype(), [&]<class T>() {
-    if constexpr (std::is_integral_v<T>)
-      map_unary(x.data<T>(), out.data<T>(), x.size(), f);
-    else
-      bad_dtype(code, x.dtype());
-  });
-  return out;
-}
-
 template <class F> Array binary_arith(OpCode code, const Array& a, const Array& b, F f) {
   Array out = Array::uninitialized(a.shape(), a.dtype());
   visit_dtype(a.dtype(), [&]<class T>() {
     if constexpr (std::is_invocable_v<F, s::Compute<T>, s::Compute<T>>)
-      map_binary(a.data<T>(), b.data<T>(), out.data<T>(), a.size(), f);
-    else
-      bad_dtype(code, a.dtype());
-  });
-  return out;
-}
-
-template <class F> Array binary_float(OpCode code, const Array& a, const Array& b, F f) {
-  Array out = Array::uninitialized(a.shape(), a.dtype());
-  visit_dtype(a.dtype(), [&]<class T>() {
-    if constexpr (s::is_float_v<s::Compute<T>>)
-      map_binary(a.data<T>(), b.data<T>(), out.data<T>(), a.size(), f);
-    else
-      bad_dtype(code, a.dtype());
-  });
-  return out;
-}
-
-template <class F> Array binary_integer(OpCode code, const Array& a, const Array& b, F f) {
-  Array out = Array::uninitialized(a.shape(), a.dtype());
-  visit_dtype(a.dtype(), [&]<class T>() {
-    if constexpr (s::is_int_v<T>)
-      map_binary(a.data<T>(), b.data<T>(), out.data<T>(), a.size(), f);
-    else
-      bad_dtype(code, a.dtype());
-  });
-  return out;
-}
-
-template <class F> Array binary_bitwise(OpCode code, const Array& a, const Array& b, F f) {
-  Array out = Array::uninitialized(a.shape(), a.dtype());
-  visit_dtype(a.dtype(), [&]<class T>() {
-    if constexpr (std::is_integral_v<T>)
       map_binary(a.data<T>(), b.data<T>(), out.data<T>(), a.size(), f);
     else
       bad_dtype(code, a.dtype());
@@ -184,23 +158,23 @@ Array unary(OpCode code, const Array& x, const ir::Attrs& attrs) {
     case OpCode::Neg: return unary_numeric(code, x, s::Neg{});
     case OpCode::Abs: return unary_numeric(code, x, s::Abs{});
     case OpCode::Sign: return unary_numeric(code, x, s::Sign{});
-    case OpCode::Floor: return unary_float(code, x, s::Floor{});
-    case OpCode::Ceil: return unary_float(code, x, s::Ceil{});
+    case OpCode::Floor: return unary_if<FloatType>(code, x, s::Floor{});
+    case OpCode::Ceil: return unary_if<FloatType>(code, x, s::Ceil{});
     case OpCode::Round:
-      if (attrs.get_int_or(AttrKey::Rounding, 0) == 1) return unary_float(code, x, s::RoundEven{});
-      return unary_float(code, x, s::RoundAway{});
-    case OpCode::Exp: return unary_float(code, x, s::Exp{});
-    case OpCode::Exp2: return unary_float(code, x, s::Exp2{});
-    case OpCode::Log: return unary_float(code, x, s::Log{});
-    case OpCode::Log1p: return unary_float(code, x, s::Log1p{});
-    case OpCode::Sqrt: return unary_float(code, x, s::Sqrt{});
-    case OpCode::Rsqrt: return unary_float(code, x, s::Rsqrt{});
-    case OpCode::Reciprocal: return unary_float(code, x, s::Reciprocal{});
-    case OpCode::Tanh: return unary_float(code, x, s::Tanh{});
-    case OpCode::Logistic: return unary_float(code, x, s::Logistic{});
-    case OpCode::Sin: return unary_float(code, x, s::Sin{});
-    case OpCode::Cos: return unary_float(code, x, s::Cos{});
-    case OpCode::Erf: return unary_float(code, x, s::Erf{});
+      if (attrs.get_int_or(AttrKey::Rounding, 0) == 1) return unary_if<FloatType>(code, x, s::RoundEven{});
+      return unary_if<FloatType>(code, x, s::RoundAway{});
+    case OpCode::Exp: return unary_if<FloatType>(code, x, s::Exp{});
+    case OpCode::Exp2: return unary_if<FloatType>(code, x, s::Exp2{});
+    case OpCode::Log: return unary_if<FloatType>(code, x, s::Log{});
+    case OpCode::Log1p: return unary_if<FloatType>(code, x, s::Log1p{});
+    case OpCode::Sqrt: return unary_if<FloatType>(code, x, s::Sqrt{});
+    case OpCode::Rsqrt: return unary_if<FloatType>(code, x, s::Rsqrt{});
+    case OpCode::Reciprocal: return unary_if<FloatType>(code, x, s::Reciprocal{});
+    case OpCode::Tanh: return unary_if<FloatType>(code, x, s::Tanh{});
+    case OpCode::Logistic: return unary_if<FloatType>(code, x, s::Logistic{});
+    case OpCode::Sin: return unary_if<FloatType>(code, x, s::Sin{});
+    case OpCode::Cos: return unary_if<FloatType>(code, x, s::Cos{});
+    case OpCode::Erf: return unary_if<FloatType>(code, x, s::Erf{});
     case OpCode::IsFinite: {
       Array out = Array::uninitialized(x.shape(), DType::Bool);
       bool* o = out.data<bool>();
@@ -214,7 +188,7 @@ Array unary(OpCode code, const Array& x, const ir::Attrs& attrs) {
       });
       return out;
     }
-    case OpCode::Not: return unary_integer(code, x, s::Not{});
+    case OpCode::Not: return unary_if<IntOrBoolType>(code, x, s::Not{});
     case OpCode::IntegerPow:
       return unary_numeric(code, x, s::IntegerPow{attrs.get_int(AttrKey::Exponent)});
     case OpCode::MultipleOf: return x;  // a hint: same values (and the same buffer: values are immutable)
@@ -230,15 +204,15 @@ Array binary(OpCode code, const Array& a, const Array& b) {
     case OpCode::Mul: return binary_arith(code, a, b, s::Mul{});
     case OpCode::Div: return binary_arith(code, a, b, s::Div{});
     case OpCode::Rem: return binary_arith(code, a, b, s::Rem{});
-    case OpCode::Pow: return binary_float(code, a, b, s::Pow{});
+    case OpCode::Pow: return binary_if<FloatType>(code, a, b, s::Pow{});
     case OpCode::Max: return binary_arith(code, a, b, s::Max{});
     case OpCode::Min: return binary_arith(code, a, b, s::Min{});
-    case OpCode::And: return binary_bitwise(code, a, b, s::And{});
-    case OpCode::Or: return binary_bitwise(code, a, b, s::Or{});
-    case OpCode::Xor: return binary_bitwise(code, a, b, s::Xor{});
-    case OpCode::ShiftLeft: return binary_integer(code, a, b, s::ShiftLeft{});
-    case OpCode::ShiftRightLogical: return binary_integer(code, a, b, s::ShiftRightLogical{});
-    case OpCode::ShiftRightArithmetic: return binary_integer(code, a, b, s::ShiftRightArithmetic{});
+    case OpCode::And: return binary_if<IntOrBoolType>(code, a, b, s::And{});
+    case OpCode::Or: return binary_if<IntOrBoolType>(code, a, b, s::Or{});
+    case OpCode::Xor: return binary_if<IntOrBoolType>(code, a, b, s::Xor{});
+    case OpCode::ShiftLeft: return binary_if<IntType>(code, a, b, s::ShiftLeft{});
+    case OpCode::ShiftRightLogical: return binary_if<IntType>(code, a, b, s::ShiftRightLogical{});
+    case OpCode::ShiftRightArithmetic: return binary_if<IntType>(code, a, b, s::ShiftRightArithmetic{});
     case OpCode::Eq: return compare(a, b, s::Eq{});
     case OpCode::Ne: return compare(a, b, s::Ne{});
     case OpCode::Lt: return compare(a, b, s::Lt{});

@@ -22,7 +22,6 @@ class Builder {
   Region end_region();
   // Abandons the innermost open region (used when tracing its body threw).
   void abandon_region();
-  int open_regions() const { return static_cast<int>(stack_.size()); }
 
   // Adds an op to the innermost open region and returns its results.
   std::vector<ValueId> add(OpCode code, std::vector<ValueId> operands, Attrs attrs,

@@ -135,34 +135,35 @@ Value Ref::load_masked(Indices idx, const Value& mask, Operand other, Loc loc) c
   return trace::add_op1(OpCode::Load, ops, std::move(a), loc);
 }
 
-void Ref::store(Indices idx, Operand value, Loc loc) const {
-  Lowered l = lower_indices(type(), idx, "store", loc);
-  std::vector<Value> ops = with_ref(*this, l);
-  ops.push_back(value_for_region(value, type(), l.indexer.result_shape(), "store", loc));
+namespace {
+// store / masked store / swap: ref, dynamic indices, the value (broadcast to the region), and
+// for masked forms the mask.
+std::vector<Value> write_op(const Ref& r, OpCode code, const char* name, const Indices& idx,
+                            const Operand& value, const Value* mask, const Loc& loc) {
+  Lowered l = lower_indices(r.type(), idx, name, loc);
+  Shape region = l.indexer.result_shape();
+  std::vector<Value> ops = with_ref(r, l);
+  ops.push_back(value_for_region(value, r.type(), region, name, loc));
   Attrs a;
   a.set(AttrKey::Index, l.indexer);
-  trace::add_op(OpCode::Store, ops, std::move(a), loc);
+  if (mask) {
+    ops.push_back(trace::broadcast_value(*mask, region, name, loc));
+    a.set(AttrKey::Masked, int64_t{1});
+  }
+  return trace::add_op(code, ops, std::move(a), loc);
+}
+}  // namespace
+
+void Ref::store(Indices idx, Operand value, Loc loc) const {
+  write_op(*this, OpCode::Store, "store", idx, value, nullptr, loc);
 }
 
 void Ref::store_masked(Indices idx, Operand value, const Value& mask, Loc loc) const {
-  Lowered l = lower_indices(type(), idx, "store", loc);
-  Shape region = l.indexer.result_shape();
-  std::vector<Value> ops = with_ref(*this, l);
-  ops.push_back(value_for_region(value, type(), region, "store", loc));
-  ops.push_back(trace::broadcast_value(mask, region, "store", loc));
-  Attrs a;
-  a.set(AttrKey::Index, l.indexer);
-  a.set(AttrKey::Masked, int64_t{1});
-  trace::add_op(OpCode::Store, ops, std::move(a), loc);
+  write_op(*this, OpCode::Store, "store", idx, value, &mask, loc);
 }
 
 Value Ref::swap(Indices idx, Operand value, Loc loc) const {
-  Lowered l = lower_indices(type(), idx, "swap", loc);
-  std::vector<Value> ops = with_ref(*this, l);
-  ops.push_back(value_for_region(value, type(), l.indexer.result_shape(), "swap", loc));
-  Attrs a;
-  a.set(AttrKey::Index, l.indexer);
-  return trace::add_op1(OpCode::Swap, ops, std::move(a), loc);
+  return write_op(*this, OpCode::Swap, "swap", idx, value, nullptr, loc).at(0);
 }
 
 Value Ref::atomic_rmw(const std::string& kind, Indices idx, Operand value, Loc loc) const {
