@@ -238,20 +238,51 @@ struct CompilerParams {
   std::optional<int64_t> vmem_limit_bytes;
   bool allow_input_fusion = false;
 };
-// The TPU interpret mode's parameters (see docs; implemented by the TPU interpret machine).
+// One access involved in a race (see RaceReport).
+struct RaceAccess {
+  bool is_write = false;
+  std::string actor;     // "device 0, core 1" or "DMA 3 (started by device 0, core 1)"
+  std::string what;      // "load", "store", "DMA read", "copy-in of input x", ...
+  SourceLoc loc;         // the user's line (for machine copies: the pallas_call)
+  std::vector<int64_t> clock;  // the actor's vector clock at the access
+};
+// Two accesses to overlapping elements of one buffer, at least one a write, with neither
+// ordered before the other by semaphores, barriers or DMA completion.
+struct RaceReport {
+  std::string buffer;    // "input x (hbm, device 0)", "scratch 1 (vmem, device 0, core 1)"
+  Shape buffer_shape;
+  RaceAccess first, second;  // `first` happened earlier in the simulation
+  // The overlapping elements, per buffer dimension: [begin, end) (a bounding box of the
+  // elements both accesses touch).
+  std::vector<std::pair<int64_t, int64_t>> overlap;
+  std::string to_string() const;
+};
+
+// The TPU interpret mode's parameters (docs/TPU_INTERPRET.md). Invalid values raise errors when
+// the call runs.
 struct InterpretParams {
   std::string dma_execution_mode = "on_wait";  // "eager" | "on_wait"
-  std::optional<uint64_t> random_seed;
+  std::optional<uint64_t> random_seed;         // permutes parallel grid dims (none: seed 0)
   bool detect_races = false;
   std::string out_of_bounds_reads = "raise";   // "raise" | "uninitialized"
   std::string uninitialized_memory = "nan";    // "nan" | "zero"
   bool skip_floating_point_ops = false;
   int num_cores_per_device = 1;
-  std::optional<int> vector_clock_size;
+  std::optional<int> vector_clock_size;        // validated; the detector's clocks are exact
   std::string buffer_bounds = "logical";       // "logical" | "padded"
   bool allow_hbm_allocation_in_run_scoped = false;
+  // Called once per grid point, in each core's execution order (serialised across cores).
   std::function<void(const std::vector<int64_t>& grid_point, int core)> grid_point_recorder;
+  // "" or a comma-separated set of "semaphore", "shared_memory", "dma", "barrier": lines go to
+  // `log` (default std::cerr) prefixed "Device d, core c: ".
   std::string logging_mode;
+  std::ostream* log = nullptr;
+  // Where detected races go: appended here when set (cleared when a call starts); otherwise
+  // printed to std::cerr.
+  std::shared_ptr<std::vector<RaceReport>> races;
+  bool races_are_errors = false;               // a detected race ends the call with RaceError
+  // A semaphore with a non-zero count when the kernel ends: "error" or "warn" (print).
+  std::string nonzero_semaphores_at_exit = "error";
 };
 }  // namespace tpu
 namespace gpu {
@@ -315,6 +346,8 @@ struct CallOptions {
   std::map<std::string, std::string> metadata;
   std::optional<CostEstimate> cost_estimate;
   std::optional<std::vector<int64_t>> mesh_shape;  // set by core_map-style entry points
+  // The memory space of operands whose BlockSpec names none (default VMEM; core_map: ANY).
+  std::optional<MemorySpace> default_memory_space;
   bool debug = false;  // print the traced IR and the grid mapping
   std::ostream* debug_out = nullptr;  // where debug output goes (default std::cout)
 };
@@ -378,6 +411,8 @@ class PallasCall {
   // Traces (or finds in the cache) the call for these argument shapes without running it.
   std::shared_ptr<const TracedCall> trace(const std::vector<ShapeDtype>& args) const;
   int cache_size() const;
+  // Internal: the call's state (used by entry points such as pltpu::run_on_mesh).
+  const std::shared_ptr<PallasCallImpl>& impl() const { return impl_; }
 
  private:
   std::shared_ptr<PallasCallImpl> impl_;

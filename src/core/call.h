@@ -5,6 +5,7 @@
 
 #include "eval/interpreter.h"
 #include "pallas/pallas_call.h"
+#include "pallas/tpu.h"
 
 namespace pallas {
 
@@ -22,6 +23,10 @@ class PallasCallImpl {
   std::map<std::string, std::shared_ptr<const TracedCall>> cache;  // keyed by argument signature
 
   std::shared_ptr<const TracedCall> trace(const std::vector<ShapeDtype>& args);
+  // Splits the leading dynamic grid sizes off `all_args` (into `grid`, the rest into `args`)
+  // and traces for the remaining arguments' shapes.
+  std::shared_ptr<const TracedCall> prepare(const std::vector<Array>& all_args,
+                                            std::vector<int64_t>& grid, std::vector<Array>& args);
   // "name at file.cc:12" for messages.
   std::string func_src_info() const;
 };
@@ -55,5 +60,16 @@ namespace interpret {
 std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array>& args,
                                  const std::vector<int64_t>& grid, std::ostream* debug_out);
 }  // namespace interpret
+
+namespace tpu_interpret {
+// Rejects what the TPU interpret mode cannot run, at trace time (direct loads and stores of
+// HBM/ANY Refs, with the reference's message).
+void check_kernel(const ir::Kernel& k);
+// Runs a traced call on the simulated TPU: `args[d]` are device d's operands on `mesh` (one
+// device when the mesh is empty).
+std::vector<std::vector<Array>> run(const PallasCallImpl& c, const TracedCall& call,
+                                    const std::vector<std::vector<Array>>& args,
+                                    const std::vector<int64_t>& grid, const tpu::Mesh& mesh);
+}  // namespace tpu_interpret
 
 }  // namespace pallas

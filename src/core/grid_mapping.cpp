@@ -172,6 +172,7 @@ GridMapping build_grid_mapping(const PallasCallImpl& call, const std::vector<Sha
                 call.loc);
   BlockSpec whole;
   whole.loc = call.loc;
+  whole.memory_space = call.opts.default_memory_space;
   for (size_t i = 0; i < num_in; ++i) {
     const BlockSpec& spec = gs.in_specs.given() ? gs.in_specs.specs()[i] : whole;
     gm.block_mappings.push_back(make_block_mapping(

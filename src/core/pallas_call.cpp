@@ -181,6 +181,7 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
     tc->kernel = scope.finish();
     tc->kernel.loc = loc;
   }
+  if (backend == "tpu_interpret") tpu_interpret::check_kernel(tc->kernel);
   if (opts.debug) {
     std::ostream& os = opts.debug_out ? *opts.debug_out : std::cout;
     os << "The kernel IR of " << func_src_info() << ":\n"
@@ -201,18 +202,19 @@ int PallasCall::cache_size() const {
   return static_cast<int>(impl_->cache.size());
 }
 
-std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) const {
-  PallasCallImpl& c = *impl_;
-  const Grid& g = c.grid_spec.grid;
+std::shared_ptr<const TracedCall> PallasCallImpl::prepare(const std::vector<Array>& all_args,
+                                                         std::vector<int64_t>& grid,
+                                                         std::vector<Array>& args) {
+  const Grid& g = grid_spec.grid;
   size_t num_dynamic = 0;
   for (const GridDim& d : g.dims) num_dynamic += d.is_dynamic();
   if (all_args.size() < num_dynamic)
-    throw Error("pallas_call " + c.func_src_info() + ": the grid has " +
+    throw Error("pallas_call " + func_src_info() + ": the grid has " +
                     std::to_string(num_dynamic) +
                     " dynamic dimensions, so the call needs that many leading i32 scalar sizes; got " +
                     std::to_string(all_args.size()) + " arguments",
-                c.loc);
-  std::vector<int64_t> grid;
+                loc);
+  grid.clear();
   size_t next = 0;
   for (size_t d = 0; d < g.dims.size(); ++d) {
     if (!g.dims[d].is_dynamic()) {
@@ -221,27 +223,33 @@ std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) co
     }
     const Array& s = all_args[next];
     if (s.rank() != 0 || !is_integer(s.dtype()))
-      throw Error("pallas_call " + c.func_src_info() + ": argument " + std::to_string(next) +
+      throw Error("pallas_call " + func_src_info() + ": argument " + std::to_string(next) +
                       " must be an integer scalar (the size of dynamic grid dimension " +
                       std::to_string(d) + "), got " + s.shape_dtype().to_string(),
-                  c.loc);
+                  loc);
     int64_t n = s.scalar_at_flat(0).as_int64();
     if (n < 0)
-      throw Error("pallas_call " + c.func_src_info() + ": dynamic grid dimension " +
+      throw Error("pallas_call " + func_src_info() + ": dynamic grid dimension " +
                       std::to_string(d) + " has negative size " + std::to_string(n),
-                  c.loc);
+                  loc);
     grid.push_back(n);
     ++next;
   }
-  std::vector<Array> args(all_args.begin() + static_cast<long>(num_dynamic), all_args.end());
+  args.assign(all_args.begin() + static_cast<long>(num_dynamic), all_args.end());
   std::vector<ShapeDtype> sig;
   for (const Array& a : args) sig.push_back(a.shape_dtype());
-  std::shared_ptr<const TracedCall> tc = c.trace(sig);
+  return trace(sig);
+}
+
+std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) const {
+  PallasCallImpl& c = *impl_;
+  std::vector<int64_t> grid;
+  std::vector<Array> args;
+  std::shared_ptr<const TracedCall> tc = c.prepare(all_args, grid, args);
   if (c.backend == "reference")
     return interpret::run_reference(*tc, args, grid, c.opts.debug_out);
   if (c.backend == "tpu_interpret")
-    throw NotSupportedError("the TPU interpret mode (pltpu::InterpretParams); use .interpret = true",
-                            c.loc);
+    return tpu_interpret::run(c, *tc, {args}, grid, tpu::Mesh{}).at(0);
   if (c.backend == "mosaic_gpu") throw NotSupportedError("the GPU backend (mosaic_gpu)", c.loc);
   throw InternalError("unknown backend " + c.backend);
 }

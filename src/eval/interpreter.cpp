@@ -272,6 +272,11 @@ void Interpreter::eval_op(const ir::Op& op) {
   if (op.results.size() == 1 && fusions_.skip[static_cast<size_t>(op.results[0])]) return;
   if (eval_extension_op(op)) return;
   const uint32_t cat = op.info().categories;
+  if ((cat & ir::kSideEffect && op.code != OpCode::DebugPrint) || op.code == OpCode::AxisIndex)
+    throw NotSupportedError(std::string(op.info().name) +
+                                " outside the TPU interpret mode (run the call with .interpret = "
+                                "pltpu::InterpretParams{})",
+                            op.loc);
   if (cat & (ir::kControl | ir::kTerminator)) return eval_control(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return eval_ref_op(op);
   switch (op.code) {
@@ -421,6 +426,11 @@ template <class T> T rmw(const std::string& kind, T cur, T v) {
 
 }  // namespace
 
+void Interpreter::out_of_bounds(const ir::Op& op, const RefValue&, std::span<const int64_t>,
+                                const Error& e) {
+  throw Error(std::string(op.info().name) + ": " + e.what());
+}
+
 void Interpreter::eval_ref_op(const ir::Op& op) {
   const RefValue& base = ref(op.operands[0]);
   const ir::Indexer& index = op.attrs.get_indexer(AttrKey::Index);
@@ -441,12 +451,27 @@ void Interpreter::eval_ref_op(const ir::Op& op) {
   try {
     v = view(base, index, dynamic, op.loc);
   } catch (const Error& e) {
-    throw Error(std::string(op.info().name) + ": " + e.what());
+    out_of_bounds(op, base, dynamic, e);
   }
   size_t next = 1 + ndyn;
   bool masked = op.attrs.get_int_or(AttrKey::Masked, 0) != 0;
+  if (op.code == OpCode::RefView) {
+    set(op.results[0], std::move(v));
+    return;
+  }
+  struct AccessScope {
+    Interpreter* self;
+    const ir::Op& op;
+    const RefValue& v;
+    AccessScope(Interpreter* s, const ir::Op& o, const RefValue& view) : self(s), op(o), v(view) {
+      if (self->access_hooks_) self->begin_access(op, v);
+    }
+    ~AccessScope() {
+      if (self->access_hooks_) self->end_access(op, v);
+    }
+  } scope(this, op, v);
   switch (op.code) {
-    case OpCode::RefView: set(op.results[0], std::move(v)); return;
+    case OpCode::RefView: break;
     case OpCode::Load: {
       Array x = read(v);
       if (masked) x = select(array(op.operands[next]), x, array(op.operands[next + 1]));

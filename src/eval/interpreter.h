@@ -41,19 +41,32 @@ class Interpreter {
   void set_debug_out(std::ostream* os) { debug_out_ = os; }
 
  protected:
-  // Hook for backends that add ops (DMAs, semaphores): return true if handled.
+  // Hook for backends that add ops (DMAs, semaphores): return true if handled. Called before
+  // every op (except ops fused away).
   virtual bool eval_extension_op(const ir::Op&) { return false; }
+  // When `access_hooks_` is set, every load/store/swap/atomic calls begin_access with the
+  // indexed view before touching memory and end_access after (also when the access throws).
+  // The TPU machine checks races and serialises shared buffers there.
+  bool access_hooks_ = false;
+  virtual void begin_access(const ir::Op&, const RefValue&) {}
+  virtual void end_access(const ir::Op&, const RefValue&) {}
+  // An index outside its Ref: the default rethrows `e` prefixed with the op's name.
+  [[noreturn]] virtual void out_of_bounds(const ir::Op& op, const RefValue& base,
+                                          std::span<const int64_t> dynamic, const Error& e);
+
   const Array& array(ir::ValueId v) const;
   const RefValue& ref(ir::ValueId v) const;
   void set(ir::ValueId v, RtValue x) { env_[static_cast<size_t>(v)] = std::move(x); }
   int64_t scalar_int(ir::ValueId v) const;
+  void eval_ref_op(const ir::Op& op);
+  std::vector<Array> run_region_yield(const ir::Region& r);
+  const ir::Kernel& kernel() const { return kernel_; }
+  const GridPoint& grid_point() const { return *grid_; }
 
  private:
   void run_region(const ir::Region& r);
   void eval_op(const ir::Op& op);
   void eval_control(const ir::Op& op);
-  void eval_ref_op(const ir::Op& op);
-  std::vector<Array> run_region_yield(const ir::Region& r);
 
   void run_accumulate_dot(const AccumulateDot& f, const RefValue& acc);
 

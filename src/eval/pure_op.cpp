@@ -83,6 +83,9 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
     case OpCode::Store: case OpCode::Swap: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
     case OpCode::RunScoped: case OpCode::Yield: case OpCode::DebugPrint:
+    case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
+    case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
+    case OpCode::AxisIndex:
       break;
   }
   throw InternalError("pure_op1 called on " + std::string(op.info().name));

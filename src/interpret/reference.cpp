@@ -11,10 +11,14 @@
 #include <set>
 #include <sstream>
 
+#include "core/blocks.h"
 #include "core/call.h"
 #include "ir/analysis.h"
 
 namespace pallas::interpret {
+
+using core::padded_layout;
+using core::tuple_string;
 
 namespace {
 
@@ -24,34 +28,6 @@ struct Operand {
   std::vector<int64_t> low;   // where the logical array starts inside `work` (Element padding)
   std::vector<int64_t> strides;
 };
-
-std::string tuple_string(const std::vector<int64_t>& v) {
-  std::string s = "(";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  if (v.size() == 1) s += ",";
-  return s + ")";
-}
-
-// Padded shape and the low-side offset of the logical array for a block mapping.
-void padded_layout(const BlockMapping& bm, Shape& padded, std::vector<int64_t>& low) {
-  padded.clear();
-  low.clear();
-  for (size_t d = 0; d < bm.array.shape.size(); ++d) {
-    int64_t n = bm.array.shape[d];
-    const BlockDim& b = bm.block_shape[d];
-    if (b.is_blocked() && b.size() > 0) {
-      padded.push_back(cdiv(n, b.size()) * b.size());
-      low.push_back(0);
-    } else if (b.is_element()) {
-      auto [lo, hi] = b.element().padding;
-      padded.push_back(lo + n + hi);
-      low.push_back(lo);
-    } else {
-      padded.push_back(n);
-      low.push_back(0);
-    }
-  }
-}
 
 eval::RefValue view_of(Array& a, MemorySpace space, const std::vector<int64_t>& low,
                        const Shape& shape) {
@@ -152,7 +128,7 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
   point.program_ids.assign(grid.size(), 0);
   int64_t total = 1;
   for (int64_t g : grid) total *= g;
-  std::vector<int64_t> indices;
+  std::vector<int64_t> indices, start, size;
 
   // Each operand's block view keeps its shape and strides for the whole call; only its data
   // pointer moves from point to point. A block with a BoundedSlice shorter than the block is
@@ -198,31 +174,21 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
       const BlockMapping& bm = gm.block_mappings[j];
       Operand& op = ops[j];
       index_maps[j].eval(point, prefetch, indices);
+      core::block_region(bm, indices, start, size);
       int64_t offset = 0;
       for (size_t d = 0; d < bm.block_shape.size(); ++d) {
-        const BlockDim& b = bm.block_shape[d];
-        int64_t idx = indices[d];
-        int64_t start = b.is_blocked() ? idx * b.size() : idx;
-        int64_t size = b.is_bounded_slice() ? bm.slice_sizes[d] : b.size();
-        int64_t dim = op.work.shape()[d];
-        if (start < 0 || start + size > dim) {
-          std::ostringstream range;
-          for (size_t e = 0; e < bm.block_shape.size(); ++e) {
-            const BlockDim& be = bm.block_shape[e];
-            int64_t s0 = be.is_blocked() ? indices[e] * be.size() : indices[e];
-            int64_t n0 = be.is_bounded_slice() ? bm.slice_sizes[e] : be.size();
-            range << (e ? ", " : "") << s0 - op.low[e] << ":" << s0 - op.low[e] + n0;
-          }
+        if (start[d] < 0 || start[d] + size[d] > op.work.shape()[d]) {
           bool is_input = j < num_in;
           throw Error("Out-of-bounds block index " + tuple_string(indices) + " for " +
                           (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
                           tuple_string(point.program_ids) + ": " +
-                          (is_input ? "reading [" : "writing [") + range.str() + "] but " +
+                          (is_input ? "reading [" : "writing [") +
+                          core::block_range_string(start, size, op.low) + "] but " +
                           (is_input ? "input" : "output") + " has shape " +
                           tuple_string(op.logical) + ".",
                       bm.index_map.loc);
         }
-        offset += start * op.strides[d];
+        offset += start[d] * op.strides[d];
       }
       BlockView& bv = blocks[j];
       bv.view.data = static_cast<std::byte*>(op.work.raw_data()) + offset * itemsize(bv.view.dtype);

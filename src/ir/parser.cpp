@@ -71,9 +71,12 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::NumKeys:
     case AttrKey::Descending:
     case AttrKey::Masked:
+    case AttrKey::HasCoreIndex:
     case AttrKey::N: return AttrKind::Int;
     case AttrKey::Index: return AttrKind::Indexer;
     case AttrKey::Kind:
+    case AttrKey::DeviceIdType:
+    case AttrKey::AxisNames:
     case AttrKey::Format: return AttrKind::String;
   }
   return AttrKind::Int;

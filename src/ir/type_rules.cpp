@@ -99,6 +99,28 @@ struct RuleContext {
   }
 };
 
+// A semaphore Ref of rank 0 (index an array of semaphores first: sem.at(i)).
+void expect_semaphore(const RuleContext& c, size_t i, const char* what, bool any_kind) {
+  const Type& t = c.ref(i);
+  if (!is_semaphore(t.dtype) || (!any_kind && t.dtype == DType::BarrierSemaphore))
+    c.fail(std::string(what) + " must be a " + (any_kind ? "semaphore" : "DMA or regular semaphore") +
+           " Ref, got " + t.to_string());
+  if (t.rank() != 0)
+    c.fail(std::string(what) + " must be a single semaphore, got the array " + t.to_string() +
+           " (index it: sem.at(i))");
+}
+
+// Operands from `first` on are the device id: one integer scalar (logical), or one per mesh axis.
+void expect_device_id(const RuleContext& c, size_t first) {
+  const std::string& kind = c.string_attr(AttrKey::DeviceIdType);
+  if (kind != "mesh" && kind != "logical")
+    c.fail("device_id_type must be \"mesh\" or \"logical\", got \"" + kind + "\"");
+  if (c.operands.size() <= first) c.fail("missing the device id");
+  if (kind == "logical" && c.operands.size() != first + 1)
+    c.fail("a logical device id is one integer scalar");
+  for (size_t i = first; i < c.operands.size(); ++i) c.expect_int_scalar(i, "a device id");
+}
+
 std::string ints_to_string(const Ints& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -622,6 +644,50 @@ std::vector<Type> rule(const RuleContext& c) {
     }
     case OpCode::Yield:
       return {};
+    case OpCode::DmaStart: {
+      const Type& src = c.ref(0);
+      const Type& dst = c.ref(1);
+      if (is_semaphore(src.dtype) || is_semaphore(dst.dtype))
+        c.fail("cannot copy semaphores (src " + src.to_string() + ", dst " + dst.to_string() + ")");
+      if (src.shape != dst.shape || src.dtype != dst.dtype)
+        c.fail("source " + src.to_string() + " and destination " + dst.to_string() +
+               " must have the same shape and dtype");
+      expect_semaphore(c, 2, "the receive semaphore", false);
+      if (a.has(AttrKey::DeviceIdType)) {
+        expect_semaphore(c, 3, "the send semaphore", false);
+        expect_device_id(c, 4);
+      } else {
+        c.expect_num_operands(3);
+      }
+      return {};
+    }
+    case OpCode::DmaWait:
+      expect_semaphore(c, 0, "the semaphore", false);
+      c.ref(1);
+      return {};
+    case OpCode::SemaphoreSignal: {
+      expect_semaphore(c, 0, "the semaphore", true);
+      c.expect_int_scalar(1, "the increment");
+      size_t next = 2;
+      if (c.int_attr(AttrKey::HasCoreIndex) != 0) c.expect_int_scalar(next++, "the core index");
+      if (a.has(AttrKey::DeviceIdType))
+        expect_device_id(c, next);
+      else
+        c.expect_num_operands(next);
+      return {};
+    }
+    case OpCode::SemaphoreWait:
+      expect_semaphore(c, 0, "the semaphore", true);
+      c.expect_int_scalar(1, "the value");
+      return {};
+    case OpCode::SemaphoreRead:
+      expect_semaphore(c, 0, "the semaphore", true);
+      return {Type::scalar(DType::I32)};
+    case OpCode::GetBarrierSemaphore:
+      return {Type::ref({}, DType::BarrierSemaphore, MemorySpace::Semaphore)};
+    case OpCode::AxisIndex:
+      if (c.string_attr(AttrKey::AxisNames).empty()) c.fail("needs an axis name");
+      return {Type::scalar(DType::I32)};
     case OpCode::DebugPrint: {
       const std::string& fmt = c.string_attr(AttrKey::Format);
       size_t holes = 0;

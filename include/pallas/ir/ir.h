@@ -175,7 +175,10 @@ struct Indexer {
   X(Masked, "masked")                    \
   X(Kind, "kind")                        \
   X(Format, "format")                    \
-  X(N, "n")
+  X(N, "n")                              \
+  X(DeviceIdType, "device_id_type")      \
+  X(AxisNames, "axis_names")             \
+  X(HasCoreIndex, "has_core_index")
 
 enum class AttrKey : uint8_t {
 #define PALLAS_X(name, str) name,

@@ -1,0 +1,29 @@
+// How pallas_call lays out an operand and cuts it into blocks: shared by the reference
+// interpreter and the TPU interpret mode.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pallas/pallas_call.h"
+
+namespace pallas::core {
+
+// "(1, 2)", "(3,)", "()": Python's tuple spelling, used in the seed's messages.
+std::string tuple_string(const std::vector<int64_t>& v);
+
+// The operand's array padded so every block lies inside it: Blocked dims round up to a whole
+// number of blocks, Element dims add their (low, high) padding. `low` is where the logical
+// array starts inside the padded one.
+void padded_layout(const BlockMapping& bm, Shape& padded, std::vector<int64_t>& low);
+
+// Where the block with these index-map results starts in the padded array, and its size, per
+// array dimension (Squeezed dims: size 1).
+void block_region(const BlockMapping& bm, const std::vector<int64_t>& indices,
+                  std::vector<int64_t>& start, std::vector<int64_t>& size);
+
+// "0:8, 128:256": the block's range in the logical array's coordinates.
+std::string block_range_string(const std::vector<int64_t>& start, const std::vector<int64_t>& size,
+                               const std::vector<int64_t>& low);
+
+}  // namespace pallas::core

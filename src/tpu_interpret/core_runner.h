@@ -1,0 +1,35 @@
+// The kernel interpreter of one simulated core: the shared interpreter plus the TPU ops (DMAs,
+// semaphores, axis indices), machine-managed run_scoped allocations, and access hooks that
+// serialise buffer contents and feed the race detector.
+#pragma once
+
+#include "tpu_interpret/machine.h"
+
+namespace pallas::tpu_interpret {
+
+class CoreRunner : public eval::Interpreter {
+ public:
+  CoreRunner(const ir::Kernel& k, Machine& m, CoreThread& t);
+
+ protected:
+  bool eval_extension_op(const ir::Op& op) override;
+  void begin_access(const ir::Op& op, const eval::RefValue& view) override;
+  void end_access(const ir::Op& op, const eval::RefValue& view) override;
+  [[noreturn]] void out_of_bounds(const ir::Op& op, const eval::RefValue& base,
+                                  std::span<const int64_t> dynamic, const Error& e) override;
+
+ private:
+  void run_scoped(const ir::Op& op);
+  void dma_start(const ir::Op& op);
+  void semaphore_signal(const ir::Op& op);
+  int target_device(const ir::Op& op, size_t first_operand);
+  bool skip_float_op(const ir::Op& op);
+  bool load_with_uninitialized_fill(const ir::Op& op);
+
+  Machine& m_;
+  CoreThread& t_;
+  std::unique_lock<std::mutex> held_;  // the accessed buffer's lock, between begin and end
+  eval::RefValue barrier_ref_;         // the barrier semaphore, once asked for
+};
+
+}  // namespace pallas::tpu_interpret

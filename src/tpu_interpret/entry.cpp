@@ -1,0 +1,137 @@
+// Entry points of the TPU interpret mode: pallas_call with InterpretParams, core_map, and
+// run_on_mesh (SPMD over simulated devices).
+#include "core/call.h"
+#include "tpu_interpret/machine.h"
+
+namespace pallas {
+
+namespace tpu_interpret {
+
+namespace {
+void check_region(const ir::Kernel& k, const ir::Region& r) {
+  for (const ir::Op& op : r.ops) {
+    for (const ir::Region& sub : op.regions) check_region(k, sub);
+    bool direct = op.code == ir::OpCode::Load || op.code == ir::OpCode::Store ||
+                  op.code == ir::OpCode::Swap || op.code == ir::OpCode::AtomicRmw ||
+                  op.code == ir::OpCode::AtomicCas;
+    if (!direct) continue;
+    MemorySpace s = k.type(op.operands[0]).space;
+    if (s != MemorySpace::Hbm && s != MemorySpace::Any) continue;
+    const char* prim = op.code == ir::OpCode::Load ? "load_p"
+                       : op.code == ir::OpCode::Store ? "swap_p"
+                                                      : "swap_p";
+    throw Error(std::string(prim) +
+                    ": Buffers with a memory space of HBM or ANY cannot be referenced directly. "
+                    "Instead, use `pltpu::sync_copy` or `pltpu::async_copy`.",
+                op.loc);
+  }
+}
+
+MachineConfig config_of(const PallasCallImpl& c, const tpu::Mesh& mesh) {
+  MachineConfig cfg;
+  cfg.params = c.opts.interpret.tpu().value_or(tpu::InterpretParams{});
+  cfg.mesh = mesh;
+  cfg.num_cores = cfg.params.num_cores_per_device;
+  auto it = c.compiler_params.find("mosaic_tpu");
+  if (it != c.compiler_params.end()) {
+    const auto& tp = std::get<tpu::CompilerParams>(it->second);
+    cfg.dimension_semantics = tp.dimension_semantics;
+    cfg.collective_id = tp.collective_id;
+  }
+  if (c.opts.mesh_shape) {
+    cfg.core_map = true;
+    cfg.num_cores = static_cast<int>(c.opts.mesh_shape->at(0));
+    cfg.dimension_semantics = {cfg.num_cores > 1 ? "parallel" : "arbitrary"};
+  }
+  return cfg;
+}
+}  // namespace
+
+void check_kernel(const ir::Kernel& k) { check_region(k, k.body); }
+
+std::vector<std::vector<Array>> run(const PallasCallImpl& c, const TracedCall& call,
+                                    const std::vector<std::vector<Array>>& args,
+                                    const std::vector<int64_t>& grid, const tpu::Mesh& mesh) {
+  Machine m(call, config_of(c, mesh), c.loc);
+  return m.run(args, grid);
+}
+
+}  // namespace tpu_interpret
+
+namespace tpu {
+
+int64_t Mesh::num_devices() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::vector<std::vector<Array>> run_on_mesh(const PallasCall& call, const Mesh& mesh,
+                                            const std::vector<std::vector<Array>>& args) {
+  PallasCallImpl& c = *call.impl();
+  if (mesh.axis_names.size() != mesh.shape.size())
+    throw Error("run_on_mesh: the mesh needs one name per axis (" +
+                std::to_string(mesh.axis_names.size()) + " names for " +
+                std::to_string(mesh.shape.size()) + " axes)");
+  for (size_t i = 0; i < mesh.shape.size(); ++i) {
+    if (mesh.shape[i] < 1)
+      throw Error("run_on_mesh: mesh axis '" + mesh.axis_names[i] + "' has size " +
+                  std::to_string(mesh.shape[i]));
+    for (size_t j = 0; j < i; ++j)
+      if (mesh.axis_names[i] == mesh.axis_names[j])
+        throw Error("run_on_mesh: mesh axis name '" + mesh.axis_names[i] + "' is repeated");
+  }
+  if (c.backend != "tpu_interpret")
+    throw Error("run_on_mesh runs calls in the TPU interpret mode; this call runs on '" +
+                    c.backend + "' (pass .interpret = pltpu::InterpretParams{})",
+                c.loc);
+  const int64_t n = mesh.num_devices();
+  if (static_cast<int64_t>(args.size()) != n)
+    throw Error("run_on_mesh: the mesh has " + std::to_string(n) + " devices but " +
+                    std::to_string(args.size()) + " argument lists were given (one per device)",
+                c.loc);
+  std::vector<int64_t> grid;
+  std::vector<std::vector<Array>> per_device(args.size());
+  std::shared_ptr<const TracedCall> tc;
+  for (size_t d = 0; d < args.size(); ++d) {
+    std::vector<int64_t> g;
+    std::shared_ptr<const TracedCall> t = c.prepare(args[d], g, per_device[d]);
+    if (d == 0) {
+      tc = t;
+      grid = g;
+    } else if (t != tc || g != grid) {
+      throw Error("run_on_mesh: device " + std::to_string(d) +
+                      "'s arguments differ in shape, dtype or dynamic grid size from device 0's "
+                      "(every device runs the same program)",
+                  c.loc);
+    }
+  }
+  return tpu_interpret::run(c, *tc, per_device, grid, mesh);
+}
+
+namespace detail {
+PallasCall make_core_map(KernelFn body, std::vector<ShapeDtype> out_shapes,
+                         const TensorCoreMesh& mesh, CallOptions opts, const SourceLoc& loc) {
+  if (mesh.num_cores < 1)
+    throw Error("TensorCoreMesh needs at least one core, got " + std::to_string(mesh.num_cores), loc);
+  if (!opts.grid.empty() || opts.grid_spec || opts.in_specs.given() || opts.out_specs.given())
+    throw Error("core_map takes no grid or BlockSpecs: the body runs once per core on whole-array "
+                "Refs",
+                loc);
+  opts.grid = Grid{{mesh.axis_name, static_cast<int64_t>(mesh.num_cores)}};
+  opts.mesh_shape = std::vector<int64_t>{mesh.num_cores};
+  opts.default_memory_space = MemorySpace::Any;
+  if (!opts.interpret.tpu()) {
+    if (opts.interpret.enabled() || opts.backend)
+      throw Error("core_map runs in the TPU interpret mode: leave .interpret unset or pass "
+                  "pltpu::InterpretParams{...}",
+                  loc);
+    opts.interpret = InterpretParams{};
+  }
+  return pallas::detail::make_pallas_call(std::move(body), std::move(out_shapes), std::move(opts),
+                                          loc);
+}
+}  // namespace detail
+
+}  // namespace tpu
+}  // namespace pallas

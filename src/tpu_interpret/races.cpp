@@ -1,0 +1,173 @@
+#include "tpu_interpret/races.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace pallas::tpu_interpret {
+
+void merge_into(VectorClock& into, const VectorClock& from) {
+  if (into.size() < from.size()) into.resize(from.size(), 0);
+  for (size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
+}
+
+void tick(VectorClock& c, int actor) {
+  if (c.size() <= static_cast<size_t>(actor)) c.resize(static_cast<size_t>(actor) + 1, 0);
+  ++c[static_cast<size_t>(actor)];
+}
+
+bool happens_before(const VectorClock& a, const VectorClock& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t bi = i < b.size() ? b[i] : 0;
+    if (a[i] > bi) return false;
+  }
+  return true;
+}
+
+Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape) {
+  const int rank = static_cast<int>(shape.size());
+  std::vector<int64_t> bstride = row_major_strides(shape);
+  Region r(static_cast<size_t>(rank));
+  int64_t offset = (view.data - base) / itemsize(view.dtype);
+  for (int d = 0; d < rank; ++d) {
+    r[d].start = bstride[d] > 0 ? offset / bstride[d] : 0;
+    offset -= r[d].start * bstride[d];
+  }
+  for (size_t k = 0; k < view.shape.size(); ++k) {
+    int64_t n = view.shape[k], s = view.strides[k];
+    if (n == 0) {
+      for (DimRange& x : r) x.count = 0;
+      return r;
+    }
+    if (n == 1) continue;
+    int d = 0;
+    while (d < rank && !(bstride[d] <= s && s % bstride[d] == 0)) ++d;
+    if (d == rank || r[d].count != 1) {
+      // Not an indexer-made view (cannot happen today): cover the whole buffer, conservatively.
+      for (int e = 0; e < rank; ++e) r[e] = {0, shape[e], 1};
+      return r;
+    }
+    r[d].count = n;
+    r[d].step = s / bstride[d];
+  }
+  return r;
+}
+
+namespace {
+// Bounding box of the intersection of two arithmetic progressions, if not empty.
+bool progressions_meet(const DimRange& a, const DimRange& b, int64_t& lo, int64_t& hi) {
+  if (a.count == 0 || b.count == 0) return false;
+  const DimRange& small = a.count <= b.count ? a : b;
+  const DimRange& big = a.count <= b.count ? b : a;
+  int64_t big_last = big.start + (big.count - 1) * big.step;
+  bool any = false;
+  if (big.step == 1) {
+    // Fast path: the big one is an interval.
+    for (int64_t i = 0; i < small.count; ++i) {
+      int64_t x = small.start + i * small.step;
+      if (x < big.start) continue;
+      if (x > big_last) break;
+      if (!any) lo = x;
+      hi = x + 1;
+      any = true;
+    }
+    return any;
+  }
+  for (int64_t i = 0; i < small.count; ++i) {
+    int64_t x = small.start + i * small.step;
+    if (x < big.start || x > big_last || (x - big.start) % big.step != 0) continue;
+    if (!any) lo = x;
+    hi = x + 1;
+    any = true;
+  }
+  return any;
+}
+}  // namespace
+
+bool regions_overlap(const Region& a, const Region& b,
+                     std::vector<std::pair<int64_t, int64_t>>* box) {
+  if (box) box->clear();
+  for (size_t d = 0; d < a.size() && d < b.size(); ++d) {
+    // Quick reject on the bounding intervals.
+    int64_t a_last = a[d].start + (a[d].count - 1) * a[d].step;
+    int64_t b_last = b[d].start + (b[d].count - 1) * b[d].step;
+    if (a[d].count == 0 || b[d].count == 0 || a_last < b[d].start || b_last < a[d].start)
+      return false;
+  }
+  for (size_t d = 0; d < a.size() && d < b.size(); ++d) {
+    int64_t lo = 0, hi = 0;
+    if (!progressions_meet(a[d], b[d], lo, hi)) return false;
+    if (box) box->emplace_back(lo, hi);
+  }
+  return true;
+}
+
+int RaceDetector::access(const void* buffer, const std::string& buffer_name,
+                         const Shape& buffer_shape, const Region& region, bool is_write,
+                         const VectorClock& clock, const AccessInfo& who) {
+  for (const DimRange& d : region)
+    if (d.count == 0) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Record>& recs = records_[buffer];
+  int found = 0;
+  std::vector<std::pair<int64_t, int64_t>> box;
+  for (const Record& r : recs) {
+    if (r.who.actor == who.actor) continue;  // program order
+    if (!r.is_write && !is_write) continue;
+    if (happens_before(r.clock, clock)) continue;
+    if (!regions_overlap(r.region, region, &box)) continue;
+    std::string key = buffer_name + "|" + r.who.loc.to_string() + "|" + r.who.what + "|" +
+                      who.loc.to_string() + "|" + who.what;
+    if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) continue;
+    seen_.push_back(key);
+    tpu::RaceReport rep;
+    rep.buffer = buffer_name;
+    rep.buffer_shape = buffer_shape;
+    rep.first = {r.is_write, r.who.actor_name, r.who.what, r.who.loc,
+                 std::vector<int64_t>(r.clock.begin(), r.clock.end())};
+    rep.second = {is_write, who.actor_name, who.what, who.loc,
+                  std::vector<int64_t>(clock.begin(), clock.end())};
+    rep.overlap = box;
+    reports_.push_back(std::move(rep));
+    ++found;
+  }
+  // Forget what this access supersedes: the same actor's accesses to the same region (a write
+  // supersedes reads and writes, a read supersedes reads), and other actors' accesses to the
+  // same region that happen before a write (a later access racing with them races with it).
+  std::erase_if(recs, [&](const Record& r) {
+    if (r.region != region) return false;
+    if (r.who.actor == who.actor) return is_write || !r.is_write;
+    return is_write && happens_before(r.clock, clock);
+  });
+  recs.push_back(Record{region, is_write, clock, who});
+  return found;
+}
+
+std::vector<tpu::RaceReport> RaceDetector::reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reports_;
+}
+
+size_t RaceDetector::num_records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [b, v] : records_) n += v.size();
+  return n;
+}
+
+}  // namespace pallas::tpu_interpret
+
+namespace pallas::tpu {
+
+std::string RaceReport::to_string() const {
+  std::ostringstream os;
+  os << "RACE DETECTED on " << buffer << " " << shape_to_string(buffer_shape) << ", elements [";
+  for (size_t d = 0; d < overlap.size(); ++d)
+    os << (d ? ", " : "") << overlap[d].first << ":" << overlap[d].second;
+  os << "]\n";
+  for (const RaceAccess* a : {&first, &second})
+    os << "  " << (a->is_write ? "write" : "read") << " by " << a->actor << " (" << a->what
+       << ") at " << a->loc.to_string() << "\n";
+  return os.str();
+}
+
+}  // namespace pallas::tpu

@@ -1,0 +1,71 @@
+// The race detector of the TPU interpret mode: exact happens-before with vector clocks.
+//
+// Actors are the cores (one per global core) and the DMAs (each DMA is its own actor, so no
+// race hides behind a shared clock slot). An actor's own clock entry always exceeds what any
+// other actor knows of it (it starts at 1 and is incremented after every release), so two
+// accesses are ordered exactly when the earlier one's clock is <= the later one's. Each
+// buffer keeps the accesses that may still race (per-element regions, strided slices included)
+// and checks every new access against them.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "eval/interpreter.h"
+#include "pallas/pallas_call.h"
+
+namespace pallas::tpu_interpret {
+
+using VectorClock = std::vector<uint32_t>;
+void merge_into(VectorClock& into, const VectorClock& from);
+// Bumps `actor`'s own entry (growing the clock if needed).
+void tick(VectorClock& c, int actor);
+bool happens_before(const VectorClock& a, const VectorClock& b);
+
+// The elements an access touches: per buffer dimension, `count` indices from `start` every
+// `step`.
+struct DimRange {
+  int64_t start = 0, count = 1, step = 1;
+  bool operator==(const DimRange&) const = default;
+};
+using Region = std::vector<DimRange>;
+// The region of `view` inside a row-major buffer starting at `base` with this shape. Views made
+// by indexers map each of their dimensions to one buffer dimension, which this recovers.
+Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape);
+// Whether two regions share an element; if so, the bounding box of the shared elements.
+bool regions_overlap(const Region& a, const Region& b,
+                     std::vector<std::pair<int64_t, int64_t>>* box);
+
+struct AccessInfo {
+  int actor = 0;
+  std::string actor_name;
+  std::string what;
+  SourceLoc loc;
+};
+
+class RaceDetector {
+ public:
+  // Checks an access against the buffer's earlier accesses, records it, and returns the number
+  // of new races found.
+  int access(const void* buffer, const std::string& buffer_name, const Shape& buffer_shape,
+             const Region& region, bool is_write, const VectorClock& clock, const AccessInfo& who);
+  std::vector<tpu::RaceReport> reports() const;
+  size_t num_records() const;
+
+ private:
+  struct Record {
+    Region region;
+    bool is_write;
+    VectorClock clock;
+    AccessInfo who;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<const void*, std::vector<Record>> records_;
+  std::vector<tpu::RaceReport> reports_;
+  std::vector<std::string> seen_;  // dedup keys: one report per pair of source lines and buffer
+};
+
+}  // namespace pallas::tpu_interpret

@@ -1,0 +1,173 @@
+// Tracing of the TPU surface (include/pallas/tpu.h): DMAs, semaphores, axis indices.
+#include "pallas/tpu.h"
+#include "trace/context.h"
+
+namespace pallas::tpu {
+
+using ir::AttrKey;
+using ir::Attrs;
+using ir::OpCode;
+
+DType semaphore_dtype(SemaphoreType t) {
+  switch (t) {
+    case SemaphoreType::REGULAR: return DType::Semaphore;
+    case SemaphoreType::DMA: return DType::DmaSemaphore;
+    case SemaphoreType::BARRIER: return DType::BarrierSemaphore;
+  }
+  throw InternalError("semaphore type");
+}
+
+DeviceId DeviceId::named(std::vector<std::pair<std::string, Operand>> coords) {
+  std::vector<Operand> ids;
+  std::vector<std::string> axes;
+  for (auto& [axis, id] : coords) {
+    axes.push_back(axis);
+    ids.push_back(std::move(id));
+  }
+  DeviceId d(std::move(ids));
+  d.axes = std::move(axes);
+  return d;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty() || names[i].find(',') != std::string::npos)
+      throw Error("a mesh axis name must be non-empty and contain no comma, got \"" + names[i] +
+                  "\"");
+    s += (i ? "," : "") + names[i];
+  }
+  return s;
+}
+
+// Appends the device id's operands (as i32 scalars) and records how to read them.
+void add_device_id(const DeviceId& id, DeviceIdType type, std::vector<Value>& ops, Attrs& attrs,
+                   const Loc& loc) {
+  if (id.ids.empty()) throw Error("a device id needs at least one coordinate", trace::src(loc));
+  if (type == DeviceIdType::LOGICAL && (id.ids.size() != 1 || !id.axes.empty()))
+    throw Error("a LOGICAL device id is one integer (the row-major device number)",
+                trace::src(loc));
+  for (const Operand& o : id.ids) {
+    Value v = pallas::detail::as_index_scalar(o, "a device id");
+    ops.push_back(v.dtype() == DType::I32 ? v : trace::convert_to(v, DType::I32, loc));
+  }
+  attrs.set(AttrKey::DeviceIdType, std::string(type == DeviceIdType::LOGICAL ? "logical" : "mesh"));
+  if (!id.axes.empty()) attrs.set(AttrKey::AxisNames, join(id.axes));
+}
+
+Value index_scalar(const Operand& o, const char* what, const Loc& loc) {
+  Value v = pallas::detail::as_index_scalar(o, what);
+  return v.dtype() == DType::I32 ? v : trace::convert_to(v, DType::I32, loc);
+}
+
+}  // namespace
+
+void semaphore_signal(const Ref& sem, Operand inc, SignalOptions opts, Loc loc) {
+  std::vector<Value> ops = {sem.handle(), index_scalar(inc, "semaphore_signal increment", loc)};
+  Attrs a;
+  a.set(AttrKey::HasCoreIndex, int64_t{opts.core_index.has_value()});
+  if (opts.core_index) ops.push_back(index_scalar(*opts.core_index, "semaphore_signal core_index", loc));
+  if (opts.device_id) add_device_id(*opts.device_id, opts.device_id_type, ops, a, loc);
+  trace::add_op(OpCode::SemaphoreSignal, ops, std::move(a), loc);
+}
+
+void semaphore_wait(const Ref& sem, Operand value, Loc loc) {
+  trace::add_op(OpCode::SemaphoreWait,
+                {sem.handle(), index_scalar(value, "semaphore_wait value", loc)}, {}, loc);
+}
+
+Value semaphore_read(const Ref& sem, Loc loc) {
+  return trace::add_op1(OpCode::SemaphoreRead, {sem.handle()}, {}, loc);
+}
+
+Ref get_barrier_semaphore(Loc loc) {
+  return Ref(trace::add_op1(OpCode::GetBarrierSemaphore, {}, {}, loc));
+}
+
+Value axis_index(const std::string& axis, Loc loc) {
+  Attrs a;
+  a.set(AttrKey::AxisNames, axis);
+  if (axis.empty()) throw Error("axis_index needs an axis name", trace::src(loc));
+  return trace::add_op1(OpCode::AxisIndex, {}, std::move(a), loc);
+}
+
+// ---- DMAs -----------------------------------------------------------------------------------------
+AsyncCopy make_async_copy(const Ref& src, const Ref& dst, const Ref& sem) {
+  AsyncCopy c;
+  c.src = src;
+  c.dst = dst;
+  c.recv_sem = sem;
+  return c;
+}
+
+AsyncCopy make_async_remote_copy(const Ref& src, const Ref& dst, const Ref& send_sem,
+                                 const Ref& recv_sem, DeviceId device_id,
+                                 DeviceIdType device_id_type) {
+  AsyncCopy c = make_async_copy(src, dst, recv_sem);
+  c.send_sem = send_sem;
+  c.device_id = std::move(device_id);
+  c.device_id_type = device_id_type;
+  return c;
+}
+
+void AsyncCopy::start(Loc loc) const {
+  std::vector<Value> ops = {src.handle(), dst.handle(), recv_sem.handle()};
+  Attrs a;
+  if (send_sem) {
+    ops.push_back(send_sem->handle());
+    add_device_id(*device_id, device_id_type, ops, a, loc);
+  }
+  trace::add_op(OpCode::DmaStart, ops, std::move(a), loc);
+}
+
+// The receiver waits for the bytes of the source; the sender for the bytes of the destination
+// (equal: the type rule makes both the same shape and dtype).
+void AsyncCopy::wait_recv(Loc loc) const {
+  trace::add_op(OpCode::DmaWait, {recv_sem.handle(), src.handle()}, {}, loc);
+}
+
+void AsyncCopy::wait_send(Loc loc) const {
+  if (!send_sem)
+    throw Error("wait_send: this is a local copy (make_async_copy); use wait()", trace::src(loc));
+  trace::add_op(OpCode::DmaWait, {send_sem->handle(), dst.handle()}, {}, loc);
+}
+
+void AsyncCopy::wait(Loc loc) const {
+  if (send_sem) wait_send(loc);
+  wait_recv(loc);
+}
+
+AsyncCopy async_copy(const Ref& src, const Ref& dst, const Ref& sem, Loc loc) {
+  AsyncCopy c = make_async_copy(src, dst, sem);
+  c.start(loc);
+  return c;
+}
+
+AsyncCopy async_remote_copy(const Ref& src, const Ref& dst, const Ref& send_sem,
+                            const Ref& recv_sem, DeviceId device_id, DeviceIdType device_id_type,
+                            Loc loc) {
+  AsyncCopy c = make_async_remote_copy(src, dst, send_sem, recv_sem, std::move(device_id),
+                                       device_id_type);
+  c.start(loc);
+  return c;
+}
+
+void sync_copy(const Ref& src, const Ref& dst, Loc loc) {
+  run_scoped(
+      {scoped_semaphores(SemaphoreType::DMA)},
+      [&](std::vector<Ref> sems) {
+        AsyncCopy c = make_async_copy(src, dst, sems[0]);
+        c.start(loc);
+        c.wait(loc);
+        return std::vector<Value>{};
+      },
+      loc);
+}
+
+void run_on_first_core(const std::string& core_axis, const std::function<void()>& fn, Loc loc) {
+  when(axis_index(core_axis, loc) == 0, fn, loc);
+}
+
+}  // namespace pallas::tpu
