@@ -62,6 +62,10 @@ struct DeviceId {
   std::vector<Operand> ids;
   std::vector<std::string> axes;  // empty: one id per mesh axis (or one logical id)
   DeviceId(Operand id) : ids{std::move(id)} {}
+  DeviceId(const Value& id, Loc loc = Loc::current()) : ids{Operand(id, loc)} {}
+  template <class T>
+    requires std::is_integral_v<T>
+  DeviceId(T id, Loc loc = Loc::current()) : ids{Operand(id, loc)} {}
   DeviceId(std::vector<Operand> coords) : ids(std::move(coords)) {}
   // {{"x", i}, {"y", j}}: coordinates along the named axes.
   static DeviceId named(std::vector<std::pair<std::string, Operand>> coords);

@@ -12,6 +12,7 @@
 
 #include "ir/builder.h"
 #include "pallas/pallas.h"
+#include "pallas/tpu.h"
 
 namespace pl = pallas;
 namespace ir = pallas::ir;
@@ -236,8 +237,38 @@ ir::Kernel builder_kernel() {
   return b.finish();
 }
 
+// The TPU ops: DMAs (local and remote, logical and named mesh ids), semaphores, axis indices.
+ir::Kernel tpu_kernel() {
+  namespace pltpu = pallas::tpu;
+  return pl::trace_kernel(
+      [](pl::Ref x, pl::Ref o, pl::Ref sems, pl::Ref buf) {
+        pl::Value me = pltpu::axis_index("x");
+        auto local = pltpu::make_async_copy(x.at(pl::ds(0, 4, 2)), buf, sems.at(0));
+        local.start();
+        local.wait();
+        auto remote = pltpu::make_async_remote_copy(buf, o, sems.at(0), sems.at(1),
+                                                    pltpu::DeviceId::named({{"x", me + 1}}));
+        remote.start();
+        remote.wait();
+        auto logical = pltpu::make_async_remote_copy(buf, o, sems.at(0), sems.at(1), me,
+                                                     pltpu::DeviceIdType::LOGICAL);
+        logical.start();
+        logical.wait_send();
+        logical.wait_recv();
+        pl::Ref barrier = pltpu::get_barrier_semaphore();
+        pltpu::semaphore_signal(barrier, 1, {.device_id = pltpu::DeviceId(std::vector<pl::Operand>{me, 0}),
+                                             .core_index = 0});
+        pltpu::semaphore_signal(sems.at(2), 2);
+        pltpu::semaphore_wait(sems.at(2), pltpu::semaphore_read(sems.at(2)));
+      },
+      {ref({8, 16}, pl::f32, pl::MemorySpace::Any), ref({4, 16}, pl::f32, pl::MemorySpace::Any),
+       ref({3}, pl::DType::DmaSemaphore, pl::MemorySpace::Semaphore), ref({4, 16}, pl::f32)},
+      "tpu");
+}
+
 std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   std::vector<std::pair<std::string, ir::Kernel>> out;
+  out.emplace_back("tpu", tpu_kernel());
   out.emplace_back("add_one", add_one_kernel());
   out.emplace_back("elementwise", elementwise_kernel());
   out.emplace_back("shapes", shapes_kernel());
