@@ -10,6 +10,7 @@ void bench_elementwise(std::ostream& report);
 void bench_dot(std::ostream& report);
 void bench_interpreter(std::ostream& report);
 void bench_pallas_call(std::ostream& report);
+void bench_tpu_interpret(std::ostream& report);
 
 namespace bench {
 // Median wall time in seconds of `repeats` runs of fn (after one warm-up run).
