@@ -6,6 +6,8 @@
 #include <ostream>
 #include <vector>
 
+#include "pallas/pallas_call.h"
+
 void bench_elementwise(std::ostream& report);
 void bench_dot(std::ostream& report);
 void bench_interpreter(std::ostream& report);
@@ -13,6 +15,9 @@ void bench_pallas_call(std::ostream& report);
 void bench_tpu_interpret(std::ostream& report);
 
 namespace bench {
+// An n x n x n f32 matmul over b x b blocks with a VMEM accumulator, run in `mode`.
+pallas::PallasCall blocked_matmul(int64_t n, int64_t b, pallas::InterpretMode mode);
+
 // Median wall time in seconds of `repeats` runs of fn (after one warm-up run).
 template <class F> double median_seconds(int repeats, F&& fn) {
   fn();

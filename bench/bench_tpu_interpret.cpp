@@ -15,22 +15,6 @@ namespace pltpu = pallas::tpu;
 
 namespace {
 
-pl::PallasCall blocked_matmul(int64_t n, int64_t b, pl::InterpretMode mode) {
-  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref acc) {
-    pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = 0.0f; });
-    acc[pl::all] += pl::dot(x[pl::all], y[pl::all]);
-    pl::when(pl::program_id(2) == pl::num_programs(2) - 1, [&] { z[pl::all] = acc[pl::all]; });
-  };
-  return pl::pallas_call(
-      kernel, pl::ShapeDtype({n, n}, pl::f32),
-      {.grid = {n / b, n / b, n / b},
-       .in_specs = {pl::BlockSpec({b, b}, [](pl::Value i, pl::Value, pl::Value k) { return pl::Indices{i, k}; }),
-                    pl::BlockSpec({b, b}, [](pl::Value, pl::Value j, pl::Value k) { return pl::Indices{k, j}; })},
-       .out_specs = {pl::BlockSpec({b, b}, [](pl::Value i, pl::Value j, pl::Value) { return pl::Indices{i, j}; })},
-       .scratch_shapes = {{{b, b}, pl::f32, pl::MemorySpace::Vmem}},
-       .interpret = std::move(mode)});
-}
-
 // `pairs` DMA start+wait pairs of an (8, 128) f32 block from HBM into VMEM.
 pl::PallasCall dma_pairs(int pairs, const std::string& dma_mode) {
   auto kernel = [pairs](pl::Ref x_hbm, pl::Ref o, pl::Ref buf, pl::Ref sem) {
@@ -77,9 +61,9 @@ void bench_tpu_interpret(std::ostream& report) {
   pltpu::InterpretParams plain;
   pltpu::InterpretParams racy = plain;
   racy.detect_races = true;
-  pl::PallasCall ref_call = blocked_matmul(n, b, true);
-  pl::PallasCall tpu_call = blocked_matmul(n, b, plain);
-  pl::PallasCall race_call = blocked_matmul(n, b, racy);
+  pl::PallasCall ref_call = bench::blocked_matmul(n, b, true);
+  pl::PallasCall tpu_call = bench::blocked_matmul(n, b, plain);
+  pl::PallasCall race_call = bench::blocked_matmul(n, b, racy);
   // Interleaved rounds, so a slow phase of the machine hits all three alike.
   std::vector<double> t_ref, t_tpu, t_race;
   for (int round = 0; round < 5; ++round) {
