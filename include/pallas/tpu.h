@@ -139,6 +139,12 @@ PallasCall core_map(F body, std::vector<ShapeDtype> out_shapes, TensorCoreMesh m
   return detail::make_core_map(pallas::detail::make_kernel_fn(std::move(body)),
                                std::move(out_shapes), mesh, std::move(opts), SourceLoc::from(loc));
 }
+// pl.kernel: the same as core_map.
+template <class F>
+PallasCall kernel(F body, std::vector<ShapeDtype> out_shapes, TensorCoreMesh mesh,
+                  CallOptions opts = {}, Loc loc = Loc::current()) {
+  return core_map(std::move(body), std::move(out_shapes), std::move(mesh), std::move(opts), loc);
+}
 // Runs `fn` only on core 0 of the core_map axis.
 void run_on_first_core(const std::string& core_axis, const std::function<void()>& fn,
                        Loc loc = Loc::current());
