@@ -352,3 +352,33 @@ TEST(TpuFailure, AnErrorOnOneCoreEndsTheWholeCall) {
   EXPECT_CONTAINS(msg, "on device 0, core 1: Out-of-bounds read of (device 0 core 1 vmem ");
   EXPECT_CONTAINS(msg, "reading [8:16, 0:128] but buffer has shape (8, 128).");
 }
+
+TEST(TpuDevices, CoreMapOnAMeshOfDevices) {
+  // 2 devices x 2 cores: every (device, core) writes row core of its device's output, and core
+  // 1 of each device also sends its row to the other device's row 2.
+  auto body = [](pl::Ref o_hbm, pl::Ref row, pl::Ref send, pl::Ref recv) {
+    pl::Value core = pltpu::axis_index("core"), dev = pltpu::axis_index("d");
+    row[pl::all] = pl::full({1, 128}, pl::i32, 0) + dev * 10 + core;
+    pltpu::sync_copy(row, o_hbm.at(pl::ds(core, 1)));
+    pl::when(core == 1, [&] {
+      auto c = pltpu::make_async_remote_copy(row, o_hbm.at(pl::ds(2, 1)), send, recv, pltpu::DeviceId(1 - dev));
+      c.start();
+      c.wait();
+    });
+  };
+  for (const char* mode : kModes) {
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+    auto call = pltpu::core_map(body, {pl::ShapeDtype({3, 128}, pl::i32)}, pltpu::TensorCoreMesh{"core", 2},
+                                {.scratch_shapes = {pltpu::VMEM({1, 128}, pl::i32), pltpu::semaphores(pltpu::SemaphoreType::DMA),
+                                                    pltpu::semaphores(pltpu::SemaphoreType::DMA)},
+                                 .interpret = race_params(races, mode)});
+    HangGuard guard;
+    auto out = pltpu::run_on_mesh(call, pltpu::Mesh{{"d"}, {2}}, std::vector<std::vector<pl::Array>>(2));
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(out[d][0].data<int32_t>()[0 * 128 + 4], d * 10 + 0) << mode;
+      EXPECT_EQ(out[d][0].data<int32_t>()[1 * 128 + 4], d * 10 + 1) << mode;
+      EXPECT_EQ(out[d][0].data<int32_t>()[2 * 128 + 4], (1 - d) * 10 + 1) << mode;
+    }
+    EXPECT_TRUE(races->empty()) << all_reports(*races);
+  }
+}

@@ -1,6 +1,8 @@
 // DMAs and semaphores in the TPU interpret mode: sync and async copies, strided views, byte
 // counting DMA semaphores, remote copies, signals to other cores and devices, semaphore arrays,
 // barrier semaphores, and the checks at kernel exit.
+#include <sstream>
+
 #include "tests/tpu/tpu_test_util.h"
 
 using namespace tpu_test;
@@ -442,4 +444,76 @@ TEST(TpuDma, DmaNeverWaitedOnIsReportedAtExit) {
       EXPECT_CONTAINS(msg, "scratch 1 (DMA semaphore) has count 4096 on device 0, core 0");
     }
   }
+}
+
+TEST(TpuDma, ByteCountsFollowTheDtype) {
+  // A bf16 (8, 128) copy is 2048 bytes, an i8 (4, 128) copy 512.
+  auto kernel = [](pl::Ref a_hbm, pl::Ref b_hbm, pl::Ref o, pl::Ref abuf, pl::Ref bbuf, pl::Ref sem) {
+    pltpu::async_copy(a_hbm, abuf, sem);
+    pl::Value na = pltpu::semaphore_read(sem);
+    pltpu::semaphore_wait(sem, na);
+    pltpu::async_copy(b_hbm, bbuf, sem);
+    pl::Value nb = pltpu::semaphore_read(sem);
+    pltpu::semaphore_wait(sem, nb);
+    pl::Value lane = pl::iota(pl::i32, {1, 128}, 1);
+    o[pl::all] = pl::where(lane == 0, na, pl::where(lane == 1, nb, 0));
+  };
+  pl::CallOptions opts;
+  opts.in_specs = {pl::BlockSpec(pltpu::ANY), pl::BlockSpec(pltpu::ANY)};
+  opts.scratch_shapes = {pltpu::VMEM({8, 128}, pl::bf16), pltpu::VMEM({4, 128}, pl::i8), pltpu::semaphores(DMA)};
+  opts.interpret = mode_params("eager");
+  pl::Array o = pl::pallas_call(kernel, pl::ShapeDtype({1, 128}, pl::i32), opts)(
+      pl::Array::zeros({8, 128}, pl::bf16), pl::Array::zeros({4, 128}, pl::i8))[0];
+  EXPECT_EQ(o.data<int32_t>()[0], 2048);
+  EXPECT_EQ(o.data<int32_t>()[1], 512);
+}
+
+TEST(TpuDma, MismatchedCopyShapesAreRejectedWhenTraced) {
+  const int line = __LINE__ + 2;
+  auto kernel = [](pl::Ref x_hbm, pl::Ref o, pl::Ref buf, pl::Ref sem) {
+    pltpu::async_copy(x_hbm, buf, sem).wait();
+    o[pl::all] = buf[pl::all];
+  };
+  pl::CallOptions opts;
+  opts.in_specs = {pl::BlockSpec(pltpu::ANY)};
+  opts.scratch_shapes = {pltpu::VMEM({4, 128}, pl::f32), pltpu::semaphores(DMA)};
+  opts.interpret = pltpu::InterpretParams{};
+  auto call = pl::pallas_call(kernel, pl::ShapeDtype({4, 128}, pl::f32), opts);
+  std::string msg = error_of([&] { call.trace({pl::ShapeDtype({8, 128}, pl::f32)}); });
+  EXPECT_EQ(msg, "dma_start: source ref<f32[8,128], any> and destination ref<f32[4,128], vmem> must have the "
+                 "same shape and dtype (at " + line_ref(__FILE__, line) + ")");
+}
+
+TEST(TpuSemaphore, LoggingModeWritesPrefixedLines) {
+  auto kernel = [](pl::Ref x_hbm, pl::Ref o, pl::Ref buf, pl::Ref sem, pl::Ref dsem) {
+    pltpu::semaphore_signal(sem, 2);
+    pltpu::semaphore_wait(sem, 2);
+    pltpu::async_copy(x_hbm, buf, dsem).wait();
+    o[pl::all] = buf[pl::all];
+  };
+  std::ostringstream log;
+  pltpu::InterpretParams p;
+  p.logging_mode = "semaphore,dma";
+  p.log = &log;
+  pl::CallOptions opts;
+  opts.in_specs = {pl::BlockSpec(pltpu::ANY)};
+  opts.scratch_shapes = {pltpu::VMEM({8, 128}, pl::f32), pltpu::semaphores(REGULAR), pltpu::semaphores(DMA)};
+  opts.interpret = p;
+  pl::Array o = pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts)(iota_f32({8, 128}))[0];
+  EXPECT_EQ(o.data<float>()[9], 9.0f);
+  std::string text = log.str();
+  EXPECT_CONTAINS(text, "Device 0, core 0: semaphore_signal scratch 1 += 2 on global core 0 (now 2) at tpu_dma_semaphore_test.cpp:");
+  EXPECT_CONTAINS(text, "Device 0, core 0: semaphore_wait scratch 1 -= 2 (now 0) at ");
+  EXPECT_CONTAINS(text, "Device 0, core 0: dma_start DMA 1 (started by device 0, core 0 at ");
+  EXPECT_CONTAINS(text, "4096 bytes to scratch 0 (vmem, device 0, core 0)");
+  EXPECT_CONTAINS(text, "Device 0, core 0: dma_wait scratch 2 -= 4096 (now 0) at ");
+  // Every line has the prefix.
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("Device 0, core 0: ", 0), 0u) << line;
+  pltpu::InterpretParams bad;
+  bad.logging_mode = "semaphore,verbose";
+  opts.interpret = bad;
+  EXPECT_CONTAINS(error_of([&] { pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts)(iota_f32({8, 128})); }),
+                  "InterpretParams.logging_mode (each item) must be one of \"semaphore\", \"shared_memory\", \"dma\", "
+                  "\"barrier\", got \"verbose\"");
 }

@@ -163,3 +163,56 @@ TEST(TpuErrors, OutOfBoundsSwap) {
   EXPECT_CONTAINS(msg, "Out-of-bounds swap of (device 0 core 0 vmem ");
   EXPECT_CONTAINS(msg, "): swapping [5:9, 0:128] but buffer has shape (8, 128). (at " + line_ref(__FILE__, line) + ")");
 }
+
+TEST(TpuErrors, DeviceIdsAreCheckedWhenTraced) {
+  auto trace_with = [](std::function<void(pl::Ref, pl::Ref)> body) {
+    auto kernel = [body](pl::Ref o, pl::Ref sem) {
+      body(o, sem);
+      o[pl::all] = pl::zeros({8, 128}, pl::f32);
+    };
+    pl::CallOptions opts;
+    opts.scratch_shapes = {pltpu::semaphores(REGULAR)};
+    opts.interpret = pltpu::InterpretParams{};
+    pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts).trace({});
+  };
+  // (Outside EXPECT_*: a source location inside a macro argument is the macro's line.)
+  const int line = __LINE__ + 3;
+  std::string msg = error_of([&] {
+    trace_with([](pl::Ref, pl::Ref sem) {
+      pltpu::semaphore_signal(sem, 1, {.device_id = pltpu::DeviceId(std::vector<pl::Operand>{0, 1}),
+                                       .device_id_type = pltpu::DeviceIdType::LOGICAL});
+    });
+  });
+  EXPECT_EQ(msg, "a LOGICAL device id is one integer (the row-major device number) (at " + line_ref(__FILE__, line) + ")");
+  EXPECT_CONTAINS(error_of([&] {
+                    trace_with([](pl::Ref, pl::Ref sem) {
+                      pltpu::semaphore_signal(sem, 1, {.device_id = pltpu::DeviceId(std::vector<pl::Operand>{})});
+                    });
+                  }),
+                  "a device id needs at least one coordinate");
+  EXPECT_CONTAINS(error_of([&] {
+                    trace_with([](pl::Ref, pl::Ref sem) {
+                      pltpu::semaphore_signal(sem, 1, {.device_id = pltpu::DeviceId::named({{"x,y", 0}})});
+                    });
+                  }),
+                  "a mesh axis name must be non-empty and contain no comma, got \"x,y\"");
+  EXPECT_CONTAINS(error_of([&] { trace_with([](pl::Ref, pl::Ref) { (void)pltpu::axis_index(""); }); }),
+                  "axis_index needs an axis name");
+}
+
+TEST(TpuErrors, SemaphoreOpsNeedSemaphores) {
+  auto kernel = [](pl::Ref o) {
+    pltpu::semaphore_signal(o, 1);
+  };
+  pl::CallOptions opts;
+  opts.interpret = pltpu::InterpretParams{};
+  std::string msg = error_of([&] { pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts).trace({}); });
+  EXPECT_CONTAINS(msg, "semaphore_signal: the semaphore must be a semaphore Ref, got ref<f32[8,128], vmem> (at tpu_errors_test.cpp:");
+  auto wait_kernel = [](pl::Ref o) { pltpu::semaphore_wait(o, 1); };
+  msg = error_of([&] { pl::pallas_call(wait_kernel, pl::ShapeDtype({8, 128}, pl::f32), opts).trace({}); });
+  EXPECT_CONTAINS(msg, "semaphore_wait: the semaphore must be a semaphore Ref, got ref<f32[8,128], vmem>");
+  auto dma_kernel = [](pl::Ref o, pl::Ref buf) { pltpu::async_copy(buf, o, buf); };
+  opts.scratch_shapes = {pltpu::VMEM({8, 128}, pl::f32)};
+  msg = error_of([&] { pl::pallas_call(dma_kernel, pl::ShapeDtype({8, 128}, pl::f32), opts).trace({}); });
+  EXPECT_CONTAINS(msg, "dma_start: the receive semaphore must be a DMA or regular semaphore Ref, got ref<f32[8,128], vmem>");
+}

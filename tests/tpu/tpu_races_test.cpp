@@ -413,3 +413,95 @@ TEST(TpuRaces, CollectorIsClearedWhenACallStarts) {
   EXPECT_TRUE(races->empty()) << all_reports(*races);
   EXPECT_EQ(o.data<float>()[999], 999.0f);
 }
+
+TEST(TpuRaces, SignalBeforeTheWriteDoesNotOrderIt) {
+  // Core 0 signals first and writes after: core 1's read (after its wait) is not ordered after
+  // that write. Signalling after the write (the correct order) is race free.
+  for (bool signal_first : {true, false}) {
+    auto body = [signal_first](pl::Ref o_hbm, pl::Ref shared, pl::Ref local, pl::Ref sem) {
+      pl::Value core = pltpu::axis_index("core");
+      pl::when(core == 0, [&] {
+        if (signal_first) pltpu::semaphore_signal(sem, 1, {.core_index = pl::Operand(1)});
+        shared[pl::all] = pl::full({8, 128}, pl::f32, 1.0);
+        if (!signal_first) pltpu::semaphore_signal(sem, 1, {.core_index = pl::Operand(1)});
+      });
+      pl::when(core == 1, [&] {
+        pltpu::semaphore_wait(sem, 1);
+        local[pl::all] = shared[pl::all];
+        pltpu::sync_copy(local, o_hbm);
+      });
+    };
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+    auto call = pltpu::core_map(body, {pl::ShapeDtype({8, 128}, pl::f32)}, pltpu::TensorCoreMesh{"core", 2},
+                                {.scratch_shapes = {pltpu::VMEM_SHARED({8, 128}, pl::f32), pltpu::VMEM({8, 128}, pl::f32),
+                                                    pltpu::semaphores(REGULAR)},
+                                 .interpret = race_params(races)});
+    HangGuard guard;
+    call();
+    if (signal_first) {
+      ASSERT_EQ(races->size(), 1u) << all_reports(*races);
+      EXPECT_EQ(races->front().buffer, "scratch 0 (vmem_shared, device 0)");
+    } else {
+      EXPECT_TRUE(races->empty()) << all_reports(*races);
+    }
+  }
+}
+
+TEST(TpuRaces, WritingTheSourceOfADmaInFlight) {
+  // The core overwrites the DMA's source between start and wait.
+  const int start_line = __LINE__ + 3;
+  const int store_line = __LINE__ + 3;
+  auto kernel = [](pl::Ref x, pl::Ref o_hbm, pl::Ref sem) {
+    auto c = pltpu::async_copy(x, o_hbm, sem);
+    x[pl::all] = pl::zeros({8, 128}, pl::f32);
+    c.wait();
+  };
+  for (const char* mode : kModes) {
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+    pl::CallOptions opts;
+    opts.out_specs = {pl::BlockSpec(pltpu::ANY)};
+    opts.scratch_shapes = {pltpu::semaphores(DMA)};
+    opts.interpret = race_params(races, mode);
+    pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts)(iota_f32({8, 128}));
+    ASSERT_EQ(races->size(), 1u) << mode << "\n" << all_reports(*races);
+    const pltpu::RaceReport& r = races->front();
+    EXPECT_EQ(r.buffer, "block of input args[0] (vmem, device 0, core 0)");
+    std::set<std::string> whats = {r.first.what, r.second.what};
+    EXPECT_EQ(whats, (std::set<std::string>{"DMA read", "store"})) << r.to_string();
+    std::set<int> lines = {r.first.loc.line, r.second.loc.line};
+    EXPECT_EQ(lines, (std::set<int>{start_line, store_line}));
+  }
+}
+
+TEST(TpuRaces, ReadOfADeviceBufferBeforeTheIncomingCopyIsWaitedFor) {
+  // Device 1 copies into device 0's scratch; device 0 reads the scratch before it waits on
+  // its receive semaphore: the remote DMA's write and the read are unordered.
+  auto kernel = [](pl::Ref o, pl::Ref buf, pl::Ref send, pl::Ref recv) {
+    pl::Value me = pltpu::axis_index("x");
+    pl::when(me == 1, [&] {
+      buf[pl::all] = pl::full({8, 128}, pl::f32, 5.0);
+      auto c = pltpu::async_remote_copy(buf, buf, send, recv, pltpu::DeviceId(0));
+      c.wait_send();
+    });
+    pl::when(me == 0, [&] {
+      // Reads buf before waiting for the incoming copy: a race with the remote DMA's write.
+      o[pl::all] = buf[pl::all];
+      pltpu::semaphore_wait(recv, 8 * 128 * 4);
+    });
+    pl::when(me == 1, [&] { o[pl::all] = buf[pl::all]; });
+  };
+  std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+  pl::CallOptions opts;
+  opts.scratch_shapes = {pltpu::VMEM({8, 128}, pl::f32), pltpu::semaphores(DMA), pltpu::semaphores(DMA)};
+  pltpu::InterpretParams p = race_params(races, "eager");
+  p.uninitialized_memory = "zero";
+  opts.interpret = p;
+  auto call = pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts);
+  HangGuard guard;
+  pltpu::run_on_mesh(call, pltpu::Mesh{{"x"}, {2}}, std::vector<std::vector<pl::Array>>(2));
+  ASSERT_EQ(races->size(), 1u) << all_reports(*races);
+  const pltpu::RaceReport& r = races->front();
+  EXPECT_EQ(r.buffer, "scratch 0 (vmem, device 0, core 0)");
+  std::set<std::string> whats = {r.first.what, r.second.what};
+  EXPECT_EQ(whats, (std::set<std::string>{"DMA write", "load"})) << r.to_string();
+}
