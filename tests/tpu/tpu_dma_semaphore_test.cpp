@@ -517,3 +517,23 @@ TEST(TpuSemaphore, LoggingModeWritesPrefixedLines) {
                   "InterpretParams.logging_mode (each item) must be one of \"semaphore\", \"shared_memory\", \"dma\", "
                   "\"barrier\", got \"verbose\"");
 }
+
+TEST(TpuSemaphore, ExitCheckNamesTheDeviceAndCoreOfALeftoverSignal) {
+  // Device 0 signals device 1 (core 1 of it), which never waits.
+  auto body = [](pl::Ref o_hbm, pl::Ref sem) {
+    (void)o_hbm;
+    pl::Value dev = pltpu::axis_index("d"), core = pltpu::axis_index("core");
+    pl::when((dev == 0) && (core == 0), [&] {
+      pltpu::semaphore_signal(sem, 4, {.device_id = pltpu::DeviceId(1), .core_index = pl::Operand(1)});
+    });
+  };
+  auto call = pltpu::core_map(body, {pl::ShapeDtype({8, 128}, pl::f32)}, pltpu::TensorCoreMesh{"core", 2},
+                              {.scratch_shapes = {pltpu::semaphores(REGULAR)}});
+  HangGuard guard;
+  std::string msg = error_of([&] {
+    pltpu::run_on_mesh(call, pltpu::Mesh{{"d"}, {2}}, std::vector<std::vector<pl::Array>>(2));
+  });
+  EXPECT_CONTAINS(msg, "the kernel ended with unfinished synchronisation");
+  EXPECT_CONTAINS(msg, "\n  scratch 0 (regular semaphore) has count 4 on device 1, core 1");
+  EXPECT_NOT_CONTAINS(msg, "on device 0");
+}

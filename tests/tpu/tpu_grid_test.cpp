@@ -338,3 +338,72 @@ TEST(TpuGrid, InputOutputAliasing) {
   pl::Array o = pl::pallas_call(kernel, pl::ShapeDtype({32, 128}, pl::f32), opts)(x)[0];
   for (int64_t i = 0; i < 32 * 128; ++i) ASSERT_EQ(o.data<float>()[i], i + 1.0f);
 }
+
+TEST(TpuGrid, TiledMatmulOverAThreeDimensionalGrid) {
+  // o = a @ b in (8, 128) x (128, 128) tiles over grid (M/8, N/128, K/128), accumulating over
+  // the last (arbitrary) dimension; the same on 1, 2 and 4 cores.
+  const int64_t M = 16, N = 256, K = 384;
+  pl::Array a = pl::Array::random_uniform({M, K}, pl::f32, 1, -4, 4);
+  pl::Array b = pl::Array::random_uniform({K, N}, pl::f32, 2, -4, 4);
+  // Small integers: every partial sum is exact in f32, whatever the order.
+  for (pl::Array* m : {&a, &b})
+    for (int64_t i = 0; i < m->size(); ++i) m->data<float>()[i] = std::floor(m->data<float>()[i]);
+  std::vector<float> want(M * N, 0.0f);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) want[i * N + j] += a.data<float>()[i * K + k] * b.data<float>()[k * N + j];
+  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref o, pl::Ref acc) {
+    pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = pl::zeros({8, 128}, pl::f32); });
+    acc[pl::all] = acc[pl::all] + pl::dot(x[pl::all], y[pl::all]);
+    pl::when(pl::program_id(2) == pl::num_programs(2) - 1, [&] { o[pl::all] = acc[pl::all]; });
+  };
+  for (int cores : {1, 2, 4}) {
+    pl::CallOptions opts;
+    opts.grid = {M / 8, N / 128, K / 128};
+    opts.in_specs = {pl::BlockSpec({8, 128}, [](pl::Value i, pl::Value, pl::Value k) { return pl::Indices{i, k}; }),
+                     pl::BlockSpec({128, 128}, [](pl::Value, pl::Value j, pl::Value k) { return pl::Indices{k, j}; })};
+    opts.out_specs = {pl::BlockSpec({8, 128}, [](pl::Value i, pl::Value j, pl::Value) { return pl::Indices{i, j}; })};
+    opts.scratch_shapes = {pltpu::VMEM({8, 128}, pl::f32)};
+    opts.compiler_params = pltpu::CompilerParams{.dimension_semantics = {"parallel", "parallel", "arbitrary"}};
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+    pltpu::InterpretParams p = race_params(races);
+    p.num_cores_per_device = cores;
+    p.random_seed = 3;
+    opts.interpret = p;
+    pl::Array o = pl::pallas_call(kernel, pl::ShapeDtype({M, N}, pl::f32), opts)(a, b)[0];
+    for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(o.data<float>()[i], want[i]) << cores << " cores, " << i;
+    EXPECT_TRUE(races->empty()) << all_reports(*races);
+  }
+}
+
+TEST(TpuGrid, EmptyGridDimensionRunsNothing) {
+  int points = 0;
+  pltpu::InterpretParams p;
+  p.uninitialized_memory = "zero";
+  p.grid_point_recorder = [&](const std::vector<int64_t>&, int) { ++points; };
+  pl::CallOptions opts;
+  opts.grid = {0};
+  opts.out_specs = {pl::BlockSpec({8, 128}, [](pl::Value i) { return pl::Indices{i, 0}; })};
+  opts.interpret = p;
+  pl::Array o = pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::full({8, 128}, pl::f32, 1.0); },
+                                pl::ShapeDtype({8, 128}, pl::f32), opts)()[0];
+  EXPECT_EQ(points, 0);
+  for (int64_t i = 0; i < 8 * 128; ++i) ASSERT_EQ(o.data<float>()[i], 0.0f);
+}
+
+TEST(TpuGrid, NamedGridAxes) {
+  // axis_index and program_id of a named grid axis give the grid point.
+  auto kernel = [](pl::Ref o) {
+    pl::Value lane = pl::iota(pl::i32, {1, 128}, 1);
+    o[pl::all] = pl::where(lane == 0, pltpu::axis_index("i"), pl::where(lane == 1, pl::program_id("j"), 0));
+  };
+  pl::CallOptions opts;
+  opts.grid = pl::Grid{{"i", 2}, {"j", 3}};
+  opts.out_specs = {pl::BlockSpec({1, 128}, [](pl::Value i, pl::Value j) { return pl::Indices{i * 3 + j, 0}; })};
+  opts.interpret = pltpu::InterpretParams{};
+  pl::Array o = pl::pallas_call(kernel, pl::ShapeDtype({6, 128}, pl::i32), opts)()[0];
+  for (int r = 0; r < 6; ++r) {
+    EXPECT_EQ(o.data<int32_t>()[r * 128], r / 3);
+    EXPECT_EQ(o.data<int32_t>()[r * 128 + 1], r % 3);
+  }
+}

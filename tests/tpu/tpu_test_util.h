@@ -105,6 +105,23 @@ class HangGuard {
   std::thread watcher_;
 };
 
+// Every test of a "Tpu..." suite runs under a HangGuard, so no hang goes unnoticed (tests with
+// deliberate deadlocks also hold their own, tighter guard).
+class TpuWatchdog : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    if (std::string(info.test_suite_name()).rfind("Tpu", 0) == 0) guard_ = std::make_unique<HangGuard>(60.0);
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override { guard_.reset(); }
+
+ private:
+  std::unique_ptr<HangGuard> guard_;
+};
+inline const bool kTpuWatchdogInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new TpuWatchdog);
+  return true;
+}();
+
 // InterpretParams that collect detected races into `races`.
 inline pltpu::InterpretParams race_params(std::shared_ptr<std::vector<pltpu::RaceReport>>& races,
                                           const char* mode = "on_wait") {
