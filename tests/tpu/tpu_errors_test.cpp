@@ -216,3 +216,19 @@ TEST(TpuErrors, SemaphoreOpsNeedSemaphores) {
   msg = error_of([&] { pl::pallas_call(dma_kernel, pl::ShapeDtype({8, 128}, pl::f32), opts).trace({}); });
   EXPECT_CONTAINS(msg, "dma_start: the receive semaphore must be a DMA or regular semaphore Ref, got ref<f32[8,128], vmem>");
 }
+
+TEST(TpuErrors, AliasingAScalarPrefetchOperand) {
+  const int line = __LINE__ + 10;
+  auto kernel = [](pl::Ref idx, pl::Ref x, pl::Ref o) {
+    (void)x;
+    o[pl::all] = pl::zeros({8}, pl::i32) + idx[0];
+  };
+  pl::CallOptions opts;
+  opts.grid_spec = pl::PrefetchScalarGridSpec(1, {1}, {pl::BlockSpec({8}, [](pl::Value, pl::Ref) { return pl::Indices{0}; })},
+                                              {pl::BlockSpec({8}, [](pl::Value, pl::Ref) { return pl::Indices{0}; })});
+  opts.input_output_aliases = {{0, 0}};
+  opts.interpret = pltpu::InterpretParams{};
+  auto call = pl::pallas_call(kernel, pl::ShapeDtype({8}, pl::i32), opts);
+  EXPECT_EQ(error_of<pl::NotSupportedError>([&] { call(iota_i32({8}), iota_i32({8})); }),
+            "not supported yet: aliasing a scalar-prefetch operand (input 0) (at " + line_ref(__FILE__, line) + ")");
+}

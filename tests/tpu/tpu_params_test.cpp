@@ -194,9 +194,10 @@ TEST(TpuParams, OutOfBoundsReadsUninitializedFillsTheOutsidePart) {
 TEST(TpuParams, OutOfBoundsReadsRaise) {
   pltpu::InterpretParams p;  // "raise" is the default
   std::string msg = error_of([&] { oob_read_call(p)(iota_f32({8, 4})); });
-  EXPECT_CONTAINS(msg, "Out-of-bounds read of (device 0 core 0 vmem ");
-  EXPECT_CONTAINS(msg, "): reading [4:12, 0:4] but buffer has shape (8, 4).");
-  EXPECT_CONTAINS(msg, "(at " + line_ref(__FILE__, kOobReadLine) + ")");
+  // Buffer ids count from 100 per core: the HBM input and output (100, 101), their VMEM blocks
+  // (102, 103), then the scratch (104).
+  EXPECT_EQ(msg, "Out-of-bounds read of (device 0 core 0 vmem 104, scratch 0): reading [4:12, 0:4] but buffer "
+                 "has shape (8, 4). (at " + line_ref(__FILE__, kOobReadLine) + ")");
 }
 
 TEST(TpuParams, OutOfBoundsReadEntirelyOutsideRaisesEvenWhenUninitialized) {
