@@ -224,9 +224,10 @@ TEST(TpuDma, RemoteCopyOfSlicesWithLogicalDeviceIds) {
     pl::when(me != 0, [&] { pltpu::sync_copy(x, o); });
   };
   for (const char* mode : kModes) {
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
     auto call = pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32),
                                 any_io(1, 1, {pltpu::semaphores(DMA), pltpu::semaphores(DMA)},
-                                       mode_params(mode)));
+                                       race_params(races, mode)));
     std::vector<std::vector<pl::Array>> args;
     for (int d = 0; d < 4; ++d) args.push_back({iota_f32({8, 128}, 10000.0f * d)});
     auto out = pltpu::run_on_mesh(call, pltpu::Mesh{{"x"}, {4}}, args);
@@ -236,6 +237,7 @@ TEST(TpuDma, RemoteCopyOfSlicesWithLogicalDeviceIds) {
             << mode << " row " << r;
     for (int d = 1; d < 4; ++d)
       ASSERT_EQ(out[d][0].data<float>()[300], args[d][0].data<float>()[300]);
+    EXPECT_TRUE(races->empty()) << all_reports(*races);
   }
 }
 
