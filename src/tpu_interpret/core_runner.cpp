@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/blocks.h"
 #include "eval/eval.h"
 
 namespace pallas::tpu_interpret {
@@ -84,7 +85,8 @@ void CoreRunner::out_of_bounds(const ir::Op& op, const eval::RefValue& base,
                     " " + std::string(memory_space_name(b->space)) + " " + std::to_string(b->id) +
                     ", " + b->name + ")";
   std::string range = range_string(op.attrs.get_indexer(AttrKey::Index), dynamic);
-  std::string shape = shape_to_string(base.shape);
+  // A tuple, "(8, 128)", as the block index messages and the reference's IndexError print it.
+  std::string shape = core::tuple_string(base.shape);
   bool masked = op.attrs.get_int_or(AttrKey::Masked, 0) != 0;
   switch (op.code) {
     case OpCode::Load:

@@ -30,6 +30,9 @@ Buffer* buffer_of(const eval::RefValue& r) {
 
 namespace {
 
+// Barrier semaphores (get_barrier_semaphore) have fixed ids: this plus the collective id.
+constexpr int64_t kBarrierSemaphoreBase = int64_t{1} << 40;
+
 std::string semaphore_kind(DType t) {
   if (t == DType::DmaSemaphore) return "DMA semaphore";
   if (t == DType::BarrierSemaphore) return "barrier semaphore";
@@ -184,10 +187,7 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
   std::lock_guard<std::mutex> lock(mu_);
   auto key = std::make_tuple(t.device, shared ? -1 : t.core, id);
   auto it = buffers_.find(key);
-  if (shared && it != buffers_.end()) {
-    ++it->second->refs;
-    return whole_ref(it->second);
-  }
+  if (shared && it != buffers_.end()) return whole_ref(it->second);  // counted at creation
   auto b = std::make_shared<Buffer>();
   b->id = id;
   b->space = type.space;
@@ -209,7 +209,11 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
   } else {
     fill(b->content, cfg_.params);
   }
-  b->refs = shared ? 1 : 1;
+  // A shared buffer is created by the first core to get here and lives until every core of the
+  // device has released it: counting only the cores that have arrived so far would free it
+  // when an early core leaves its run_scoped before a later core enters (which then got a
+  // fresh, uninitialised buffer instead of the shared one).
+  b->refs = shared ? cfg_.num_cores : 1;
   buffers_[key] = b;
   eval::RefValue r = whole_ref(b);
   r.dtype = type.dtype;
@@ -333,7 +337,10 @@ int64_t Machine::barrier_semaphore(CoreThread& t, const SourceLoc& loc) {
         "get_barrier_semaphore needs a collective id: pass .compiler_params = "
         "pltpu::CompilerParams{.collective_id = 0}",
         loc);
-  int64_t id = -1 - *cfg_.collective_id;
+  // Fixed-id barrier semaphores get ids far above the per-core counters (which start at 2000
+  // and grow by allocation sizes), never negative: -1 marks "no semaphore" (Buffer::sem_base,
+  // Dma::send_sem), which collective_id 0 used to collide with.
+  int64_t id = kBarrierSemaphoreBase + *cfg_.collective_id;
   std::lock_guard<std::mutex> lock(mu_);
   sem_locked(id, "barrier semaphore (collective_id " + std::to_string(*cfg_.collective_id) + ")",
              DType::BarrierSemaphore);
@@ -392,6 +399,10 @@ void Machine::barrier_all(CoreThread& t, const SourceLoc& loc) {
   if (++barrier_arrived_ == num_threads_) {
     barrier_arrived_ = 0;
     ++barrier_generation_;
+    // The waiters are released now, before they wake up: a thread that finishes meanwhile must
+    // not take them for stuck at the barrier (the deadlock check reads these states).
+    for (const auto& tp : threads_)
+      if (tp->state == CoreThread::State::WaitingBarrier) tp->state = CoreThread::State::Running;
     if (races_) {
       VectorClock all;
       for (const auto& tp : threads_) merge_into(all, tp->clock);
@@ -598,6 +609,18 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     p.program_ids.resize(grid.size());
     for (size_t d = 0; d < grid.size(); ++d) p.program_ids[d] = perm_[d][loop_idx[d]];
   };
+  // out_of_bounds_reads = "uninitialized": an input block partly outside the (padded) input is
+  // copied in clipped, the rest holding the uninitialized value, as for kernel reads (a block
+  // entirely outside is still an error). Output blocks must always be inside.
+  const bool fill_oob_inputs = cfg_.params.out_of_bounds_reads == "uninitialized";
+  auto block_inside = [&](int j, const std::vector<int64_t>& start) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    for (size_t d = 0; d < start.size(); ++d) {
+      int64_t n = bm.block_shape[d].is_bounded_slice() ? bm.slice_sizes[d] : bm.block_shape[d].size();
+      if (start[d] < 0 || start[d] + n > padded_[j][d]) return false;
+    }
+    return true;
+  };
   // Block starts of every operand at a grid point (checked against the padded array).
   std::vector<int64_t> indices, size;
   auto starts_at = [&](const GridPoint& p, std::vector<std::vector<int64_t>>& starts) {
@@ -609,6 +632,9 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
       for (size_t d = 0; d < size.size(); ++d) {
         if (starts[j][d] >= 0 && starts[j][d] + size[d] <= padded_[j][d]) continue;
         bool is_input = j < gm.num_inputs;
+        if (is_input && fill_oob_inputs && starts[j][d] < padded_[j][d] &&
+            starts[j][d] + size[d] > 0)
+          continue;  // partly outside: filled in copy_in_partial
         throw Error("Out-of-bounds block index " + tuple_string(indices) + " for " +
                         (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
                         tuple_string(p.program_ids) + " on device " + std::to_string(t.device) +
@@ -636,6 +662,46 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     hbm = sub_ref(whole_ref(devices_[t.device].operands[j]), start, sz, drop);
     kernel_side = std::get<eval::RefValue>(t.params[num_index + j]);
     kernel_side.shape = hbm.shape;  // BoundedSlice blocks fill the leading part
+  };
+
+  // Copy-in of an input block partly outside the input: the uninitialized value, then the part
+  // inside over it.
+  auto copy_in_partial = [&](int j, const std::vector<int64_t>& start, const std::string& what) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    const size_t rank = bm.block_shape.size();
+    std::vector<int64_t> lo(rank), sz(rank), kstart, ksize, kshape;
+    std::vector<bool> drop(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t n = bm.block_shape[d].is_bounded_slice() ? bm.slice_sizes[d] : bm.block_shape[d].size();
+      lo[d] = std::max<int64_t>(start[d], 0);
+      sz[d] = std::min(start[d] + n, padded_[j][d]) - lo[d];
+      drop[d] = bm.block_shape[d].is_squeezed();
+      if (drop[d]) continue;
+      kstart.push_back(lo[d] - start[d]);
+      ksize.push_back(sz[d]);
+      kshape.push_back(n);
+    }
+    Buffer* kb = t.block_buffers[j];
+    eval::RefValue ks = std::get<eval::RefValue>(t.params[num_index + j]);
+    ks.shape = kshape;
+    Array uninit = Array::uninitialized(kshape, ks.dtype);
+    fill(uninit, cfg_.params);
+    {
+      std::lock_guard<std::mutex> lock(kb->mu);
+      if (races_) {
+        int n = races_->access(kb, kb->describe(), kb->content.shape(),
+                               region_of(ks, static_cast<std::byte*>(kb->content.raw_data()),
+                                         kb->content.shape()),
+                               true, t.clock, {t.actor, t.name, what, call_loc_});
+        if (n && cfg_.params.races_are_errors)
+          throw tpu::RaceError(races_->reports().back().to_string());
+      }
+      eval::write(ks, uninit);
+    }
+    eval::RefValue hbm = sub_ref(whole_ref(devices_[t.device].operands[j]), lo, sz, drop);
+    eval::RefValue part = sub_ref(ks, kstart, ksize, {});
+    copy_region(hbm, buffer_of(hbm), part, kb, t.actor, races_ ? &t.clock : nullptr, t.name,
+                what.c_str(), what.c_str(), call_loc_);
   };
 
   // Revisit check: per output, where each block was visited.
@@ -667,9 +733,13 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     for (int j = 0; j < gm.num_inputs; ++j) {
       if (!t.block_buffers[j]) continue;
       if (it != begin && prev_starts[j] == cur_starts[j]) continue;
+      std::string what = "copy-in of input " + gm.block_mappings[j].origin;
+      if (fill_oob_inputs && !block_inside(j, cur_starts[j])) {
+        copy_in_partial(j, cur_starts[j], what);
+        continue;
+      }
       eval::RefValue hbm, ks;
       block_views(j, cur_starts[j], hbm, ks);
-      std::string what = "copy-in of input " + gm.block_mappings[j].origin;
       copy_region(hbm, buffer_of(hbm), ks, t.block_buffers[j], t.actor, races_ ? &t.clock : nullptr,
                   t.name, what.c_str(), what.c_str(), call_loc_);
     }
