@@ -62,15 +62,9 @@ std::vector<int64_t> dynamic_values(const ir::Op& op, const std::function<int64_
 // ---- Memory accesses ----------------------------------------------------------------------------
 void CoreRunner::begin_access(const ir::Op& op, const eval::RefValue& view) {
   Buffer* b = buffer_of(view);
-  if (RaceDetector* rd = m_.races()) {
-    bool is_write = op.code != OpCode::Load;
-    int n = rd->access(b, b->describe(), b->content.shape(),
-                       region_of(view, static_cast<std::byte*>(b->content.raw_data()),
-                                 b->content.shape()),
-                       is_write, t_.clock, {t_.actor, t_.name, std::string(op.info().name), op.loc});
-    if (n && m_.config().params.races_are_errors)
-      throw tpu::RaceError(rd->reports().back().to_string());
-  }
+  if (m_.races())
+    m_.check_access(b, view, op.code != OpCode::Load, t_.clock,
+                    {t_.actor, t_.name, std::string(op.info().name), op.loc});
   held_ = std::unique_lock<std::mutex>(b->mu);
 }
 

@@ -429,6 +429,16 @@ void Machine::barrier_all(CoreThread& t, const SourceLoc& loc) {
 }
 
 // ---- DMAs ----------------------------------------------------------------------------------------
+void Machine::check_access(Buffer* b, const eval::RefValue& view, bool is_write,
+                           const VectorClock& clock, const AccessInfo& who) {
+  if (!races_) return;
+  int n = races_->access(b, b->describe(), b->content.shape(),
+                         region_of(view, static_cast<std::byte*>(b->content.raw_data()),
+                                   b->content.shape()),
+                         is_write, clock, who);
+  if (n && cfg_.params.races_are_errors) throw tpu::RaceError(races_->reports().back().to_string());
+}
+
 void Machine::copy_region(const eval::RefValue& src, Buffer* sb, const eval::RefValue& dst,
                           Buffer* db, int actor, const VectorClock* clock,
                           const std::string& actor_name, const char* what_read,
@@ -436,25 +446,11 @@ void Machine::copy_region(const eval::RefValue& src, Buffer* sb, const eval::Ref
   Array tmp;
   {
     std::lock_guard<std::mutex> lock(sb->mu);
-    if (races_ && clock) {
-      int n = races_->access(sb, sb->describe(), sb->content.shape(),
-                             region_of(src, static_cast<std::byte*>(sb->content.raw_data()),
-                                       sb->content.shape()),
-                             false, *clock, {actor, actor_name, what_read, loc});
-      if (n && cfg_.params.races_are_errors)
-        throw tpu::RaceError(races_->reports().back().to_string());
-    }
+    if (clock) check_access(sb, src, false, *clock, {actor, actor_name, what_read, loc});
     tmp = eval::read(src);
   }
   std::lock_guard<std::mutex> lock(db->mu);
-  if (races_ && clock) {
-    int n = races_->access(db, db->describe(), db->content.shape(),
-                           region_of(dst, static_cast<std::byte*>(db->content.raw_data()),
-                                     db->content.shape()),
-                           true, *clock, {actor, actor_name, what_write, loc});
-    if (n && cfg_.params.races_are_errors)
-      throw tpu::RaceError(races_->reports().back().to_string());
-  }
+  if (clock) check_access(db, dst, true, *clock, {actor, actor_name, what_write, loc});
   eval::write(dst, tmp);
 }
 
@@ -463,16 +459,8 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
   if (dma->state == Dma::State::Started) {
     {
       std::lock_guard<std::mutex> l2(dma->src_buffer->mu);
-      if (races_) {
-        int n = races_->access(dma->src_buffer, dma->src_buffer->describe(),
-                               dma->src_buffer->content.shape(),
-                               region_of(dma->src,
-                                         static_cast<std::byte*>(dma->src_buffer->content.raw_data()),
-                                         dma->src_buffer->content.shape()),
-                               false, dma->clock, {dma->actor, dma->actor_name, "DMA read", dma->loc});
-        if (n && cfg_.params.races_are_errors)
-          throw tpu::RaceError(races_->reports().back().to_string());
-      }
+      check_access(dma->src_buffer, dma->src, false, dma->clock,
+                   {dma->actor, dma->actor_name, "DMA read", dma->loc});
       dma->staged = eval::read(dma->src);
     }
     dma->state = Dma::State::Read;
@@ -487,16 +475,8 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
   if (write && dma->state == Dma::State::Read) {
     {
       std::lock_guard<std::mutex> l2(dma->dst_buffer->mu);
-      if (races_) {
-        int n = races_->access(dma->dst_buffer, dma->dst_buffer->describe(),
-                               dma->dst_buffer->content.shape(),
-                               region_of(dma->dst,
-                                         static_cast<std::byte*>(dma->dst_buffer->content.raw_data()),
-                                         dma->dst_buffer->content.shape()),
-                               true, dma->clock, {dma->actor, dma->actor_name, "DMA write", dma->loc});
-        if (n && cfg_.params.races_are_errors)
-          throw tpu::RaceError(races_->reports().back().to_string());
-      }
+      check_access(dma->dst_buffer, dma->dst, true, dma->clock,
+                   {dma->actor, dma->actor_name, "DMA write", dma->loc});
       eval::write(dma->dst, dma->staged);
     }
     dma->staged = Array();
@@ -688,14 +668,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     fill(uninit, cfg_.params);
     {
       std::lock_guard<std::mutex> lock(kb->mu);
-      if (races_) {
-        int n = races_->access(kb, kb->describe(), kb->content.shape(),
-                               region_of(ks, static_cast<std::byte*>(kb->content.raw_data()),
-                                         kb->content.shape()),
-                               true, t.clock, {t.actor, t.name, what, call_loc_});
-        if (n && cfg_.params.races_are_errors)
-          throw tpu::RaceError(races_->reports().back().to_string());
-      }
+      check_access(kb, ks, true, t.clock, {t.actor, t.name, what, call_loc_});
       eval::write(ks, uninit);
     }
     eval::RefValue hbm = sub_ref(whole_ref(devices_[t.device].operands[j]), lo, sz, drop);
@@ -720,6 +693,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     starts_at(point, cur_starts);
   }
   for (int64_t it = begin; it < end; ++it) {
+    check_failed();  // another core failed: stop at the next grid step
     if (cfg_.params.grid_point_recorder) {
       std::lock_guard<std::mutex> lock(recorder_mu_);
       cfg_.params.grid_point_recorder(point.program_ids, t.core);

@@ -129,6 +129,10 @@ class Machine {
   std::vector<int64_t> device_coords(int device) const;
   int device_from_coords(const std::vector<int64_t>& coords, const SourceLoc& loc) const;
   void log(const CoreThread& t, const char* kind, const std::string& line);
+  // Race detection (when on): checks and records an access to `view` of buffer `b`; with
+  // races_are_errors a race throws RaceError.
+  void check_access(Buffer* b, const eval::RefValue& view, bool is_write, const VectorClock& clock,
+                    const AccessInfo& who);
   bool logging(const char* kind) const;
 
  private:
