@@ -156,6 +156,58 @@ bool CoreRunner::load_with_uninitialized_fill(const ir::Op& op) {
   return true;
 }
 
+// buffer_bounds = "padded": a store or swap that reaches into a buffer's tile padding writes
+// only the part inside the buffer's logical shape (the padding keeps what it holds).
+bool CoreRunner::store_dropping_padding(const ir::Op& op) {
+  const eval::RefValue& base = ref(op.operands[0]);
+  Buffer* b = buffer_of(base);
+  if (b->logical == b->content.shape()) return false;
+  const ir::Indexer& index = op.attrs.get_indexer(AttrKey::Index);
+  std::vector<int64_t> dyn = dynamic_values(op, [&](ir::ValueId v) { return scalar_int(v); });
+  eval::RefValue v;
+  try {
+    v = eval::view(base, index, dyn, op.loc);
+  } catch (const Error&) {
+    return false;  // out of bounds: the normal path reports it
+  }
+  std::vector<int> dims;
+  Region r = region_of(v, static_cast<std::byte*>(b->content.raw_data()), b->content.shape(), &dims);
+  bool none = false;
+  std::vector<bool> mapped(r.size(), false);
+  Shape keep = v.shape;
+  for (size_t k = 0; k < v.shape.size(); ++k) {
+    if (dims[k] < 0) continue;
+    const DimRange& d = r[static_cast<size_t>(dims[k])];
+    mapped[static_cast<size_t>(dims[k])] = true;
+    int64_t room = b->logical[static_cast<size_t>(dims[k])] - d.start;
+    keep[k] = room <= 0 ? 0 : std::min(v.shape[k], (room + d.step - 1) / d.step);
+  }
+  for (size_t d = 0; d < r.size(); ++d)
+    if (!mapped[d] && r[d].start >= b->logical[d]) none = true;
+  if (!none && keep == v.shape) return false;
+  size_t next = 1 + dyn.size();
+  bool masked = op.attrs.get_int_or(AttrKey::Masked, 0) != 0;
+  Array value = array(op.operands[next]);
+  begin_access(op, v);
+  try {
+    Array old = eval::read(v);
+    if (masked) value = eval::select(array(op.operands[next + 1]), value, old);
+    if (!none && num_elements(keep) > 0) {
+      eval::RefValue src = eval::RefValue::of_array(value);
+      src.shape = keep;
+      eval::RefValue dst = v;
+      dst.shape = keep;
+      eval::write(dst, eval::read(src));
+    }
+    end_access(op, v);
+    if (op.code == OpCode::Swap) set(op.results[0], std::move(old));
+  } catch (...) {
+    end_access(op, v);
+    throw;
+  }
+  return true;
+}
+
 // ---- TPU ops --------------------------------------------------------------------------------------
 int CoreRunner::target_device(const ir::Op& op, size_t first) {
   const std::string& kind = op.attrs.get_string(AttrKey::DeviceIdType);
@@ -201,8 +253,12 @@ int CoreRunner::target_device(const ir::Op& op, size_t first) {
 }
 
 void CoreRunner::dma_start(const ir::Op& op) {
-  const eval::RefValue& src = ref(op.operands[0]);
-  const eval::RefValue& dst = ref(op.operands[1]);
+  // The copy covers the Refs' logical shapes (in "padded" mode a whole buffer's RefValue also
+  // spans its tile padding, which DMAs neither read nor write).
+  eval::RefValue src = ref(op.operands[0]);
+  eval::RefValue dst = ref(op.operands[1]);
+  src.shape = kernel().type(op.operands[0]).shape;
+  dst.shape = kernel().type(op.operands[1]).shape;
   int64_t recv = m_.semaphore_id(ref(op.operands[2]));
   std::optional<int64_t> send;
   int device = t_.device;
@@ -292,7 +348,8 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
     case OpCode::RunScoped: run_scoped(op); return true;
     case OpCode::DmaStart: dma_start(op); return true;
     case OpCode::DmaWait: {
-      const eval::RefValue& r = ref(op.operands[1]);
+      // The byte count of the Ref's logical shape (its RefValue may span tile padding).
+      const ir::Type& r = kernel().type(op.operands[1]);
       m_.wait(t_, m_.semaphore_id(ref(op.operands[0])), r.size() * itemsize(r.dtype), op.loc,
               "dma_wait");
       return true;
@@ -349,6 +406,10 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
                       join_names(mesh.axis_names) + ")",
                   op.loc);
     }
+    case OpCode::Store:
+    case OpCode::Swap:
+      if (m_.config().params.buffer_bounds == "padded" && store_dropping_padding(op)) return true;
+      break;
     case OpCode::Load:
       if (m_.config().params.out_of_bounds_reads == "uninitialized" &&
           load_with_uninitialized_fill(op))

@@ -25,6 +25,7 @@ class CoreRunner : public eval::Interpreter {
   int target_device(const ir::Op& op, size_t first_operand);
   bool skip_float_op(const ir::Op& op);
   bool load_with_uninitialized_fill(const ir::Op& op);
+  bool store_dropping_padding(const ir::Op& op);
 
   Machine& m_;
   CoreThread& t_;

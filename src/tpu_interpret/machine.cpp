@@ -28,6 +28,29 @@ Buffer* buffer_of(const eval::RefValue& r) {
   return static_cast<Buffer*>(r.owner.get());
 }
 
+Shape tile_padded(const Shape& shape, DType dtype, MemorySpace space) {
+  if (shape.empty() || space == MemorySpace::Smem || space == MemorySpace::Semaphore ||
+      is_semaphore(dtype))
+    return shape;
+  const int64_t isz = itemsize(dtype);
+  if (isz > 4)
+    throw Error("InterpretParams.buffer_bounds = \"padded\": " + std::string(dtype_name(dtype)) +
+                " has no TPU tiling (only dtypes of at most 32 bits)");
+  const int64_t packing = 4 / isz;
+  auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
+  Shape out = shape;
+  const size_t r = shape.size();
+  if (r == 1) {
+    out[0] = round_up(shape[0], 128 * packing);
+    return out;
+  }
+  out[r - 1] = round_up(shape[r - 1], 128);
+  int64_t f = packing;
+  while (f < std::min<int64_t>(shape[r - 2], 8)) f *= 2;
+  out[r - 2] = round_up(shape[r - 2], f);
+  return out;
+}
+
 namespace {
 
 // Barrier semaphores (get_barrier_semaphore) have fixed ids: this plus the collective id.
@@ -107,8 +130,6 @@ Machine::Machine(const TracedCall& call, MachineConfig cfg, const SourceLoc& cal
   check_choice("uninitialized_memory", p.uninitialized_memory, {"nan", "zero"});
   check_choice("buffer_bounds", p.buffer_bounds, {"logical", "padded"});
   check_choice("nonzero_semaphores_at_exit", p.nonzero_semaphores_at_exit, {"error", "warn"});
-  if (p.buffer_bounds == "padded")
-    throw NotSupportedError("InterpretParams.buffer_bounds = \"padded\" (TPU tile padding of buffers)");
   {
     std::stringstream ss(p.logging_mode);
     std::string item;
@@ -194,8 +215,12 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
   b->device = t.device;
   b->core = shared ? -1 : t.core;
   b->name = name;
-  b->content = Array::uninitialized(type.shape, is_semaphore(type.dtype) ? DType::I32 : type.dtype);
-  b->strides = row_major_strides(type.shape);
+  b->logical = type.shape;
+  Shape stored = cfg_.params.buffer_bounds == "padded"
+                     ? tile_padded(type.shape, type.dtype, type.space)
+                     : type.shape;
+  b->content = Array::uninitialized(stored, is_semaphore(type.dtype) ? DType::I32 : type.dtype);
+  b->strides = row_major_strides(stored);
   if (is_semaphore(type.dtype)) {
     std::memset(b->content.raw_data(), 0, static_cast<size_t>(b->content.size() * 4));
     b->sem_base = t.next_sem_id;
@@ -847,7 +872,13 @@ std::vector<std::vector<Array>> Machine::run(const std::vector<std::vector<Array
                           std::to_string(j < gm.num_inputs ? j : j - gm.num_inputs) +
                           " in HBM but does not have trivial BlockSpec.",
                       bm.index_map.loc);
-        eval::RefValue r = sub_ref(whole_ref(ds.operands[j]), low_[j], bm.array.shape, {});
+        // The kernel sees the whole array (with the tile padding, in "padded" mode: a DMA may
+        // read it, as on a TPU).
+        Shape seen = bm.array.shape;
+        const Shape& stored = ds.operands[j]->content.shape();
+        if (cfg_.params.buffer_bounds == "padded")
+          for (size_t d = 0; d < seen.size(); ++d) seen[d] = stored[d] - low_[j][d];
+        eval::RefValue r = sub_ref(whole_ref(ds.operands[j]), low_[j], seen, {});
         r.space = space;
         t.params.push_back(r);
         t.block_buffers.push_back(nullptr);

@@ -31,7 +31,8 @@ struct Buffer {
   int device = 0;
   int core = -1;      // -1: shared by the device's cores (HBM, ANY, VMEM_SHARED)
   std::string name;   // "input x", "scratch 2", "run_scoped at k.cc:12"
-  Array content;
+  Array content;                 // buffer_bounds = "padded": padded to the TPU tile
+  Shape logical;                 // the shape the program sees (== content's when not padded)
   std::vector<int64_t> strides;  // of `content`, row-major
   int64_t sem_base = -1;         // semaphore buffers: the id of element 0
   int refs = 1;                  // shared run_scoped allocations: cores still inside the scope
@@ -39,6 +40,11 @@ struct Buffer {
   std::string describe() const;  // "input x (hbm, device 0)"
 };
 Buffer* buffer_of(const eval::RefValue& r);
+// buffer_bounds = "padded": `shape` padded to the TPU tile of `dtype` (SMEM, semaphores and
+// scalars are never padded). Rank >= 2: the last dim to a multiple of 128, the second-minor to
+// a multiple of f, where f starts at the packing (4 / itemsize) and doubles while it is below
+// min(second-minor, 8); rank 1: a multiple of 128 * packing.
+Shape tile_padded(const Shape& shape, DType dtype, MemorySpace space);
 
 // The thread executing one (device, core).
 struct CoreThread {

@@ -23,8 +23,10 @@ bool happens_before(const VectorClock& a, const VectorClock& b) {
   return true;
 }
 
-Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape) {
+Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape,
+                 std::vector<int>* view_dims) {
   const int rank = static_cast<int>(shape.size());
+  if (view_dims) view_dims->assign(view.shape.size(), -1);
   std::vector<int64_t> bstride = row_major_strides(shape);
   Region r(static_cast<size_t>(rank));
   int64_t offset = (view.data - base) / itemsize(view.dtype);
@@ -48,6 +50,7 @@ Region region_of(const eval::RefValue& view, const std::byte* base, const Shape&
     }
     r[d].count = n;
     r[d].step = s / bstride[d];
+    if (view_dims) (*view_dims)[k] = d;
   }
   return r;
 }

@@ -34,7 +34,10 @@ struct DimRange {
 using Region = std::vector<DimRange>;
 // The region of `view` inside a row-major buffer starting at `base` with this shape. Views made
 // by indexers map each of their dimensions to one buffer dimension, which this recovers.
-Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape);
+// `view_dims`, when given, receives the buffer dimension of each view dimension (-1 for a
+// size-1 view dimension, which needs none).
+Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape,
+                 std::vector<int>* view_dims = nullptr);
 // Whether two regions share an element; if so, the bounding box of the shared elements.
 bool regions_overlap(const Region& a, const Region& b,
                      std::vector<std::pair<int64_t, int64_t>>* box);

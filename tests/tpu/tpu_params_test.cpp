@@ -84,9 +84,9 @@ TEST(TpuParams, UnknownStringsAreRejected) {
   }
   {
     pltpu::InterpretParams p;
-    p.buffer_bounds = "padded";
-    EXPECT_CONTAINS(error_of<pl::NotSupportedError>([&] { run_copy(p); }),
-                    "not supported yet: InterpretParams.buffer_bounds = \"padded\"");
+    p.buffer_bounds = "tiled";
+    EXPECT_CONTAINS(error_of([&] { run_copy(p); }),
+                    "InterpretParams.buffer_bounds must be one of \"logical\", \"padded\", got \"tiled\"");
   }
   // The defaults run.
   EXPECT_EQ(run_copy(pltpu::InterpretParams{}).data<float>()[1000], 1000.0f);
