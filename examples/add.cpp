@@ -32,7 +32,7 @@ Problem build(const RunOptions& opts) {
                   .in_specs = {spec, spec},
                   .out_specs = {spec},
                   .name = "add"},
-                 opts.backend));
+                 opts));
   const int64_t n = rows * cols, item = itemsize(opts.dtype);
   return Problem{
       .name = "add",

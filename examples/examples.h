@@ -5,14 +5,21 @@
 //   namespace ex = pallas::examples;
 //   ex::Problem p = ex::find("matmul").build({.seed = 1, .size = 256});
 //   ex::Outcome o = ex::run(p);   // o.ok, o.max_abs_error, o.message
+//
+// Examples that run on several simulated devices (pltpu::run_on_mesh) keep the same shape: their
+// `inputs` are the global arrays (the devices' shards concatenated), and their `runner` splits
+// them, runs the mesh and concatenates the devices' outputs, so `reference` and `compare` see
+// global arrays too.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "pallas/pallas.h"
+#include "pallas/tpu.h"
 
 namespace pallas::examples {
 
@@ -28,6 +35,21 @@ struct RunOptions {
   int64_t size = 0;                  // 0: the example's default
   DType dtype = DType::F32;          // the inputs' dtype, where the example supports several
   std::string backend = "reference";  // "reference" | "tpu-interpret" | "gpu"
+
+  // The TPU interpret mode's knobs (backend "tpu-interpret" only; with any other backend a
+  // non-default value is a UsageError). `seed` above also seeds the simulator's shuffling of
+  // parallel grid dimensions there.
+  int devices = 0;           // simulated devices, for the multi-device examples (0: default)
+  int cores = 0;             // cores per device (0: the example's default, usually 1)
+  std::string dma_mode;      // "eager" | "on_wait" ("": the simulator's default, on_wait)
+  bool detect_races = false;
+  // Where detected races go. find()'s examples make one when detect_races is set; a caller
+  // may pass its own.
+  std::shared_ptr<std::vector<tpu::RaceReport>> races;
+
+  bool uses_tpu_interpret_options() const {
+    return devices != 0 || cores != 0 || !dma_mode.empty() || detect_races;
+  }
 };
 
 // |actual - expected| <= atol + rtol * |expected|, elementwise.
@@ -47,8 +69,19 @@ struct Problem {
   PallasCall call;
   std::vector<Array> inputs;  // in call order (scalar-prefetch operands first)
   // Expected outputs from `inputs`, computed without the kernel. Called before the kernel runs
-  // (an aliased input is overwritten by the call).
+  // (an aliased input is overwritten by the call). Empty: the outputs are not checked (the
+  // `racy` example, whose result depends on the race), and `unchecked_note` says why.
   std::function<std::vector<Array>(const std::vector<Array>& inputs)> reference;
+  std::string unchecked_note;
+  // How the problem runs when it is not simply call(inputs) — e.g. split the global inputs into
+  // per-device shards, pltpu::run_on_mesh, concatenate the devices' outputs. Optional.
+  std::function<std::vector<Array>(const std::vector<Array>& inputs)> runner;
+  // The argument shapes `call` is traced with, when they are not the inputs' (multi-device
+  // problems: one device's shards). Optional.
+  std::vector<ShapeDtype> call_arg_shapes;
+  // With RunOptions::detect_races: where the TPU interpret mode reports races (the sink from
+  // the RunOptions; null otherwise).
+  std::shared_ptr<std::vector<tpu::RaceReport>> races;
   Tolerance tolerance;
   // Checks beyond the values (e.g. that an aliased output is the input's buffer): an empty
   // string when fine, else what is wrong. Optional.
@@ -58,6 +91,7 @@ struct Problem {
   int64_t bytes = 0;  // bytes read and written by one call
   Throughput throughput = Throughput::Bytes;
 
+  // What `call` is traced with: call_arg_shapes, else the inputs' shapes.
   std::vector<ShapeDtype> arg_shapes() const;
 };
 
@@ -65,9 +99,13 @@ struct Example {
   std::string name;
   std::string description;  // one line
   std::function<Problem(const RunOptions&)> build;
+  // Runs on a mesh of simulated devices (accepts RunOptions::devices).
+  bool multi_device = false;
 };
 
-// Every bundled example, in a stable order.
+// Every bundled example, in a stable order. Their `build` also checks the options every example
+// shares (TPU interpret knobs only with that backend, --devices only for multi-device examples)
+// and attaches a race sink when detect_races is set.
 const std::vector<Example>& all();
 // The example called `name`; throws UsageError (listing the known names) when there is none.
 const Example& find(const std::string& name);
@@ -78,12 +116,18 @@ struct Outcome {
   double max_abs_error = 0;
   double max_rel_error = 0;
   std::string message;  // empty when ok; else the first mismatch (allclose's message)
+  bool checked = true;  // false: the problem has no reference (message says why)
+  // Races the TPU interpret mode detected (with detect_races); any race makes ok false.
+  std::vector<tpu::RaceReport> races;
 };
 
 // Compares `outputs` with `expected` (and runs the problem's extra check).
 Outcome compare(const Problem& p, const std::vector<Array>& inputs,
                 const std::vector<Array>& outputs, const std::vector<Array>& expected);
-// Computes the reference, runs the call once on p.inputs and compares.
+// Runs the problem once on p.inputs (its runner, else its call) and returns the outputs.
+std::vector<Array> execute(const Problem& p);
+// Computes the reference, runs the problem once and compares. A tpu::DeadlockError (or any other
+// error of the run) propagates.
 Outcome run(const Problem& p);
 
 }  // namespace pallas::examples

@@ -43,7 +43,7 @@ Problem build(const RunOptions& opts) {
                {pl::BlockSpec({kBlockRows, kCols}, [](pl::Value i, pl::Ref table) { return pl::Indices{table[i], 0}; })},
                {pl::BlockSpec({kBlockRows, kCols}, [](pl::Value i, pl::Ref) { return pl::Indices{i, 0}; })}),
            .name = "gather"},
-          opts.backend));
+          opts));
   const int64_t n = rows * kCols;
   return Problem{
       .name = "gather",

@@ -40,7 +40,7 @@ Problem build(const RunOptions& opts) {
                   .out_specs = {spec},
                   .input_output_aliases = {{0, 0}},
                   .name = "inplace"},
-                 opts.backend));
+                 opts));
   const int64_t n = rows * kCols;
   return Problem{
       .name = "inplace",

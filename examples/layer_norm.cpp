@@ -56,7 +56,7 @@ Problem build(const RunOptions& opts) {
                   .in_specs = {rows_spec, whole, whole},
                   .out_specs = {rows_spec},
                   .name = "layer_norm"},
-                 opts.backend));
+                 opts));
   const int64_t n = rows * kCols, item = itemsize(opts.dtype);
   return Problem{
       .name = "layer_norm",

@@ -61,7 +61,7 @@ Problem build(const RunOptions& opts) {
            .out_specs = {pl::BlockSpec({b, b}, [](pl::Value i, pl::Value j, pl::Value) { return pl::Indices{i, j}; })},
            .scratch_shapes = {{{b, b}, pl::f32, pl::MemorySpace::Vmem}},
            .name = "matmul"},
-          opts.backend));
+          opts));
   const int64_t item = itemsize(opts.dtype);
   return Problem{
       .name = "matmul",

@@ -1,4 +1,5 @@
-// One factory per bundled example (each defined in examples/<name>.cpp), for registry.cpp.
+// One factory per bundled example (each defined in examples/<name>.cpp, the collectives in
+// examples/collectives.cpp), for registry.cpp.
 #pragma once
 
 #include "examples/examples.h"
@@ -10,4 +11,13 @@ namespace softmax { Example example(); }
 namespace layer_norm { Example example(); }
 namespace gather { Example example(); }
 namespace inplace { Example example(); }
+// TPU interpret mode only.
+namespace dma_matmul { Example example(); }
+namespace right_permute { Example example(); }
+namespace all_gather { Example example(); }
+namespace all_reduce { Example example(); }
+namespace reduce_scatter { Example example(); }
+namespace core_map_pipeline { Example example(); }
+namespace racy { Example example(); }
+namespace deadlock { Example example(); }
 }  // namespace pallas::examples

@@ -48,7 +48,7 @@ Problem build(const RunOptions& opts) {
                   .in_specs = {spec},
                   .out_specs = {spec},
                   .name = "softmax"},
-                 opts.backend));
+                 opts));
   const int64_t n = rows * kCols;
   return Problem{
       .name = "softmax",

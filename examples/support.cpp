@@ -1,18 +1,90 @@
 #include "examples/support.h"
 
+#include <cstring>
+
 namespace pallas::examples {
 
-CallOptions on_backend(CallOptions opts, const std::string& backend) {
+CallOptions on_backend(CallOptions opts, const RunOptions& run) {
+  const std::string& backend = run.backend;
   if (backend == "reference") {
     opts.interpret = true;
   } else if (backend == "tpu-interpret") {
-    opts.interpret = tpu::InterpretParams{};
+    tpu::InterpretParams p;
+    if (!run.dma_mode.empty()) p.dma_execution_mode = run.dma_mode;
+    p.random_seed = run.seed;
+    p.detect_races = run.detect_races;
+    p.races = run.races;
+    if (run.cores > 0) p.num_cores_per_device = run.cores;
+    opts.interpret = p;
   } else if (backend == "gpu") {
     opts.backend = "mosaic_gpu";
   } else {
     throw UsageError("unknown backend '" + backend + "' (known: reference, tpu-interpret, gpu)");
   }
   return opts;
+}
+
+void require_tpu_interpret(const std::string& example, const RunOptions& opts) {
+  if (opts.backend != "tpu-interpret")
+    throw UsageError(example + " needs the TPU interpret mode (--backend tpu-interpret): its "
+                     "kernel uses DMAs and semaphores of the simulated TPU; got backend '" +
+                     opts.backend + "'");
+}
+
+int devices_or_default(const std::string& example, const RunOptions& opts, int default_devices,
+                       int min_devices) {
+  const int n = opts.devices == 0 ? default_devices : opts.devices;
+  if (n < min_devices || n > 64)
+    throw UsageError(example + ": --devices must be between " + std::to_string(min_devices) +
+                     " and 64, got " + std::to_string(n));
+  return n;
+}
+
+int cores_or_default(const std::string& example, const RunOptions& opts, int default_cores) {
+  const int n = opts.cores == 0 ? default_cores : opts.cores;
+  if (n < 1 || n > 16)
+    throw UsageError(example + ": --cores must be between 1 and 16, got " + std::to_string(n));
+  return n;
+}
+
+std::vector<Array> split_rows(const Array& a, int64_t n) {
+  PALLAS_INTERNAL_CHECK(a.rank() >= 1 && a.dim(0) % n == 0, "split_rows: uneven shards");
+  Shape shard = a.shape();
+  shard[0] /= n;
+  const size_t bytes = static_cast<size_t>(a.nbytes() / n);
+  std::vector<Array> parts;
+  for (int64_t d = 0; d < n; ++d) {
+    Array part(shard, a.dtype());
+    std::memcpy(part.raw_data(), static_cast<const std::byte*>(a.raw_data()) + d * bytes, bytes);
+    parts.push_back(part);
+  }
+  return parts;
+}
+
+Array concat_rows(const std::vector<Array>& parts) {
+  Shape shape = parts.at(0).shape();
+  shape[0] *= static_cast<int64_t>(parts.size());
+  Array out(shape, parts[0].dtype());
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  for (const Array& p : parts) {
+    PALLAS_INTERNAL_CHECK(p.shape_dtype() == parts[0].shape_dtype(), "concat_rows: shard shapes differ");
+    std::memcpy(dst, p.raw_data(), static_cast<size_t>(p.nbytes()));
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+std::function<std::vector<Array>(const std::vector<Array>&)> mesh_runner(PallasCall call,
+                                                                          std::string axis,
+                                                                          int64_t n) {
+  return [call, axis, n](const std::vector<Array>& inputs) {
+    std::vector<std::vector<Array>> args;
+    for (const Array& shard : split_rows(inputs.at(0), n)) args.push_back({shard});
+    std::vector<std::vector<Array>> outs = tpu::run_on_mesh(call, tpu::Mesh{{axis}, {n}}, args);
+    std::vector<Array> per_device;
+    for (const std::vector<Array>& o : outs) per_device.push_back(o.at(0));
+    return std::vector<Array>{concat_rows(per_device)};
+  };
 }
 
 int64_t size_or_default(const std::string& example, const RunOptions& opts, int64_t default_size) {
@@ -34,7 +106,10 @@ void require_dtype(const std::string& example, const RunOptions& opts,
 
 std::string dims(const Shape& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + "]";
 }
 

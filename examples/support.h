@@ -8,10 +8,34 @@
 
 namespace pallas::examples {
 
-// `opts` set to run on `backend` ("reference" | "tpu-interpret" | "gpu"). The backends that do
-// not exist yet are still selected here: pallas_call raises their NotSupportedError when the
-// call runs, which is the error a user of that backend should see.
-CallOptions on_backend(CallOptions opts, const std::string& backend);
+// `opts` set to run on run.backend ("reference" | "tpu-interpret" | "gpu"); for tpu-interpret,
+// with InterpretParams from the run options (DMA mode, race detection and its sink, cores per
+// device, the seed). The backends that do not exist yet are still selected here: pallas_call
+// raises their NotSupportedError when the call runs, which is the error a user of that backend
+// should see.
+CallOptions on_backend(CallOptions opts, const RunOptions& run);
+
+// Throws UsageError unless the example runs on the TPU interpret mode (its kernels use DMAs,
+// semaphores or several devices, which only the simulated TPU has).
+void require_tpu_interpret(const std::string& example, const RunOptions& opts);
+
+// The number of simulated devices: opts.devices, or `default_devices` when it is 0. Fewer than
+// `min_devices` or more than 64 is a UsageError.
+int devices_or_default(const std::string& example, const RunOptions& opts, int default_devices,
+                       int min_devices);
+// Likewise for the cores per device (opts.cores), at most 16.
+int cores_or_default(const std::string& example, const RunOptions& opts, int default_cores);
+
+// Multi-device problems keep global arrays (the devices' shards stacked along axis 0):
+// `split_rows(a, n)` cuts one into n equal shards, `concat_rows` stacks shards back.
+std::vector<Array> split_rows(const Array& a, int64_t n);
+Array concat_rows(const std::vector<Array>& parts);
+
+// A Problem::runner for a call with one input and one output on a 1-D mesh of `n` devices
+// along `axis`: device d gets shard d of the input; the result stacks the devices' outputs.
+std::function<std::vector<Array>(const std::vector<Array>&)> mesh_runner(PallasCall call,
+                                                                          std::string axis,
+                                                                          int64_t n);
 
 // The problem size: opts.size, or `default_size` when it is 0. Negative sizes are a UsageError.
 int64_t size_or_default(const std::string& example, const RunOptions& opts, int64_t default_size);

@@ -1,6 +1,6 @@
-// The `pallas` CLI's subcommands. Each returns the process exit code (0 ok, 1 failed); a
-// pallas::examples::UsageError escaping one means a bad option value (exit 2), any other error
-// a runtime failure (exit 1) — pallas_main.cpp maps them.
+// The `pallas` CLI's subcommands. Each returns the process exit code (0 ok, 1 failed, 3 races
+// detected, 4 deadlock); a pallas::examples::UsageError escaping one means a bad option value
+// (exit 2), any other error a runtime failure (exit 1) — pallas_main.cpp maps them.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,16 @@ struct ExampleArgs {
   std::string dtype = "f32";
   std::string backend = "reference";
   int iters = 5;
+  // The TPU interpret mode's knobs (--backend tpu-interpret only).
+  int devices = 0;
+  int cores = 0;
+  std::string dma_mode;
+  bool detect_races = false;
 };
+
+// Exit codes beyond 0 (ok), 1 (failed) and 2 (usage error).
+inline constexpr int kExitRaces = 3;
+inline constexpr int kExitDeadlock = 4;
 
 int demo(uint64_t seed);
 int list();

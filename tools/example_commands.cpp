@@ -30,7 +30,23 @@ int list() {
 
 int run(const ExampleArgs& args) {
   const ex::Problem p = ex::find(args.name).build(run_options(args));
-  const ex::Outcome o = ex::run(p);
+  ex::Outcome o;
+  try {
+    o = ex::run(p);
+  } catch (const tpu::DeadlockError& e) {
+    std::cout << headline(p) << ": DEADLOCK\n" << with_newline(e.what());
+    return kExitDeadlock;
+  }
+  // Races first: with a race, the values (right or wrong) prove nothing.
+  if (!o.races.empty()) {
+    std::cout << headline(p) << ": " << o.races.size() << " race(s) detected\n";
+    for (const tpu::RaceReport& r : o.races) std::cout << with_newline(r.to_string());
+    return kExitRaces;
+  }
+  if (!o.checked) {
+    std::cout << headline(p) << ": ran, result not checked (" << o.message << ")\n";
+    return 0;
+  }
   std::cout << headline(p) << ": max abs err " << short_number(o.max_abs_error)
             << ", max rel err " << short_number(o.max_rel_error) << "  "
             << (o.ok ? "ok" : "FAILED") << "\n";

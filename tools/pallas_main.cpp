@@ -1,6 +1,7 @@
 // The `pallas` command-line tool: parses the command line and dispatches to tools/*_command.cpp.
 // Exit codes: 0 ok; 1 a check failed or the run raised an error; 2 a usage error (unknown
-// subcommand, example or option, or a bad option value).
+// subcommand, example or option, or a bad option value); 3 the TPU interpret mode detected a
+// race (--detect-races); 4 it detected a deadlock.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -29,6 +30,16 @@ void add_backend_option(CLI::App* cmd, cli::ExampleArgs& args) {
       ->check(CLI::IsMember({"reference", "tpu-interpret", "gpu"}));
 }
 
+// The simulated TPU's knobs (valid with --backend tpu-interpret only; the examples check that).
+void add_tpu_interpret_options(CLI::App* cmd, cli::ExampleArgs& args, bool races) {
+  cmd->add_option("--devices", args.devices, "simulated devices (multi-device examples)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--cores", args.cores, "cores per simulated device")->check(CLI::Range(1, 16));
+  cmd->add_option("--dma-mode", args.dma_mode, "when simulated DMAs run: at start, or on wait")
+      ->check(CLI::IsMember({"eager", "on_wait"}));
+  if (races) cmd->add_flag("--detect-races", args.detect_races, "report races (exit 3 if any)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,13 +54,22 @@ int main(int argc, char** argv) {
 
   cli::ExampleArgs args;
   CLI::App* run = add_example_command(app, "run", "run an example on random inputs and check it against its reference", args);
-  run->add_option("--seed", args.seed, "random seed for the inputs");
+  run->add_option("--seed", args.seed,
+                  "random seed for the inputs (tpu-interpret: also orders parallel grid steps)");
   add_backend_option(run, args);
+  add_tpu_interpret_options(run, args, /*races=*/true);
   CLI::App* ir = add_example_command(app, "ir", "print an example's traced kernel IR and grid mapping", args);
+  // The TPU-only examples trace only for that backend, and the collectives' IR depends on
+  // the number of devices.
+  add_backend_option(ir, args);
+  ir->add_option("--devices", args.devices, "simulated devices (multi-device examples)")
+      ->check(CLI::Range(1, 64));
   CLI::App* bench = add_example_command(app, "bench", "time an example (median of --iters runs after a warm-up)", args);
   bench->add_option("--iters", args.iters, "timed runs")->check(CLI::PositiveNumber);
   bench->add_option("--seed", args.seed, "random seed for the inputs");
   add_backend_option(bench, args);
+  // No --detect-races: the detector's bookkeeping would be what gets timed.
+  add_tpu_interpret_options(bench, args, /*races=*/false);
 
   try {
     app.parse(argc, argv);
@@ -70,6 +90,9 @@ int main(int argc, char** argv) {
   } catch (const pallas::examples::UsageError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
+  } catch (const pallas::tpu::DeadlockError& e) {  // `run` reports its own; this is for bench
+    std::cerr << "error: " << e.what() << "\n";
+    return cli::kExitDeadlock;
   } catch (const std::exception& e) {  // pallas::Error, and InternalError (a bug, still reported)
     std::cerr << "error: " << e.what() << "\n";
     return 1;

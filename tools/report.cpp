@@ -8,7 +8,11 @@ examples::RunOptions run_options(const ExampleArgs& args) {
   return {.seed = args.seed,
           .size = args.size,
           .dtype = parse_dtype(args.dtype),
-          .backend = args.backend};
+          .backend = args.backend,
+          .devices = args.devices,
+          .cores = args.cores,
+          .dma_mode = args.dma_mode,
+          .detect_races = args.detect_races};
 }
 
 std::string headline(const examples::Problem& p) {

@@ -9,7 +9,9 @@ check() {  # check NAME EXPECTED_RC COMMAND... ; output in $out
   if [ "$rc" != "$want" ]; then echo "FAIL $name: exit $rc, want $want"; echo "$out"; fail=1; else echo "ok   $name"; fi
 }
 expect() {  # expect NAME PATTERN : $out (of the last check) matches the extended regex PATTERN
-  echo "$out" | grep -Eq -- "$2" || { echo "FAIL $1: output lacks /$2/"; echo "$out"; fail=1; }
+  # A here-string, not `echo | grep -q`: grep -q exits at the first match, and with pipefail the
+  # echo still writing into the closed pipe (SIGPIPE) would fail the check at random.
+  grep -Eq -- "$2" <<<"$out" || { echo "FAIL $1: output lacks /$2/"; echo "$out"; fail=1; }
 }
 examples="add matmul softmax layer_norm gather inplace"
 
@@ -57,9 +59,53 @@ check bad_iters 2 "$PALLAS" bench add --iters 0
 check matmul_bad_size 2 "$PALLAS" run matmul --size 300
 expect matmul_bad_size_msg "^error: matmul: size must be .*multiple of 128.*got 300"
 
+# The TPU interpret mode runs the portable examples too.
+check tpu_interpret_backend 0 "$PALLAS" run add --backend tpu-interpret --size 8
+expect tpu_interpret_line "^add .* backend=tpu-interpret: .*  ok$"
+check tpu_interpret_cores 0 "$PALLAS" run matmul --backend tpu-interpret --size 128 --cores 2 --dma-mode eager --detect-races
+expect tpu_interpret_cores_line "  ok$"
 # Backends that do not exist yet: a runtime error (exit 1) naming what is missing.
-check tpu_interpret_backend 1 "$PALLAS" run add --backend tpu-interpret --size 8
-expect tpu_interpret_msg "^error: .*not supported yet"
 check gpu_backend 1 "$PALLAS" run add --backend gpu --size 8
 expect gpu_msg "^error: .*not supported yet"
+
+# The TPU-only examples: list them, run them (a collective on 8 devices, race detection on).
+tpu_examples="dma_matmul right_permute all_gather all_reduce reduce_scatter core_map_pipeline racy deadlock"
+check list_tpu 0 "$PALLAS" list
+for e in $tpu_examples; do expect "list_$e" "^$e "; done
+check all_reduce_8 0 "$PALLAS" run all_reduce --backend tpu-interpret --devices 8 --dma-mode eager --detect-races
+expect all_reduce_8_line "^all_reduce f32\[8,128\] on 8 devices backend=tpu-interpret: .*  ok$"
+check reduce_scatter_2 0 "$PALLAS" run reduce_scatter --backend tpu-interpret --devices 2 --dma-mode on_wait --detect-races --size 4
+expect reduce_scatter_2_line "  ok$"
+check dma_matmul 0 "$PALLAS" run dma_matmul --backend tpu-interpret --size 64 --detect-races
+expect dma_matmul_line "^dma_matmul .*  ok$"
+check core_map_pipeline 0 "$PALLAS" run core_map_pipeline --backend tpu-interpret --cores 4 --detect-races
+expect core_map_pipeline_line "on 4 cores backend=tpu-interpret: .*  ok$"
+check bench_all_gather 0 "$PALLAS" bench all_gather --backend tpu-interpret --devices 4 --iters 1
+expect bench_all_gather_line "GB/s$"
+check ir_all_gather 0 "$PALLAS" ir all_gather --backend tpu-interpret --devices 2
+expect ir_all_gather_kernel "kernel @"
+
+# racy: runs unchecked without detection; with it, prints the race and exits 3.
+check racy_unchecked 0 "$PALLAS" run racy --backend tpu-interpret
+expect racy_unchecked_note "not checked .*--detect-races"
+check racy 3 "$PALLAS" run racy --backend tpu-interpret --detect-races
+expect racy_count "^racy .*: 1 race\(s\) detected$"
+expect racy_report "^RACE DETECTED on scratch 0"
+expect racy_dma "DMA write\) at racy.cpp"
+
+# deadlock: reported (not hung) within seconds, exit 4.
+check deadlock 4 timeout 20 "$PALLAS" run deadlock --backend tpu-interpret
+expect deadlock_line "^deadlock .*: DEADLOCK$"
+expect deadlock_report "device 1, core 0: semaphore_wait on scratch 0"
+
+# Usage errors of the TPU options and examples.
+check devices_on_reference 2 "$PALLAS" run all_reduce --backend reference --devices 4
+expect devices_on_reference_msg "^error: .*need --backend tpu-interpret"
+check detect_races_on_reference 2 "$PALLAS" run add --detect-races
+check devices_single_device 2 "$PALLAS" run add --backend tpu-interpret --devices 2
+check tpu_only_example 2 "$PALLAS" run dma_matmul
+expect tpu_only_example_msg "needs the TPU interpret mode"
+check bad_dma_mode 2 "$PALLAS" run racy --backend tpu-interpret --dma-mode lazy
+check bad_devices 2 "$PALLAS" run all_gather --backend tpu-interpret --devices 0
+check bench_no_detect_races 2 "$PALLAS" bench all_gather --backend tpu-interpret --detect-races
 exit $fail
