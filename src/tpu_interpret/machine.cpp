@@ -134,7 +134,10 @@ Machine::Machine(const TracedCall& call, MachineConfig cfg, const SourceLoc& cal
     std::stringstream ss(p.logging_mode);
     std::string item;
     while (std::getline(ss, item, ','))
-      if (!item.empty()) check_choice("logging_mode (each item)", item, {"semaphore", "shared_memory", "dma", "barrier"});
+      if (!item.empty()) {
+        check_choice("logging_mode (each item)", item, {"semaphore", "shared_memory", "dma", "barrier"});
+        log_kinds_.push_back(item);
+      }
   }
   const int64_t total = cfg_.mesh.num_devices() * cfg_.num_cores;
   if (p.vector_clock_size) {
@@ -186,12 +189,9 @@ int Machine::device_from_coords(const std::vector<int64_t>& coords, const Source
 }
 
 bool Machine::logging(const char* kind) const {
-  const std::string& m = cfg_.params.logging_mode;
-  if (m.empty()) return false;
-  std::stringstream ss(m);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (item == kind) return true;
+  if (log_kinds_.empty()) return false;
+  for (const std::string& k : log_kinds_)
+    if (k == kind) return true;
   return false;
 }
 
@@ -227,7 +227,7 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
     t.next_sem_id += std::max<int64_t>(b->content.size(), 1);
     for (int64_t i = 0; i < b->content.size(); ++i) {
       std::string n = name + (type.shape.empty() ? "" : "[" + std::to_string(i) + "]");
-      Semaphore& s = sem_locked(b->sem_base + i, n, type.dtype);
+      Semaphore& s = sem_locked(b->sem_base + i, n.c_str(), type.dtype);
       s.name = n;
       s.kind = type.dtype;
     }
@@ -255,11 +255,13 @@ void Machine::release(CoreThread& t, const eval::RefValue& r) {
   (void)t;
 }
 
-Semaphore& Machine::sem_locked(int64_t id, const std::string& name, DType kind) {
+Semaphore& Machine::sem_locked(int64_t id, const char* name, DType kind) {
   auto it = sems_.find(id);
   if (it != sems_.end()) return it->second;
   Semaphore& s = sems_[id];
-  s.name = name;
+  // Allocation names its semaphores first; one created here (a signal to a semaphore its core
+  // has not allocated) is named by its id.
+  s.name = name ? std::string(name) : "semaphore " + std::to_string(id);
   s.kind = kind;
   s.count.assign(static_cast<size_t>(num_threads_), 0);
   s.clock.assign(static_cast<size_t>(num_threads_), VectorClock{});
@@ -296,7 +298,7 @@ void Machine::signal(CoreThread& t, int64_t sem, int target_gcid, int64_t inc,
                      const SourceLoc& loc) {
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) throw Cancelled{};
-  Semaphore& s = sem_locked(sem, "semaphore " + std::to_string(sem), DType::Semaphore);
+  Semaphore& s = sem_locked(sem, nullptr, DType::Semaphore);
   s.count[static_cast<size_t>(target_gcid)] += inc;
   if (races_) {
     merge_into(s.clock[static_cast<size_t>(target_gcid)], t.clock);
@@ -318,7 +320,7 @@ void Machine::wait(CoreThread& t, int64_t sem, int64_t value, const SourceLoc& l
   const size_t g = static_cast<size_t>(t.gcid);
   while (true) {
     if (failed_) throw Cancelled{};
-    Semaphore& s = sem_locked(sem, "semaphore " + std::to_string(sem), DType::Semaphore);
+    Semaphore& s = sem_locked(sem, nullptr, DType::Semaphore);
     if (s.count[g] >= value) {
       s.count[g] -= value;
       if (races_) merge_into(t.clock, s.clock[g]);
@@ -352,7 +354,7 @@ void Machine::wait(CoreThread& t, int64_t sem, int64_t value, const SourceLoc& l
 
 int64_t Machine::read_semaphore(CoreThread& t, int64_t sem) {
   std::lock_guard<std::mutex> lock(mu_);
-  return sem_locked(sem, "semaphore " + std::to_string(sem), DType::Semaphore)
+  return sem_locked(sem, nullptr, DType::Semaphore)
       .count[static_cast<size_t>(t.gcid)];
 }
 
@@ -367,8 +369,9 @@ int64_t Machine::barrier_semaphore(CoreThread& t, const SourceLoc& loc) {
   // Dma::send_sem), which collective_id 0 used to collide with.
   int64_t id = kBarrierSemaphoreBase + *cfg_.collective_id;
   std::lock_guard<std::mutex> lock(mu_);
-  sem_locked(id, "barrier semaphore (collective_id " + std::to_string(*cfg_.collective_id) + ")",
-             DType::BarrierSemaphore);
+  const std::string name =
+      "barrier semaphore (collective_id " + std::to_string(*cfg_.collective_id) + ")";
+  sem_locked(id, name.c_str(), DType::BarrierSemaphore);
   (void)t;
   return id;
 }
@@ -454,6 +457,12 @@ void Machine::barrier_all(CoreThread& t, const SourceLoc& loc) {
 }
 
 // ---- DMAs ----------------------------------------------------------------------------------------
+std::string Machine::dma_name(const Dma& d) const {
+  return "DMA " + std::to_string(d.id) + " (started by device " +
+         std::to_string(d.send_gcid / cfg_.num_cores) + ", core " +
+         std::to_string(d.send_gcid % cfg_.num_cores) + " at " + d.loc.to_string() + ")";
+}
+
 void Machine::check_access(Buffer* b, const eval::RefValue& view, bool is_write,
                            const VectorClock& clock, const AccessInfo& who) {
   if (!races_) return;
@@ -484,14 +493,15 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
   if (dma->state == Dma::State::Started) {
     {
       std::lock_guard<std::mutex> l2(dma->src_buffer->mu);
-      check_access(dma->src_buffer, dma->src, false, dma->clock,
-                   {dma->actor, dma->actor_name, "DMA read", dma->loc});
+      if (races_)
+        check_access(dma->src_buffer, dma->src, false, dma->clock,
+                     {dma->actor, dma->actor_name, "DMA read", dma->loc});
       dma->staged = eval::read(dma->src);
     }
     dma->state = Dma::State::Read;
     if (dma->send_sem >= 0) {
       std::lock_guard<std::mutex> l3(mu_);
-      Semaphore& s = sem_locked(dma->send_sem, "semaphore", DType::DmaSemaphore);
+      Semaphore& s = sem_locked(dma->send_sem, nullptr, DType::DmaSemaphore);
       s.count[static_cast<size_t>(dma->send_gcid)] += dma->nbytes;
       if (races_) merge_into(s.clock[static_cast<size_t>(dma->send_gcid)], dma->clock);
       cv_.notify_all();
@@ -500,14 +510,15 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
   if (write && dma->state == Dma::State::Read) {
     {
       std::lock_guard<std::mutex> l2(dma->dst_buffer->mu);
-      check_access(dma->dst_buffer, dma->dst, true, dma->clock,
-                   {dma->actor, dma->actor_name, "DMA write", dma->loc});
+      if (races_)
+        check_access(dma->dst_buffer, dma->dst, true, dma->clock,
+                     {dma->actor, dma->actor_name, "DMA write", dma->loc});
       eval::write(dma->dst, dma->staged);
     }
     dma->staged = Array();
     dma->state = Dma::State::Done;
     std::lock_guard<std::mutex> l3(mu_);
-    Semaphore& s = sem_locked(dma->recv_sem, "semaphore", DType::DmaSemaphore);
+    Semaphore& s = sem_locked(dma->recv_sem, nullptr, DType::DmaSemaphore);
     s.count[static_cast<size_t>(dma->recv_gcid)] += dma->nbytes;
     if (races_) merge_into(s.clock[static_cast<size_t>(dma->recv_gcid)], dma->clock);
     cv_.notify_all();
@@ -550,16 +561,16 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
     }
     dma->keep_dst = dma->dst.owner;
     dma->recv_gcid = target_device * cfg_.num_cores + t.core;
-    dma->actor_name = "DMA " + std::to_string(dma->id) + " (started by " + t.name + " at " +
-                      loc.to_string() + ")";
+    // Names are for race reports and logs only: building one per DMA costs more than the copy.
+    if (races_ || logging("dma")) dma->actor_name = dma_name(*dma);
     if (races_) {
       dma->actor = num_threads_ + static_cast<int>(dma->id);
       dma->clock = t.clock;
       tick(dma->clock, dma->actor);
       tick(t.clock, t.actor);
     }
-    sem_locked(recv_sem, "semaphore", DType::DmaSemaphore);
-    if (send_sem) sem_locked(*send_sem, "semaphore", DType::DmaSemaphore);
+    sem_locked(recv_sem, nullptr, DType::DmaSemaphore);
+    if (send_sem) sem_locked(*send_sem, nullptr, DType::DmaSemaphore);
     dmas_.push_back(dma);
     if (cfg_.params.dma_execution_mode == "on_wait") {
       sems_.at(recv_sem).tasks[static_cast<size_t>(dma->recv_gcid)].emplace_back(dma, true);
@@ -567,7 +578,8 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
       cv_.notify_all();
     }
   }
-  log(t, "dma", "dma_start " + dma->actor_name + ": " + std::to_string(dma->nbytes) + " bytes to " +
+  if (logging("dma"))
+    log(t, "dma", "dma_start " + dma->actor_name + ": " + std::to_string(dma->nbytes) + " bytes to " +
                     dma->dst_buffer->describe());
   if (cfg_.params.dma_execution_mode == "eager") execute_dma(dma, true);
 }
@@ -965,7 +977,7 @@ void Machine::check_exit_state() {
   for (const auto& dma : dmas_) {
     if (dma->state == Dma::State::Done) continue;
     ++problems;
-    os << "\n  " << dma->actor_name << " never completed: nothing waited on its "
+    os << "\n  " << dma_name(*dma) << " never completed: nothing waited on its "
        << (dma->state == Dma::State::Started ? "receive" : "receive") << " semaphore"
        << (cfg_.params.dma_execution_mode == "on_wait"
                ? " (in on_wait mode a DMA runs when its semaphore is waited on)"

@@ -88,7 +88,7 @@ struct Dma {
   int64_t nbytes = 0;
   VectorClock clock;
   SourceLoc loc;
-  std::string actor_name;  // "DMA 3 (started by device 0, core 1)"
+  std::string actor_name;  // dma_name(), set when races are detected or DMAs logged
   std::mutex mu;
   enum class State { Started, Read, Done } state = State::Started;
   Array staged;
@@ -147,12 +147,15 @@ class Machine {
   void fail(std::exception_ptr e, const std::string& where);
   void check_deadlock_locked();
   void barrier_all(CoreThread& t, const SourceLoc& loc);
-  Semaphore& sem_locked(int64_t id, const std::string& name, DType kind);
+  // The semaphore `id`, created (named `name`, or by its id when null) if new. Under mu_.
+  Semaphore& sem_locked(int64_t id, const char* name, DType kind);
   void execute_dma(const std::shared_ptr<Dma>& dma, bool write);
   void copy_region(const eval::RefValue& src, Buffer* sb, const eval::RefValue& dst, Buffer* db,
                    int actor, const VectorClock* clock, const std::string& actor_name,
                    const char* what_read, const char* what_write, const SourceLoc& loc);
   void check_exit_state();
+  // "DMA 3 (started by device 0, core 1 at k.cc:12)"
+  std::string dma_name(const Dma& d) const;
 
   const TracedCall& call_;
   MachineConfig cfg_;
@@ -175,6 +178,7 @@ class Machine {
   std::mutex recorder_mu_;
   std::mutex log_mu_;
   std::unique_ptr<RaceDetector> races_;
+  std::vector<std::string> log_kinds_;  // logging_mode, split
 
   // Per-device call state, set up by run().
   struct DeviceState {
