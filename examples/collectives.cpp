@@ -87,10 +87,8 @@ void ring_pass(int64_t n, const std::vector<Direction>& dirs,
 
 // The CallOptions every collective shares: the backend's, plus a collective id (for the barrier
 // semaphore; with one, the simulator also drops its implicit barrier at the start of the call,
-// so the handshake above is what orders the devices). Any id would do; not 0, because the TPU
-// interpret mode currently cannot signal or wait on collective 0's barrier semaphore (its id
-// collides with the "not a semaphore" marker: an internal error).
-constexpr int kCollectiveId = 1;
+// so the handshake above is what orders the devices). Any id would do.
+constexpr int kCollectiveId = 0;
 CallOptions collective_options(CallOptions o, const RunOptions& opts) {
   o.compiler_params = pltpu::CompilerParams{.collective_id = kCollectiveId};
   return on_backend(std::move(o), opts);

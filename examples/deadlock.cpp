@@ -34,10 +34,9 @@ Problem build(const RunOptions& opts) {
       [n](pl::Ref x, pl::Ref o, pl::Ref go) { kernel(n, x, o, go); },
       pl::ShapeDtype({rows, kCols}, pl::f32),
       on_backend({.scratch_shapes = {pltpu::semaphores(pltpu::SemaphoreType::REGULAR)},
-                  // A collective id, as for any kernel that signals other devices. (It also
-                  // drops the simulator's implicit start barrier, whose waiters the deadlock
-                  // report can otherwise catch before they wake up.)
-                  .compiler_params = pltpu::CompilerParams{.collective_id = 1},
+                  // A collective id, as for any kernel that signals other devices (it also
+                  // drops the implicit start barrier, so the report shows only the ring).
+                  .compiler_params = pltpu::CompilerParams{.collective_id = 0},
                   .name = "deadlock"},
                  opts));
   return Problem{
