@@ -15,6 +15,10 @@ using ir::OpCode;
 CoreRunner::CoreRunner(const ir::Kernel& k, Machine& m, CoreThread& t)
     : eval::Interpreter(k), m_(m), t_(t) {
   access_hooks_ = true;
+  const tpu::InterpretParams& p = m.config().params;
+  padded_ = p.buffer_bounds == "padded";
+  fill_oob_reads_ = p.out_of_bounds_reads == "uninitialized";
+  skip_float_ = p.skip_floating_point_ops;
 }
 
 namespace {
@@ -139,7 +143,13 @@ bool CoreRunner::load_with_uninitialized_fill(const ir::Op& op) {
     eval::fill_uninitialized(result);
   {
     begin_access(op, part);
-    Array got = eval::read(part);
+    Array got;
+    try {
+      got = eval::read(part);
+    } catch (...) {
+      end_access(op, part);
+      throw;
+    }
     end_access(op, part);
     eval::RefValue dst = eval::RefValue::of_array(result);
     int64_t off = 0;
@@ -408,16 +418,15 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
     }
     case OpCode::Store:
     case OpCode::Swap:
-      if (m_.config().params.buffer_bounds == "padded" && store_dropping_padding(op)) return true;
+      if (padded_ && store_dropping_padding(op)) return true;
       break;
     case OpCode::Load:
-      if (m_.config().params.out_of_bounds_reads == "uninitialized" &&
-          load_with_uninitialized_fill(op))
+      if (fill_oob_reads_ && load_with_uninitialized_fill(op))
         return true;
       break;
     default: break;
   }
-  if (m_.config().params.skip_floating_point_ops) return skip_float_op(op);
+  if (skip_float_) return skip_float_op(op);
   return false;
 }
 

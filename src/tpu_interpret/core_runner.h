@@ -31,6 +31,7 @@ class CoreRunner : public eval::Interpreter {
   CoreThread& t_;
   std::unique_lock<std::mutex> held_;  // the accessed buffer's lock, between begin and end
   eval::RefValue barrier_ref_;         // the barrier semaphore, once asked for
+  bool padded_ = false, fill_oob_reads_ = false, skip_float_ = false;  // the params' modes
 };
 
 }  // namespace pallas::tpu_interpret

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "core/blocks.h"
@@ -353,9 +354,24 @@ void Machine::wait(CoreThread& t, int64_t sem, int64_t value, const SourceLoc& l
 }
 
 int64_t Machine::read_semaphore(CoreThread& t, int64_t sem) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return sem_locked(sem, nullptr, DType::Semaphore)
-      .count[static_cast<size_t>(t.gcid)];
+  std::unique_lock<std::mutex> lk(mu_);
+  const size_t g = static_cast<size_t>(t.gcid);
+  // A kernel may poll a semaphore: it must see a failure elsewhere (and stop), DMAs queued on
+  // the semaphore run first (in on_wait mode nothing else would run them), and what it reads
+  // orders it after the signals that produced the count (an acquire, as a wait is).
+  while (true) {
+    if (failed_) throw Cancelled{};
+    Semaphore& s = sem_locked(sem, nullptr, DType::Semaphore);
+    if (s.tasks[g].empty()) {
+      if (races_) merge_into(t.clock, s.clock[g]);
+      return s.count[g];
+    }
+    auto task = s.tasks[g].back();
+    s.tasks[g].pop_back();
+    lk.unlock();
+    execute_dma(task.first, task.second);
+    lk.lock();
+  }
 }
 
 int64_t Machine::barrier_semaphore(CoreThread& t, const SourceLoc& loc) {
@@ -506,6 +522,9 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
       if (races_) merge_into(s.clock[static_cast<size_t>(dma->send_gcid)], dma->clock);
       cv_.notify_all();
     }
+    // The send semaphore publishes the read, not the write still to come: the write gets a
+    // later clock, so whoever learns of the read through it is not ordered after the write.
+    if (races_) tick(dma->clock, dma->actor);
   }
   if (write && dma->state == Dma::State::Read) {
     {
@@ -517,6 +536,12 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
     }
     dma->staged = Array();
     dma->state = Dma::State::Done;
+    // Done: the buffers may go (a long grid of scoped copies must not keep them all alive).
+    dma->src.owner.reset();
+    dma->dst.owner.reset();
+    dma->keep_src.reset();
+    dma->keep_dst.reset();
+    dma->src_buffer = dma->dst_buffer = nullptr;
     std::lock_guard<std::mutex> l3(mu_);
     Semaphore& s = sem_locked(dma->recv_sem, nullptr, DType::DmaSemaphore);
     s.count[static_cast<size_t>(dma->recv_gcid)] += dma->nbytes;
@@ -550,6 +575,17 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
                         "on that device now; use an input, output or scratch buffer)",
                     loc);
       Buffer* remote = it->second.get();
+      // Ids agree across devices only while every device allocates the same buffers in the same
+      // order; a conditional allocation breaks that, and the copy must not land in a stranger.
+      if (remote->content.shape() != local_dst->content.shape() ||
+          remote->content.dtype() != local_dst->content.dtype() || remote->space != local_dst->space)
+        throw Error("remote DMA to device " + std::to_string(target_device) + ": buffer " +
+                        std::to_string(local_dst->id) + " there is " + remote->describe() + " " +
+                        remote->content.shape_dtype().to_string() + ", not the counterpart of " +
+                        local_dst->describe() + " " + local_dst->content.shape_dtype().to_string() +
+                        " (the devices allocated different buffers, e.g. a run_scoped under a "
+                        "condition)",
+                    loc);
       dma->dst = dst;
       dma->dst.data = static_cast<std::byte*>(remote->content.raw_data()) +
                       (dst.data - static_cast<std::byte*>(local_dst->content.raw_data()));
@@ -924,7 +960,22 @@ std::vector<std::vector<Array>> Machine::run(const std::vector<std::vector<Array
     check_deadlock_locked();
   };
   std::vector<std::thread> workers;
-  for (size_t i = 0; i + 1 < threads_.size(); ++i) workers.emplace_back(body, std::ref(*threads_[i]));
+  try {
+    for (size_t i = 0; i + 1 < threads_.size(); ++i)
+      workers.emplace_back(body, std::ref(*threads_[i]));
+  } catch (const std::system_error& e) {
+    // Too many threads for this host: stop the cores already started, then report.
+    fail(std::make_exception_ptr(Error(std::string("cannot start a thread for every simulated "
+                                                   "core (") + e.what() + "); use fewer devices "
+                                                   "or cores")),
+         "");
+    for (size_t i = workers.size(); i < threads_.size(); ++i) {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads_[i]->state = CoreThread::State::Done;
+    }
+    for (std::thread& w : workers) w.join();
+    std::rethrow_exception(first_error_);
+  }
   body(*threads_.back());
   for (std::thread& w : workers) w.join();
 

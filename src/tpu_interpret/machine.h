@@ -5,8 +5,9 @@
 //
 // Locking: `mu_` guards semaphores, DMA task queues, the buffer tables, thread states and the
 // failure; each Buffer's own mutex serialises accesses to its contents (so a racy kernel is
-// still a well-defined C++ program); the race detector has its own mutex. No thread holds two
-// of these at once, except mu_ -> detector (never the other way).
+// still a well-defined C++ program); the race detector has its own mutex; each Dma has one that
+// makes its read and write steps run once. Lock order: Dma::mu -> Buffer::mu -> detector, and
+// Dma::mu -> mu_; a kernel access holds only its buffer's lock (then the detector's).
 #pragma once
 
 #include <condition_variable>

@@ -27,6 +27,10 @@ Region region_of(const eval::RefValue& view, const std::byte* base, const Shape&
                  std::vector<int>* view_dims) {
   const int rank = static_cast<int>(shape.size());
   if (view_dims) view_dims->assign(view.shape.size(), -1);
+  if (num_elements(shape) == 0 || num_elements(view.shape) == 0) {
+    Region empty(static_cast<size_t>(rank), DimRange{0, 0, 1});
+    return empty;  // touches nothing (and a zero stride would divide by zero below)
+  }
   std::vector<int64_t> bstride = row_major_strides(shape);
   Region r(static_cast<size_t>(rank));
   int64_t offset = (view.data - base) / itemsize(view.dtype);
