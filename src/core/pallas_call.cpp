@@ -5,6 +5,7 @@
 
 #include "core/call.h"
 #include "core/trace_env.h"
+#include "gpu/cuda_libs.h"
 
 namespace pallas {
 
@@ -250,7 +251,13 @@ std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) co
     return interpret::run_reference(*tc, args, grid, c.opts.debug_out);
   if (c.backend == "tpu_interpret")
     return tpu_interpret::run(c, *tc, {args}, grid, tpu::Mesh{}).at(0);
-  if (c.backend == "mosaic_gpu") throw NotSupportedError("the GPU backend (mosaic_gpu)", c.loc);
+  if (c.backend == "mosaic_gpu") {
+    // Code generation is the missing piece everywhere; on a machine without a GPU, say that too.
+    std::string driver = gpu::driver_unavailable_reason();
+    throw NotSupportedError("the GPU backend (mosaic_gpu): CUDA code generation" +
+                                (driver.empty() ? std::string() : "; and here: " + driver),
+                            c.loc);
+  }
   throw InternalError("unknown backend " + c.backend);
 }
 
