@@ -38,7 +38,7 @@ void block_region(const BlockMapping& bm, const std::vector<int64_t>& indices,
   for (size_t d = 0; d < bm.block_shape.size(); ++d) {
     const BlockDim& b = bm.block_shape[d];
     start[d] = b.is_blocked() ? indices[d] * b.size() : indices[d];
-    size[d] = b.is_bounded_slice() ? bm.slice_sizes[d] : b.size();
+    size[d] = block_extent(bm, d);
   }
 }
 

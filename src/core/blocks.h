@@ -17,6 +17,12 @@ std::string tuple_string(const std::vector<int64_t>& v);
 // array starts inside the padded one.
 void padded_layout(const BlockMapping& bm, Shape& padded, std::vector<int64_t>& low);
 
+// The block's extent along array dimension d: the BoundedSlice's ds size, 1 for Squeezed, else
+// the block size.
+inline int64_t block_extent(const BlockMapping& bm, size_t d) {
+  return bm.block_shape[d].is_bounded_slice() ? bm.slice_sizes[d] : bm.block_shape[d].size();
+}
+
 // Where the block with these index-map results starts in the padded array, and its size, per
 // array dimension (Squeezed dims: size 1).
 void block_region(const BlockMapping& bm, const std::vector<int64_t>& indices,

@@ -149,7 +149,7 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
     for (size_t d = 0; d < bm.block_shape.size(); ++d) {
       const BlockDim& bd = bm.block_shape[d];
       if (bd.is_squeezed()) continue;
-      int64_t size = bd.is_bounded_slice() ? bm.slice_sizes[d] : bd.size();
+      int64_t size = core::block_extent(bm, d);
       b.view.shape.push_back(size);
       b.view.strides.push_back(ops[j].strides[d]);
       if (size != bd.size()) b.staged = true;

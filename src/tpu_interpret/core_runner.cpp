@@ -304,7 +304,7 @@ void CoreRunner::run_scoped(const ir::Op& op) {
   std::vector<eval::RefValue> allocated;
   std::string name = "run_scoped at " + op.loc.to_string();
   auto release_all = [&] {
-    for (auto it = allocated.rbegin(); it != allocated.rend(); ++it) m_.release(t_, *it);
+    for (auto it = allocated.rbegin(); it != allocated.rend(); ++it) m_.release(*it);
   };
   try {
     for (size_t i = 0; i < body.args.size(); ++i) {
@@ -379,13 +379,15 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
     }
     case OpCode::GetBarrierSemaphore: {
       if (!barrier_ref_.owner) {
-        int64_t id = m_.barrier_semaphore(t_, op.loc);
+        int64_t id = m_.barrier_semaphore(op.loc);
         auto b = std::make_shared<Buffer>();
         b->id = id;
         b->space = MemorySpace::Semaphore;
         b->device = t_.device;
         b->core = t_.core;
         b->name = "barrier semaphore";
+        b->description = "barrier semaphore (semaphore_mem, device " + std::to_string(t_.device) +
+                         ", core " + std::to_string(t_.core) + ")";
         b->content = Array::uninitialized({}, DType::I32);
         b->sem_base = id;
         barrier_ref_ = eval::RefValue::of_array(b->content, MemorySpace::Semaphore);

@@ -17,9 +17,8 @@ void check_region(const ir::Kernel& k, const ir::Region& r) {
     if (!direct) continue;
     MemorySpace s = k.type(op.operands[0]).space;
     if (s != MemorySpace::Hbm && s != MemorySpace::Any) continue;
-    const char* prim = op.code == ir::OpCode::Load ? "load_p"
-                       : op.code == ir::OpCode::Store ? "swap_p"
-                                                      : "swap_p";
+    // JAX's names: a load is load_p; stores, swaps and atomics are swap_p.
+    const char* prim = op.code == ir::OpCode::Load ? "load_p" : "swap_p";
     throw Error(std::string(prim) +
                     ": Buffers with a memory space of HBM or ANY cannot be referenced directly. "
                     "Instead, use `pltpu::sync_copy` or `pltpu::async_copy`.",

@@ -17,12 +17,14 @@ namespace pallas::tpu_interpret {
 
 using core::tuple_string;
 
-std::string Buffer::describe() const {
-  std::string s = name + " (" + std::string(memory_space_name(space)) + ", device " +
-                  std::to_string(device);
-  if (core >= 0) s += ", core " + std::to_string(core);
+namespace {
+std::string description_of(const Buffer& b) {
+  std::string s = b.name + " (" + std::string(memory_space_name(b.space)) + ", device " +
+                  std::to_string(b.device);
+  if (b.core >= 0) s += ", core " + std::to_string(b.core);
   return s + ")";
 }
+}  // namespace
 
 Buffer* buffer_of(const eval::RefValue& r) {
   PALLAS_INTERNAL_CHECK(r.owner != nullptr, "a TPU-interpret Ref without its buffer");
@@ -216,6 +218,7 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
   b->device = t.device;
   b->core = shared ? -1 : t.core;
   b->name = name;
+  b->description = description_of(*b);  // race reports name it on every access: built once
   b->logical = type.shape;
   Shape stored = cfg_.params.buffer_bounds == "padded"
                      ? tile_padded(type.shape, type.dtype, type.space)
@@ -246,14 +249,13 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
   return r;
 }
 
-void Machine::release(CoreThread& t, const eval::RefValue& r) {
+void Machine::release(const eval::RefValue& r) {
   Buffer* b = buffer_of(r);
   std::lock_guard<std::mutex> lock(mu_);
   auto key = std::make_tuple(b->device, b->core, b->id);
   auto it = buffers_.find(key);
   if (it == buffers_.end()) return;
   if (--it->second->refs <= 0) buffers_.erase(it);
-  (void)t;
 }
 
 Semaphore& Machine::sem_locked(int64_t id, const char* name, DType kind) {
@@ -281,8 +283,6 @@ void Machine::fail(std::exception_ptr e, const std::string& where) {
   cv_.notify_all();
 }
 
-void Machine::throw_if_failed_locked() { throw Cancelled{}; }
-
 void Machine::check_failed() {
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) throw Cancelled{};
@@ -305,13 +305,11 @@ void Machine::signal(CoreThread& t, int64_t sem, int target_gcid, int64_t inc,
     merge_into(s.clock[static_cast<size_t>(target_gcid)], t.clock);
     tick(t.clock, t.actor);
   }
-  if (logging("semaphore")) {
-    std::lock_guard<std::mutex> l2(log_mu_);
-    std::ostream& os = cfg_.params.log ? *cfg_.params.log : std::cerr;
-    os << "Device " << t.device << ", core " << t.core << ": semaphore_signal " << s.name
-       << " += " << inc << " on global core " << target_gcid << " (now "
-       << s.count[static_cast<size_t>(target_gcid)] << ") at " << loc.to_string() << "\n";
-  }
+  if (logging("semaphore"))
+    log(t, "semaphore",
+        "semaphore_signal " + s.name + " += " + std::to_string(inc) + " on global core " +
+            std::to_string(target_gcid) + " (now " +
+            std::to_string(s.count[static_cast<size_t>(target_gcid)]) + ") at " + loc.to_string());
   cv_.notify_all();
 }
 
@@ -325,12 +323,10 @@ void Machine::wait(CoreThread& t, int64_t sem, int64_t value, const SourceLoc& l
     if (s.count[g] >= value) {
       s.count[g] -= value;
       if (races_) merge_into(t.clock, s.clock[g]);
-      if (logging("semaphore")) {
-        std::lock_guard<std::mutex> l2(log_mu_);
-        std::ostream& os = cfg_.params.log ? *cfg_.params.log : std::cerr;
-        os << "Device " << t.device << ", core " << t.core << ": " << what << " " << s.name
-           << " -= " << value << " (now " << s.count[g] << ") at " << loc.to_string() << "\n";
-      }
+      if (logging("semaphore"))
+        log(t, "semaphore",
+            std::string(what) + " " + s.name + " -= " + std::to_string(value) + " (now " +
+                std::to_string(s.count[g]) + ") at " + loc.to_string());
       return;
     }
     if (!s.tasks[g].empty()) {
@@ -344,7 +340,6 @@ void Machine::wait(CoreThread& t, int64_t sem, int64_t value, const SourceLoc& l
     t.state = CoreThread::State::WaitingSemaphore;
     t.wait_sem = sem;
     t.wait_value = value;
-    t.wait_gcid = t.gcid;
     t.wait_loc = loc;
     t.wait_what = what;
     check_deadlock_locked();
@@ -374,7 +369,7 @@ int64_t Machine::read_semaphore(CoreThread& t, int64_t sem) {
   }
 }
 
-int64_t Machine::barrier_semaphore(CoreThread& t, const SourceLoc& loc) {
+int64_t Machine::barrier_semaphore(const SourceLoc& loc) {
   if (!cfg_.collective_id)
     throw Error(
         "get_barrier_semaphore needs a collective id: pass .compiler_params = "
@@ -388,7 +383,6 @@ int64_t Machine::barrier_semaphore(CoreThread& t, const SourceLoc& loc) {
   const std::string name =
       "barrier semaphore (collective_id " + std::to_string(*cfg_.collective_id) + ")";
   sem_locked(id, name.c_str(), DType::BarrierSemaphore);
-  (void)t;
   return id;
 }
 
@@ -402,7 +396,7 @@ void Machine::check_deadlock_locked() {
     if (t.state == CoreThread::State::Running) return;
     if (t.state == CoreThread::State::WaitingSemaphore) {
       const Semaphore& s = sems_.at(t.wait_sem);
-      const size_t g = static_cast<size_t>(t.wait_gcid);
+      const size_t g = static_cast<size_t>(t.gcid);
       if (s.count[g] >= t.wait_value || !s.tasks[g].empty()) return;
     }
   }
@@ -416,7 +410,7 @@ void Machine::check_deadlock_locked() {
       const Semaphore& s = sems_.at(t.wait_sem);
       os << "\n  " << t.name << ": " << t.wait_what << " on " << s.name << " ("
          << semaphore_kind(s.kind) << ") at " << t.wait_loc.to_string() << ": count "
-         << s.count[static_cast<size_t>(t.wait_gcid)] << ", waiting for " << t.wait_value;
+         << s.count[static_cast<size_t>(t.gcid)] << ", waiting for " << t.wait_value;
     } else if (t.state == CoreThread::State::WaitingBarrier) {
       os << "\n  " << t.name << ": at the implicit barrier of all devices (before the first "
          << "grid step), which " << barrier_arrived_ << " of " << num_threads_
@@ -491,16 +485,16 @@ void Machine::check_access(Buffer* b, const eval::RefValue& view, bool is_write,
 
 void Machine::copy_region(const eval::RefValue& src, Buffer* sb, const eval::RefValue& dst,
                           Buffer* db, int actor, const VectorClock* clock,
-                          const std::string& actor_name, const char* what_read,
-                          const char* what_write, const SourceLoc& loc) {
+                          const std::string& actor_name, const std::string& what,
+                          const SourceLoc& loc) {
   Array tmp;
   {
     std::lock_guard<std::mutex> lock(sb->mu);
-    if (clock) check_access(sb, src, false, *clock, {actor, actor_name, what_read, loc});
+    if (clock) check_access(sb, src, false, *clock, {actor, actor_name, what, loc});
     tmp = eval::read(src);
   }
   std::lock_guard<std::mutex> lock(db->mu);
-  if (clock) check_access(db, dst, true, *clock, {actor, actor_name, what_write, loc});
+  if (clock) check_access(db, dst, true, *clock, {actor, actor_name, what, loc});
   eval::write(dst, tmp);
 }
 
@@ -539,8 +533,6 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
     // Done: the buffers may go (a long grid of scoped copies must not keep them all alive).
     dma->src.owner.reset();
     dma->dst.owner.reset();
-    dma->keep_src.reset();
-    dma->keep_dst.reset();
     dma->src_buffer = dma->dst_buffer = nullptr;
     std::lock_guard<std::mutex> l3(mu_);
     Semaphore& s = sem_locked(dma->recv_sem, nullptr, DType::DmaSemaphore);
@@ -556,7 +548,6 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
   auto dma = std::make_shared<Dma>();
   dma->src = src;
   dma->src_buffer = buffer_of(src);
-  dma->keep_src = src.owner;
   dma->loc = loc;
   dma->nbytes = src.size() * itemsize(src.dtype);
   dma->recv_sem = recv_sem;
@@ -595,7 +586,6 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
       dma->dst = dst;
       dma->dst_buffer = local_dst;
     }
-    dma->keep_dst = dma->dst.owner;
     dma->recv_gcid = target_device * cfg_.num_cores + t.core;
     // Names are for race reports and logs only: building one per DMA costs more than the copy.
     if (races_ || logging("dma")) dma->actor_name = dma_name(*dma);
@@ -668,10 +658,8 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
   const bool fill_oob_inputs = cfg_.params.out_of_bounds_reads == "uninitialized";
   auto block_inside = [&](int j, const std::vector<int64_t>& start) {
     const BlockMapping& bm = gm.block_mappings[j];
-    for (size_t d = 0; d < start.size(); ++d) {
-      int64_t n = bm.block_shape[d].is_bounded_slice() ? bm.slice_sizes[d] : bm.block_shape[d].size();
-      if (start[d] < 0 || start[d] + n > padded_[j][d]) return false;
-    }
+    for (size_t d = 0; d < start.size(); ++d)
+      if (start[d] < 0 || start[d] + core::block_extent(bm, d) > padded_[j][d]) return false;
     return true;
   };
   // Block starts of every operand at a grid point (checked against the padded array).
@@ -706,11 +694,9 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     const BlockMapping& bm = gm.block_mappings[j];
     std::vector<int64_t> sz(bm.block_shape.size());
     std::vector<bool> drop(bm.block_shape.size());
-    std::vector<int64_t> zero;
     for (size_t d = 0; d < bm.block_shape.size(); ++d) {
-      sz[d] = bm.block_shape[d].is_bounded_slice() ? bm.slice_sizes[d] : bm.block_shape[d].size();
+      sz[d] = core::block_extent(bm, d);
       drop[d] = bm.block_shape[d].is_squeezed();
-      if (!drop[d]) zero.push_back(0);
     }
     hbm = sub_ref(whole_ref(devices_[t.device].operands[j]), start, sz, drop);
     kernel_side = std::get<eval::RefValue>(t.params[num_index + j]);
@@ -725,7 +711,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     std::vector<int64_t> lo(rank), sz(rank), kstart, ksize, kshape;
     std::vector<bool> drop(rank);
     for (size_t d = 0; d < rank; ++d) {
-      int64_t n = bm.block_shape[d].is_bounded_slice() ? bm.slice_sizes[d] : bm.block_shape[d].size();
+      int64_t n = core::block_extent(bm, d);
       lo[d] = std::max<int64_t>(start[d], 0);
       sz[d] = std::min(start[d] + n, padded_[j][d]) - lo[d];
       drop[d] = bm.block_shape[d].is_squeezed();
@@ -747,7 +733,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
     eval::RefValue hbm = sub_ref(whole_ref(devices_[t.device].operands[j]), lo, sz, drop);
     eval::RefValue part = sub_ref(ks, kstart, ksize, {});
     copy_region(hbm, buffer_of(hbm), part, kb, t.actor, races_ ? &t.clock : nullptr, t.name,
-                what.c_str(), what.c_str(), call_loc_);
+                what, call_loc_);
   };
 
   // Revisit check: per output, where each block was visited.
@@ -759,7 +745,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
   for (auto [i, o] : call_.input_output_aliases) aliased.insert(o);
 
   GridPoint point, next_point;
-  std::vector<int64_t> loop_idx, next_loop_idx, prev_loop_idx;
+  std::vector<int64_t> loop_idx, next_loop_idx;
   std::vector<std::vector<int64_t>> cur_starts, next_starts, prev_starts;
   if (begin < end) {
     point_of(begin, loop_idx, point);
@@ -788,7 +774,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
       eval::RefValue hbm, ks;
       block_views(j, cur_starts[j], hbm, ks);
       copy_region(hbm, buffer_of(hbm), ks, t.block_buffers[j], t.actor, races_ ? &t.clock : nullptr,
-                  t.name, what.c_str(), what.c_str(), call_loc_);
+                  t.name, what, call_loc_);
     }
     runner.run(t.params, point);
     // Copy out the outputs whose block changes next (or at the end).
@@ -800,7 +786,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
       block_views(j, cur_starts[j], hbm, ks);
       std::string what = "copy-out of output " + gm.block_mappings[j].origin;
       copy_region(ks, t.block_buffers[j], hbm, buffer_of(hbm), t.actor,
-                  races_ ? &t.clock : nullptr, t.name, what.c_str(), what.c_str(), call_loc_);
+                  races_ ? &t.clock : nullptr, t.name, what, call_loc_);
     }
     // Revisiting check (the accumulator pattern revisits consecutively, which is fine).
     for (int o = 0; o < gm.num_outputs; ++o) {
@@ -815,7 +801,7 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
       } else {
         const BlockMapping& bm = gm.block_mappings[j];
         std::vector<int64_t> sz;
-        core::block_region(bm, cur_starts[j], indices, sz);
+        for (size_t d = 0; d < bm.block_shape.size(); ++d) sz.push_back(core::block_extent(bm, d));
         throw Error("Revisited block [" + core::block_range_string(cur_starts[j], sz, low_[j]) +
                         "] of output " + std::to_string(o) + " in iteration " +
                         tuple_string(loop_idx) + ". The block was previously visited in " +
@@ -825,7 +811,6 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
       }
     }
     prev_starts = cur_starts;
-    prev_loop_idx = loop_idx;
     if (!last) {
       std::swap(cur_starts, next_starts);
       std::swap(point, next_point);
@@ -837,7 +822,6 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
 std::vector<std::vector<Array>> Machine::run(const std::vector<std::vector<Array>>& args,
                                              const std::vector<int64_t>& grid) {
   const GridMapping& gm = call_.grid_mapping;
-  const ir::Kernel& k = call_.kernel;
   const int num_index = gm.num_index_operands;
   const int nblocks = gm.num_inputs + gm.num_outputs;
   const int ndev = num_devices();
@@ -944,7 +928,6 @@ std::vector<std::vector<Array>> Machine::run(const std::vector<std::vector<Array
       t.params.push_back(allocate(t, st, "scratch " + std::to_string(s), shared));
     }
   }
-  (void)k;
 
   // Run every core: the calling thread runs the last one.
   if (races_ && p.races) p.races->clear();
@@ -1028,8 +1011,7 @@ void Machine::check_exit_state() {
   for (const auto& dma : dmas_) {
     if (dma->state == Dma::State::Done) continue;
     ++problems;
-    os << "\n  " << dma_name(*dma) << " never completed: nothing waited on its "
-       << (dma->state == Dma::State::Started ? "receive" : "receive") << " semaphore"
+    os << "\n  " << dma_name(*dma) << " never completed: nothing waited on its receive semaphore"
        << (cfg_.params.dma_execution_mode == "on_wait"
                ? " (in on_wait mode a DMA runs when its semaphore is waited on)"
                : "");

@@ -38,7 +38,8 @@ struct Buffer {
   int64_t sem_base = -1;         // semaphore buffers: the id of element 0
   int refs = 1;                  // shared run_scoped allocations: cores still inside the scope
   std::mutex mu;                 // serialises accesses to `content`
-  std::string describe() const;  // "input x (hbm, device 0)"
+  std::string description;       // "input x (hbm, device 0)": set once, when allocated
+  const std::string& describe() const { return description; }
 };
 Buffer* buffer_of(const eval::RefValue& r);
 // buffer_bounds = "padded": `shape` padded to the TPU tile of `dtype` (SMEM, semaphores and
@@ -61,7 +62,6 @@ struct CoreThread {
   enum class State { Running, WaitingSemaphore, WaitingBarrier, Done } state = State::Running;
   int64_t wait_sem = 0;
   int64_t wait_value = 0;
-  int wait_gcid = 0;
   SourceLoc wait_loc;
   std::string wait_what;
 };
@@ -83,7 +83,6 @@ struct Dma {
   eval::RefValue src, dst;
   Buffer* src_buffer = nullptr;
   Buffer* dst_buffer = nullptr;
-  std::shared_ptr<void> keep_src, keep_dst;
   int64_t recv_sem = -1, send_sem = -1;
   int recv_gcid = 0, send_gcid = 0;
   int64_t nbytes = 0;
@@ -116,17 +115,16 @@ class Machine {
   const MachineConfig& config() const { return cfg_; }
   const TracedCall& call() const { return call_; }
   RaceDetector* races() { return races_.get(); }
-  [[noreturn]] void throw_if_failed_locked();
   void check_failed();
   // Allocation (run_scoped and setup). `shared`: one buffer per device, ref-counted by cores.
   eval::RefValue allocate(CoreThread& t, const ir::Type& type, const std::string& name, bool shared);
-  void release(CoreThread& t, const eval::RefValue& r);
+  void release(const eval::RefValue& r);
   // Semaphores.
   int64_t semaphore_id(const eval::RefValue& sem_ref) const;
   void signal(CoreThread& t, int64_t sem, int target_gcid, int64_t inc, const SourceLoc& loc);
   void wait(CoreThread& t, int64_t sem, int64_t value, const SourceLoc& loc, const char* what);
   int64_t read_semaphore(CoreThread& t, int64_t sem);
-  int64_t barrier_semaphore(CoreThread& t, const SourceLoc& loc);
+  int64_t barrier_semaphore(const SourceLoc& loc);
   // DMAs.
   void dma_start(CoreThread& t, const eval::RefValue& src, const eval::RefValue& dst,
                  int64_t recv_sem, std::optional<int64_t> send_sem, int target_device,
@@ -143,7 +141,6 @@ class Machine {
   bool logging(const char* kind) const;
 
  private:
-  friend class CoreRunner;
   void run_core(CoreThread& t, const std::vector<int64_t>& grid);
   void fail(std::exception_ptr e, const std::string& where);
   void check_deadlock_locked();
@@ -153,7 +150,7 @@ class Machine {
   void execute_dma(const std::shared_ptr<Dma>& dma, bool write);
   void copy_region(const eval::RefValue& src, Buffer* sb, const eval::RefValue& dst, Buffer* db,
                    int actor, const VectorClock* clock, const std::string& actor_name,
-                   const char* what_read, const char* what_write, const SourceLoc& loc);
+                   const std::string& what, const SourceLoc& loc);
   void check_exit_state();
   // "DMA 3 (started by device 0, core 1 at k.cc:12)"
   std::string dma_name(const Dma& d) const;

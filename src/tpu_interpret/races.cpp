@@ -154,12 +154,6 @@ std::vector<tpu::RaceReport> RaceDetector::reports() const {
   return reports_;
 }
 
-size_t RaceDetector::num_records() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& [b, v] : records_) n += v.size();
-  return n;
-}
 
 }  // namespace pallas::tpu_interpret
 

@@ -56,7 +56,6 @@ class RaceDetector {
   int access(const void* buffer, const std::string& buffer_name, const Shape& buffer_shape,
              const Region& region, bool is_write, const VectorClock& clock, const AccessInfo& who);
   std::vector<tpu::RaceReport> reports() const;
-  size_t num_records() const;
 
  private:
   struct Record {
