@@ -1,0 +1,374 @@
+// The GPU code generator's driver: the grid split, the index maps, block placement (in place or
+// staged), scratch, the entry points. See codegen.h for the execution model.
+#include "gpu/codegen.h"
+
+#include <algorithm>
+#include <functional>
+#include <cctype>
+#include <set>
+#include <sstream>
+
+#include "core/blocks.h"
+#include "gpu/emitter.h"
+#include "pallas/error.h"
+
+namespace pallas::gpu {
+
+using detail::Emitter;
+using detail::EmitContext;
+using detail::RefInfo;
+using detail::ctype;
+
+namespace {
+
+// Whether any value the index map yields depends on its parameter `arg`.
+bool yields_depend_on(const ir::Kernel& m, size_t arg) {
+  std::set<ir::ValueId> dep = {m.body.args.at(arg)};
+  std::function<bool(const ir::Op&)> touches = [&](const ir::Op& op) {
+    for (ir::ValueId v : op.operands)
+      if (dep.count(v)) return true;
+    for (const ir::Region& r : op.regions)
+      for (const ir::Op& o : r.ops)
+        if (touches(o)) return true;
+    return false;
+  };
+  std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
+    for (const ir::Op& op : r.ops) {
+      for (const ir::Region& sub : op.regions) walk(sub);
+      if (touches(op)) dep.insert(op.results.begin(), op.results.end());
+    }
+  };
+  walk(m.body);
+  const ir::Op& y = m.body.ops.back();
+  for (ir::ValueId v : y.operands)
+    if (dep.count(v)) return true;
+  return false;
+}
+
+// Parallel axes go to CTAs; the others run in order inside each CTA.
+void split_axes(const TracedCall& call, const std::vector<std::string>& semantics,
+                std::vector<int>& parallel, std::vector<int>& sequential) {
+  const GridMapping& gm = call.grid_mapping;
+  const int rank = static_cast<int>(gm.grid.size());
+  for (int a = 0; a < rank; ++a) {
+    bool seq;
+    if (!semantics.empty()) {
+      const std::string& s = semantics[static_cast<size_t>(a)];
+      seq = s != "parallel";
+    } else {
+      // An axis some output's block ignores accumulates into that block: it must run in order.
+      seq = false;
+      for (int o = 0; o < gm.num_outputs; ++o) {
+        const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(gm.num_inputs + o)];
+        if (!yields_depend_on(bm.index_map, static_cast<size_t>(a))) seq = true;
+      }
+    }
+    (seq ? sequential : parallel).push_back(a);
+  }
+}
+
+bool needs_staging(const BlockMapping& bm) {
+  for (size_t d = 0; d < bm.block_shape.size(); ++d) {
+    const BlockDim& b = bm.block_shape[d];
+    const int64_t n = bm.array.shape[d];
+    if (b.is_blocked() && b.size() > 0 && n % b.size() != 0) return true;
+    if (b.is_element() && (b.element().padding.first != 0 || b.element().padding.second != 0)) return true;
+    if (b.is_bounded_slice() && bm.slice_sizes[d] != b.size()) return true;
+  }
+  return false;
+}
+
+std::string list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string sanitize(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return s.empty() ? "kernel" : s;
+}
+
+}  // namespace
+
+bool cuda_emitter_supports(ir::OpCode code) {
+  switch (code) {
+    case ir::OpCode::DmaStart: case ir::OpCode::DmaWait: case ir::OpCode::SemaphoreSignal:
+    case ir::OpCode::SemaphoreWait: case ir::OpCode::SemaphoreRead:
+    case ir::OpCode::GetBarrierSemaphore: case ir::OpCode::AxisIndex:
+      return false;  // TPU operations: the GPU has its own primitives
+    default: return true;
+  }
+}
+
+GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>& grid,
+                              const CodegenOptions& opts) {
+  const GridMapping& gm = call.grid_mapping;
+  const ir::Kernel& k = call.kernel;
+  GeneratedKernel out;
+  out.threads_per_cta = opts.threads_per_cta;
+  out.num_operands = gm.num_index_operands + gm.num_inputs + gm.num_outputs;
+  out.num_grid_dims = static_cast<int>(grid.size());
+  out.entry = "pallas_" + sanitize(call.name);
+  out.host_entry = out.entry + "_host";
+  const std::vector<std::string>& semantics = opts.dimension_semantics;
+  if (!semantics.empty() && semantics.size() != grid.size())
+    throw Error("dimension_semantics has " + std::to_string(semantics.size()) + " entries but the grid has " +
+                    std::to_string(grid.size()) + " dimensions",
+                call.kernel.loc);
+  for (const std::string& s : semantics)
+    if (s != "parallel" && s != "arbitrary" && s != "sequential")
+      throw Error("dimension_semantics entries must be \"parallel\", \"arbitrary\" or \"sequential\", got \"" + s + "\"",
+                  call.kernel.loc);
+  split_axes(call, semantics, out.parallel_axes, out.sequential_axes);
+
+  detail::Arena arena;
+  std::ostringstream body;
+  EmitContext ctx;
+  ctx.out = &body;
+  ctx.arena = &arena;
+  ctx.error_sites = &out.error_sites;
+  ctx.fail_return = "return false;";
+  const int G = std::max(1, out.num_grid_dims);
+
+  // ---- Index maps: one function each, computing the block's start in the padded array.
+  std::ostringstream maps;
+  for (size_t j = 0; j < gm.block_mappings.size(); ++j) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    maps << "PL_DEV bool pl_index_map_" << j << "(const PlParams& p, const pl_i64* g, const pl_i64* G, pl_i64* out) {\n";
+    EmitContext mctx = ctx;
+    mctx.out = &maps;
+    Emitter em(bm.index_map, mctx, 1);
+    for (size_t a = 0; a < grid.size(); ++a) em.bind_scalar(bm.index_map.body.args[a], "(pl_i32)g[" + std::to_string(a) + "]");
+    for (int i = 0; i < gm.num_index_operands; ++i) {
+      const ir::Type& t = bm.index_map.type(bm.index_map.body.args[grid.size() + static_cast<size_t>(i)]);
+      RefInfo r{"((" + ctype(t.dtype) + "*)p.op[" + std::to_string(i) + "])", t.dtype, t.shape, detail::contiguous_strides(t.shape)};
+      em.bind_ref(bm.index_map.body.args[grid.size() + static_cast<size_t>(i)], r);
+    }
+    std::vector<ir::ValueId> ys = em.emit_region(bm.index_map.body);
+    for (size_t d = 0; d < ys.size(); ++d) em.line("out[" + std::to_string(d) + "] = (pl_i64)" + em.info(ys[d]).name + ";");
+    em.line("return true;");
+    maps << "}\n\n";
+  }
+
+  // ---- Persistent per-CTA memory first: scratch and staging buffers live for the whole call.
+  struct Block {
+    bool staged = false;
+    int64_t offset = -1;
+    Shape padded;
+    std::vector<int64_t> low, array_strides;
+  };
+  std::vector<Block> blocks(gm.block_mappings.size());
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    Block& b = blocks[j];
+    core::padded_layout(bm, b.padded, b.low);
+    b.array_strides = detail::contiguous_strides(bm.array.shape);
+    b.staged = needs_staging(bm);
+    if (b.staged)
+      b.offset = arena.alloc(std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype));
+  }
+  std::vector<int64_t> scratch_offsets;
+  for (const ir::Type& t : gm.scratch_types) {
+    if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
+      throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
+    scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype)));
+  }
+
+  // ---- One grid point: block indices, checks, block pointers, staging, the body.
+  Emitter em(k, ctx, 1);
+  body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* arena) {\n";
+  const size_t num_index = static_cast<size_t>(gm.num_index_operands);
+  for (size_t i = 0; i < num_index; ++i) {
+    const ir::Type& t = k.type(k.body.args[i]);
+    em.bind_ref(k.body.args[i], RefInfo{"((" + ctype(t.dtype) + "*)p.op[" + std::to_string(i) + "])", t.dtype, t.shape,
+                                        detail::contiguous_strides(t.shape)});
+  }
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    const Block& b = blocks[j];
+    const size_t rank = bm.block_shape.size();
+    const std::string bi = "bi" + std::to_string(j), st = "st" + std::to_string(j);
+    em.line("pl_i64 " + bi + "[" + std::to_string(std::max<size_t>(1, rank)) + "];");
+    em.line("if (!pl_index_map_" + std::to_string(j) + "(p, g, G, " + bi + ")) return false;");
+    em.line("pl_i64 " + st + "[" + std::to_string(std::max<size_t>(1, rank)) + "];");
+    // The interpreters' check: the block must lie inside the padded array.
+    int site = static_cast<int>(out.error_sites.size());
+    out.error_sites.push_back({ErrorSite::Kind::BlockIndex, static_cast<int>(j), "", bm.index_map.loc});
+    std::string cond;
+    for (size_t d = 0; d < rank; ++d) {
+      const BlockDim& bd = bm.block_shape[d];
+      const int64_t size = core::block_extent(bm, d);
+      em.line(st + "[" + std::to_string(d) + "] = " +
+              (bd.is_blocked() ? bi + "[" + std::to_string(d) + "] * " + std::to_string(bd.size()) : bi + "[" + std::to_string(d) + "]") + ";");
+      cond += std::string(cond.empty() ? "" : " || ") + st + "[" + std::to_string(d) + "] < 0 || " + st + "[" +
+              std::to_string(d) + "] + " + std::to_string(size) + " > " + std::to_string(b.padded[d]);
+    }
+    if (!cond.empty()) {
+      std::string vals;
+      for (size_t a = 0; a < grid.size(); ++a) vals += "g[" + std::to_string(a) + "], ";
+      for (size_t d = 0; d < rank; ++d) vals += bi + "[" + std::to_string(d) + "], ";
+      em.line("if (" + cond + ") { pl_i64 ev[] = {" + vals + "0}; pl_fail(p.err, " + std::to_string(site) + ", ev, " +
+              std::to_string(grid.size() + rank) + "); return false; }");
+    }
+    const std::string T = ctype(bm.array.dtype);
+    const std::string base = "((" + T + "*)p.op[" + std::to_string(num_index + j) + "])";
+    const ir::Type& rt = bm.block_ref_type;
+    RefInfo r;
+    r.dtype = bm.array.dtype;
+    r.shape = rt.shape;
+    if (!b.staged) {
+      std::string off;
+      for (size_t d = 0; d < rank; ++d) {
+        off += (off.empty() ? "" : " + ") + st + "[" + std::to_string(d) + "] * " + std::to_string(b.array_strides[d]);
+        if (!bm.block_shape[d].is_squeezed()) r.strides.push_back(b.array_strides[d]);
+      }
+      r.ptr = "blk" + std::to_string(j);
+      em.line(T + "* " + r.ptr + " = " + base + (off.empty() ? "" : " + (" + off + ")") + ";");
+    } else {
+      r.strides = detail::contiguous_strides(rt.shape);
+      r.ptr = "blk" + std::to_string(j);
+      em.line(T + "* " + r.ptr + " = (" + T + "*)(arena + " + std::to_string(b.offset) + ");");
+    }
+    em.bind_ref(k.body.args[num_index + j], r);
+  }
+  // Staging in: the valid part from the array, the rest the uninitialized value. Outputs too,
+  // so a block revisited along a sequential axis sees what the previous points wrote.
+  auto staged_loop = [&](size_t j, bool in) {
+    const BlockMapping& bm = gm.block_mappings[j];
+    const Block& b = blocks[j];
+    const size_t rank = bm.block_shape.size();
+    const std::string st = "st" + std::to_string(j), blk = "blk" + std::to_string(j);
+    const std::string base = "((" + ctype(bm.array.dtype) + "*)p.op[" + std::to_string(num_index + j) + "])";
+    em.open_thread_loop(std::max<int64_t>(1, bm.block_ref_type.size()));
+    // Block-local index of each array dim (squeezed: 0), then the array coordinate.
+    const Shape& ks = bm.block_ref_type.shape;
+    std::vector<int64_t> kstr = detail::contiguous_strides(ks);
+    std::string valid = "true", off;
+    size_t kd = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      std::string local = "0";
+      if (!bm.block_shape[d].is_squeezed()) {
+        local = "((e / " + std::to_string(kstr[kd]) + ") % " + std::to_string(ks[kd]) + ")";
+        ++kd;
+      }
+      const std::string c = "c" + std::to_string(d);
+      em.line("pl_i64 " + c + " = " + st + "[" + std::to_string(d) + "] - " + std::to_string(b.low[d]) + " + " + local + ";");
+      valid += " && " + local + " < " + std::to_string(core::block_extent(bm, d)) + " && " + c + " >= 0 && " + c +
+               " < " + std::to_string(bm.array.shape[d]);
+      off += (off.empty() ? "" : " + ") + c + " * " + std::to_string(b.array_strides[d]);
+    }
+    if (off.empty()) off = "0";
+    if (in)
+      em.line(blk + "[e] = (" + valid + ") ? " + base + "[" + off + "] : " + detail::uninitialized_literal(bm.array.dtype) + ";");
+    else
+      em.line("if (" + valid + ") " + base + "[" + off + "] = " + blk + "[e];");
+    em.close_loop();
+  };
+  for (size_t j = 0; j < blocks.size(); ++j)
+    if (blocks[j].staged) staged_loop(j, true);
+  const size_t first_scratch = num_index + blocks.size();
+  for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+    const ir::Type& t = gm.scratch_types[s];
+    em.bind_ref(k.body.args[first_scratch + s],
+                RefInfo{"((" + ctype(t.dtype) + "*)(arena + " + std::to_string(scratch_offsets[s]) + "))", t.dtype, t.shape,
+                        detail::contiguous_strides(t.shape)});
+  }
+  em.barrier();
+  em.emit_region(k.body);
+  em.barrier();
+  for (size_t j = static_cast<size_t>(gm.num_inputs); j < blocks.size(); ++j)
+    if (blocks[j].staged) staged_loop(j, false);
+  em.barrier();
+  em.line("return true;");
+  body << "}\n";
+  out.arena_bytes = std::max<int64_t>(16, arena.peak());
+  out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes;
+
+  // ---- The translation unit.
+  std::ostringstream src;
+  src << "// Generated by Pallas in C++ for pallas_call \"" << call.name << "\" (grid (" << list(grid) << "); parallel axes ("
+      << list(std::vector<int64_t>(out.parallel_axes.begin(), out.parallel_axes.end())) << "), sequential axes ("
+      << list(std::vector<int64_t>(out.sequential_axes.begin(), out.sequential_axes.end())) << "); arena "
+      << out.arena_bytes << " bytes per CTA in " << (out.arena_in_shared ? "shared" : "global") << " memory).\n"
+      << "// Compile: nvcc -cubin -arch=sm_90a FILE.cu   (or NVRTC; no include path needed)\n";
+  src << device_runtime_source();
+  src << "\nstruct PlParams {\n  void* op[" << std::max(1, out.num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_i64 grid["
+      << G << "];\n  pl_i64 num_points;\n};\n\n";
+  src << maps.str() << body.str() << "\n";
+  // The CTA: decode its parallel point, walk the sequential axes in order.
+  src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
+  src << "  const pl_i64* G = p.grid;\n  pl_i64 g[" << G << "] = {0};\n  pl_i64 rest = point;\n";
+  for (auto it = out.parallel_axes.rbegin(); it != out.parallel_axes.rend(); ++it)
+    src << "  g[" << *it << "] = rest % G[" << *it << "]; rest /= G[" << *it << "];\n";
+  std::string indent = "  ";
+  for (int a : out.sequential_axes) {
+    src << indent << "for (g[" << a << "] = 0; g[" << a << "] < G[" << a << "]; ++g[" << a << "]) {\n";
+    indent += "  ";
+  }
+  src << indent << "if (!pl_grid_point(p, g, G, arena)) return;\n";
+  for (size_t i = 0; i < out.sequential_axes.size(); ++i) {
+    indent.resize(indent.size() - 2);
+    src << indent << "}\n";
+  }
+  src << "}\n\n";
+  // Scratch starts as the uninitialized value, once per CTA (it persists across its points).
+  src << "PL_DEV void pl_init_scratch(char* arena) {\n";
+  for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+    const ir::Type& t = gm.scratch_types[s];
+    src << "  for (pl_i64 e = pl_tid(); e < " << t.size() << "; e += pl_nthreads()) ((" << ctype(t.dtype) << "*)(arena + "
+        << scratch_offsets[s] << "))[e] = " << detail::uninitialized_literal(t.dtype) << ";\n";
+  }
+  src << "  pl_sync();\n}\n\n";
+  src << "#if !PL_HOST_EMULATION\n";
+  if (out.arena_in_shared) src << "extern __shared__ __align__(16) char pl_smem[];\n";
+  src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry << "(PlParams p) {\n";
+  if (out.arena_in_shared)
+    src << "  char* arena = pl_smem;\n";
+  else
+    src << "  char* arena = p.workspace + (pl_i64)blockIdx.x * " << out.arena_bytes << "LL;\n";
+  src << "  pl_init_scratch(arena);\n";
+  src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) pl_cta(p, point, arena);\n}\n";
+  src << "#else\n";
+  src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words) {\n";
+  src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n  char* arena = p.workspace;\n  pl_init_scratch(arena);\n";
+  src << "  for (pl_i64 point = 0; point < p.num_points; ++point) pl_cta(p, point, arena);\n}\n";
+  src << "#endif\n";
+  out.source = src.str();
+  return out;
+}
+
+void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const int64_t* err) {
+  const int64_t site_no = err[0] - 1;
+  if (site_no < 0 || site_no >= static_cast<int64_t>(k.error_sites.size()))
+    throw InternalError("the GPU kernel reported an unknown error site " + std::to_string(site_no));
+  const ErrorSite& site = k.error_sites[static_cast<size_t>(site_no)];
+  const int64_t* v = err + 1;
+  if (site.kind == ErrorSite::Kind::BlockIndex) {
+    const GridMapping& gm = call.grid_mapping;
+    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(site.operand)];
+    const size_t g = static_cast<size_t>(k.num_grid_dims), rank = bm.block_shape.size();
+    std::vector<int64_t> point(v, v + g), indices(v + g, v + g + rank), start, size, low;
+    Shape padded;
+    core::padded_layout(bm, padded, low);
+    core::block_region(bm, indices, start, size);
+    const bool is_input = site.operand < gm.num_inputs;
+    throw Error("Out-of-bounds block index " + core::tuple_string(indices) + " for " +
+                    (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
+                    core::tuple_string(point) + ": " + (is_input ? "reading [" : "writing [") +
+                    core::block_range_string(start, size, low) + "] but " + (is_input ? "input" : "output") +
+                    " has shape " + core::tuple_string(bm.array.shape) + ".",
+                bm.index_map.loc);
+  }
+  // RefIndex: {dim, start, is_slice, size, stride, dim size, rank, shape...}
+  Shape shape(v + 7, v + 7 + v[6]);
+  std::string what = v[2] ? "slice of " + std::to_string(v[3]) + " elements from " + std::to_string(v[1]) +
+                                " (stride " + std::to_string(v[4]) + ")"
+                          : "index " + std::to_string(v[1]);
+  throw Error(site.op_name + ": ref index out of bounds: " + what + " in dimension " + std::to_string(v[0]) +
+                  " of size " + std::to_string(v[5]) + " (ref " + shape_to_string(shape) + ")",
+              site.loc);
+}
+
+}  // namespace pallas::gpu

@@ -1,0 +1,85 @@
+// The GPU backend's code generator: a traced pallas_call (kernel IR + grid mapping) becomes one
+// self-contained CUDA C++ translation unit — the device runtime (device_runtime.cpp) followed by
+// the kernel — that NVRTC or `nvcc -cubin` compiles with no include path, and that also compiles
+// as plain C++ for host emulation (see PALLAS_HOST_EMULATION in the runtime).
+//
+// The execution model (docs/GPU.md):
+//  * Parallel grid axes are spread over CTAs (a grid-stride loop over their points); sequential
+//    axes — those that some output's index map ignores (an accumulation axis), or those marked
+//    "arbitrary"/"sequential" in gpu::CompilerParams::dimension_semantics — run in order inside
+//    the CTA, so scratch buffers and revisited output blocks carry over as in the interpreters.
+//  * Every block whose array region lies inside the array is used in place in global memory;
+//    a block that may overhang the array (a ragged edge, Element padding, a BoundedSlice) is
+//    staged through the CTA's arena: read with the uninitialized value past the end, written
+//    back only where it lies inside the array.
+//  * Tiles (array values of the kernel) live in a per-CTA arena — shared memory when it fits,
+//    else a slice of a global workspace — and each tile op is a loop of the CTA's threads over
+//    its elements, thread t owning elements t, t + T, ...; scalars live in registers, computed
+//    identically by every thread, so control flow stays uniform across the CTA.
+//  * Block indices past the array and dynamic Ref indices past a Ref make the kernel record the
+//    failing site; the host turns the record into the interpreters' pallas::Error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pallas/pallas_call.h"
+
+namespace pallas::gpu {
+
+// The runtime every generated unit begins with (also useful to inspect: `pallas cuda --runtime`).
+const char* device_runtime_source();
+
+struct CodegenOptions {
+  int threads_per_cta = 256;
+  // An arena up to this size lives in dynamic shared memory; a larger one in global memory.
+  int64_t max_shared_arena_bytes = 96 * 1024;
+  // gpu::CompilerParams::dimension_semantics: "parallel" axes go to CTAs, "arbitrary" (or
+  // "sequential") ones run in order inside each CTA. Empty: inferred (see split in codegen.cpp).
+  std::vector<std::string> dimension_semantics;
+};
+
+// A run-time check of the generated kernel. When it fails the kernel stores 1 + the site's
+// number and the site's values in the error record (see throw_kernel_error).
+struct ErrorSite {
+  enum class Kind { BlockIndex, RefIndex };
+  Kind kind = Kind::BlockIndex;
+  int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
+  std::string op_name;   // RefIndex: the ref op
+  SourceLoc loc;         // RefIndex: the user's line
+};
+
+struct GeneratedKernel {
+  std::string source;       // the translation unit
+  std::string entry;        // the __global__ function (extern "C")
+  std::string host_entry;   // host emulation: void host_entry(const pl_u64* params)
+  int threads_per_cta = 0;
+  std::vector<int> parallel_axes, sequential_axes;
+  int64_t arena_bytes = 0;  // per CTA
+  bool arena_in_shared = false;
+  std::vector<ErrorSite> error_sites;
+  // The parameter block: one 8-byte word each, in this order.
+  int num_operands = 0;     // pointers: scalar-prefetch operands, inputs, outputs
+  int num_grid_dims = 0;
+  // Words: operands..., workspace, error record, grid sizes..., number of parallel points.
+  int num_param_words() const { return num_operands + 2 + num_grid_dims + 1; }
+};
+
+// Words of the error record the kernel writes (err[0] = 1 + site, err[1..] = values).
+inline constexpr int kErrorRecordWords = 32;
+
+// Generates the CUDA C++ of `call` for grid sizes `grid` (dynamic dims resolved: the sizes are
+// passed at launch, the axis split is decided from the mapping). Throws NotSupportedError naming
+// the op or feature for what has no GPU lowering yet (TPU DMAs and semaphores, ...).
+GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>& grid,
+                              const CodegenOptions& opts = {});
+
+// Raises the pallas::Error the interpreters raise for the failure a kernel recorded in `err`.
+[[noreturn]] void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k,
+                                     const int64_t* err);
+
+// Whether the emitter has a lowering for the op (the op-table test walks every op).
+bool cuda_emitter_supports(ir::OpCode code);
+
+}  // namespace pallas::gpu

@@ -1,0 +1,342 @@
+// The device runtime every generated CUDA translation unit starts with: fixed-width types, f16 /
+// bf16 storage types with exact conversions, the IR's scalar semantics (wrapping integers, XLA's
+// division rules, NaN-propagating max/min, saturating float -> int), atomics and sort keys.
+//
+// It needs no header at all under NVRTC (no CCCL: a compile stays in tens of milliseconds), and
+// the same text compiles as plain C++ with PALLAS_HOST_EMULATION defined: one thread per CTA, so
+// the generated kernels run on the CPU, where the tests compare them with the reference
+// interpreter. Every rule here mirrors src/eval/scalar_ops.h and src/eval/accumulate.h; a change
+// there needs the same change here (the host-emulation tests catch a disagreement).
+#include "gpu/codegen.h"
+
+namespace pallas::gpu {
+
+const char* device_runtime_source() {
+  return R"PALLAS_RT(// ---- Pallas device runtime -------------------------------------------------------------------
+#if defined(__CUDACC__)
+#define PL_DEV __device__ __forceinline__
+#define PL_MEMBER __device__ __forceinline__
+#define PL_HOST_EMULATION 0
+#else
+#define PL_HOST_EMULATION 1
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#define PL_DEV static inline
+#define PL_MEMBER inline
+#define __global__
+#define __device__
+#define __forceinline__
+#define __launch_bounds__(n)
+#define __restrict__
+#endif
+
+typedef signed char pl_i8;
+typedef short pl_i16;
+typedef int pl_i32;
+typedef long long pl_i64;
+typedef unsigned char pl_u8;
+typedef unsigned short pl_u16;
+typedef unsigned int pl_u32;
+typedef unsigned long long pl_u64;
+struct pl_f16 { pl_u16 bits; };
+struct pl_bf16 { pl_u16 bits; };
+
+#if PL_HOST_EMULATION
+// One thread per CTA and one CTA at a time: barriers are no-ops.
+PL_DEV int pl_tid() { return 0; }
+PL_DEV int pl_nthreads() { return 1; }
+PL_DEV void pl_sync() {}
+#define PL_MATH(f) ::f
+#else
+PL_DEV int pl_tid() { return threadIdx.x; }
+PL_DEV int pl_nthreads() { return blockDim.x; }
+PL_DEV void pl_sync() { __syncthreads(); }
+#define PL_MATH(f) ::f
+#endif
+// Byte copies and compares (no headers: NVRTC has no <cstring>); compilers turn them into moves.
+PL_DEV void pl_copy_bytes(void* dst, const void* src, int n) {
+  for (int i = 0; i < n; ++i) ((char*)dst)[i] = ((const char*)src)[i];
+}
+PL_DEV bool pl_same_bytes(const void* a, const void* b, int n) {
+  for (int i = 0; i < n; ++i)
+    if (((const char*)a)[i] != ((const char*)b)[i]) return false;
+  return true;
+}
+template <class To, class From> PL_DEV To pl_bitcast(From x) {
+  To t;
+  pl_copy_bytes(&t, &x, (int)sizeof t);
+  return t;
+}
+
+// ---- Traits ---------------------------------------------------------------------------------------
+template <class T> struct pl_int;  // integer types: unsigned twin, width-safe wrapping type, range
+#define PL_INT(T, U, W, S, LO, HI)                  \
+  template <> struct pl_int<T> {                    \
+    typedef U uns;                                  \
+    typedef W wide;                                 \
+    enum { is_signed = S, bits = sizeof(T) * 8 };   \
+    PL_MEMBER static T lo() { return (T)(LO); }        \
+    PL_MEMBER static T hi() { return (T)(HI); }        \
+  };
+PL_INT(pl_i8, pl_u8, pl_u32, 1, -128, 127)
+PL_INT(pl_i16, pl_u16, pl_u32, 1, -32768, 32767)
+PL_INT(pl_i32, pl_u32, pl_u32, 1, -2147483647 - 1, 2147483647)
+PL_INT(pl_i64, pl_u64, pl_u64, 1, -9223372036854775807LL - 1, 9223372036854775807LL)
+PL_INT(pl_u8, pl_u8, pl_u32, 0, 0, 255)
+PL_INT(pl_u16, pl_u16, pl_u32, 0, 0, 65535)
+PL_INT(pl_u32, pl_u32, pl_u32, 0, 0, 4294967295u)
+PL_INT(pl_u64, pl_u64, pl_u64, 0, 0, 18446744073709551615ull)
+#undef PL_INT
+
+// ---- f16 / bf16: storage types; arithmetic in float, rounded to nearest even per op -------------
+PL_DEV float pl_f32_of_bits(pl_u32 b) { return pl_bitcast<float>(b); }
+PL_DEV pl_u32 pl_bits_of_f32(float f) { return pl_bitcast<pl_u32>(f); }
+PL_DEV float pl_widen(pl_bf16 x) { return pl_f32_of_bits((pl_u32)x.bits << 16); }
+PL_DEV pl_bf16 pl_to_bf16(float f) {
+  pl_u32 b = pl_bits_of_f32(f);
+  pl_bf16 r;
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) { r.bits = (pl_u16)((b >> 16) | 0x0040u); return r; }
+  b += 0x7FFFu + ((b >> 16) & 1u);
+  r.bits = (pl_u16)(b >> 16);
+  return r;
+}
+PL_DEV float pl_widen(pl_f16 x) {
+  pl_u32 sign = (pl_u32)(x.bits & 0x8000u) << 16, exp = (x.bits >> 10) & 0x1Fu, man = x.bits & 0x3FFu;
+  if (exp == 0x1Fu) return pl_f32_of_bits(sign | 0x7F800000u | (man << 13));  // inf / NaN
+  if (exp == 0) {
+    if (man == 0) return pl_f32_of_bits(sign);
+    float f = (float)man * 5.9604644775390625e-8f;  // subnormal: man * 2^-24, exact
+    return sign ? -f : f;
+  }
+  return pl_f32_of_bits(sign | ((exp + 112u) << 23) | (man << 13));
+}
+PL_DEV pl_f16 pl_to_f16(float f) {
+  pl_u32 b = pl_bits_of_f32(f);
+  pl_u32 sign = (b >> 16) & 0x8000u, abs = b & 0x7FFFFFFFu;
+  pl_f16 r;
+  if (abs > 0x7F800000u) { r.bits = (pl_u16)(sign | 0x7E00u | ((abs >> 13) & 0x3FFu)); return r; }
+  if (abs >= 0x477FF000u) { r.bits = (pl_u16)(sign | 0x7C00u); return r; }  // rounds to inf
+  if (abs < 0x38800000u) {  // below the smallest normal: round abs / 2^-24 to an integer
+    float m = pl_f32_of_bits(abs) * 16777216.0f;  // exact (power of two)
+    pl_u32 q = (pl_u32)m;
+    float rem = m - (float)q;
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
+    r.bits = (pl_u16)(sign | q);
+    return r;
+  }
+  pl_u32 e = ((abs >> 23) - 112u) << 10, man = (abs >> 13) & 0x3FFu, rest = abs & 0x1FFFu;
+  pl_u32 h = e | man;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  r.bits = (pl_u16)(sign | h);
+  return r;
+}
+// double -> float rounding toward zero, then the last bit set when inexact ("round to odd"):
+// rounding that float once more to f16 / bf16 gives the correctly rounded result of the double.
+PL_DEV float pl_f32_round_odd(double d) {
+  if (d != d) return (float)d;
+  float f = (float)d;
+  if ((double)f == d) return f;
+  pl_u32 b = pl_bits_of_f32(f);
+  double af = f < 0 ? -(double)f : (double)f, ad = d < 0 ? -d : d;
+  if (af > ad) b -= 1;  // rounded away from zero: step back toward it
+  return pl_f32_of_bits(b | 1u);
+}
+// Load to / store from the compute type (float for f16 / bf16, the type itself otherwise).
+template <class T> PL_DEV T pl_ld(T x) { return x; }
+PL_DEV float pl_ld(pl_f16 x) { return pl_widen(x); }
+PL_DEV float pl_ld(pl_bf16 x) { return pl_widen(x); }
+template <class T> struct pl_st { template <class C> PL_MEMBER static T of(C c) { return (T)c; } };
+template <> struct pl_st<pl_f16> { PL_MEMBER static pl_f16 of(float c) { return pl_to_f16(c); } };
+template <> struct pl_st<pl_bf16> { PL_MEMBER static pl_bf16 of(float c) { return pl_to_bf16(c); } };
+
+// ---- Float helpers --------------------------------------------------------------------------------
+PL_DEV bool pl_isnan(float x) { return x != x; }
+PL_DEV bool pl_isnan(double x) { return x != x; }
+PL_DEV bool pl_signbit(float x) { return (pl_bits_of_f32(x) >> 31) != 0; }
+PL_DEV bool pl_signbit(double x) { return (pl_bitcast<pl_u64>(x) >> 63) != 0; }
+PL_DEV float pl_copysign(float a, float b) { return PL_MATH(copysignf)(a, b); }
+PL_DEV double pl_copysign(double a, double b) { return PL_MATH(copysign)(a, b); }
+PL_DEV float pl_quiet_nan(float) { return pl_f32_of_bits(0x7FC00000u); }
+PL_DEV double pl_quiet_nan(double) { return pl_bitcast<double>(0x7FF8000000000000ull); }
+
+#define PL_UNARY_MATH(name, ff, fd)                            \
+  PL_DEV float name(float x) { return PL_MATH(ff)(x); }        \
+  PL_DEV double name(double x) { return PL_MATH(fd)(x); }
+PL_UNARY_MATH(pl_floor, floorf, floor)
+PL_UNARY_MATH(pl_ceil, ceilf, ceil)
+PL_UNARY_MATH(pl_round_away, roundf, round)
+PL_UNARY_MATH(pl_round_even, rintf, rint)
+PL_UNARY_MATH(pl_exp, expf, exp)
+PL_UNARY_MATH(pl_exp2, exp2f, exp2)
+PL_UNARY_MATH(pl_log, logf, log)
+PL_UNARY_MATH(pl_log1p, log1pf, log1p)
+PL_UNARY_MATH(pl_sqrt, sqrtf, sqrt)
+PL_UNARY_MATH(pl_tanh, tanhf, tanh)
+PL_UNARY_MATH(pl_sin, sinf, sin)
+PL_UNARY_MATH(pl_cos, cosf, cos)
+PL_UNARY_MATH(pl_erf, erff, erf)
+PL_UNARY_MATH(pl_fabs, fabsf, fabs)
+#undef PL_UNARY_MATH
+PL_DEV float pl_fmod(float a, float b) { return PL_MATH(fmodf)(a, b); }
+PL_DEV double pl_fmod(double a, double b) { return PL_MATH(fmod)(a, b); }
+PL_DEV float pl_pow(float a, float b) { return PL_MATH(powf)(a, b); }
+PL_DEV double pl_pow(double a, double b) { return PL_MATH(pow)(a, b); }
+template <class T> PL_DEV T pl_rsqrt(T x) { return T(1) / pl_sqrt(x); }
+template <class T> PL_DEV T pl_logistic(T x) {  // stable on both sides
+  if (x >= 0) return T(1) / (T(1) + pl_exp(-x));
+  T e = pl_exp(x);
+  return e / (T(1) + e);
+}
+template <class T> PL_DEV T pl_fsign(T x) { return (pl_isnan(x) || x == 0) ? x : pl_copysign(T(1), x); }
+template <class T> PL_DEV bool pl_isfinite(T x) { return !pl_isnan(x) && x - x == 0; }
+template <class T> PL_DEV T pl_fmax(T a, T b) {
+  if (pl_isnan(a)) return a;
+  if (pl_isnan(b)) return b;
+  if (a == b) return pl_signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+template <class T> PL_DEV T pl_fmin(T a, T b) {
+  if (pl_isnan(a)) return a;
+  if (pl_isnan(b)) return b;
+  if (a == b) return pl_signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+template <class T> PL_DEV T pl_fpow_int(T x, pl_i64 n) {
+  pl_u64 e = n < 0 ? (pl_u64)(-(n + 1)) + 1 : (pl_u64)n;
+  T base = x, acc = 1;
+  for (; e; e >>= 1, base *= base)
+    if (e & 1) acc *= base;
+  return n < 0 ? T(1) / acc : acc;
+}
+
+// ---- Integers: two's-complement wrapping, XLA's division and shift rules -------------------------
+template <class T> PL_DEV T pl_iadd(T a, T b) { typedef typename pl_int<T>::wide W; return (T)((W)(typename pl_int<T>::uns)a + (W)(typename pl_int<T>::uns)b); }
+template <class T> PL_DEV T pl_isub(T a, T b) { typedef typename pl_int<T>::wide W; return (T)((W)(typename pl_int<T>::uns)a - (W)(typename pl_int<T>::uns)b); }
+template <class T> PL_DEV T pl_imul(T a, T b) { typedef typename pl_int<T>::wide W; return (T)((W)(typename pl_int<T>::uns)a * (W)(typename pl_int<T>::uns)b); }
+template <class T> PL_DEV T pl_ineg(T a) { return pl_isub<T>((T)0, a); }
+template <class T> PL_DEV T pl_iabs(T a) { return (pl_int<T>::is_signed && a < (T)0) ? pl_ineg(a) : a; }
+template <class T> PL_DEV T pl_isign(T a) { return (T)((a > (T)0) - (a < (T)0)); }
+template <class T> PL_DEV T pl_idiv(T a, T b) {
+  if (b == (T)0) return (T)~(typename pl_int<T>::uns)0;
+  if (pl_int<T>::is_signed && a == pl_int<T>::lo() && b == (T)-1) return a;
+  return (T)(a / b);
+}
+template <class T> PL_DEV T pl_irem(T a, T b) {
+  if (b == (T)0) return a;
+  if (pl_int<T>::is_signed && b == (T)-1) return (T)0;
+  return (T)(a % b);
+}
+template <class T> PL_DEV T pl_shl(T a, T b) {
+  typedef typename pl_int<T>::uns U;
+  if ((U)b >= (U)pl_int<T>::bits) return (T)0;
+  return (T)((typename pl_int<T>::wide)(U)a << (U)b);
+}
+template <class T> PL_DEV T pl_shr_logical(T a, T b) {
+  typedef typename pl_int<T>::uns U;
+  if ((U)b >= (U)pl_int<T>::bits) return (T)0;
+  return (T)((U)a >> (U)b);
+}
+template <class T> PL_DEV T pl_shr_arith(T a, T b) {
+  typedef typename pl_int<T>::uns U;
+  if ((U)b >= (U)pl_int<T>::bits) return (T)(a < (T)0 && pl_int<T>::is_signed ? (T)-1 : (T)0);
+  if (!pl_int<T>::is_signed) {  // arithmetic shift of the bit pattern read as signed
+    U u = (U)a;
+    bool neg = (u >> (pl_int<T>::bits - 1)) != 0;
+    U r = (U)(u >> (U)b);
+    if (neg) r = (U)(r | (U)~((U)~(U)0 >> (U)b));
+    return (T)r;
+  }
+  return (T)(a >> (U)b);
+}
+template <class T> PL_DEV T pl_ipow(T x, pl_i64 n) {
+  typedef typename pl_int<T>::uns U;
+  pl_u64 e = (pl_u64)n;
+  U base = (U)x, acc = 1;
+  for (; e; e >>= 1, base = (U)((typename pl_int<T>::wide)base * base))
+    if (e & 1) acc = (U)((typename pl_int<T>::wide)acc * base);
+  return (T)acc;
+}
+template <class T> PL_DEV T pl_imax(T a, T b) { return a > b ? a : b; }
+template <class T> PL_DEV T pl_imin(T a, T b) { return a < b ? a : b; }
+
+// float -> int: truncate toward zero, NaN -> 0, saturate.
+template <class To, class F> PL_DEV To pl_f2i(F x) {
+  if (pl_isnan(x)) return (To)0;
+  double d = (double)x;
+  if (d >= (double)pl_int<To>::hi()) return pl_int<To>::hi();
+  if (d <= (double)pl_int<To>::lo()) return pl_int<To>::lo();
+  return (To)d;
+}
+
+// ---- Sort keys: an int64 whose signed order is the element type's total order --------------------
+PL_DEV pl_i64 pl_sort_key(float x) { pl_i32 i = pl_bitcast<pl_i32>(x); return i < 0 ? (pl_i64)(i ^ 0x7FFFFFFF) : (pl_i64)i; }
+PL_DEV pl_i64 pl_sort_key(double x) { pl_i64 i = pl_bitcast<pl_i64>(x); return i < 0 ? (i ^ 0x7FFFFFFFFFFFFFFFLL) : i; }
+PL_DEV pl_i64 pl_sort_key(pl_f16 x) { pl_i16 i = (pl_i16)x.bits; return i < 0 ? (pl_i64)(pl_i16)(i ^ 0x7FFF) : (pl_i64)i; }
+PL_DEV pl_i64 pl_sort_key(pl_bf16 x) { pl_i16 i = (pl_i16)x.bits; return i < 0 ? (pl_i64)(pl_i16)(i ^ 0x7FFF) : (pl_i64)i; }
+PL_DEV pl_i64 pl_sort_key(pl_u64 x) { return (pl_i64)(x ^ 0x8000000000000000ull); }
+PL_DEV pl_i64 pl_sort_key(bool x) { return x ? 1 : 0; }
+template <class T> PL_DEV pl_i64 pl_sort_key(T x) { return (pl_i64)x; }
+
+// ---- Atomics: compare-and-swap loops on the aligned 4- or 8-byte word holding the element ---------
+#if PL_HOST_EMULATION
+PL_DEV pl_u32 pl_cas32(pl_u32* p, pl_u32 expected, pl_u32 desired) { pl_u32 old = *p; if (old == expected) *p = desired; return old; }
+PL_DEV pl_u64 pl_cas64(pl_u64* p, pl_u64 expected, pl_u64 desired) { pl_u64 old = *p; if (old == expected) *p = desired; return old; }
+#else
+PL_DEV pl_u32 pl_cas32(pl_u32* p, pl_u32 expected, pl_u32 desired) { return atomicCAS(p, expected, desired); }
+PL_DEV pl_u64 pl_cas64(pl_u64* p, pl_u64 expected, pl_u64 desired) { return atomicCAS((unsigned long long*)p, expected, desired); }
+#endif
+// Applies `f(old) -> new` atomically to *p; returns the old value. Elements narrower than 4 bytes
+// update their bytes inside the containing aligned word.
+template <class T, class F> PL_DEV T pl_atomic_update(T* p, F f) {
+  if constexpr (sizeof(T) == 8) {
+    pl_u64* w = (pl_u64*)p;
+    pl_u64 old = *(volatile pl_u64*)w, seen;
+    while (true) {
+      T cur = pl_bitcast<T>(old);
+      seen = pl_cas64(w, old, pl_bitcast<pl_u64>(f(cur)));
+      if (seen == old) return cur;
+      old = seen;
+    }
+  } else {
+  char* bytes = (char*)p;
+  pl_u64 addr = (pl_u64)bytes;
+  pl_u32* w = (pl_u32*)(bytes - (addr & 3));
+  unsigned shift = (unsigned)(addr & 3) * 8;
+  pl_u32 mask = sizeof(T) == 4 ? 0xFFFFFFFFu : ((1u << (sizeof(T) * 8)) - 1u) << shift;
+  pl_u32 old = *(volatile pl_u32*)w, seen;
+  while (true) {
+    T cur;
+    pl_u32 part = (old & mask) >> shift;
+    pl_copy_bytes(&cur, &part, (int)sizeof(T));
+    T nv = f(cur);
+    pl_u32 nbits = 0;
+    pl_copy_bytes(&nbits, &nv, (int)sizeof(T));
+    pl_u32 next = (old & ~mask) | ((nbits << shift) & mask);
+    seen = pl_cas32(w, old, next);
+    if (seen == old) return cur;
+    old = seen;
+  }
+  }
+}
+
+// ---- Errors: the first failing check of a launch wins; the host turns it into a pallas::Error ----
+// err[0]: 0 = ok, else 1 + the failing site's number; err[1..]: the site's values.
+PL_DEV bool pl_failed(volatile pl_i64* err) { return err[0] != 0; }
+PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
+#if PL_HOST_EMULATION
+  if (err[0] != 0) return;
+  err[0] = site + 1;
+#else
+  if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)(site + 1)) != 0ull) return;
+#endif
+  for (int i = 0; i < n && i < 30; ++i) err[1 + i] = values[i];
+#if !PL_HOST_EMULATION
+  __threadfence_system();
+#endif
+}
+// ---- End of the Pallas device runtime --------------------------------------------------------------
+)PALLAS_RT";
+}
+
+}  // namespace pallas::gpu

@@ -1,0 +1,536 @@
+// The CUDA rules of the pure ops: each writes its result's elements from a loop of the CTA's
+// threads (thread t: elements t, t + T, ...), or a register when every operand is a scalar. The
+// arithmetic is the device runtime's, which mirrors src/eval/scalar_ops.h.
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+#include "gpu/emitter.h"
+#include "pallas/error.h"
+
+namespace pallas::gpu::detail {
+
+using ir::AttrKey;
+using ir::OpCode;
+using ir::ValueId;
+
+namespace {
+
+bool is_int(DType t) { return is_integer(t); }
+
+// Row-major multi-index expressions of flat index `flat` over `shape`.
+std::vector<std::string> index_exprs(const Shape& shape, const std::string& flat) {
+  std::vector<std::string> idx(shape.size());
+  int64_t inner = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    std::string i = inner == 1 ? flat : "(" + flat + " / " + std::to_string(inner) + ")";
+    idx[d] = d == 0 ? i : "(" + i + " % " + std::to_string(shape[d]) + ")";
+    inner *= shape[d];
+  }
+  return idx;
+}
+
+std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_t>& strides) {
+  std::string out;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (strides[d] == 0 || idx[d] == "0") continue;
+    out += (out.empty() ? "" : " + ") + idx[d] + " * " + std::to_string(strides[d]);
+  }
+  return out.empty() ? "0" : "(" + out + ")";
+}
+
+// The compute-typed expression of an elementwise op on compute-typed operands.
+std::string unary_expr(const ir::Op& op, DType t, const std::string& a) {
+  const std::string T = ctype(t), C = ccompute(t);
+  const bool f = is_float(t), b = t == DType::Bool;
+  switch (op.code) {
+    case OpCode::Neg: return f ? "(-" + a + ")" : "pl_ineg<" + T + ">(" + a + ")";
+    case OpCode::Abs: return f ? "pl_fabs(" + a + ")" : "pl_iabs<" + T + ">(" + a + ")";
+    case OpCode::Sign: return f ? "pl_fsign(" + a + ")" : "pl_isign<" + T + ">(" + a + ")";
+    case OpCode::Floor: return "pl_floor(" + a + ")";
+    case OpCode::Ceil: return "pl_ceil(" + a + ")";
+    case OpCode::Round:
+      return (op.attrs.get_int_or(AttrKey::Rounding, 0) == 0 ? "pl_round_away(" : "pl_round_even(") + a + ")";
+    case OpCode::Exp: return "pl_exp(" + a + ")";
+    case OpCode::Exp2: return "pl_exp2(" + a + ")";
+    case OpCode::Log: return "pl_log(" + a + ")";
+    case OpCode::Log1p: return "pl_log1p(" + a + ")";
+    case OpCode::Sqrt: return "pl_sqrt(" + a + ")";
+    case OpCode::Rsqrt: return "pl_rsqrt(" + a + ")";
+    case OpCode::Reciprocal: return "(" + C + "(1) / " + a + ")";
+    case OpCode::Tanh: return "pl_tanh(" + a + ")";
+    case OpCode::Logistic: return "pl_logistic(" + a + ")";
+    case OpCode::Sin: return "pl_sin(" + a + ")";
+    case OpCode::Cos: return "pl_cos(" + a + ")";
+    case OpCode::Erf: return "pl_erf(" + a + ")";
+    case OpCode::IsFinite: return "pl_isfinite(" + a + ")";
+    case OpCode::Not: return b ? "(!" + a + ")" : "(" + T + ")(~" + a + ")";
+    case OpCode::IntegerPow: {
+      std::string n = std::to_string(op.attrs.get_int(AttrKey::Exponent)) + "LL";
+      return f ? "pl_fpow_int(" + a + ", " + n + ")" : "pl_ipow<" + T + ">(" + a + ", " + n + ")";
+    }
+    case OpCode::MultipleOf: return a;
+    default: break;
+  }
+  throw InternalError("gpu emitter: unary " + std::string(op.info().name));
+}
+
+std::string binary_expr(OpCode code, DType t, const std::string& a, const std::string& b) {
+  const std::string T = ctype(t);
+  const bool f = is_float(t), bo = t == DType::Bool;
+  auto infix = [&](const char* o) { return "(" + a + " " + o + " " + b + ")"; };
+  auto call = [&](const std::string& fn) { return fn + "(" + a + ", " + b + ")"; };
+  switch (code) {
+    case OpCode::Add: return f ? infix("+") : call("pl_iadd<" + T + ">");
+    case OpCode::Sub: return f ? infix("-") : call("pl_isub<" + T + ">");
+    case OpCode::Mul: return f ? infix("*") : call("pl_imul<" + T + ">");
+    case OpCode::Div: return f ? infix("/") : call("pl_idiv<" + T + ">");
+    case OpCode::Rem: return f ? call("pl_fmod") : call("pl_irem<" + T + ">");
+    case OpCode::Pow: return call("pl_pow");
+    case OpCode::Max: return bo ? infix("||") : f ? call("pl_fmax") : call("pl_imax<" + T + ">");
+    case OpCode::Min: return bo ? infix("&&") : f ? call("pl_fmin") : call("pl_imin<" + T + ">");
+    case OpCode::And: return bo ? infix("&&") : "(" + T + ")" + infix("&");
+    case OpCode::Or: return bo ? infix("||") : "(" + T + ")" + infix("|");
+    case OpCode::Xor: return bo ? infix("!=") : "(" + T + ")" + infix("^");
+    case OpCode::ShiftLeft: return call("pl_shl<" + T + ">");
+    case OpCode::ShiftRightLogical: return call("pl_shr_logical<" + T + ">");
+    case OpCode::ShiftRightArithmetic: return call("pl_shr_arith<" + T + ">");
+    case OpCode::Eq: return infix("==");
+    case OpCode::Ne: return infix("!=");
+    case OpCode::Lt: return infix("<");
+    case OpCode::Le: return infix("<=");
+    case OpCode::Gt: return infix(">");
+    case OpCode::Ge: return infix(">=");
+    default: break;
+  }
+  throw InternalError("gpu emitter: binary op");
+}
+
+// `x` (storage type `from`) converted with the `convert` op's rules; storage type `to`.
+std::string convert_expr(DType from, DType to, const std::string& x) {
+  if (from == to) return x;
+  const std::string wx = widen(from, x);
+  if (to == DType::Bool) return "(" + wx + " != 0)";
+  if (from == DType::Bool) return narrow(to, "(" + ccompute(to) + ")(" + x + " ? 1 : 0)");
+  if (is_half(to)) {
+    // One rounding: from f32 exactly; from f64 and integers through round-to-odd in f32, which
+    // keeps the sticky bit so the final rounding to 16 bits is the correct single rounding.
+    if (from == DType::F32 || is_half(from)) return narrow(to, wx);
+    return narrow(to, "pl_f32_round_odd((double)(" + wx + "))");
+  }
+  if (is_int(to) && is_float(from)) return "pl_f2i<" + ctype(to) + ">(" + wx + ")";
+  return "(" + ctype(to) + ")(" + wx + ")";
+}
+
+// Combining rule, identity and accumulator type of a reduction kind on element type t.
+struct ReduceRule {
+  std::string acc_type;
+  std::string identity;
+  std::string combine(const std::string& a, const std::string& b) const { return fn(a, b); }
+  std::function<std::string(const std::string&, const std::string&)> fn;
+};
+
+ReduceRule reduce_rule(OpCode code, DType t, int64_t count) {
+  ReduceRule r;
+  r.acc_type = ccompute(t);
+  const bool f = is_float(t), bo = t == DType::Bool;
+  const std::string T = ctype(t), A = r.acc_type;
+  auto op = [&](OpCode c) {
+    return [c, t](const std::string& a, const std::string& b) { return binary_expr(c, t, a, b); };
+  };
+  const DType acc_dtype = is_half(t) ? DType::F32 : t;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::string hi = f ? literal(Scalar::of_float(inf, acc_dtype), acc_dtype) : bo ? "true" : "pl_int<" + T + ">::hi()";
+  std::string lo = f ? literal(Scalar::of_float(-inf, acc_dtype), acc_dtype) : bo ? "false" : "pl_int<" + T + ">::lo()";
+  switch (code) {
+    case OpCode::ReduceSum: case OpCode::Cumsum:
+      r.fn = bo ? op(OpCode::Or) : op(OpCode::Add);
+      // -0 is the exact additive identity; an empty sum is +0.
+      r.identity = f ? (count > 0 ? "(" + A + ")(-0.0)" : "(" + A + ")(0.0)") : bo ? "false" : "(" + A + ")0";
+      break;
+    case OpCode::ReduceProd: case OpCode::Cumprod:
+      r.fn = bo ? op(OpCode::And) : op(OpCode::Mul);
+      r.identity = bo ? "true" : "(" + A + ")1";
+      break;
+    case OpCode::ReduceMax: case OpCode::Cummax:
+      r.fn = op(OpCode::Max);
+      r.identity = lo;
+      break;
+    case OpCode::ReduceMin: case OpCode::Cummin:
+      r.fn = op(OpCode::Min);
+      r.identity = hi;
+      break;
+    case OpCode::ReduceAnd:
+      r.fn = op(OpCode::And);
+      r.identity = bo ? "true" : "(" + T + ")~(" + T + ")0";
+      break;
+    case OpCode::ReduceOr:
+      r.fn = op(OpCode::Or);
+      r.identity = bo ? "false" : "(" + T + ")0";
+      break;
+    default: throw InternalError("gpu emitter: reduce rule");
+  }
+  return r;  // half types: the combining ops take float (compute-typed) operands
+
+}
+
+}  // namespace
+
+void Emitter::emit_pure(const ir::Op& op) {
+  const uint32_t cat = op.info().categories;
+  const ValueId res = op.results.empty() ? -1 : op.results[0];
+  const ir::Type rt = res >= 0 ? type(res) : ir::Type{};
+  const bool scalar_result = res >= 0 && rt.shape.empty();
+  auto all_scalar = [&] {
+    for (ValueId v : op.operands)
+      if (info(v).kind != ValueInfo::Kind::Scalar) return false;
+    return true;
+  };
+
+  // ---- Elementwise: one expression per element.
+  if (cat & ir::kElementwise || op.code == OpCode::Constant ||
+      (op.code == OpCode::Bitcast && itemsize(type(op.operands[0]).dtype) == itemsize(rt.dtype))) {
+    auto expr = [&](const std::string& e) -> std::string {
+      auto arg = [&](size_t i) { return at(op.operands[i], e); };
+      switch (op.code) {
+        case OpCode::Constant: return literal(op.attrs.get_scalar(AttrKey::Value), rt.dtype);
+        case OpCode::Select: return "(" + arg(0) + " ? " + arg(1) + " : " + arg(2) + ")";
+        case OpCode::Convert: return convert_expr(type(op.operands[0]).dtype, rt.dtype, arg(0));
+        case OpCode::Bitcast: return "pl_bitcast<" + ctype(rt.dtype) + ">(" + arg(0) + ")";
+        default: break;
+      }
+      const DType t = type(op.operands[0]).dtype;
+      if (cat & ir::kUnaryFlag) {
+        std::string c = unary_expr(op, t, widen(t, arg(0)));
+        return op.code == OpCode::IsFinite ? c : narrow(t, c);
+      }
+      std::string c = binary_expr(op.code, t, widen(t, arg(0)), widen(t, arg(1)));
+      return cat & ir::kCompareFlag ? c : narrow(t, c);
+    };
+    if (scalar_result && all_scalar()) {
+      define_scalar(res, expr(""));
+      return;
+    }
+    std::string out = define_tile(res);
+    open_thread_loop(std::max<int64_t>(1, rt.size()));
+    line(out + "[e] = " + expr("e") + ";");
+    close_loop();
+    after_tile_write();
+    return;
+  }
+
+  // Everything below reads its operands' elements in another order than it writes its own.
+  before_cross_read();
+  // The result's storage: a tile, or a one-element slot broadcast to a register at the end.
+  std::string out, slot;
+  auto begin_result = [&](ValueId v) {
+    if (type(v).shape.empty()) {
+      slot = scalar_slot_begin(v);
+      return slot;
+    }
+    return define_tile(v);
+  };
+  auto end_result = [&](ValueId v) {
+    after_tile_write();
+    if (type(v).shape.empty()) scalar_slot_end(v, slot);
+  };
+  auto src = [&](ValueId v, const std::string& offset) { return at(v, offset); };
+
+  switch (op.code) {
+    case OpCode::Iota: {
+      out = begin_result(res);
+      const int64_t axis = op.attrs.get_int(AttrKey::Axis);
+      open_thread_loop(std::max<int64_t>(1, rt.size()));
+      std::string i = index_exprs(rt.shape, "e")[static_cast<size_t>(axis)];
+      line(out + "[e] = " + narrow(rt.dtype, "(" + ccompute(rt.dtype) + ")" + i) + ";");
+      close_loop();
+      end_result(res);
+      return;
+    }
+    case OpCode::Bitcast: {  // itemsizes differ: the bytes are the same, the element grid is not
+      out = define_tile(res);
+      const int64_t bytes = rt.size() * itemsize(rt.dtype);
+      open_thread_loop(bytes, "b");
+      line("((char*)" + out + ")[b] = ((const char*)" + info(op.operands[0]).name + ")[b];");
+      close_loop();
+      after_tile_write();
+      barrier();  // byte ownership is not element ownership
+      return;
+    }
+    case OpCode::BroadcastInDim: case OpCode::Reshape: case OpCode::Squeeze:
+    case OpCode::ExpandDims: case OpCode::Transpose: case OpCode::Slice: case OpCode::DynamicSlice:
+    case OpCode::Rev: case OpCode::Concatenate: {
+      const ValueId x = op.operands[0];
+      const ir::Type& xt = type(x);
+      const std::vector<int64_t> xs = contiguous_strides(xt.shape);
+      std::vector<std::string> dyn_start;
+      if (op.code == OpCode::DynamicSlice) {
+        // XLA clamps each start so the window fits.
+        const ir::Ints& sizes = op.attrs.get_ints(AttrKey::Sizes);
+        for (size_t d = 0; d < xt.shape.size(); ++d) {
+          std::string s = fresh("ds");
+          line("pl_i64 " + s + " = (pl_i64)" + info(op.operands[1 + d]).name + "; if (" + s + " < 0) " + s +
+               " = 0; if (" + s + " > " + std::to_string(xt.shape[d] - sizes[d]) + ") " + s + " = " +
+               std::to_string(xt.shape[d] - sizes[d]) + ";");
+          dyn_start.push_back(s);
+        }
+      }
+      out = begin_result(res);
+      open_thread_loop(std::max<int64_t>(1, rt.size()));
+      const std::vector<std::string> oi = index_exprs(rt.shape, "e");
+      std::string value;
+      switch (op.code) {
+        case OpCode::Reshape: case OpCode::Squeeze: case OpCode::ExpandDims:
+          value = src(x, "e");
+          break;
+        case OpCode::BroadcastInDim: {
+          const ir::Ints& dims = op.attrs.get_ints(AttrKey::Dims);
+          std::vector<std::string> si;
+          for (size_t i = 0; i < xt.shape.size(); ++i)
+            si.push_back(xt.shape[i] == 1 ? "0" : oi[static_cast<size_t>(dims[i])]);
+          value = src(x, sum_of(si, xs));
+          break;
+        }
+        case OpCode::Transpose: {
+          const ir::Ints& perm = op.attrs.get_ints(AttrKey::Permutation);
+          std::vector<int64_t> st;
+          for (int64_t p : perm) st.push_back(xs[static_cast<size_t>(p)]);
+          value = src(x, sum_of(oi, st));
+          break;
+        }
+        case OpCode::Slice: {
+          const ir::Ints& start = op.attrs.get_ints(AttrKey::Start);
+          const ir::Ints* strides = op.attrs.has(AttrKey::Strides) ? &op.attrs.get_ints(AttrKey::Strides) : nullptr;
+          std::vector<std::string> si;
+          for (size_t d = 0; d < oi.size(); ++d) {
+            int64_t step = strides && !strides->empty() ? (*strides)[d] : 1;
+            si.push_back("(" + std::to_string(start[d]) + " + " + oi[d] + " * " + std::to_string(step) + ")");
+          }
+          value = src(x, sum_of(si, xs));
+          break;
+        }
+        case OpCode::DynamicSlice: {
+          std::vector<std::string> si;
+          for (size_t d = 0; d < oi.size(); ++d) si.push_back("(" + dyn_start[d] + " + " + oi[d] + ")");
+          value = src(x, sum_of(si, xs));
+          break;
+        }
+        case OpCode::Rev: {
+          const ir::Ints& dims = op.attrs.get_ints(AttrKey::Dims);
+          std::vector<std::string> si = oi;
+          for (int64_t d : dims)
+            si[static_cast<size_t>(d)] = "(" + std::to_string(xt.shape[static_cast<size_t>(d)] - 1) + " - " +
+                                         oi[static_cast<size_t>(d)] + ")";
+          value = src(x, sum_of(si, xs));
+          break;
+        }
+        case OpCode::Concatenate: {
+          const auto axis = static_cast<size_t>(op.attrs.get_int(AttrKey::Axis));
+          line("pl_i64 ca = " + oi[axis] + ";");
+          int64_t base = 0;
+          for (size_t k = 0; k < op.operands.size(); ++k) {
+            const ir::Type& kt = type(op.operands[k]);
+            std::vector<std::string> si = oi;
+            si[axis] = "(ca - " + std::to_string(base) + ")";
+            line(std::string(k ? "else " : "") + "if (ca < " + std::to_string(base + kt.shape[axis]) + ") " + out +
+                 "[e] = " + src(op.operands[k], sum_of(si, contiguous_strides(kt.shape))) + ";");
+            base += kt.shape[axis];
+          }
+          break;
+        }
+        default: break;
+      }
+      if (!value.empty()) line(out + "[e] = " + value + ";");
+      close_loop();
+      end_result(res);
+      return;
+    }
+    case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin:
+    case OpCode::ReduceProd: case OpCode::ReduceAnd: case OpCode::ReduceOr: {
+      const ValueId x = op.operands[0];
+      const ir::Type& xt = type(x);
+      const ir::Ints& axes = op.attrs.get_ints(AttrKey::Axes);
+      const std::vector<int64_t> xs = contiguous_strides(xt.shape);
+      Shape kept_shape;
+      std::vector<int64_t> kept_strides;
+      std::vector<size_t> reduced;
+      int64_t count = 1;
+      for (size_t d = 0; d < xt.shape.size(); ++d) {
+        if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end()) {
+          reduced.push_back(d);
+          count *= xt.shape[d];
+        } else {
+          kept_shape.push_back(xt.shape[d]);
+          kept_strides.push_back(xs[d]);
+        }
+      }
+      ReduceRule rule = reduce_rule(op.code, xt.dtype, count);
+      out = begin_result(res);
+      open_thread_loop(std::max<int64_t>(1, rt.size()));
+      line(rule.acc_type + " acc = " + rule.identity + ";");
+      line("pl_i64 base = " + sum_of(index_exprs(kept_shape, "e"), kept_strides) + ";");
+      std::string off = "base";
+      for (size_t r = 0; r < reduced.size(); ++r) {
+        std::string i = "r" + std::to_string(r);
+        line("for (pl_i64 " + i + " = 0; " + i + " < " + std::to_string(xt.shape[reduced[r]]) + "; ++" + i + ") {");
+        ++indent_;
+        off += " + " + i + " * " + std::to_string(xs[reduced[r]]);
+      }
+      line("acc = " + rule.combine("acc", widen(xt.dtype, info(x).name + "[" + off + "]")) + ";");
+      for (size_t r = 0; r < reduced.size(); ++r) close_loop();
+      line(out + "[e] = " + (is_half(xt.dtype) ? narrow(xt.dtype, "acc") : "acc") + ";");
+      close_loop();
+      end_result(res);
+      return;
+    }
+    case OpCode::Argmax: case OpCode::Argmin: {
+      const ValueId x = op.operands[0];
+      const ir::Type& xt = type(x);
+      const auto axis = static_cast<size_t>(op.attrs.get_int(AttrKey::Axis));
+      const std::vector<int64_t> xs = contiguous_strides(xt.shape);
+      Shape kept_shape;
+      std::vector<int64_t> kept_strides;
+      for (size_t d = 0; d < xt.shape.size(); ++d)
+        if (d != axis) kept_shape.push_back(xt.shape[d]), kept_strides.push_back(xs[d]);
+      const bool is_max = op.code == OpCode::Argmax;
+      const std::string A = ccompute(xt.dtype), step = std::to_string(xs[axis]);
+      out = begin_result(res);
+      open_thread_loop(std::max<int64_t>(1, rt.size()));
+      line("pl_i64 base = " + sum_of(index_exprs(kept_shape, "e"), kept_strides) + ";");
+      line(A + " best = " + widen(xt.dtype, info(x).name + "[base]") + "; pl_i64 besti = 0;");
+      line("for (pl_i64 j = 1; j < " + std::to_string(xt.shape[axis]) + "; ++j) {");
+      line("  " + A + " c = " + widen(xt.dtype, info(x).name + "[base + j * " + step + "]") + ";");
+      if (is_float(xt.dtype))  // a NaN is the most extreme value; the first one wins
+        line(std::string("  bool better = (best != best) ? false : (c != c) ? true : (c ") + (is_max ? ">" : "<") + " best);");
+      else
+        line(std::string("  bool better = ") + (is_max ? "best < c" : "c < best") + ";");
+      line("  if (better) { best = c; besti = j; }");
+      line("}");
+      line(out + "[e] = (" + ctype(rt.dtype) + ")besti;");
+      close_loop();
+      end_result(res);
+      return;
+    }
+    case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax: case OpCode::Cummin: {
+      const ValueId x = op.operands[0];
+      const ir::Type& xt = type(x);
+      const auto axis = static_cast<size_t>(op.attrs.get_int(AttrKey::Axis));
+      const bool reverse = op.attrs.get_int_or(AttrKey::Reverse, 0) != 0;
+      const std::vector<int64_t> xs = contiguous_strides(xt.shape);
+      Shape lines_shape;
+      std::vector<int64_t> line_strides;
+      for (size_t d = 0; d < xt.shape.size(); ++d)
+        if (d != axis) lines_shape.push_back(xt.shape[d]), line_strides.push_back(xs[d]);
+      ReduceRule rule = reduce_rule(op.code, xt.dtype, 1);
+      out = define_tile(res);
+      const int64_t n = xt.shape[axis];
+      open_thread_loop(std::max<int64_t>(1, num_elements(lines_shape)));
+      line("pl_i64 base = " + sum_of(index_exprs(lines_shape, "e"), line_strides) + ";");
+      line(rule.acc_type + " acc = " + rule.identity + ";");
+      line("for (pl_i64 j = 0; j < " + std::to_string(n) + "; ++j) {");
+      line("  pl_i64 o = base + (" + (reverse ? std::to_string(n - 1) + " - j" : std::string("j")) + ") * " +
+           std::to_string(xs[axis]) + ";");
+      line("  acc = " + (rule.combine("acc", widen(xt.dtype, info(x).name + "[o]"))) + ";");
+      line("  " + out + "[o] = " + (is_half(xt.dtype) ? narrow(xt.dtype, "acc") : "acc") + ";");
+      line("}");
+      close_loop();
+      after_tile_write();
+      barrier();  // each thread wrote whole lines, not its own elements
+      return;
+    }
+    case OpCode::Sort: {
+      const ir::Type& kt = type(op.operands[0]);
+      const int64_t n = kt.shape.back(), rows = kt.size() / std::max<int64_t>(1, n);
+      const int64_t num_keys = op.attrs.get_int(AttrKey::NumKeys);
+      const bool descending = op.attrs.get_int_or(AttrKey::Descending, 0) != 0;
+      std::vector<std::string> outs;
+      for (ValueId r : op.results) outs.push_back(define_tile(r));
+      open_thread_loop(std::max<int64_t>(1, rows), "row");
+      line("pl_i64 base = row * " + std::to_string(n) + ";");
+      line("for (pl_i64 j = 0; j < " + std::to_string(n) + "; ++j) {");
+      for (size_t i = 0; i < outs.size(); ++i)
+        line("  " + outs[i] + "[base + j] = " + info(op.operands[i]).name + "[base + j];");
+      line("}");
+      // Insertion sort: stable, lexicographic over the keys' total orders.
+      line("for (pl_i64 i = 1; i < " + std::to_string(n) + "; ++i) {");
+      line("  for (pl_i64 j = i; j > 0; --j) {");
+      line("    pl_i64 a = base + j, b = base + j - 1; bool before = false;");
+      for (int64_t k = 0; k < num_keys; ++k) {
+        const std::string& o = outs[static_cast<size_t>(k)];
+        line("    { pl_i64 ka = pl_sort_key(" + o + "[a]), kb = pl_sort_key(" + o + "[b]);");
+        line(std::string("      if (ka != kb) { before = ") + (descending ? "ka > kb" : "ka < kb") +
+             "; goto decided" + std::to_string(counter_) + "; } }");
+      }
+      line("    decided" + std::to_string(counter_++) + ":");
+      line("    if (!before) break;");
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const std::string T = ctype(type(op.results[i]).dtype);
+        line("    { " + T + " t = " + outs[i] + "[a]; " + outs[i] + "[a] = " + outs[i] + "[b]; " + outs[i] + "[b] = t; }");
+      }
+      line("  }");
+      line("}");
+      close_loop();
+      after_tile_write();
+      barrier();
+      return;
+    }
+    case OpCode::DotGeneral: {
+      const ValueId l = op.operands[0], r = op.operands[1];
+      const ir::Type& lt = type(l);
+      const ir::Type& rtt = type(r);
+      const ir::Ints& lc = op.attrs.get_ints(AttrKey::LhsContracting);
+      const ir::Ints& rc = op.attrs.get_ints(AttrKey::RhsContracting);
+      const ir::Ints& lb = op.attrs.get_ints(AttrKey::LhsBatch);
+      const ir::Ints& rb = op.attrs.get_ints(AttrKey::RhsBatch);
+      const std::vector<int64_t> ls = contiguous_strides(lt.shape), rs = contiguous_strides(rtt.shape);
+      auto in = [](const ir::Ints& v, size_t d) { return std::find(v.begin(), v.end(), static_cast<int64_t>(d)) != v.end(); };
+      // Result dims: batch, lhs free, rhs free. Each contributes to the lhs and/or rhs offsets.
+      std::vector<int64_t> lstr, rstr;  // per result dim
+      for (size_t i = 0; i < lb.size(); ++i) {
+        lstr.push_back(ls[static_cast<size_t>(lb[i])]);
+        rstr.push_back(rs[static_cast<size_t>(rb[i])]);
+      }
+      for (size_t d = 0; d < lt.shape.size(); ++d)
+        if (!in(lc, d) && !in(lb, d)) lstr.push_back(ls[d]), rstr.push_back(0);
+      for (size_t d = 0; d < rtt.shape.size(); ++d)
+        if (!in(rc, d) && !in(rb, d)) lstr.push_back(0), rstr.push_back(rs[d]);
+      const DType xt = lt.dtype, R = rt.dtype;
+      std::string A;  // accumulator type
+      if (is_float(xt)) A = (xt == DType::F64 || R == DType::F64) ? "double" : "float";
+      else A = is_float(R) ? "pl_i64" : ctype(R);
+      out = begin_result(res);
+      open_thread_loop(std::max<int64_t>(1, rt.size()));
+      const std::vector<std::string> oi = index_exprs(rt.shape, "e");
+      line("pl_i64 lo = " + sum_of(oi, lstr) + ", ro = " + sum_of(oi, rstr) + ";");
+      line(A + " acc = 0;");
+      std::string loff = "lo", roff = "ro";
+      for (size_t k = 0; k < lc.size(); ++k) {
+        std::string i = "k" + std::to_string(k);
+        line("for (pl_i64 " + i + " = 0; " + i + " < " + std::to_string(lt.shape[static_cast<size_t>(lc[k])]) + "; ++" + i + ") {");
+        ++indent_;
+        loff += " + " + i + " * " + std::to_string(ls[static_cast<size_t>(lc[k])]);
+        roff += " + " + i + " * " + std::to_string(rs[static_cast<size_t>(rc[k])]);
+      }
+      std::string a = info(l).name + "[" + loff + "]", b = info(r).name + "[" + roff + "]";
+      if (is_float(xt)) {
+        line("acc += (" + A + ")" + widen(xt, a) + " * (" + A + ")" + widen(xt, b) + ";");
+      } else {
+        // Integers wrap in the accumulator's type (the inputs converted to it first).
+        line("acc = pl_iadd<" + A + ">(acc, pl_imul<" + A + ">((" + A + ")" + a + ", (" + A + ")" + b + "));");
+      }
+      for (size_t k = 0; k < lc.size(); ++k) close_loop();
+      std::string result = "acc";
+      if (is_half(R)) result = narrow(R, "(float)acc");
+      else if (is_int(R) && is_float(xt)) result = "pl_f2i<" + ctype(R) + ">(acc)";
+      else result = "(" + ctype(R) + ")acc";
+      line(out + "[e] = " + result + ";");
+      close_loop();
+      end_result(res);
+      return;
+    }
+    default: break;
+  }
+  throw NotSupportedError(std::string(op.info().name) + " on the GPU backend", op.loc);
+}
+
+}  // namespace pallas::gpu::detail

@@ -1,0 +1,746 @@
+// The emitter's core: values and their storage, synchronisation, Refs, control flow.
+//
+// Synchronisation: every tile op's loop gives thread t the elements t, t + T, ... of its result,
+// so an elementwise consumer reads only what its own thread wrote and needs no barrier. A barrier
+// goes in before an op that reads other threads' tile elements (reductions, shape ops, dot) after
+// a tile write, before a memory read after a memory write, and before a memory write after any
+// memory access. Loop bodies end with a barrier, so each iteration starts clean; a branch that
+// may not run never frees arena ranges released outside it.
+#include "gpu/emitter.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "eval/interpreter.h"
+#include "pallas/error.h"
+
+namespace pallas::gpu::detail {
+
+using ir::OpCode;
+using ir::ValueId;
+
+// ---- Types and literals -----------------------------------------------------------------------
+
+std::string ctype(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::I8: return "pl_i8";
+    case DType::I16: return "pl_i16";
+    case DType::I32: return "pl_i32";
+    case DType::I64: return "pl_i64";
+    case DType::U8: return "pl_u8";
+    case DType::U16: return "pl_u16";
+    case DType::U32: return "pl_u32";
+    case DType::U64: return "pl_u64";
+    case DType::F16: return "pl_f16";
+    case DType::BF16: return "pl_bf16";
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    default: break;
+  }
+  throw NotSupportedError("the dtype " + std::string(dtype_name(t)) + " on the GPU backend");
+}
+
+bool is_half(DType t) { return t == DType::F16 || t == DType::BF16; }
+std::string ccompute(DType t) { return is_half(t) ? "float" : ctype(t); }
+std::string widen(DType t, const std::string& e) { return is_half(t) ? "pl_ld(" + e + ")" : e; }
+std::string narrow(DType t, const std::string& c) {
+  if (t == DType::F16) return "pl_to_f16(" + c + ")";
+  if (t == DType::BF16) return "pl_to_bf16(" + c + ")";
+  return "(" + ctype(t) + ")(" + c + ")";
+}
+
+std::string literal(const Scalar& s, DType t) {
+  unsigned char bytes[8] = {};
+  s.convert_to(t).store_to(bytes);
+  uint64_t bits = 0;
+  std::memcpy(&bits, bytes, static_cast<size_t>(itemsize(t)));
+  char buf[64];
+  switch (t) {
+    case DType::Bool: return bits ? "true" : "false";
+    case DType::F32:
+      std::snprintf(buf, sizeof buf, "pl_f32_of_bits(0x%08llXu)", static_cast<unsigned long long>(bits));
+      return buf;
+    case DType::F64:
+      std::snprintf(buf, sizeof buf, "pl_bitcast<double>(0x%016llXull)", static_cast<unsigned long long>(bits));
+      return buf;
+    case DType::F16:
+    case DType::BF16:
+      std::snprintf(buf, sizeof buf, "%s{(pl_u16)0x%04llX}", ctype(t).c_str(), static_cast<unsigned long long>(bits));
+      return buf;
+    case DType::I64:
+      std::snprintf(buf, sizeof buf, "(pl_i64)0x%016llXull", static_cast<unsigned long long>(bits));
+      return buf;
+    case DType::U64:
+      std::snprintf(buf, sizeof buf, "0x%016llXull", static_cast<unsigned long long>(bits));
+      return buf;
+    default:
+      std::snprintf(buf, sizeof buf, "(%s)0x%llXu", ctype(t).c_str(), static_cast<unsigned long long>(bits));
+      return buf;
+  }
+}
+
+std::vector<int64_t> contiguous_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (size_t d = s.size(); d-- > 0;) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
+                      const std::string& flat) {
+  if (strides == contiguous_strides(shape)) return flat;
+  std::string out;
+  int64_t inner = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && strides[d] != 0) {
+      std::string idx = inner == 1 ? "(" + flat + ")" : "((" + flat + ") / " + std::to_string(inner) + ")";
+      if (d > 0) idx = "(" + idx + " % " + std::to_string(shape[d]) + ")";
+      out += (out.empty() ? "" : " + ") + idx + " * " + std::to_string(strides[d]);
+    }
+    inner *= shape[d];
+  }
+  return out.empty() ? "0" : "(" + out + ")";
+}
+
+// ---- Arena --------------------------------------------------------------------------------------
+
+int64_t Arena::alloc(int64_t bytes) {
+  bytes = std::max<int64_t>(16, (bytes + 15) / 16 * 16);
+  for (size_t i = 0; i < free_.size(); ++i) {
+    if (free_[i].bytes < bytes) continue;
+    int64_t off = free_[i].offset;
+    free_[i].offset += bytes;
+    free_[i].bytes -= bytes;
+    if (free_[i].bytes == 0) free_.erase(free_.begin() + static_cast<long>(i));
+    return off;
+  }
+  int64_t off = top_;
+  top_ += bytes;
+  peak_ = std::max(peak_, top_);
+  return off;
+}
+
+void Arena::release(int64_t offset, int64_t bytes) {
+  pending_.push_back({offset, std::max<int64_t>(16, (bytes + 15) / 16 * 16)});
+}
+
+void Arena::on_barrier() {
+  free_.insert(free_.end(), pending_.begin(), pending_.end());
+  pending_.clear();
+  std::sort(free_.begin(), free_.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  std::vector<Range> merged;
+  for (const Range& r : free_) {
+    if (!merged.empty() && merged.back().offset + merged.back().bytes == r.offset)
+      merged.back().bytes += r.bytes;
+    else
+      merged.push_back(r);
+  }
+  free_ = std::move(merged);
+  // A free range at the top shrinks the arena back.
+  if (!free_.empty() && free_.back().offset + free_.back().bytes == top_) {
+    top_ = free_.back().offset;
+    free_.pop_back();
+  }
+}
+
+// ---- Emitter ------------------------------------------------------------------------------------
+
+Emitter::Emitter(const ir::Kernel& k, EmitContext ctx, int indent)
+    : k_(k), ctx_(std::move(ctx)), indent_(indent), values_(k.values.size()) {}
+
+void Emitter::line(const std::string& s) {
+  *ctx_.out << std::string(static_cast<size_t>(indent_) * 2, ' ') << s << "\n";
+}
+
+std::string Emitter::fresh(const std::string& prefix) { return prefix + std::to_string(counter_++); }
+
+void Emitter::bind_ref(ValueId v, RefInfo r) {
+  ValueInfo& i = values_[static_cast<size_t>(v)];
+  i.kind = ValueInfo::Kind::Ref;
+  i.ref = std::move(r);
+}
+
+void Emitter::bind_scalar(ValueId v, const std::string& expr) {
+  const ir::Type& t = type(v);
+  std::string name = "v" + std::to_string(v);
+  line(ctype(t.dtype) + " " + name + " = " + expr + ";");
+  ValueInfo& i = values_[static_cast<size_t>(v)];
+  i.kind = ValueInfo::Kind::Scalar;
+  i.name = name;
+}
+
+std::string Emitter::define_tile(ValueId v) {
+  const ir::Type& t = type(v);
+  ValueInfo& i = values_[static_cast<size_t>(v)];
+  i.kind = ValueInfo::Kind::Tile;
+  i.bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
+  i.offset = ctx_.arena->alloc(i.bytes);
+  i.owns_slot = true;
+  i.name = "v" + std::to_string(v);
+  line(ctype(t.dtype) + "* " + i.name + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " +
+       std::to_string(i.offset) + ");");
+  return i.name;
+}
+
+std::string Emitter::define_scalar(ValueId v, const std::string& expr) {
+  bind_scalar(v, expr);
+  return info(v).name;
+}
+
+std::string Emitter::at(ValueId v, const std::string& flat) const {
+  const ValueInfo& i = info(v);
+  if (i.kind == ValueInfo::Kind::Scalar) return i.name;
+  if (i.kind == ValueInfo::Kind::Tile) return i.name + "[" + flat + "]";
+  throw InternalError("gpu emitter: value %" + std::to_string(v) + " is not an array value");
+}
+
+void Emitter::open_thread_loop(int64_t n, const std::string& var) {
+  line("for (pl_i64 " + var + " = pl_tid(); " + var + " < " + std::to_string(n) + "; " + var +
+       " += pl_nthreads()) {");
+  ++indent_;
+}
+
+void Emitter::close_loop() {
+  --indent_;
+  line("}");
+}
+
+std::string Emitter::scalar_slot_begin(ValueId v) {
+  const ir::Type& t = type(v);
+  int64_t off = ctx_.arena->alloc(itemsize(t.dtype));
+  std::string slot = fresh("slot");
+  line(ctype(t.dtype) + "* " + slot + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " +
+       std::to_string(off) + ");");
+  values_[static_cast<size_t>(v)].offset = off;  // remembered for the release
+  return slot;
+}
+
+void Emitter::scalar_slot_end(ValueId v, const std::string& slot) {
+  tile_written_ = true;
+  barrier();
+  int64_t off = values_[static_cast<size_t>(v)].offset;
+  bind_scalar(v, slot + "[0]");
+  values_[static_cast<size_t>(v)].offset = -1;
+  ctx_.arena->release(off, itemsize(type(v).dtype));
+}
+
+void Emitter::barrier() {
+  line("pl_sync();");
+  tile_written_ = mem_written_ = mem_read_ = false;
+  if (conditional_depth_ == 0) ctx_.arena->on_barrier();
+}
+
+void Emitter::before_cross_read() {
+  if (tile_written_) barrier();
+}
+void Emitter::before_mem_read() {
+  if (mem_written_ || tile_written_) barrier();
+}
+void Emitter::before_mem_write() {
+  if (mem_written_ || mem_read_) barrier();
+}
+
+// ---- Liveness: a tile's slot is released after the last op (of its own region) that uses it,
+// directly or inside a nested region.
+namespace {
+void collect_uses(const ir::Op& op, std::set<ValueId>& out) {
+  for (ValueId v : op.operands) out.insert(v);
+  for (const ir::Region& r : op.regions)
+    for (const ir::Op& o : r.ops) collect_uses(o, out);
+}
+}  // namespace
+
+void Emitter::compute_last_uses(const ir::Region& r) {
+  std::map<ValueId, const ir::Op*> last;
+  std::set<ValueId> defined;
+  for (ValueId a : r.args) defined.insert(a);
+  for (const ir::Op& op : r.ops) {
+    for (ValueId res : op.results) {
+      defined.insert(res);
+      last[res] = &op;  // unused results die right after their op
+    }
+    std::set<ValueId> uses;
+    collect_uses(op, uses);
+    for (ValueId u : uses)
+      if (defined.count(u)) last[u] = &op;
+  }
+  for (const auto& [v, op] : last) dies_after_[op].push_back(v);
+}
+
+void Emitter::release_dead(const ir::Op& op) {
+  auto it = dies_after_.find(&op);
+  if (it == dies_after_.end()) return;
+  for (ValueId v : it->second) {
+    ValueInfo& i = values_[static_cast<size_t>(v)];
+    if (i.kind == ValueInfo::Kind::Tile && i.owns_slot) {
+      ctx_.arena->release(i.offset, i.bytes);
+      i.owns_slot = false;
+    }
+  }
+}
+
+std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
+  compute_last_uses(r);
+  std::vector<ValueId> yielded;
+  for (const ir::Op& op : r.ops) {
+    if (op.code == OpCode::Yield) {
+      yielded = op.operands;
+      continue;
+    }
+    emit_op(op);
+    // Values yielded out of the region must survive until the parent has copied them.
+    if (!r.ops.empty() && r.ops.back().code == OpCode::Yield) {
+      const auto& ys = r.ops.back().operands;
+      auto it = dies_after_.find(&op);
+      if (it != dies_after_.end())
+        it->second.erase(std::remove_if(it->second.begin(), it->second.end(),
+                                        [&](ValueId v) {
+                                          return std::find(ys.begin(), ys.end(), v) != ys.end();
+                                        }),
+                         it->second.end());
+    }
+    release_dead(op);
+  }
+  return yielded;
+}
+
+void Emitter::emit_op(const ir::Op& op) {
+  line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()));
+  const uint32_t cat = op.info().categories;
+  switch (op.code) {
+    case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
+    case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
+    case OpCode::AxisIndex:
+      throw NotSupportedError(std::string(op.info().name) +
+                                  " on the GPU backend (a TPU operation: run the kernel with "
+                                  ".interpret = pltpu::InterpretParams{})",
+                              op.loc);
+    case OpCode::ProgramId:
+    case OpCode::NumPrograms: {
+      const std::string& arr = op.code == OpCode::ProgramId ? ctx_.grid_ids : ctx_.grid_sizes;
+      bind_scalar(op.results[0], "(pl_i32)" + arr + "[" + std::to_string(op.attrs.get_int(ir::AttrKey::Axis)) + "]");
+      return;
+    }
+    case OpCode::DebugPrint: emit_debug_print(op); return;
+    default: break;
+  }
+  if (cat & (ir::kControl | ir::kTerminator)) return emit_control(op);
+  if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return emit_ref_op(op);
+  emit_pure(op);
+}
+
+// ---- Refs ---------------------------------------------------------------------------------------
+
+RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx) {
+  RefInfo out;
+  out.dtype = base.dtype;
+  std::string offset;
+  for (size_t d = 0; d < idx.entries.size(); ++d) {
+    const ir::IndexEntry& e = idx.entries[d];
+    const int64_t dim = base.shape[d];
+    std::string start = e.dynamic >= 0 ? "(pl_i64)" + info(op.operands[static_cast<size_t>(e.dynamic)]).name
+                                       : std::to_string(e.start);
+    if (e.dynamic >= 0) {
+      // The interpreters' bounds check, recorded for the host to report.
+      const int64_t span = e.is_slice ? (e.size - 1) * e.stride : 0;
+      if (!e.is_slice || e.size > 0) {
+        int site = static_cast<int>(ctx_.error_sites->size());
+        ctx_.error_sites->push_back({ErrorSite::Kind::RefIndex, -1, std::string(op.info().name), op.loc});
+        std::string s = fresh("ix");
+        line("{ pl_i64 " + s + " = " + start + ";");
+        line("  if (" + s + " < 0 || " + s + " + " + std::to_string(span) + " >= " + std::to_string(dim) +
+             ") { pl_i64 ev[] = {" + std::to_string(d) + ", " + s + ", " + std::to_string(e.is_slice ? 1 : 0) +
+             ", " + std::to_string(e.size) + ", " + std::to_string(e.stride) + ", " + std::to_string(dim) +
+             ", " + std::to_string(base.shape.size()) + dims_list(base.shape) + "}; pl_fail(" + ctx_.params +
+             ".err, " + std::to_string(site) + ", ev, " + std::to_string(7 + base.shape.size()) + "); " +
+             ctx_.fail_return + " } }");
+      }
+    }
+    if (e.is_slice) {
+      out.shape.push_back(e.size);
+      out.strides.push_back(base.strides[d] * e.stride);
+    }
+    if (start != "0") offset += (offset.empty() ? "" : " + ") + start + " * " + std::to_string(base.strides[d]);
+  }
+  if (offset.empty()) {
+    out.ptr = base.ptr;
+  } else {
+    out.ptr = fresh("r");
+    line(ctype(base.dtype) + "* " + out.ptr + " = " + base.ptr + " + (" + offset + ");");
+  }
+  return out;
+}
+
+std::string dims_list(const Shape& s) {
+  std::string out;
+  for (int64_t d : s) out += ", " + std::to_string(d);
+  return out;
+}
+
+void Emitter::emit_ref_op(const ir::Op& op) {
+  const RefInfo& base = info(op.operands[0]).ref;
+  const ir::Indexer& idx = op.attrs.get_indexer(ir::AttrKey::Index);
+  RefInfo v = view(op, base, idx);
+  if (op.code == OpCode::RefView) {
+    bind_ref(op.results[0], v);
+    return;
+  }
+  size_t ndyn = 0;
+  for (const ir::IndexEntry& e : idx.entries) ndyn += e.dynamic >= 0;
+  const size_t next = 1 + ndyn;
+  const bool masked = op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0;
+  const int64_t n = num_elements(v.shape);
+  const bool scalar = v.shape.empty();
+  const std::string T = ctype(v.dtype);
+  auto mem = [&](const std::string& flat) { return v.ptr + "[" + offset_of(v.shape, v.strides, flat) + "]"; };
+
+  switch (op.code) {
+    case OpCode::Load: {
+      before_mem_read();
+      ValueId res = op.results[0];
+      if (scalar) {
+        std::string x = mem("0");
+        if (masked) x = "(" + info(op.operands[next]).name + " ? " + x + " : " + info(op.operands[next + 1]).name + ")";
+        bind_scalar(res, x);
+      } else {
+        std::string out = define_tile(res);
+        open_thread_loop(n);
+        std::string x = mem("e");
+        if (masked) x = "(" + at(op.operands[next], "e") + " ? " + x + " : " + at(op.operands[next + 1], "e") + ")";
+        line(out + "[e] = " + x + ";");
+        close_loop();
+        after_tile_write();
+      }
+      after_mem_read();
+      return;
+    }
+    case OpCode::Store:
+    case OpCode::Swap: {
+      before_mem_write();
+      ValueId val = op.operands[next];
+      std::string mask = masked ? at(op.operands[next + 1], scalar ? "0" : "e") : "";
+      if (scalar) {
+        if (op.code == OpCode::Swap) bind_scalar(op.results[0], mem("0"));
+        // Every thread has read the old value before thread 0 replaces it.
+        if (op.code == OpCode::Swap) barrier();
+        line("if (pl_tid() == 0" + (masked ? " && " + mask : std::string()) + ") " + mem("0") + " = " +
+             info(val).name + ";");
+      } else {
+        std::string old;
+        if (op.code == OpCode::Swap) old = define_tile(op.results[0]);
+        open_thread_loop(n);
+        if (op.code == OpCode::Swap) line(old + "[e] = " + mem("e") + ";");
+        line((masked ? "if (" + mask + ") " : std::string()) + mem("e") + " = " + at(val, "e") + ";");
+        close_loop();
+        if (op.code == OpCode::Swap) after_tile_write();
+      }
+      after_mem_write();
+      after_mem_read();
+      return;
+    }
+    case OpCode::AtomicRmw:
+    case OpCode::AtomicCas: {
+      before_mem_write();
+      const std::string C = ccompute(v.dtype);
+      std::string fn;
+      const std::string kind = op.code == OpCode::AtomicRmw ? op.attrs.get_string(ir::AttrKey::Kind) : "cas";
+      // The new value from the current one `c` and the operand `x` (the interpreters' rules).
+      std::string wc = widen(v.dtype, "c"), wx = widen(v.dtype, "x");
+      bool is_f = is_float(v.dtype), is_b = v.dtype == DType::Bool;
+      if (kind == "xchg") fn = "x";
+      else if (kind == "cas") fn = "(pl_same_bytes(&c, &x, (int)sizeof c) ? y : c)";
+      else if (is_b && (kind == "add" || kind == "or" || kind == "max")) fn = "(c || x)";
+      else if (is_b && (kind == "and" || kind == "min")) fn = "(c && x)";
+      else if (is_b && kind == "xor") fn = "(c != x)";
+      else if (kind == "add") fn = is_f ? narrow(v.dtype, wc + " + " + wx) : "pl_iadd<" + T + ">(c, x)";
+      else if (kind == "max") fn = is_f ? "((pl_isnan(" + wc + ") || " + wc + " >= " + wx + ") ? c : x)" : "(c >= x ? c : x)";
+      else if (kind == "min") fn = is_f ? "((pl_isnan(" + wc + ") || " + wc + " <= " + wx + ") ? c : x)" : "(c <= x ? c : x)";
+      else if (!is_f && (kind == "and" || kind == "or" || kind == "xor"))
+        fn = "(" + T + ")(c " + std::string(kind == "and" ? "&" : kind == "or" ? "|" : "^") + " x)";
+      else
+        throw NotSupportedError("atomic_rmw kind '" + kind + "' on " + std::string(dtype_name(v.dtype)), op.loc);
+      auto emit_one = [&](const std::string& target, const std::string& x, const std::string& y) {
+        std::string lambda = "[&](" + T + " c) -> " + T + " { " + T + " x = " + x + ";" +
+                             (y.empty() ? "" : " " + T + " y = " + y + ";") + " return " + fn + "; }";
+        return "pl_atomic_update(&" + target + ", " + lambda + ")";
+      };
+      std::string x0 = at(op.operands[next], scalar ? "0" : "e");
+      std::string y0 = op.code == OpCode::AtomicCas ? at(op.operands[next + 1], scalar ? "0" : "e") : "";
+      if (scalar) {
+        std::string slot = scalar_slot_begin(op.results[0]);
+        line("if (pl_tid() == 0) " + slot + "[0] = " + emit_one(mem("0"), x0, y0) + ";");
+        after_mem_write();
+        scalar_slot_end(op.results[0], slot);
+      } else {
+        std::string old = define_tile(op.results[0]);
+        open_thread_loop(n);
+        line(old + "[e] = " + emit_one(mem("e"), x0, y0) + ";");
+        close_loop();
+        after_tile_write();
+      }
+      after_mem_write();
+      after_mem_read();
+      return;
+    }
+    default: break;
+  }
+  throw InternalError("gpu emitter: ref op " + std::string(op.info().name));
+}
+
+// ---- Control flow -------------------------------------------------------------------------------
+
+std::string Emitter::declare_result_holder(ValueId v) {
+  const ir::Type& t = type(v);
+  if (t.is_ref) throw NotSupportedError("a control-flow op returning a Ref on the GPU backend");
+  if (t.shape.empty()) {
+    std::string name = "v" + std::to_string(v);
+    line(ctype(t.dtype) + " " + name + ";");
+    ValueInfo& i = values_[static_cast<size_t>(v)];
+    i.kind = ValueInfo::Kind::Scalar;
+    i.name = name;
+    return name;
+  }
+  return define_tile(v);
+}
+
+// dst (a tile holder) = src, element by element (thread-owned: no barrier needed before).
+void Emitter::copy_into(ValueId dst, const std::string& dst_name, ValueId src) {
+  const ValueInfo& s = info(src);
+  if (s.kind == ValueInfo::Kind::Scalar) {
+    line(dst_name + " = " + s.name + ";");
+    return;
+  }
+  if (s.name == dst_name) return;
+  open_thread_loop(std::max<int64_t>(1, type(dst).size()));
+  line(dst_name + "[e] = " + s.name + "[e];");
+  close_loop();
+  after_tile_write();
+}
+
+void Emitter::emit_control(const ir::Op& op) {
+  switch (op.code) {
+    case OpCode::Yield: return;
+    case OpCode::For: {
+      const ir::Region& body = op.regions[0];
+      std::vector<std::string> holders;
+      for (size_t c = 0; c < op.results.size(); ++c) {
+        holders.push_back(declare_result_holder(op.results[c]));
+        copy_into(op.results[c], holders.back(), op.operands[2 + c]);
+      }
+      if (tile_written_ || mem_written_ || mem_read_) barrier();
+      std::string it = fresh("it");
+      line("for (pl_i64 " + it + " = " + info(op.operands[0]).name + "; " + it + " < " +
+           info(op.operands[1]).name + "; ++" + it + ") {");
+      ++indent_;
+      ++conditional_depth_;
+      bind_scalar(body.args[0], "(" + ctype(type(body.args[0]).dtype) + ")" + it);
+      bind_carries(body, 1, op.results);
+      std::vector<ValueId> ys = emit_region(body);
+      assign_carries(op.results, holders, ys);
+      barrier();
+      --conditional_depth_;
+      --indent_;
+      line("}");
+      return;
+    }
+    case OpCode::While: {
+      const ir::Region& cond = op.regions[0];
+      const ir::Region& body = op.regions[1];
+      std::vector<std::string> holders;
+      for (size_t c = 0; c < op.results.size(); ++c) {
+        holders.push_back(declare_result_holder(op.results[c]));
+        copy_into(op.results[c], holders.back(), op.operands[c]);
+      }
+      if (tile_written_ || mem_written_ || mem_read_) barrier();
+      line("while (true) {");
+      ++indent_;
+      ++conditional_depth_;
+      bind_carries(cond, 0, op.results);
+      std::vector<ValueId> pred = emit_region(cond);
+      line("if (!" + info(pred.at(0)).name + ") break;");
+      bind_carries(body, 0, op.results);
+      std::vector<ValueId> ys = emit_region(body);
+      assign_carries(op.results, holders, ys);
+      barrier();
+      --conditional_depth_;
+      --indent_;
+      line("}");
+      return;
+    }
+    case OpCode::Cond:
+    case OpCode::Switch: {
+      std::vector<std::string> holders;
+      for (ValueId r : op.results) holders.push_back(declare_result_holder(r));
+      std::string sel;
+      const int nreg = static_cast<int>(op.regions.size());
+      if (op.code == OpCode::Switch) {
+        sel = fresh("sw");
+        line("pl_i64 " + sel + " = (pl_i64)" + info(op.operands[0]).name + ";");
+        line("if (" + sel + " < 0) " + sel + " = 0; if (" + sel + " > " + std::to_string(nreg - 1) + ") " + sel +
+             " = " + std::to_string(nreg - 1) + ";");
+      }
+      const bool tw = tile_written_, mw = mem_written_, mr = mem_read_;
+      bool otw = tw, omw = mw, omr = mr;
+      ++conditional_depth_;
+      for (int b = 0; b < nreg; ++b) {
+        // Cond: region 0 runs when the predicate holds.
+        std::string test = op.code == OpCode::Cond ? (b == 0 ? info(op.operands[0]).name : "")
+                                                   : sel + " == " + std::to_string(b);
+        line(b == 0 ? "if (" + test + ") {" : (test.empty() ? "} else {" : "} else if (" + test + ") {"));
+        ++indent_;
+        tile_written_ = tw, mem_written_ = mw, mem_read_ = mr;
+        std::vector<ValueId> ys = emit_region(op.regions[static_cast<size_t>(b)]);
+        for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
+        otw |= tile_written_, omw |= mem_written_, omr |= mem_read_;
+        --indent_;
+      }
+      line("}");
+      --conditional_depth_;
+      tile_written_ = otw, mem_written_ = omw, mem_read_ = omr;
+      return;
+    }
+    case OpCode::RunScoped: {
+      const ir::Region& body = op.regions[0];
+      std::vector<std::string> holders;
+      for (ValueId r : op.results) holders.push_back(declare_result_holder(r));
+      std::vector<std::pair<int64_t, int64_t>> scoped;
+      for (ValueId a : body.args) {
+        const ir::Type& t = type(a);
+        if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
+          throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
+        int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
+        int64_t off = ctx_.arena->alloc(bytes);
+        scoped.emplace_back(off, bytes);
+        RefInfo r{fresh("s"), t.dtype, t.shape, contiguous_strides(t.shape)};
+        line(ctype(t.dtype) + "* " + r.ptr + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " +
+             std::to_string(off) + ");");
+        fill_uninitialized(r.ptr, t.dtype, t.size());
+        bind_ref(a, r);
+      }
+      line("{");
+      ++indent_;
+      std::vector<ValueId> ys = emit_region(body);
+      for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
+      --indent_;
+      line("}");
+      for (auto [off, bytes] : scoped) ctx_.arena->release(off, bytes);
+      return;
+    }
+    default: break;
+  }
+  throw InternalError("gpu emitter: control op " + std::string(op.info().name));
+}
+
+// Region args of a loop: scalar carries are copies of the holders, tile carries share them.
+void Emitter::bind_carries(const ir::Region& r, size_t first, const std::vector<ValueId>& holders) {
+  for (size_t c = 0; c < holders.size(); ++c) {
+    ValueId a = r.args[first + c];
+    const ValueInfo& h = info(holders[c]);
+    if (h.kind == ValueInfo::Kind::Scalar) {
+      bind_scalar(a, h.name);
+    } else {
+      ValueInfo& i = values_[static_cast<size_t>(a)];
+      i = h;
+      i.owns_slot = false;
+    }
+  }
+}
+
+// The loop's yields become the next carries: read them all, then write them all.
+void Emitter::assign_carries(const std::vector<ValueId>& results, const std::vector<std::string>& holders,
+                             const std::vector<ValueId>& ys) {
+  std::vector<std::string> temps;
+  for (size_t c = 0; c < ys.size(); ++c) {
+    const ValueInfo& y = info(ys[c]);
+    if (y.kind == ValueInfo::Kind::Scalar) {
+      temps.push_back(fresh("t"));
+      line(ctype(type(ys[c]).dtype) + " " + temps.back() + " = " + y.name + ";");
+    } else {
+      temps.push_back("");
+    }
+  }
+  bool tiles = false;
+  for (size_t c = 0; c < ys.size(); ++c) tiles |= info(ys[c]).kind == ValueInfo::Kind::Tile && info(ys[c]).name != holders[c];
+  if (tiles) {
+    // Stage the yielded tiles first: a yield may name another carry, whose holder the copies
+    // below overwrite.
+    barrier();
+    std::vector<std::pair<std::string, int64_t>> staged(ys.size());
+    for (size_t c = 0; c < ys.size(); ++c) {
+      const ValueInfo& y = info(ys[c]);
+      if (y.kind != ValueInfo::Kind::Tile || y.name == holders[c]) continue;
+      const ir::Type& t = type(results[c]);
+      int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
+      int64_t off = ctx_.arena->alloc(bytes);
+      std::string tmp = fresh("stage");
+      line(ctype(t.dtype) + "* " + tmp + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " +
+           std::to_string(off) + ");");
+      open_thread_loop(std::max<int64_t>(1, t.size()));
+      line(tmp + "[e] = " + y.name + "[e];");
+      close_loop();
+      staged[c] = {tmp, off};
+      ctx_.arena->release(off, bytes);
+    }
+    barrier();
+    for (size_t c = 0; c < ys.size(); ++c) {
+      if (staged[c].first.empty()) continue;
+      open_thread_loop(std::max<int64_t>(1, type(results[c]).size()));
+      line(holders[c] + "[e] = " + staged[c].first + "[e];");
+      close_loop();
+    }
+    after_tile_write();
+  }
+  for (size_t c = 0; c < ys.size(); ++c)
+    if (!temps[c].empty()) line(holders[c] + " = " + temps[c] + ";");
+}
+
+void Emitter::fill_uninitialized(const std::string& ptr, DType t, int64_t n) {
+  if (n <= 0) return;
+  open_thread_loop(n);
+  line(ptr + "[e] = " + uninitialized_literal(t) + ";");
+  close_loop();
+  after_tile_write();
+  mem_written_ = true;
+}
+
+std::string uninitialized_literal(DType t) { return literal(eval::uninitialized_value(t), t); }
+
+void Emitter::emit_debug_print(const ir::Op& op) {
+  const std::string& fmt = op.attrs.get_string(ir::AttrKey::Format);
+  std::string cfmt, args;
+  size_t pos = 0, k = 0;
+  auto escape = [](const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '%') o += "%%";
+      else if (c == '"' || c == '\\') o += std::string("\\") + c;
+      else if (c == '\n') o += "\\n";
+      else o += c;
+    }
+    return o;
+  };
+  for (size_t p = fmt.find("{}"); p != std::string::npos; p = fmt.find("{}", pos)) {
+    cfmt += escape(fmt.substr(pos, p - pos));
+    ValueId v = op.operands[k++];
+    const ir::Type& t = type(v);
+    if (!t.shape.empty())
+      throw NotSupportedError("debug_print of an array (" + t.to_string() +
+                                  ") on the GPU backend; print scalars (e.g. one element)",
+                              op.loc);
+    const std::string& n = info(v).name;
+    if (is_float(t.dtype)) { cfmt += "%.9g"; args += ", (double)" + widen(t.dtype, n); }
+    else if (t.dtype == DType::Bool) { cfmt += "%s"; args += ", " + n + " ? \"true\" : \"false\""; }
+    else if (t.dtype == DType::U64) { cfmt += "%llu"; args += ", (unsigned long long)" + n; }
+    else { cfmt += "%lld"; args += ", (long long)" + n; }
+    pos = p + 2;
+  }
+  cfmt += escape(fmt.substr(pos));
+  line("if (pl_tid() == 0) printf(\"" + cfmt + "\\n\"" + args + ");");
+}
+
+}  // namespace pallas::gpu::detail

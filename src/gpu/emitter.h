@@ -1,0 +1,144 @@
+// Internals of the CUDA code generator: the emitter of one traced function (the kernel body, or
+// an index map) into C++ statements of the generated unit. codegen.cpp drives it (grid, blocks,
+// staging, entry points); emit_ops.cpp holds the per-op rules for pure ops (elementwise, shape,
+// reductions, scans, sort, dot), emitter.cpp the rest (refs, control flow, synchronisation,
+// the arena).
+#pragma once
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/codegen.h"
+#include "pallas/ir/ir.h"
+
+namespace pallas::gpu::detail {
+
+std::string ctype(DType t);     // storage type: "float", "pl_bf16", "pl_i32", "bool", ...
+std::string ccompute(DType t);  // compute type: "float" for f16 / bf16, else ctype
+bool is_half(DType t);
+// A literal of the storage type (bit-exact for floats: NaN payloads, -0, inf).
+std::string literal(const Scalar& s, DType t);
+// `e` (an expression of storage type t) as its compute type, and back.
+std::string widen(DType t, const std::string& e);
+std::string narrow(DType t, const std::string& compute_expr);
+// The memory offset of row-major flat index `flat` of `shape` laid out with `strides`.
+std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
+                      const std::string& flat);
+std::vector<int64_t> contiguous_strides(const Shape& s);
+std::string dims_list(const Shape& s);          // ", 8, 128"
+std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
+
+// Per-CTA memory for tiles and scratch: first-fit over freed ranges. A freed range becomes
+// reusable only after the next barrier, so no thread overwrites a tile another is still reading.
+class Arena {
+ public:
+  int64_t alloc(int64_t bytes);
+  void release(int64_t offset, int64_t bytes);  // pending until on_barrier()
+  void on_barrier();
+  int64_t peak() const { return peak_; }
+
+ private:
+  struct Range { int64_t offset, bytes; };
+  std::vector<Range> free_, pending_;
+  int64_t top_ = 0, peak_ = 0;
+};
+
+// A Ref as the emitter knows it: a pointer variable and a static layout.
+struct RefInfo {
+  std::string ptr;  // a T* expression
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<int64_t> strides;  // in elements
+};
+
+// An SSA value: a scalar register, a tile in the arena, or a Ref.
+struct ValueInfo {
+  enum class Kind { None, Scalar, Tile, Ref } kind = Kind::None;
+  std::string name;         // scalar: the variable; tile: the T* variable
+  int64_t offset = -1;      // tile: arena offset (owned when owns_slot)
+  int64_t bytes = 0;
+  bool owns_slot = false;
+  RefInfo ref;
+};
+
+struct EmitContext {
+  std::ostringstream* out = nullptr;
+  Arena* arena = nullptr;
+  std::vector<ErrorSite>* error_sites = nullptr;
+  std::string params = "p";      // the PlParams expression
+  std::string arena_base = "arena";
+  std::string grid_ids = "g";    // pl_i64 g[] of program ids
+  std::string grid_sizes = "G";  // pl_i64 G[] of grid sizes
+  std::string fail_return = "return;";  // what a failed check does after recording
+};
+
+class Emitter {
+ public:
+  Emitter(const ir::Kernel& k, EmitContext ctx, int indent);
+  // Binds a parameter of the function to a Ref or a scalar expression.
+  void bind_ref(ir::ValueId v, RefInfo r);
+  void bind_scalar(ir::ValueId v, const std::string& expr);
+  // Emits the ops of `r` (not its yield); returns the yielded values.
+  std::vector<ir::ValueId> emit_region(const ir::Region& r);
+  const ValueInfo& info(ir::ValueId v) const { return values_.at(static_cast<size_t>(v)); }
+  // A barrier when writes (or reads, for a following write) may be pending.
+  void barrier();
+  void line(const std::string& s);
+
+  // ---- used by the per-op rules (emit_ops.cpp)
+  const ir::Type& type(ir::ValueId v) const { return k_.type(v); }
+  std::string fresh(const std::string& prefix);
+  // Declares a tile result (arena slot) or a scalar result; returns its name.
+  std::string define_tile(ir::ValueId v);
+  std::string define_scalar(ir::ValueId v, const std::string& expr);
+  // Element `flat` of a value (a scalar's name, or tile[flat]).
+  std::string at(ir::ValueId v, const std::string& flat) const;
+  // Opens / closes `for (pl_i64 e = tid; e < n; e += nthreads)` over a result's elements.
+  void open_thread_loop(int64_t n, const std::string& var = "e");
+  void close_loop();
+  // A scalar computed by a tile op: emit the op into a one-element slot (thread 0), then
+  // broadcast it to every thread's register.
+  std::string scalar_slot_begin(ir::ValueId v);
+  void scalar_slot_end(ir::ValueId v, const std::string& slot);
+  // Before an op that reads tiles written by other threads / memory, or writes memory.
+  void before_cross_read();
+  void before_mem_read();
+  void before_mem_write();
+  void after_tile_write() { tile_written_ = true; }
+  void after_mem_write() { mem_written_ = true; }
+  void after_mem_read() { mem_read_ = true; }
+  int indent() const { return indent_; }
+
+ private:
+  void emit_op(const ir::Op& op);
+  void emit_pure(const ir::Op& op);  // emit_ops.cpp
+  void emit_ref_op(const ir::Op& op);
+  void emit_control(const ir::Op& op);
+  void emit_debug_print(const ir::Op& op);
+  RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
+  void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
+  void release_dead(const ir::Op& op);
+  void compute_last_uses(const ir::Region& r);
+  std::string declare_result_holder(ir::ValueId v);
+  void bind_carries(const ir::Region& r, size_t first, const std::vector<ir::ValueId>& holders);
+  void assign_carries(const std::vector<ir::ValueId>& results, const std::vector<std::string>& holders,
+                      const std::vector<ir::ValueId>& ys);
+ public:
+  // Fills n elements at `ptr` with the uninitialized value (fresh scratch, staged padding).
+  void fill_uninitialized(const std::string& ptr, DType t, int64_t n);
+
+ private:
+
+  const ir::Kernel& k_;
+  EmitContext ctx_;
+  int indent_;
+  int counter_ = 0;
+  std::vector<ValueInfo> values_;
+  std::map<const ir::Op*, std::vector<ir::ValueId>> dies_after_;
+  bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
+  int conditional_depth_ = 0;  // inside a loop body or a branch that may not run
+};
+
+}  // namespace pallas::gpu::detail

@@ -1,0 +1,137 @@
+#include "gpu/host_emulation.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "ir/analysis.h"
+#include "pallas/error.h"
+
+namespace pallas::gpu {
+
+namespace {
+
+using EntryFn = void (*)(const uint64_t*);
+
+// Compiled units stay loaded for the life of the process, one per distinct source.
+struct Loaded {
+  void* handle = nullptr;
+  EntryFn entry = nullptr;
+};
+
+std::string run_command(const std::string& cmd, int& status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) {
+    status = -1;
+    return "could not start: " + cmd;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  status = pclose(p);
+  return out;
+}
+
+EntryFn load(const GeneratedKernel& k) {
+  static std::mutex mu;
+  static std::map<std::string, Loaded> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = loaded.find(k.source);
+  if (it != loaded.end()) return it->second.entry;
+
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  char tmpl[] = "pallas-emu-XXXXXX";
+  std::string pattern = (dir / tmpl).string();
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) throw Error("host emulation: cannot create a temporary directory under " + dir.string());
+  fs::path work(buf.data());
+  fs::path src = work / "kernel.cc", lib = work / "kernel.so";
+  {
+    std::ofstream f(src);
+    f << k.source;
+  }
+  int status = 0;
+  std::string cmd = host_compiler() + " -std=c++17 -O1 -fPIC -shared -w -o '" + lib.string() + "' '" + src.string() + "'";
+  std::string log = run_command(cmd, status);
+  if (status != 0) {
+    throw Error("host emulation: the generated kernel does not compile as C++ (kept in " + src.string() + "):\n" + log);
+  }
+  void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw Error(std::string("host emulation: cannot load the compiled kernel: ") + dlerror());
+  auto entry = reinterpret_cast<EntryFn>(dlsym(h, k.host_entry.c_str()));
+  if (!entry) throw Error("host emulation: the compiled kernel has no " + k.host_entry);
+  fs::remove_all(work, ec);  // the library stays mapped
+  loaded[k.source] = {h, entry};
+  return entry;
+}
+
+}  // namespace
+
+std::string host_compiler() {
+  for (const char* var : {"PALLAS_HOST_CXX", "CXX"})
+    if (const char* v = std::getenv(var); v && *v) return v;
+  return "c++";
+}
+
+std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
+                                      const std::vector<Array>& args, const std::vector<int64_t>& grid) {
+  const GridMapping& gm = call.grid_mapping;
+  const int num_index = gm.num_index_operands, num_in = gm.num_inputs, num_out = gm.num_outputs;
+  if (static_cast<int>(args.size()) != num_index + num_in)
+    throw InternalError("host emulation: wrong argument count");
+  EntryFn entry = load(k);
+
+  // Operands: inputs the kernel may write (and does not alias to an output) are private copies,
+  // as in the interpreters; an aliased input is the output.
+  std::vector<bool> written = ir::params_written(call.kernel);
+  std::map<int, int> alias_of_output;
+  for (auto [i, o] : call.input_output_aliases) alias_of_output[o] = i;
+  std::vector<Array> operands;
+  for (int i = 0; i < num_index + num_in; ++i) {
+    bool aliased = false;
+    for (auto [in, o] : call.input_output_aliases) aliased |= in == i;
+    operands.push_back(written[static_cast<size_t>(i)] && !aliased ? args[static_cast<size_t>(i)].clone()
+                                                                  : args[static_cast<size_t>(i)]);
+  }
+  std::vector<Array> outputs;
+  for (int o = 0; o < num_out; ++o) {
+    auto a = alias_of_output.find(o);
+    if (a != alias_of_output.end()) {
+      outputs.push_back(operands[static_cast<size_t>(a->second)]);
+    } else {
+      const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(num_in + o)];
+      outputs.push_back(Array::uninitialized(bm.array.shape, bm.array.dtype));
+    }
+  }
+  std::vector<uint64_t> words;
+  for (Array& a : operands) words.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
+  for (Array& a : outputs) words.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
+  if (operands.empty() && outputs.empty()) words.push_back(0);  // PlParams::op has one slot at least
+  std::vector<uint64_t> arena(static_cast<size_t>(k.arena_bytes) / 8 + 2);  // 8-byte aligned: the widest element
+  int64_t err[kErrorRecordWords] = {};
+  words.push_back(reinterpret_cast<uint64_t>(arena.data()));
+  words.push_back(reinterpret_cast<uint64_t>(err));
+  int64_t points = 1;
+  for (int a : k.parallel_axes) points *= grid[static_cast<size_t>(a)];
+  for (int64_t g : grid) words.push_back(static_cast<uint64_t>(g));
+  if (grid.empty()) words.push_back(0);
+  words.push_back(static_cast<uint64_t>(points));
+  entry(words.data());
+  if (err[0] != 0) throw_kernel_error(call, k, err);
+  return outputs;
+}
+
+}  // namespace pallas::gpu

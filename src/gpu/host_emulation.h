@@ -1,0 +1,25 @@
+// Host emulation of the GPU backend: the generated CUDA translation unit compiled as plain C++
+// by the host's compiler (one thread per CTA, CTAs one after another) and run on host arrays.
+// It executes exactly the code the GPU would (the same index arithmetic, staging, predication,
+// scalar rules and error checks), so the tests check the code generator against the reference
+// interpreter on a machine without a GPU. It is not a performance path.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gpu/codegen.h"
+
+namespace pallas::gpu {
+
+// The host C++ compiler: $PALLAS_HOST_CXX, else $CXX, else "c++".
+std::string host_compiler();
+
+// Compiles `k` for the host (cached per source within the process) and runs it on `args`
+// (excluding dynamic grid sizes, as the backends take them). Aliased inputs are updated in place,
+// as on the GPU; other inputs are never written. Throws the interpreters' error when the kernel
+// records one, and pallas::Error with the compiler's output when the source does not compile.
+std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
+                                      const std::vector<Array>& args, const std::vector<int64_t>& grid);
+
+}  // namespace pallas::gpu
