@@ -21,6 +21,9 @@ struct ExampleArgs {
   int cores = 0;
   std::string dma_mode;
   bool detect_races = false;
+  // `pallas cuda`: the target arch, and whether to compile the unit with NVRTC as a check.
+  std::string arch = "sm_90a";
+  bool compile = false;
 };
 
 // Exit codes beyond 0 (ok), 1 (failed) and 2 (usage error).
@@ -32,5 +35,7 @@ int list();
 int run(const ExampleArgs& args);
 int ir(const ExampleArgs& args);
 int bench(const ExampleArgs& args);
+// Prints the example's generated CUDA translation unit (--compile: also compiles it with NVRTC).
+int cuda(const ExampleArgs& args);
 
 }  // namespace pallas::cli

@@ -2,7 +2,12 @@
 #include <algorithm>
 #include <iostream>
 
+#include <chrono>
+
+#include "core/call.h"
 #include "examples/examples.h"
+#include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
 #include "tools/commands.h"
 #include "tools/report.h"
 
@@ -60,6 +65,24 @@ int ir(const ExampleArgs& args) {
   const std::shared_ptr<const TracedCall> traced = p.call.trace(p.arg_shapes());
   std::cout << with_newline(ir::print(traced->kernel))
             << with_newline(traced->grid_mapping.to_string());
+  return 0;
+}
+
+int cuda(const ExampleArgs& args) {
+  ExampleArgs a = args;
+  a.backend = "gpu";
+  const ex::Problem p = ex::find(a.name).build(run_options(a));
+  const std::shared_ptr<const TracedCall> traced = p.call.trace(p.arg_shapes());
+  const gpu::GeneratedKernel k =
+      gpu::generate_cuda(*traced, traced->grid_mapping.grid, gpu::codegen_options(p.call.impl()->compiler_params));
+  std::cout << k.source;
+  if (args.compile) {
+    auto t0 = std::chrono::steady_clock::now();
+    gpu::CompiledKernel c = gpu::Nvrtc::get().compile(k.source, a.name + ".cu", args.arch);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::cerr << "compiled with NVRTC for " << args.arch << ": " << c.image.size() << " bytes of "
+              << (c.is_cubin ? "cubin" : "PTX") << " in " << ms << " ms\n";
+  }
   return 0;
 }
 

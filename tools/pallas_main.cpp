@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
   // No --detect-races: the detector's bookkeeping would be what gets timed.
   add_tpu_interpret_options(bench, args, /*races=*/false);
 
+  CLI::App* cuda = add_example_command(app, "cuda", "print the CUDA C++ the GPU backend generates for an example", args);
+  cuda->add_option("--arch", args.arch, "the target of --compile (sm_90a, sm_80, compute_90a, ...)");
+  cuda->add_flag("--compile", args.compile, "also compile it with NVRTC (reports size and time on stderr)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,6 +91,7 @@ int main(int argc, char** argv) {
     if (*run) return cli::run(args);
     if (*ir) return cli::ir(args);
     if (*bench) return cli::bench(args);
+    if (*cuda) return cli::cuda(args);
   } catch (const pallas::examples::UsageError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

@@ -92,6 +92,13 @@ std::string sanitize(const std::string& name) {
 
 }  // namespace
 
+CodegenOptions codegen_options(const CompilerParamsMap& params) {
+  CodegenOptions o;
+  auto it = params.find("mosaic_gpu");
+  if (it != params.end()) o.dimension_semantics = std::get<gpu::CompilerParams>(it->second).dimension_semantics;
+  return o;
+}
+
 bool cuda_emitter_supports(ir::OpCode code) {
   switch (code) {
     case ir::OpCode::DmaStart: case ir::OpCode::DmaWait: case ir::OpCode::SemaphoreSignal:

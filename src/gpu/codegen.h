@@ -66,6 +66,9 @@ struct GeneratedKernel {
   int num_param_words() const { return num_operands + 2 + num_grid_dims + 1; }
 };
 
+// The options a call's compiler params ask for (gpu::CompilerParams under "mosaic_gpu").
+CodegenOptions codegen_options(const CompilerParamsMap& params);
+
 // Words of the error record the kernel writes (err[0] = 1 + site, err[1..] = values).
 inline constexpr int kErrorRecordWords = 32;
 

@@ -154,6 +154,7 @@ Emitter::Emitter(const ir::Kernel& k, EmitContext ctx, int indent)
     : k_(k), ctx_(std::move(ctx)), indent_(indent), values_(k.values.size()) {}
 
 void Emitter::line(const std::string& s) {
+  just_synced_ = false;
   *ctx_.out << std::string(static_cast<size_t>(indent_) * 2, ' ') << s << "\n";
 }
 
@@ -168,7 +169,7 @@ void Emitter::bind_ref(ValueId v, RefInfo r) {
 void Emitter::bind_scalar(ValueId v, const std::string& expr) {
   const ir::Type& t = type(v);
   std::string name = "v" + std::to_string(v);
-  line(ctype(t.dtype) + " " + name + " = " + expr + ";");
+  line("[[maybe_unused]] " + ctype(t.dtype) + " " + name + " = " + expr + ";");
   ValueInfo& i = values_[static_cast<size_t>(v)];
   i.kind = ValueInfo::Kind::Scalar;
   i.name = name;
@@ -230,7 +231,8 @@ void Emitter::scalar_slot_end(ValueId v, const std::string& slot) {
 }
 
 void Emitter::barrier() {
-  line("pl_sync();");
+  if (!just_synced_) line("pl_sync();");
+  just_synced_ = true;
   tile_written_ = mem_written_ = mem_read_ = false;
   if (conditional_depth_ == 0) ctx_.arena->on_barrier();
 }
@@ -546,6 +548,7 @@ void Emitter::emit_control(const ir::Op& op) {
       --conditional_depth_;
       --indent_;
       line("}");
+      just_synced_ = false;  // zero iterations run no barrier
       return;
     }
     case OpCode::While: {

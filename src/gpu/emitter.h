@@ -138,7 +138,8 @@ class Emitter {
   std::vector<ValueInfo> values_;
   std::map<const ir::Op*, std::vector<ir::ValueId>> dies_after_;
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
-  int conditional_depth_ = 0;  // inside a loop body or a branch that may not run
+  int conditional_depth_ = 0;
+  bool just_synced_ = false;  // the last line emitted is a barrier  // inside a loop body or a branch that may not run
 };
 
 }  // namespace pallas::gpu::detail

@@ -108,4 +108,20 @@ expect tpu_only_example_msg "needs the TPU interpret mode"
 check bad_dma_mode 2 "$PALLAS" run racy --backend tpu-interpret --dma-mode lazy
 check bad_devices 2 "$PALLAS" run all_gather --backend tpu-interpret --devices 0
 check bench_no_detect_races 2 "$PALLAS" bench all_gather --backend tpu-interpret --detect-races
+
+# cuda: one self-contained translation unit per GPU-capable example; nvcc compiles it with no
+# include path (where the CUDA toolkit is installed).
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+tmp=$(mktemp -d)
+for e in $examples; do
+  check "cuda_$e" 0 "$PALLAS" cuda "$e" --size "${size[$e]}"
+  expect "cuda_${e}_entry" "extern \"C\" __global__ void __launch_bounds__\(256\) pallas_"
+  if [ -x "$NVCC" ]; then
+    "$PALLAS" cuda "$e" --size "${size[$e]}" > "$tmp/$e.cu" 2>/dev/null
+    check "nvcc_$e" 0 "$NVCC" -cubin -arch=sm_90a -diag-suppress 177 -o "$tmp/$e.cubin" "$tmp/$e.cu"
+  fi
+done
+rm -rf "$tmp"
+check cuda_tpu_only 2 "$PALLAS" cuda dma_matmul
+expect cuda_tpu_only_msg "needs the TPU interpret mode"
 exit $fail
