@@ -33,6 +33,7 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
   const ir::Attrs& a = op.attrs;
   auto in = [&](size_t i) -> const Array& { return *p[i]; };
   switch (op.code) {
+    case OpCode::Sort: return sort(copies(p), a).at(0);  // a sort with one operand has one result
     case OpCode::Constant:
       return constant(a.get_scalar(AttrKey::Value), a.get_ints(AttrKey::ShapeAttr));
     case OpCode::Iota:
@@ -76,7 +77,6 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
       return reduce(op.code, in(0), a);
     case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax: case OpCode::Cummin:
       return scan(op.code, in(0), a);
-    case OpCode::Sort: break;  // several results: pure_op
     case OpCode::DotGeneral: return dot_general(in(0), in(1), a);
     // Not pure: handled by the interpreter.
     case OpCode::ProgramId: case OpCode::NumPrograms: case OpCode::RefView: case OpCode::Load:

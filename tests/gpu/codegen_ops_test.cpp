@@ -1,0 +1,338 @@
+// The CUDA rules of the ops, op family by op family: each kernel runs on the reference
+// interpreter (the oracle, independent code) and as generated CUDA under host emulation; the
+// outputs must agree (bit for bit for integers and exact float ops, within a few ulps for
+// transcendentals). Also the run-time errors of generated kernels and the grid split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/call.h"
+#include "gpu/codegen.h"
+#include "gpu/host_emulation.h"
+#include "pallas/pallas.h"
+
+namespace pallas {
+namespace {
+
+namespace pl = ::pallas;
+
+std::vector<Array> clone_all(const std::vector<Array>& a) {
+  std::vector<Array> out;
+  for (const Array& x : a) out.push_back(x.clone());
+  return out;
+}
+
+// Runs the call's traced kernel both ways and compares every output.
+void expect_same(const PallasCall& call, const std::vector<Array>& args, double rtol = 0, double atol = 0,
+                 const gpu::CodegenOptions& opts = {}) {
+  std::vector<ShapeDtype> sig;
+  for (const Array& a : args) sig.push_back(a.shape_dtype());
+  std::shared_ptr<const TracedCall> tc = call.trace(sig);
+  const std::vector<int64_t> grid = tc->grid_mapping.grid;
+  std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), grid, nullptr);
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
+  std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), grid);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    AllCloseResult r = allclose(got[i], want[i], rtol, atol);
+    EXPECT_TRUE(r.ok) << "output " << i << ": " << r.message << "\n" << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  }
+}
+
+CallOptions opts(Grid grid, BlockSpecs in, BlockSpecs out, std::vector<ScratchShape> scratch = {}) {
+  CallOptions o;
+  o.grid = std::move(grid);
+  o.in_specs = std::move(in);
+  o.out_specs = std::move(out);
+  o.scratch_shapes = std::move(scratch);
+  o.interpret = true;
+  return o;
+}
+
+TEST(GpuCodegenOps, ElementwiseOnEveryFloatDtype) {
+  for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+      pl::Value a = x[pl::all], b = y[pl::all];
+      pl::Value r = a * b + a / (pl::abs(b) + 1.0f) - pl::maximum(a, b) + pl::minimum(a, b);
+      r = r + pl::floor(a) + pl::ceil(b) + pl::round(a) + pl::sign(b) + pl::integer_pow(a, 3);
+      o[pl::all] = r + pl::where(a > b, a, -b) + pl::convert(a < b, a.dtype());
+    };
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 40}, dt),
+                                      opts({2}, {BlockSpec({8, 40}, [](Value i) { return Indices{i, 0}; }),
+                                                 BlockSpec({8, 40}, [](Value i) { return Indices{i, 0}; })},
+                                           {BlockSpec({8, 40}, [](Value i) { return Indices{i, 0}; })}));
+    expect_same(call, {Array::random_normal({16, 40}, dt, 1), Array::random_normal({16, 40}, dt, 2)});
+  }
+}
+
+TEST(GpuCodegenOps, TranscendentalsWithinUlps) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::Value a = x[pl::all];
+    pl::Value pos = pl::abs(a) + 0.5f;
+    o[pl::all] = pl::exp(a) + pl::log(pos) + pl::sqrt(pos) + pl::rsqrt(pos) + pl::tanh(a) + pl::logistic(a) +
+                 pl::sin(a) + pl::cos(a) + pl::erf(a) + pl::log1p(pos) + pl::exp2(a) + pl::pow(pos, a);
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({64, 32}, DType::F32), opts({}, {}, {}));
+  expect_same(call, {Array::random_normal({64, 32}, DType::F32, 3)}, 1e-5, 1e-6);
+}
+
+TEST(GpuCodegenOps, IntegerRulesWrapDivideAndShiftLikeXla) {
+  for (DType dt : {DType::I32, DType::I8, DType::U16, DType::I64, DType::U32}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& o2) {
+      pl::Value a = x[pl::all], b = y[pl::all];
+      o[pl::all] = (a * b) + (a / b) + (a % b) - (a & b) + (a | b) + (a ^ b) + pl::maximum(a, b) + pl::abs(a) -
+                   pl::shift_left(a, b) + pl::shift_right_logical(a, b) + pl::shift_right_arithmetic(a, b) + (~a) +
+                   pl::integer_pow(a, 5);
+      o2[pl::all] = pl::convert(a, DType::F32) * 0.5f + pl::convert(pl::convert(b, DType::F32) * 1e10f, DType::I32)
+                                                            .astype(DType::F32);
+    };
+    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({8, 33}, dt), ShapeDtype({8, 33}, DType::F32)},
+                                      opts({}, {}, {}));
+    // Include zeros, -1 and extremes: x / 0, INT_MIN / -1, shifts past the width.
+    const bool sgn = dt == DType::I32 || dt == DType::I8 || dt == DType::I64;
+    Array x = Array::random_uniform({8, 33}, dt, 4, sgn ? -100 : 0, 100);
+    Array y = Array::random_uniform({8, 33}, dt, 5, sgn ? -10 : 0, 40);
+    expect_same(call, {x, y});
+  }
+}
+
+TEST(GpuCodegenOps, ConversionsBetweenAllNumericDtypes) {
+  const std::vector<DType> types = {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I8,
+                                    DType::I32, DType::U8,  DType::I64,  DType::U64, DType::Bool};
+  for (DType from : types) {
+    SCOPED_TRACE("from " + std::string(dtype_name(from)));
+    // One kernel per source dtype, one output per target dtype (one host compile each).
+    std::vector<ShapeDtype> outs;
+    for (DType to : types) outs.emplace_back(Shape{4, 64}, to);
+    auto kernel = [types](std::vector<pl::Ref>& refs) {
+      for (size_t t = 0; t < types.size(); ++t) refs[1 + t][pl::all] = pl::convert(refs[0][pl::all], types[t]);
+    };
+    PallasCall call = pl::pallas_call(kernel, outs, opts({}, {}, {}));
+    // Large magnitudes too: saturation, rounding of big integers to 16-bit floats, wraparound.
+    Array x = from == DType::Bool ? Array::random_uniform({4, 64}, DType::I32, 6, 0, 2).astype(DType::Bool)
+                                  : Array::random_normal({4, 64}, from, 6, 0, 1000);
+    expect_same(call, {x});
+  }
+}
+
+TEST(GpuCodegenOps, ReductionsScansAndArgExtremes) {
+  for (DType dt : {DType::F32, DType::BF16, DType::I32}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto kernel = [](const pl::Ref& x, const pl::Ref& s, const pl::Ref& m, const pl::Ref& c, const pl::Ref& a,
+                     const pl::Ref& t) {
+      pl::Value v = x[pl::all];  // (4, 6, 10)
+      s[pl::all] = pl::sum(v, {0, 2}) + pl::prod(pl::slice(v, {0, 0, 0}, {1, 6, 3}), {0, 2});
+      m[pl::all] = pl::max(v, {2}) + pl::min(v, {2});
+      c[pl::all] = pl::cumsum(v, 2) + pl::cummax(v, 1, /*reverse=*/true);
+      a[pl::all] = pl::argmax(v, 2, DType::I32) * 100 + pl::argmin(v, 2, DType::I32);
+      t[pl::all] = pl::sum(v, {0, 1, 2});
+    };
+    PallasCall call = pl::pallas_call(
+        kernel,
+        {ShapeDtype({6}, dt), ShapeDtype({4, 6}, dt), ShapeDtype({4, 6, 10}, dt), ShapeDtype({4, 6}, DType::I32),
+         ShapeDtype({}, dt)},
+        opts({}, {}, {}));
+    Array x = Array::random_normal({4, 6, 10}, dt, 7, 0, dt == DType::I32 ? 50 : 1);
+    expect_same(call, {x}, dt == DType::I32 ? 0 : 2e-6, dt == DType::I32 ? 0 : 1e-5);
+  }
+}
+
+TEST(GpuCodegenOps, ShapeOps) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& i, const pl::Ref& o1, const pl::Ref& o2, const pl::Ref& o3) {
+    pl::Value v = x[pl::all];  // (8, 12)
+    pl::Value t = pl::transpose(v, {1, 0});                      // (12, 8)
+    pl::Value r = pl::reshape(t, {4, 24});
+    pl::Value s = pl::slice(v, {1, 2}, {7, 12}, {2, 3});         // (3, 4)
+    pl::Value d = pl::dynamic_slice(v, {i[0], i[1]}, {3, 4});    // clamped starts
+    o1[pl::all] = pl::concatenate({r, pl::rev(r, {0, 1})}, 0);   // (8, 24)
+    o2[pl::all] = s * d + pl::broadcast_to(pl::expand_dims(pl::sum(s, {1}), {1}), {3, 4}) +
+                  pl::iota(DType::F32, {3, 4}, 1);
+    o3[pl::all] = pl::squeeze(pl::reshape(v, {1, 96}), {0}) + pl::bitcast(pl::bitcast(pl::reshape(v, {96}), DType::I32), DType::F32);
+  };
+  for (int start : {0, 3, 100, -5}) {
+    SCOPED_TRACE(start);
+    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({8, 24}, DType::F32), ShapeDtype({3, 4}, DType::F32), ShapeDtype({96}, DType::F32)},
+                                      opts({}, {BlockSpec(), BlockSpec(MemorySpace::Smem)}, {}));
+    Array idx = Array::full({2}, DType::I32, 0);
+    idx.data<int32_t>()[0] = start;
+    idx.data<int32_t>()[1] = start + 1;
+    expect_same(call, {Array::random_normal({8, 12}, DType::F32, 8), idx});
+  }
+}
+
+TEST(GpuCodegenOps, DotGeneralLayoutsAndDtypes) {
+  for (DType dt : {DType::F32, DType::BF16, DType::I32}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto kernel = [dt](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& ob) {
+      DType acc = dt == DType::I32 ? DType::I32 : DType::F32;
+      o[pl::all] = pl::dot(x[pl::all], y[pl::all], {.preferred = acc});
+      // Batched, contracting lhs dim 1 with rhs dim 1 (x^T-style layouts).
+      pl::Value xb = pl::reshape(x[pl::all], {2, 8, 16});
+      pl::Value yb = pl::reshape(pl::transpose(y[pl::all], {1, 0}), {2, 6, 16});
+      ob[pl::all] = pl::dot_general(xb, yb, pl::DotDims{{2}, {2}, {0}, {0}}, acc);
+    };
+    DType out = dt == DType::I32 ? DType::I32 : DType::F32;
+    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({16, 12}, out), ShapeDtype({2, 8, 6}, out)}, opts({}, {}, {}));
+    double sd = dt == DType::I32 ? 20 : 1;
+    expect_same(call, {Array::random_normal({16, 16}, dt, 9, 0, sd), Array::random_normal({16, 12}, dt, 10, 0, sd)},
+                dt == DType::I32 ? 0 : 1e-5, dt == DType::I32 ? 0 : 1e-5);
+  }
+}
+
+TEST(GpuCodegenOps, SortIsStableOverSeveralKeysAndDescending) {
+  auto kernel = [](const pl::Ref& k1, const pl::Ref& k2, const pl::Ref& v, const pl::Ref& o1, const pl::Ref& o2,
+                   const pl::Ref& o3, const pl::Ref& d) {
+    std::vector<pl::Value> s = pl::sort({k1[pl::all], k2[pl::all], v[pl::all]}, 2);
+    o1[pl::all] = s[0];
+    o2[pl::all] = s[1];
+    o3[pl::all] = s[2];
+    d[pl::all] = pl::sort({k2[pl::all]}, 1, /*descending=*/true)[0];
+  };
+  Array k1 = Array::random_uniform({4, 50}, DType::I32, 11, 0, 4);
+  Array k2 = Array::random_normal({4, 50}, DType::F32, 12);
+  k2.data<float>()[3] = NAN;
+  k2.data<float>()[7] = -0.0f;
+  Array v = Array::random_normal({4, 50}, DType::F32, 13);
+  PallasCall call = pl::pallas_call(kernel,
+                                    {ShapeDtype({4, 50}, DType::I32), ShapeDtype({4, 50}, DType::F32),
+                                     ShapeDtype({4, 50}, DType::F32), ShapeDtype({4, 50}, DType::F32)},
+                                    opts({}, {}, {}));
+  expect_same(call, {k1, k2, v});
+}
+
+TEST(GpuCodegenOps, ControlFlowLoopsBranchesAndScopedScratch) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& n) {
+    pl::Value v = x[pl::all];
+    // A tile carry and a scalar carry through a loop with a dynamic trip count.
+    std::vector<pl::Value> c = pl::fori_loop(0, pl::program_id(0) + 3, {v, pl::scalar(0.0, DType::F32)},
+                                             [](pl::Value i, std::vector<pl::Value> c) {
+                                               pl::Value t = c[0] * 0.5f + pl::convert(i, DType::F32);
+                                               return std::vector<pl::Value>{t, c[1] + pl::sum(t, {0, 1})};
+                                             });
+    pl::Value w = pl::while_loop(pl::scalar(1, DType::I32), [](pl::Value k) { return k < 100; }, [](pl::Value k) { return k * 3; });
+    pl::Value sel = pl::cond(pl::program_id(0) == 1, [&] { return c[0] + 1.0f; }, [&] { return c[0] - 1.0f; });
+    std::vector<pl::Value> sw = pl::switch_case(pl::program_id(0), {[&] { return std::vector<pl::Value>{sel * 2.0f}; },
+                                                                     [&] { return std::vector<pl::Value>{sel * 3.0f}; }});
+    pl::run_scoped({ScopedAlloc{{8, 16}, DType::F32, MemorySpace::Vmem}}, [&](std::vector<pl::Ref> tmp) {
+      tmp[0][pl::all] = sw[0];
+      o[pl::all] = tmp[0][pl::all] + c[1];
+      return std::vector<pl::Value>{};
+    });
+    pl::when(pl::program_id(0) == 0, [&] { n[pl::all] = pl::broadcast_to(pl::convert(w, DType::F32), {1, 1}); });
+  };
+  auto row = [](Value i) { return Indices{i, 0}; };
+  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({24, 16}, DType::F32), ShapeDtype({1, 1}, DType::F32)},
+                                    opts({3}, {BlockSpec({8, 16}, row)},
+                                         {BlockSpec({8, 16}, row), BlockSpec({1, 1}, [](Value) { return Indices{0, 0}; })}));
+  expect_same(call, {Array::random_normal({24, 16}, DType::F32, 14)}, 1e-6, 1e-5);
+}
+
+TEST(GpuCodegenOps, RefViewsStridedLoadsMaskedStoresSwapsAndAtomics) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& cnt) {
+    pl::Value i = pl::program_id(0);
+    o[pl::all] = pl::zeros({8, 16}, DType::F32);
+    pl::Value strided = x.at(pl::ds(0, 4, 2), pl::ds(i, 8, 1)).load();           // (4, 8)
+    o.at(pl::ds(1, 4), pl::ds(0, 8)).store({}, strided * 2.0f);
+    pl::Value mask = pl::iota(DType::I32, {8, 16}, 1) < 5;
+    o.store_masked({pl::all}, x.at(pl::ds(0, 8), pl::ds(0, 16)).load() + 100.0f, mask);
+    pl::Value old = o.swap({pl::ds(7, 1), pl::ds(0, 16)}, pl::full({1, 16}, DType::F32, -1.0));
+    o.at(pl::ds(6, 1)).store({}, old + 0.25f);
+    cnt.atomic_add({0}, pl::scalar(1, DType::I32));
+    cnt.atomic_rmw("max", {1}, pl::convert(i, DType::I32) * 7);
+    cnt.atomic_cas({2}, pl::scalar(0, DType::I32), pl::scalar(5, DType::I32));
+  };
+  auto row = [](Value i) { return Indices{i, 0}; };
+  CallOptions o = opts({3}, {BlockSpec(), BlockSpec()}, {BlockSpec({8, 16}, row), BlockSpec()});
+  o.input_output_aliases = {{1, 1}};
+  PallasCall call = pl::pallas_call(
+      [&](const pl::Ref& x, const pl::Ref&, const pl::Ref& out, const pl::Ref& cnt) { kernel(x, out, cnt); },
+      {ShapeDtype({24, 16}, DType::F32), ShapeDtype({3}, DType::I32)}, o);
+  // The counter (aliased in and out) is shared by every grid point: a sequential axis on the GPU.
+  expect_same(call, {Array::random_normal({8, 24}, DType::F32, 15), Array::full({3}, DType::I32, 0)});
+}
+
+TEST(GpuCodegenOps, RaggedEdgeBlocksReadTheUninitializedValueAndDropWrites) {
+  // (20, 50) in (8, 16) blocks: the last row and column blocks overhang.
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::Value v = x[pl::all];
+    o[pl::all] = pl::where(v != v, pl::full({8, 16}, DType::F32, 7.0), v * 3.0f);  // NaN padding -> 7
+  };
+  auto blk = [](Value i, Value j) { return Indices{i, j}; };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({20, 50}, DType::F32),
+                                    opts({3, 4}, {BlockSpec({8, 16}, blk)}, {BlockSpec({8, 16}, blk)}));
+  expect_same(call, {Array::random_normal({20, 50}, DType::F32, 16)});
+}
+
+TEST(GpuCodegenOps, AccumulationAxisRunsInOrderInsideTheCta) {
+  // Output block (i,) is revisited along j: j must be a sequential axis.
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({8, 32}, DType::F32); });
+    o[pl::all] = o[pl::all] + x[pl::all];
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 32}, DType::F32),
+                                    opts({2, 5}, {BlockSpec({8, 32}, [](Value i, Value j) { return Indices{j, i}; })},
+                                         {BlockSpec({8, 32}, [](Value i, Value) { return Indices{i, 0}; })}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({40, 64}, DType::F32)});
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.parallel_axes, std::vector<int>{0});
+  EXPECT_EQ(k.sequential_axes, std::vector<int>{1});
+  expect_same(call, {Array::random_normal({40, 64}, DType::F32, 17)}, 1e-6, 1e-6);
+  // Marked by the user: both axes sequential.
+  gpu::CodegenOptions seq;
+  seq.dimension_semantics = {"arbitrary", "arbitrary"};
+  EXPECT_EQ(gpu::generate_cuda(*tc, tc->grid_mapping.grid, seq).parallel_axes, std::vector<int>{});
+  seq.dimension_semantics = {"parallel"};
+  EXPECT_THROW(gpu::generate_cuda(*tc, tc->grid_mapping.grid, seq), Error);
+}
+
+TEST(GpuCodegenOps, OutOfBoundsBlockIndexIsTheInterpretersError) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) { o[pl::all] = x[pl::all]; };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 8}, DType::F32),
+                                    opts({2}, {BlockSpec({8, 8}, [](Value i) { return Indices{i + 1, 0}; })},
+                                         {BlockSpec({8, 8}, [](Value i) { return Indices{i, 0}; })}));
+  std::vector<Array> args = {Array::random_normal({16, 8}, DType::F32, 18)};
+  std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype()});
+  std::string want;
+  try {
+    interpret::run_reference(*tc, clone_all(args), tc->grid_mapping.grid, nullptr);
+  } catch (const Error& e) {
+    want = e.what();
+  }
+  ASSERT_NE(want.find("Out-of-bounds block index (2, 0)"), std::string::npos) << want;
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  try {
+    gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+}
+
+TEST(GpuCodegenOps, OutOfBoundsDynamicRefIndexNamesTheOpAndLine) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    o[pl::all] = x.at(pl::ds(pl::program_id(0) * 6, 8)).load();  // point 1 reads rows 6..13 of 8
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({8, 4}, DType::F32), opts({2}, {}, {}));
+  std::vector<Array> args = {Array::random_normal({8, 4}, DType::F32, 19)};
+  std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype()});
+  std::string want;
+  try {
+    interpret::run_reference(*tc, clone_all(args), tc->grid_mapping.grid, nullptr);
+  } catch (const Error& e) {
+    want = e.what();
+  }
+  ASSERT_NE(want.find("ref index out of bounds: slice of 8 elements from 6 (stride 1) in dimension 0 of size 8"),
+            std::string::npos) << want;
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  try {
+    gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+}
+
+}  // namespace
+}  // namespace pallas
