@@ -13,6 +13,7 @@ void bench_dot(std::ostream& report);
 void bench_interpreter(std::ostream& report);
 void bench_pallas_call(std::ostream& report);
 void bench_tpu_interpret(std::ostream& report);
+void bench_gpu(std::ostream& report);
 
 namespace bench {
 // An n x n x n f32 matmul over b x b blocks with a VMEM accumulator, run in `mode`.

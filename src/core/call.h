@@ -72,4 +72,11 @@ std::vector<std::vector<Array>> run(const PallasCallImpl& c, const TracedCall& c
                                     const std::vector<int64_t>& grid, const tpu::Mesh& mesh);
 }  // namespace tpu_interpret
 
+namespace gpu {
+// Runs a traced call on the NVIDIA GPU (src/gpu/backend.cpp): generates and compiles (cached) the
+// CUDA, moves the operands, launches. Without a GPU it raises the error saying what is missing.
+std::vector<Array> run_gpu(const PallasCallImpl& c, const TracedCall& call, const std::vector<Array>& args,
+                           const std::vector<int64_t>& grid);
+}  // namespace gpu
+
 }  // namespace pallas

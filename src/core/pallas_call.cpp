@@ -5,7 +5,6 @@
 
 #include "core/call.h"
 #include "core/trace_env.h"
-#include "gpu/cuda_libs.h"
 
 namespace pallas {
 
@@ -251,13 +250,7 @@ std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) co
     return interpret::run_reference(*tc, args, grid, c.opts.debug_out);
   if (c.backend == "tpu_interpret")
     return tpu_interpret::run(c, *tc, {args}, grid, tpu::Mesh{}).at(0);
-  if (c.backend == "mosaic_gpu") {
-    // Code generation is the missing piece everywhere; on a machine without a GPU, say that too.
-    std::string driver = gpu::driver_unavailable_reason();
-    throw NotSupportedError("the GPU backend (mosaic_gpu): CUDA code generation" +
-                                (driver.empty() ? std::string() : "; and here: " + driver),
-                            c.loc);
-  }
+  if (c.backend == "mosaic_gpu") return gpu::run_gpu(c, *tc, args, grid);
   throw InternalError("unknown backend " + c.backend);
 }
 

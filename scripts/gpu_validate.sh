@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# GPU validation in one go (run on a machine with an NVIDIA GPU, e.g. through the `device` tool):
+# builds, runs every GPU-capable example on the GPU against its reference on fresh random inputs,
+# runs the GPU-dependent tests, compute-sanitizer memcheck and racecheck on a few examples, and
+# dumps the SASS of the matmul. Writes a report to ${OUT:-gpu-report}/report.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-report}
+mkdir -p "$OUT"
+REPORT="$OUT/report.txt"
+: > "$REPORT"
+log() { echo "$@" | tee -a "$REPORT"; }
+BUILD=${BUILD:-build-gpu}
+scripts/build.sh "$BUILD" >"$OUT/build.log" 2>&1 || { log "BUILD FAILED (see build.log)"; exit 1; }
+nvidia-smi -L 2>&1 | tee -a "$REPORT"
+status=0
+examples="add matmul softmax layer_norm gather inplace"
+for e in $examples; do
+  for seed in 1 2; do
+    if out=$("$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
+  done
+done
+if out=$("$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    $out"; else log "FAIL  $out"; status=1; fi
+"$BUILD/pallas_tests" --gtest_filter='CudaLibs*:GpuCodegen*:KernelCache*:Examples.Gpu*' >"$OUT/tests.log" 2>&1 \
+  && log "ok    GPU tests" || { log "FAIL  GPU tests (tests.log)"; status=1; }
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$SAN" ]; then
+  for tool in memcheck racecheck; do
+    for e in add matmul softmax; do
+      if "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run "$e" --backend gpu --size 128 >"$OUT/$tool-$e.log" 2>&1; then
+        log "ok    compute-sanitizer $tool $e"
+      else
+        log "FAIL  compute-sanitizer $tool $e ($tool-$e.log)"; status=1
+      fi
+    done
+  done
+else
+  log "SKIP  compute-sanitizer (not installed)"
+fi
+"$BUILD/pallas" cuda matmul --size 1024 > "$OUT/matmul.cu" 2>/dev/null
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ -x "$NVCC" ]; then
+  "$NVCC" -cubin -arch=sm_90a -diag-suppress 177 -o "$OUT/matmul.cubin" "$OUT/matmul.cu" && \
+    cuobjdump -sass "$OUT/matmul.cubin" > "$OUT/matmul.sass" 2>&1
+  log "sass  matmul: $(grep -c HGMMA "$OUT/matmul.sass" 2>/dev/null || echo 0) HGMMA instructions (tensor cores not used yet: expected 0)"
+fi
+"$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: none or failed"
+log "status $status"
+exit $status

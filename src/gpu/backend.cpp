@@ -1,0 +1,70 @@
+// The GPU backend of pallas_call (backend "mosaic_gpu"): generate CUDA for the traced call,
+// compile it for the device's arch (cached), move the operands to the device, launch, bring the
+// outputs back. Aliased inputs are updated in place, as in the interpreters.
+#include <map>
+#include <mutex>
+
+#include "core/call.h"
+#include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
+#include "gpu/driver.h"
+#include "gpu/kernel_cache.h"
+
+namespace pallas::gpu {
+
+std::vector<Array> run_gpu(const PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
+                           const std::vector<int64_t>& grid) {
+  // Generate first: a kernel the GPU cannot run is reported as such even on a machine without one.
+  const GeneratedKernel k = generate_cuda(tc, grid, codegen_options(c.compiler_params));
+  Device& device = Device::get();
+  const Nvrtc& nvrtc = Nvrtc::get();
+  const std::string arch = device.arch();
+  std::shared_ptr<const CompiledKernel> compiled = KernelCache::global().get_or_compile(
+      k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
+  const std::vector<uint8_t> image(compiled->image.begin(), compiled->image.end());
+
+  const GridMapping& gm = tc.grid_mapping;
+  const int num_index = gm.num_index_operands;
+  std::map<int, int> alias_of_output;
+  for (auto [i, o] : tc.input_output_aliases) alias_of_output[o] = i;
+  std::vector<DeviceBuffer> inputs;
+  std::vector<uint64_t> ptrs;
+  for (const Array& a : args) {
+    const size_t bytes = static_cast<size_t>(a.size() * itemsize(a.dtype()));
+    inputs.emplace_back(bytes);
+    inputs.back().upload(a.raw_data(), bytes);
+    ptrs.push_back(inputs.back().ptr());
+  }
+  std::vector<DeviceBuffer> outputs(static_cast<size_t>(gm.num_outputs));
+  for (int o = 0; o < gm.num_outputs; ++o) {
+    auto alias = alias_of_output.find(o);
+    if (alias != alias_of_output.end()) {
+      ptrs.push_back(inputs[static_cast<size_t>(alias->second)].ptr());
+      continue;
+    }
+    const ShapeDtype& s = gm.block_mappings[static_cast<size_t>(gm.num_inputs + o)].array;
+    outputs[static_cast<size_t>(o)] = DeviceBuffer(static_cast<size_t>(num_elements(s.shape) * itemsize(s.dtype)));
+    ptrs.push_back(outputs[static_cast<size_t>(o)].ptr());
+  }
+  (void)num_index;
+  launch_generated(tc, k, image, ptrs, grid, nullptr);
+  std::vector<Array> result;
+  for (int o = 0; o < gm.num_outputs; ++o) {
+    auto alias = alias_of_output.find(o);
+    if (alias != alias_of_output.end()) {
+      Array caller = args[static_cast<size_t>(alias->second)];
+      inputs[static_cast<size_t>(alias->second)].download(caller.raw_data(),
+                                                           static_cast<size_t>(caller.size() * itemsize(caller.dtype())));
+      result.push_back(caller);
+      continue;
+    }
+    const ShapeDtype& s = gm.block_mappings[static_cast<size_t>(gm.num_inputs + o)].array;
+    Array a = Array::uninitialized(s.shape, s.dtype);
+    outputs[static_cast<size_t>(o)].download(a.raw_data(), static_cast<size_t>(a.size() * itemsize(a.dtype())));
+    result.push_back(a);
+  }
+  device.check(device.api().StreamSynchronize(nullptr), "cuStreamSynchronize (downloads)");
+  return result;
+}
+
+}  // namespace pallas::gpu

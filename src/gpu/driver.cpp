@@ -1,0 +1,196 @@
+#include "gpu/driver.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "gpu/cuda_libs.h"
+#include "pallas/error.h"
+
+namespace pallas::gpu {
+
+namespace {
+// The driver ABI's types, as cuda.h declares them.
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = void*;
+using CUmodule = void*;
+using CUfunction = void*;
+using CUstream = void*;
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  void* attrs;
+  unsigned numAttrs;
+};
+constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, kAttrMaxSmemOptin = 97;
+constexpr int kFuncAttrMaxDynamicSmem = 8;
+}  // namespace
+
+struct DriverApi {
+  CUresult (*Init)(unsigned);
+  CUresult (*DeviceGet)(CUdevice*, int);
+  CUresult (*DeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*ModuleLoadData)(CUmodule*, const void*);
+  CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*FuncSetAttribute)(CUfunction, int, int);
+  CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*StreamSynchronize)(CUstream);
+  CUresult (*GetErrorString)(CUresult, const char**);
+};
+
+Device& Device::get() {
+  static Device* device = [] {
+    if (std::string why = driver_unavailable_reason(); !why.empty())
+      throw Error("the GPU backend needs an NVIDIA GPU: " + why);
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    auto* api = new DriverApi;
+    auto sym = [&](const char* name) {
+      void* p = dlsym(h, name);
+      if (!p) throw Error(std::string("libcuda.so.1 lacks ") + name + " (the driver is too old for CUDA 12)");
+      return p;
+    };
+#define PALLAS_SYM(field, name) api->field = reinterpret_cast<decltype(api->field)>(sym(name))
+    PALLAS_SYM(Init, "cuInit");
+    PALLAS_SYM(DeviceGet, "cuDeviceGet");
+    PALLAS_SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
+    PALLAS_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    PALLAS_SYM(CtxSetCurrent, "cuCtxSetCurrent");
+    PALLAS_SYM(ModuleLoadData, "cuModuleLoadData");
+    PALLAS_SYM(ModuleGetFunction, "cuModuleGetFunction");
+    PALLAS_SYM(FuncSetAttribute, "cuFuncSetAttribute");
+    PALLAS_SYM(LaunchKernelEx, "cuLaunchKernelEx");
+    PALLAS_SYM(MemAlloc, "cuMemAlloc_v2");
+    PALLAS_SYM(MemFree, "cuMemFree_v2");
+    PALLAS_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    PALLAS_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    PALLAS_SYM(MemsetD8Async, "cuMemsetD8Async");
+    PALLAS_SYM(StreamSynchronize, "cuStreamSynchronize");
+    PALLAS_SYM(GetErrorString, "cuGetErrorString");
+#undef PALLAS_SYM
+    auto* d = new Device;
+    d->api_ = api;
+    d->check(api->Init(0), "cuInit");
+    d->check(api->DeviceGet(&d->device_, 0), "cuDeviceGet");
+    d->check(api->DevicePrimaryCtxRetain(&d->context_, d->device_), "cuDevicePrimaryCtxRetain");
+    int v = 0;
+    d->check(api->DeviceGetAttribute(&d->cc_major_, kAttrCcMajor, d->device_), "cuDeviceGetAttribute");
+    d->check(api->DeviceGetAttribute(&d->cc_minor_, kAttrCcMinor, d->device_), "cuDeviceGetAttribute");
+    d->check(api->DeviceGetAttribute(&d->sms_, kAttrMultiprocessors, d->device_), "cuDeviceGetAttribute");
+    d->check(api->DeviceGetAttribute(&v, kAttrMaxSmemOptin, d->device_), "cuDeviceGetAttribute");
+    d->max_smem_optin_ = v;
+    return d;
+  }();
+  device->make_current();
+  return *device;
+}
+
+std::string Device::arch() const {
+  std::string a = "sm_" + std::to_string(compute_capability());
+  return cc_major_ == 9 && cc_minor_ == 0 ? a + "a" : a;
+}
+
+void Device::make_current() const { check(api_->CtxSetCurrent(context_), "cuCtxSetCurrent"); }
+
+void Device::check(int rc, const char* what) const {
+  if (rc == 0) return;
+  const char* msg = nullptr;
+  if (api_ && api_->GetErrorString) api_->GetErrorString(rc, &msg);
+  throw Error(std::string(what) + " failed: CUDA error " + std::to_string(rc) + (msg ? std::string(" (") + msg + ")" : ""));
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  Device& d = Device::get();
+  CUdeviceptr p = 0;
+  d.check(d.api().MemAlloc(&p, std::max<size_t>(bytes, 1)), "cuMemAlloc");
+  ptr_ = p;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) Device::get().api().MemFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) Device::get().api().MemFree(ptr_);
+    ptr_ = o.ptr_, bytes_ = o.bytes_;
+    o.ptr_ = 0, o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const void* src, size_t bytes, void* stream) {
+  Device& d = Device::get();
+  d.check(d.api().MemcpyHtoDAsync(ptr_, src, bytes, stream), "cuMemcpyHtoDAsync");
+}
+
+void DeviceBuffer::download(void* dst, size_t bytes, void* stream) const {
+  Device& d = Device::get();
+  d.check(d.api().MemcpyDtoHAsync(dst, ptr_, bytes, stream), "cuMemcpyDtoHAsync");
+}
+
+void launch_generated(const TracedCall& call, const GeneratedKernel& k, const std::vector<uint8_t>& image,
+                      const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream) {
+  Device& d = Device::get();
+  const DriverApi& api = d.api();
+  // Loaded modules stay for the process (keyed by image): a warm call loads nothing.
+  static std::mutex mu;
+  static std::map<std::pair<std::vector<uint8_t>, std::string>, CUfunction> functions;
+  CUfunction fn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_pair(image, k.entry);
+    auto it = functions.find(key);
+    if (it == functions.end()) {
+      CUmodule mod = nullptr;
+      d.check(api.ModuleLoadData(&mod, image.data()), "cuModuleLoadData");
+      d.check(api.ModuleGetFunction(&fn, mod, k.entry.c_str()), "cuModuleGetFunction");
+      if (k.arena_in_shared && k.arena_bytes > 48 * 1024)
+        d.check(api.FuncSetAttribute(fn, kFuncAttrMaxDynamicSmem, static_cast<int>(k.arena_bytes)),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+      functions.emplace(std::move(key), fn);
+    } else {
+      fn = it->second;
+    }
+  }
+  if (k.arena_in_shared && k.arena_bytes > d.max_shared_per_block())
+    throw Error("pallas_call \"" + call.name + "\": the kernel's " + std::to_string(k.arena_bytes) +
+                " bytes of tiles and scratch per CTA exceed available shared memory (" +
+                std::to_string(d.max_shared_per_block()) + " bytes on this device); shrink the block shapes");
+  int64_t points = 1;
+  for (int a : k.parallel_axes) points *= grid[static_cast<size_t>(a)];
+  if (points == 0) return;
+  // A grid-stride loop over the parallel points: a few CTAs per SM, so a global-memory arena
+  // stays bounded by the CTAs in flight, not by the grid.
+  const int64_t ctas = std::min<int64_t>(points, static_cast<int64_t>(d.multiprocessors()) * 4);
+  DeviceBuffer workspace(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
+  DeviceBuffer err(kErrorRecordWords * sizeof(int64_t));
+  d.check(api.MemsetD8Async(err.ptr(), 0, kErrorRecordWords * sizeof(int64_t), stream), "cuMemsetD8Async");
+  std::vector<uint64_t> words(operand_ptrs);
+  if (words.empty()) words.push_back(0);
+  words.push_back(workspace.ptr());
+  words.push_back(err.ptr());
+  for (int64_t g : grid) words.push_back(static_cast<uint64_t>(g));
+  if (grid.empty()) words.push_back(0);
+  words.push_back(static_cast<uint64_t>(points));
+  void* params[] = {words.data()};
+  CUlaunchConfig cfg{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
+                     static_cast<unsigned>(k.arena_in_shared ? k.arena_bytes : 0), stream, nullptr, 0};
+  d.check(api.LaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
+  int64_t record[kErrorRecordWords] = {};
+  err.download(record, sizeof record, stream);
+  d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
+  if (record[0] != 0) throw_kernel_error(call, k, record);
+}
+
+}  // namespace pallas::gpu

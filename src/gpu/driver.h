@@ -1,0 +1,69 @@
+// The NVIDIA driver API, loaded with dlopen (libcuda.so.1 only, never the toolkit's stub), and
+// what the GPU backend does with it: the primary context of device 0, device memory, module
+// loading (cached per compiled image), launches with cuLaunchKernelEx. No CUDA header is needed to
+// build this: the few types used are declared here with the driver ABI's layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/codegen.h"
+
+namespace pallas::gpu {
+
+struct DriverApi;  // the entry points (driver.cpp)
+
+// Device 0 of this process, its primary context current on the calling thread.
+class Device {
+ public:
+  // The process's device; throws pallas::Error saying what is missing (driver_unavailable_reason).
+  static Device& get();
+  int compute_capability() const { return cc_major_ * 10 + cc_minor_; }
+  // The NVRTC target for this device: "sm_90a" on Hopper (wgmma, setmaxnreg need the a-variant),
+  // else "sm_XY".
+  std::string arch() const;
+  int multiprocessors() const { return sms_; }
+  int64_t max_shared_per_block() const { return max_smem_optin_; }
+  const DriverApi& api() const { return *api_; }
+  void make_current() const;
+  // Throws pallas::Error naming the call and the driver's message when rc != 0.
+  void check(int rc, const char* what) const;
+
+ private:
+  Device() = default;
+  const DriverApi* api_ = nullptr;
+  int device_ = 0;
+  void* context_ = nullptr;
+  int cc_major_ = 0, cc_minor_ = 0, sms_ = 0;
+  int64_t max_smem_optin_ = 0;
+};
+
+// Device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0, o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  uint64_t ptr() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* src, size_t bytes, void* stream = nullptr);
+  void download(void* dst, size_t bytes, void* stream = nullptr) const;
+
+ private:
+  uint64_t ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+// Runs a generated kernel on the device: operands already on the device (`operand_ptrs`, in the
+// kernel's order: prefetch, inputs, outputs), on `stream` (null: the default stream), and waits
+// for it. Raises the interpreters' error when the kernel recorded one.
+void launch_generated(const TracedCall& call, const GeneratedKernel& k, const std::vector<uint8_t>& image,
+                      const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream);
+
+}  // namespace pallas::gpu
