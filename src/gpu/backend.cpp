@@ -24,7 +24,6 @@ std::vector<Array> run_gpu(const PallasCallImpl& c, const TracedCall& tc, const 
   const std::vector<uint8_t> image(compiled->image.begin(), compiled->image.end());
 
   const GridMapping& gm = tc.grid_mapping;
-  const int num_index = gm.num_index_operands;
   std::map<int, int> alias_of_output;
   for (auto [i, o] : tc.input_output_aliases) alias_of_output[o] = i;
   std::vector<DeviceBuffer> inputs;
@@ -46,7 +45,6 @@ std::vector<Array> run_gpu(const PallasCallImpl& c, const TracedCall& tc, const 
     outputs[static_cast<size_t>(o)] = DeviceBuffer(static_cast<size_t>(num_elements(s.shape) * itemsize(s.dtype)));
     ptrs.push_back(outputs[static_cast<size_t>(o)].ptr());
   }
-  (void)num_index;
   launch_generated(tc, k, image, ptrs, grid, nullptr);
   std::vector<Array> result;
   for (int o = 0; o < gm.num_outputs; ++o) {
@@ -63,7 +61,7 @@ std::vector<Array> run_gpu(const PallasCallImpl& c, const TracedCall& tc, const 
     outputs[static_cast<size_t>(o)].download(a.raw_data(), static_cast<size_t>(a.size() * itemsize(a.dtype())));
     result.push_back(a);
   }
-  device.check(device.api().StreamSynchronize(nullptr), "cuStreamSynchronize (downloads)");
+  device.synchronize(nullptr);
   return result;
 }
 

@@ -100,6 +100,8 @@ std::string Device::arch() const {
   return cc_major_ == 9 && cc_minor_ == 0 ? a + "a" : a;
 }
 
+void Device::synchronize(void* stream) const { check(api_->StreamSynchronize(stream), "cuStreamSynchronize"); }
+
 void Device::make_current() const { check(api_->CtxSetCurrent(context_), "cuCtxSetCurrent"); }
 
 void Device::check(int rc, const char* what) const {

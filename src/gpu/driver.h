@@ -28,6 +28,8 @@ class Device {
   int64_t max_shared_per_block() const { return max_smem_optin_; }
   const DriverApi& api() const { return *api_; }
   void make_current() const;
+  // Waits for `stream` (null: the default stream).
+  void synchronize(void* stream) const;
   // Throws pallas::Error naming the call and the driver's message when rc != 0.
   void check(int rc, const char* what) const;
 

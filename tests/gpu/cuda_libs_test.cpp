@@ -88,7 +88,9 @@ TEST(CudaLibs, GpuBackendRunsOrSaysWhatIsMissing) {
 TEST(CudaLibs, DriverReasonIsEmptyOnlyWithADevice) {
   std::string why = gpu::driver_unavailable_reason();
   // On a machine without a GPU (CI), the reason names the driver library; with one, it is "".
-  if (!why.empty()) EXPECT_NE(why.find("libcuda.so.1"), std::string::npos) << why;
+  if (!why.empty()) {
+    EXPECT_NE(why.find("libcuda.so.1"), std::string::npos) << why;
+  }
   EXPECT_EQ(why, gpu::driver_unavailable_reason());  // stable (computed once)
 }
 
