@@ -8,3 +8,4 @@
 #include "pallas/ir/ir.h"
 #include "pallas/pallas_call.h"
 #include "pallas/trace.h"
+#include "pallas/transforms.h"

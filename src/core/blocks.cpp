@@ -50,4 +50,18 @@ std::string block_range_string(const std::vector<int64_t>& start, const std::vec
   return range.str();
 }
 
+Error out_of_bounds_block_error(const BlockMapping& bm, bool is_input,
+                                const std::vector<int64_t>& indices,
+                                const std::vector<int64_t>& iteration, const std::string& where,
+                                const std::vector<int64_t>& start, const std::vector<int64_t>& size,
+                                const std::vector<int64_t>& low) {
+  return Error("Out-of-bounds block index " + tuple_string(indices) + " for " +
+                   (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
+                   tuple_string(iteration) + where + ": " + (is_input ? "reading [" : "writing [") +
+                   block_range_string(start, size, low) + "] but " +
+                   (is_input ? "input" : "output") + " has shape " + tuple_string(bm.array.shape) +
+                   ".",
+               bm.index_map.loc);
+}
+
 }  // namespace pallas::core

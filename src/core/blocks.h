@@ -32,4 +32,13 @@ void block_region(const BlockMapping& bm, const std::vector<int64_t>& indices,
 std::string block_range_string(const std::vector<int64_t>& start, const std::vector<int64_t>& size,
                                const std::vector<int64_t>& low);
 
+// The error for a block that does not lie inside its padded array at grid point `iteration`
+// (the seed's wording). `where` follows the iteration: "" for the reference interpreter (and
+// estimate_cost), " on device 0 (core 1)" for the TPU interpret mode.
+Error out_of_bounds_block_error(const BlockMapping& bm, bool is_input,
+                                const std::vector<int64_t>& indices,
+                                const std::vector<int64_t>& iteration, const std::string& where,
+                                const std::vector<int64_t>& start, const std::vector<int64_t>& size,
+                                const std::vector<int64_t>& low);
+
 }  // namespace pallas::core

@@ -18,7 +18,6 @@
 namespace pallas::interpret {
 
 using core::padded_layout;
-using core::tuple_string;
 
 namespace {
 
@@ -177,17 +176,9 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
       core::block_region(bm, indices, start, size);
       int64_t offset = 0;
       for (size_t d = 0; d < bm.block_shape.size(); ++d) {
-        if (start[d] < 0 || start[d] + size[d] > op.work.shape()[d]) {
-          bool is_input = j < num_in;
-          throw Error("Out-of-bounds block index " + tuple_string(indices) + " for " +
-                          (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
-                          tuple_string(point.program_ids) + ": " +
-                          (is_input ? "reading [" : "writing [") +
-                          core::block_range_string(start, size, op.low) + "] but " +
-                          (is_input ? "input" : "output") + " has shape " +
-                          tuple_string(op.logical) + ".",
-                      bm.index_map.loc);
-        }
+        if (start[d] < 0 || start[d] + size[d] > op.work.shape()[d])
+          throw core::out_of_bounds_block_error(bm, j < num_in, indices, point.program_ids, "",
+                                                start, size, op.low);
         offset += start[d] * op.strides[d];
       }
       BlockView& bv = blocks[j];

@@ -676,15 +676,10 @@ void Machine::run_core(CoreThread& t, const std::vector<int64_t>& grid) {
         if (is_input && fill_oob_inputs && starts[j][d] < padded_[j][d] &&
             starts[j][d] + size[d] > 0)
           continue;  // partly outside: filled in copy_in_partial
-        throw Error("Out-of-bounds block index " + tuple_string(indices) + " for " +
-                        (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
-                        tuple_string(p.program_ids) + " on device " + std::to_string(t.device) +
-                        " (core " + std::to_string(t.core) + "): " +
-                        (is_input ? "reading [" : "writing [") +
-                        core::block_range_string(starts[j], size, low_[j]) + "] but " +
-                        (is_input ? "input" : "output") + " has shape " +
-                        tuple_string(bm.array.shape) + ".",
-                    bm.index_map.loc);
+        throw core::out_of_bounds_block_error(
+            bm, is_input, indices, p.program_ids,
+            " on device " + std::to_string(t.device) + " (core " + std::to_string(t.core) + ")",
+            starts[j], size, low_[j]);
       }
     }
   };
