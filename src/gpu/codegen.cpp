@@ -360,13 +360,7 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     Shape padded;
     core::padded_layout(bm, padded, low);
     core::block_region(bm, indices, start, size);
-    const bool is_input = site.operand < gm.num_inputs;
-    throw Error("Out-of-bounds block index " + core::tuple_string(indices) + " for " +
-                    (is_input ? "input \"" : "output \"") + bm.origin + "\" in iteration " +
-                    core::tuple_string(point) + ": " + (is_input ? "reading [" : "writing [") +
-                    core::block_range_string(start, size, low) + "] but " + (is_input ? "input" : "output") +
-                    " has shape " + core::tuple_string(bm.array.shape) + ".",
-                bm.index_map.loc);
+    throw core::out_of_bounds_block_error(bm, site.operand < gm.num_inputs, indices, point, "", start, size, low);
   }
   // RefIndex: {dim, start, is_slice, size, stride, dim size, rank, shape...}
   Shape shape(v + 7, v + 7 + v[6]);
