@@ -529,50 +529,23 @@ void Emitter::emit_control(const ir::Op& op) {
     case OpCode::Yield: return;
     case OpCode::For: {
       const ir::Region& body = op.regions[0];
-      std::vector<std::string> holders;
-      for (size_t c = 0; c < op.results.size(); ++c) {
-        holders.push_back(declare_result_holder(op.results[c]));
-        copy_into(op.results[c], holders.back(), op.operands[2 + c]);
-      }
-      if (tile_written_ || mem_written_ || mem_read_) barrier();
       std::string it = fresh("it");
-      line("for (pl_i64 " + it + " = " + info(op.operands[0]).name + "; " + it + " < " +
-           info(op.operands[1]).name + "; ++" + it + ") {");
-      ++indent_;
-      ++conditional_depth_;
+      std::vector<std::string> holders = open_loop(
+          op, 2, "for (pl_i64 " + it + " = " + info(op.operands[0]).name + "; " + it + " < " + info(op.operands[1]).name + "; ++" + it + ") {");
       bind_scalar(body.args[0], "(" + ctype(type(body.args[0]).dtype) + ")" + it);
       bind_carries(body, 1, op.results);
-      std::vector<ValueId> ys = emit_region(body);
-      assign_carries(op.results, holders, ys);
-      barrier();
-      --conditional_depth_;
-      --indent_;
-      line("}");
-      just_synced_ = false;  // zero iterations run no barrier
+      close_loop_body(op, holders, emit_region(body));
       return;
     }
     case OpCode::While: {
       const ir::Region& cond = op.regions[0];
       const ir::Region& body = op.regions[1];
-      std::vector<std::string> holders;
-      for (size_t c = 0; c < op.results.size(); ++c) {
-        holders.push_back(declare_result_holder(op.results[c]));
-        copy_into(op.results[c], holders.back(), op.operands[c]);
-      }
-      if (tile_written_ || mem_written_ || mem_read_) barrier();
-      line("while (true) {");
-      ++indent_;
-      ++conditional_depth_;
+      std::vector<std::string> holders = open_loop(op, 0, "while (true) {");
       bind_carries(cond, 0, op.results);
       std::vector<ValueId> pred = emit_region(cond);
       line("if (!" + info(pred.at(0)).name + ") break;");
       bind_carries(body, 0, op.results);
-      std::vector<ValueId> ys = emit_region(body);
-      assign_carries(op.results, holders, ys);
-      barrier();
-      --conditional_depth_;
-      --indent_;
-      line("}");
+      close_loop_body(op, holders, emit_region(body));
       return;
     }
     case OpCode::Cond:
@@ -637,6 +610,31 @@ void Emitter::emit_control(const ir::Op& op) {
     default: break;
   }
   throw InternalError("gpu emitter: control op " + std::string(op.info().name));
+}
+
+// A loop's carries live in holders (its results), initialised from the operands from
+// `first_carry` on; the loop starts after a barrier, so every iteration starts clean.
+std::vector<std::string> Emitter::open_loop(const ir::Op& op, size_t first_carry, const std::string& header) {
+  std::vector<std::string> holders;
+  for (size_t c = 0; c < op.results.size(); ++c) {
+    holders.push_back(declare_result_holder(op.results[c]));
+    copy_into(op.results[c], holders.back(), op.operands[first_carry + c]);
+  }
+  if (tile_written_ || mem_written_ || mem_read_) barrier();
+  line(header);
+  ++indent_;
+  ++conditional_depth_;
+  return holders;
+}
+
+// The yields become the next carries; a barrier ends every iteration.
+void Emitter::close_loop_body(const ir::Op& op, const std::vector<std::string>& holders,
+                              const std::vector<ValueId>& ys) {
+  assign_carries(op.results, holders, ys);
+  barrier();
+  --conditional_depth_;
+  --indent_;
+  line("}");  // after a loop of zero iterations no barrier ran: line() clears just_synced_
 }
 
 // Region args of a loop: scalar carries are copies of the holders, tile carries share them.

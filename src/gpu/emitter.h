@@ -122,6 +122,8 @@ class Emitter {
   void release_dead(const ir::Op& op);
   void compute_last_uses(const ir::Region& r);
   std::string declare_result_holder(ir::ValueId v);
+  std::vector<std::string> open_loop(const ir::Op& op, size_t first_carry, const std::string& header);
+  void close_loop_body(const ir::Op& op, const std::vector<std::string>& holders, const std::vector<ir::ValueId>& ys);
   void bind_carries(const ir::Region& r, size_t first, const std::vector<ir::ValueId>& holders);
   void assign_carries(const std::vector<ir::ValueId>& results, const std::vector<std::string>& holders,
                       const std::vector<ir::ValueId>& ys);
