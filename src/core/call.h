@@ -21,6 +21,9 @@ class PallasCallImpl {
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<const TracedCall>> cache;  // keyed by argument signature
+  // What a compiling backend keeps per traced call and grid (the GPU: generated source and
+  // cubin), so a warm call neither generates nor hashes anything. Guarded by `mu`.
+  std::map<std::pair<const TracedCall*, std::vector<int64_t>>, std::shared_ptr<const void>> compiled;
 
   std::shared_ptr<const TracedCall> trace(const std::vector<ShapeDtype>& args);
   // Splits the leading dynamic grid sizes off `all_args` (into `grid`, the rest into `args`)
@@ -75,7 +78,7 @@ std::vector<std::vector<Array>> run(const PallasCallImpl& c, const TracedCall& c
 namespace gpu {
 // Runs a traced call on the NVIDIA GPU (src/gpu/backend.cpp): generates and compiles (cached) the
 // CUDA, moves the operands, launches. Without a GPU it raises the error saying what is missing.
-std::vector<Array> run_gpu(const PallasCallImpl& c, const TracedCall& call, const std::vector<Array>& args,
+std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& call, const std::vector<Array>& args,
                            const std::vector<int64_t>& grid);
 }  // namespace gpu
 

@@ -12,16 +12,38 @@
 
 namespace pallas::gpu {
 
-std::vector<Array> run_gpu(const PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
+std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
                            const std::vector<int64_t>& grid) {
-  // Generate first: a kernel the GPU cannot run is reported as such even on a machine without one.
-  const GeneratedKernel k = generate_cuda(tc, grid, codegen_options(c.compiler_params));
+  // One generated kernel and image per traced call and grid, kept by the call: a warm call
+  // goes straight to the launch.
+  struct Compiled {
+    GeneratedKernel kernel;
+    std::vector<uint8_t> image;
+  };
+  std::shared_ptr<const Compiled> compiled;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.compiled.find({&tc, grid});
+    if (it != c.compiled.end()) compiled = std::static_pointer_cast<const Compiled>(it->second);
+  }
+  if (!compiled) {
+    // Generate first: a kernel the GPU cannot run is reported as such even without a GPU.
+    auto fresh = std::make_shared<Compiled>();
+    fresh->kernel = generate_cuda(tc, grid, codegen_options(c.compiler_params));
+    const GeneratedKernel& k = fresh->kernel;
+    Device& device = Device::get();
+    const Nvrtc& nvrtc = Nvrtc::get();
+    const std::string arch = device.arch();
+    std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(
+        k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
+    fresh->image.assign(image->image.begin(), image->image.end());
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.compiled[{&tc, grid}] = fresh;
+    compiled = fresh;
+  }
+  const GeneratedKernel& k = compiled->kernel;
+  const std::vector<uint8_t>& image = compiled->image;
   Device& device = Device::get();
-  const Nvrtc& nvrtc = Nvrtc::get();
-  const std::string arch = device.arch();
-  std::shared_ptr<const CompiledKernel> compiled = KernelCache::global().get_or_compile(
-      k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
-  const std::vector<uint8_t> image(compiled->image.begin(), compiled->image.end());
 
   const GridMapping& gm = tc.grid_mapping;
   std::map<int, int> alias_of_output;
