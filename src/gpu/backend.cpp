@@ -29,9 +29,15 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
   if (!compiled) {
     // Generate first: a kernel the GPU cannot run is reported as such even without a GPU.
     auto fresh = std::make_shared<Compiled>();
-    fresh->kernel = generate_cuda(tc, grid, codegen_options(c.compiler_params));
-    const GeneratedKernel& k = fresh->kernel;
+    CodegenOptions opts = codegen_options(c.compiler_params);
+    fresh->kernel = generate_cuda(tc, grid, opts);
     Device& device = Device::get();
+    if (fresh->kernel.arena_in_shared && fresh->kernel.arena_bytes > device.max_shared_per_block()) {
+      // A device with less shared memory than the default budget: keep the arena in global memory.
+      opts.max_shared_arena_bytes = device.max_shared_per_block();
+      fresh->kernel = generate_cuda(tc, grid, opts);
+    }
+    const GeneratedKernel& k = fresh->kernel;
     const Nvrtc& nvrtc = Nvrtc::get();
     const std::string arch = device.arch();
     std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(

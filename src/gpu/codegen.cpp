@@ -338,9 +338,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "  pl_init_scratch(arena);\n";
   src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) pl_cta(p, point, arena);\n}\n";
   src << "#else\n";
-  src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words) {\n";
-  src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n  char* arena = p.workspace;\n  pl_init_scratch(arena);\n";
-  src << "  for (pl_i64 point = 0; point < p.num_points; ++point) pl_cta(p, point, arena);\n}\n";
+  // Host emulation: one CTA at a time, its threads host threads meeting at real barriers.
+  src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words, int nthreads) {\n";
+  src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n  char* arena = p.workspace;\n";
+  src << "  std::barrier<> bar(nthreads);\n  pl_host_barrier = &bar;\n  pl_host_nthreads = nthreads;\n";
+  src << "  auto run = [&](int t) {\n    pl_host_tid = t;\n    pl_init_scratch(arena);\n";
+  src << "    for (pl_i64 point = 0; point < p.num_points; ++point) pl_cta(p, point, arena);\n  };\n";
+  src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads; ++t) threads.emplace_back(run, t);\n";
+  src << "  run(0);\n  for (std::thread& t : threads) t.join();\n}\n";
   src << "#endif\n";
   out.source = src.str();
   return out;

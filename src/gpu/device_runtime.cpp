@@ -22,6 +22,9 @@ const char* device_runtime_source() {
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <barrier>
+#include <thread>
+#include <vector>
 #define PL_DEV static inline
 #define PL_MEMBER inline
 #define __global__
@@ -43,10 +46,16 @@ struct pl_f16 { pl_u16 bits; };
 struct pl_bf16 { pl_u16 bits; };
 
 #if PL_HOST_EMULATION
-// One thread per CTA and one CTA at a time: barriers are no-ops.
-PL_DEV int pl_tid() { return 0; }
-PL_DEV int pl_nthreads() { return 1; }
-PL_DEV void pl_sync() {}
+// The CTA's threads are host threads (one CTA at a time); pl_sync is a real barrier, so a
+// missing barrier shows up as a wrong result (or a ThreadSanitizer report) on the CPU too.
+static thread_local int pl_host_tid = 0;
+static int pl_host_nthreads = 1;
+static std::barrier<>* pl_host_barrier = nullptr;
+PL_DEV int pl_tid() { return pl_host_tid; }
+PL_DEV int pl_nthreads() { return pl_host_nthreads; }
+PL_DEV void pl_sync() {
+  if (pl_host_nthreads > 1) pl_host_barrier->arrive_and_wait();
+}
 #define PL_MATH(f) ::f
 #else
 PL_DEV int pl_tid() { return threadIdx.x; }
@@ -280,18 +289,29 @@ template <class T> PL_DEV pl_i64 pl_sort_key(T x) { return (pl_i64)x; }
 
 // ---- Atomics: compare-and-swap loops on the aligned 4- or 8-byte word holding the element ---------
 #if PL_HOST_EMULATION
-PL_DEV pl_u32 pl_cas32(pl_u32* p, pl_u32 expected, pl_u32 desired) { pl_u32 old = *p; if (old == expected) *p = desired; return old; }
-PL_DEV pl_u64 pl_cas64(pl_u64* p, pl_u64 expected, pl_u64 desired) { pl_u64 old = *p; if (old == expected) *p = desired; return old; }
+PL_DEV pl_u32 pl_cas32(pl_u32* p, pl_u32 expected, pl_u32 desired) {
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return expected;  // the value seen: `expected` when the exchange happened
+}
+PL_DEV pl_u64 pl_cas64(pl_u64* p, pl_u64 expected, pl_u64 desired) {
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return expected;
+}
 #else
 PL_DEV pl_u32 pl_cas32(pl_u32* p, pl_u32 expected, pl_u32 desired) { return atomicCAS(p, expected, desired); }
 PL_DEV pl_u64 pl_cas64(pl_u64* p, pl_u64 expected, pl_u64 desired) { return atomicCAS((unsigned long long*)p, expected, desired); }
+#endif
+#if PL_HOST_EMULATION
+template <class W> PL_DEV W pl_load_word(W* w) { return __atomic_load_n(w, __ATOMIC_RELAXED); }
+#else
+template <class W> PL_DEV W pl_load_word(W* w) { return *(volatile W*)w; }
 #endif
 // Applies `f(old) -> new` atomically to *p; returns the old value. Elements narrower than 4 bytes
 // update their bytes inside the containing aligned word.
 template <class T, class F> PL_DEV T pl_atomic_update(T* p, F f) {
   if constexpr (sizeof(T) == 8) {
     pl_u64* w = (pl_u64*)p;
-    pl_u64 old = *(volatile pl_u64*)w, seen;
+    pl_u64 old = pl_load_word(w), seen;
     while (true) {
       T cur = pl_bitcast<T>(old);
       seen = pl_cas64(w, old, pl_bitcast<pl_u64>(f(cur)));
@@ -304,7 +324,7 @@ template <class T, class F> PL_DEV T pl_atomic_update(T* p, F f) {
   pl_u32* w = (pl_u32*)(bytes - (addr & 3));
   unsigned shift = (unsigned)(addr & 3) * 8;
   pl_u32 mask = sizeof(T) == 4 ? 0xFFFFFFFFu : ((1u << (sizeof(T) * 8)) - 1u) << shift;
-  pl_u32 old = *(volatile pl_u32*)w, seen;
+  pl_u32 old = pl_load_word(w), seen;
   while (true) {
     T cur;
     pl_u32 part = (old & mask) >> shift;
@@ -322,11 +342,10 @@ template <class T, class F> PL_DEV T pl_atomic_update(T* p, F f) {
 
 // ---- Errors: the first failing check of a launch wins; the host turns it into a pallas::Error ----
 // err[0]: 0 = ok, else 1 + the failing site's number; err[1..]: the site's values.
-PL_DEV bool pl_failed(volatile pl_i64* err) { return err[0] != 0; }
 PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
 #if PL_HOST_EMULATION
-  if (err[0] != 0) return;
-  err[0] = site + 1;
+  pl_i64 zero = 0;
+  if (!__atomic_compare_exchange_n((pl_i64*)err, &zero, site + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
 #else
   if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)(site + 1)) != 0ull) return;
 #endif

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,7 +20,7 @@ namespace pallas::gpu {
 
 namespace {
 
-using EntryFn = void (*)(const uint64_t*);
+using EntryFn = void (*)(const uint64_t*, int);
 
 // Compiled units stay loaded for the life of the process, one per distinct source.
 struct Loaded {
@@ -64,7 +65,15 @@ EntryFn load(const GeneratedKernel& k) {
     f << k.source;
   }
   int status = 0;
-  std::string cmd = host_compiler() + " -std=c++17 -O1 -fPIC -shared -w -o '" + lib.string() + "' '" + src.string() + "'";
+  // The kernel's threads share the test process's sanitizer: under ThreadSanitizer a missing
+  // barrier in the generated code is reported as a race.
+#if defined(__SANITIZE_THREAD__)
+  const std::string sanitize = " -fsanitize=thread";
+#else
+  const std::string sanitize;
+#endif
+  std::string cmd = host_compiler() + " -std=c++20 -O1 -g -fPIC -shared -pthread -w" + sanitize + " -o '" + lib.string() +
+                    "' '" + src.string() + "'";
   std::string log = run_command(cmd, status);
   if (status != 0) {
     throw Error("host emulation: the generated kernel does not compile as C++ (kept in " + src.string() + "):\n" + log);
@@ -87,7 +96,8 @@ std::string host_compiler() {
 }
 
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
-                                      const std::vector<Array>& args, const std::vector<int64_t>& grid) {
+                                      const std::vector<Array>& args, const std::vector<int64_t>& grid,
+                                      int threads) {
   const GridMapping& gm = call.grid_mapping;
   const int num_index = gm.num_index_operands, num_in = gm.num_inputs, num_out = gm.num_outputs;
   if (static_cast<int>(args.size()) != num_index + num_in)
@@ -129,7 +139,12 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   for (int64_t g : grid) words.push_back(static_cast<uint64_t>(g));
   if (grid.empty()) words.push_back(0);
   words.push_back(static_cast<uint64_t>(points));
-  entry(words.data());
+  {
+    // The unit's emulation state (thread count, barrier) is global to its library: one run at a time.
+    static std::mutex run_mu;
+    std::lock_guard<std::mutex> lock(run_mu);
+    entry(words.data(), std::max(1, threads));
+  }
   if (err[0] != 0) throw_kernel_error(call, k, err);
   return outputs;
 }

@@ -1,5 +1,6 @@
 // Host emulation of the GPU backend: the generated CUDA translation unit compiled as plain C++
-// by the host's compiler (one thread per CTA, CTAs one after another) and run on host arrays.
+// by the host's compiler (CTAs one after another, each with 1 or more host threads) and run on
+// host arrays.
 // It executes exactly the code the GPU would (the same index arithmetic, staging, predication,
 // scalar rules and error checks), so the tests check the code generator against the reference
 // interpreter on a machine without a GPU. It is not a performance path.
@@ -19,7 +20,11 @@ std::string host_compiler();
 // (excluding dynamic grid sizes, as the backends take them). Aliased inputs are updated in place,
 // as on the GPU; other inputs are never written. Throws the interpreters' error when the kernel
 // records one, and pallas::Error with the compiler's output when the source does not compile.
+// `threads`: the CTA's threads (host threads meeting at real barriers); 1 runs the kernel
+// single-threaded. Under ThreadSanitizer builds the kernel is compiled with it too, so a missing
+// barrier in generated code is reported as a data race.
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
-                                      const std::vector<Array>& args, const std::vector<int64_t>& grid);
+                                      const std::vector<Array>& args, const std::vector<int64_t>& grid,
+                                      int threads = 1);
 
 }  // namespace pallas::gpu

@@ -31,11 +31,15 @@ void expect_same(const PallasCall& call, const std::vector<Array>& args, double 
   const std::vector<int64_t> grid = tc->grid_mapping.grid;
   std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), grid, nullptr);
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
-  std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), grid);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    AllCloseResult r = allclose(got[i], want[i], rtol, atol);
-    EXPECT_TRUE(r.ok) << "output " << i << ": " << r.message << "\n" << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  // One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
+  for (int threads : {1, 3}) {
+    std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), grid, threads);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      AllCloseResult r = allclose(got[i], want[i], rtol, atol);
+      EXPECT_TRUE(r.ok) << threads << " threads, output " << i << ": " << r.message << "\n"
+                        << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+    }
   }
 }
 
@@ -300,7 +304,7 @@ void expect_same_error(const PallasCall& call, const std::vector<Array>& args, c
   ASSERT_NE(want.find(expected), std::string::npos) << want;
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
   try {
-    gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid);
+    gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid, 3);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), want);

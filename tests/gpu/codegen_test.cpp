@@ -45,7 +45,8 @@ TEST(GpuCodegen, EveryGpuExampleRunsUnderHostEmulation) {
       std::vector<Array> inputs;
       for (const Array& a : p.inputs) inputs.push_back(a.clone());
       std::vector<Array> expected = p.reference(inputs);
-      std::vector<Array> outs = gpu::run_host_emulation(*tc, k, inputs, static_grid(*tc));
+      // Four threads per CTA: the barriers the emitter placed are exercised too.
+      std::vector<Array> outs = gpu::run_host_emulation(*tc, k, inputs, static_grid(*tc), 4);
       ex::Outcome o = ex::compare(p, inputs, outs, expected);
       EXPECT_TRUE(o.ok) << o.message;
     }
