@@ -18,8 +18,10 @@ CallOptions on_backend(CallOptions opts, const RunOptions& run) {
     opts.interpret = p;
   } else if (backend == "gpu") {
     opts.backend = "mosaic_gpu";
+  } else if (backend == "gpu-emulate") {
+    opts.backend = "gpu_emulate";
   } else {
-    throw UsageError("unknown backend '" + backend + "' (known: reference, tpu-interpret, gpu)");
+    throw UsageError("unknown backend '" + backend + "' (known: reference, tpu-interpret, gpu, gpu-emulate)");
   }
   return opts;
 }

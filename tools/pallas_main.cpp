@@ -27,7 +27,7 @@ CLI::App* add_example_command(CLI::App& app, const std::string& name, const std:
 
 void add_backend_option(CLI::App* cmd, cli::ExampleArgs& args) {
   cmd->add_option("--backend", args.backend, "where the kernel runs")
-      ->check(CLI::IsMember({"reference", "tpu-interpret", "gpu"}));
+      ->check(CLI::IsMember({"reference", "tpu-interpret", "gpu", "gpu-emulate"}));
 }
 
 // The simulated TPU's knobs (valid with --backend tpu-interpret only; the examples check that).

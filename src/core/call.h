@@ -80,6 +80,10 @@ namespace gpu {
 // CUDA, moves the operands, launches. Without a GPU it raises the error saying what is missing.
 std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& call, const std::vector<Array>& args,
                            const std::vector<int64_t>& grid);
+// Backend "gpu_emulate": the same generated CUDA, compiled by the host C++ compiler and run on the
+// CPU (src/gpu/host_emulation.h) with 4 threads per CTA — to debug generated kernels without a GPU.
+std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& call, const std::vector<Array>& args,
+                                    const std::vector<int64_t>& grid);
 }  // namespace gpu
 
 }  // namespace pallas

@@ -37,6 +37,7 @@ std::string resolve_backend(const CallOptions& opts, const SourceLoc& loc) {
   if (b == "reference" || b == "interpret") return "reference";
   if (b == "tpu_interpret") return "tpu_interpret";
   if (b == "mosaic_gpu" || b == "gpu") return "mosaic_gpu";
+  if (b == "gpu_emulate") return "gpu_emulate";
   if (b == "mosaic_tpu")
     throw Error(
         "backend mosaic_tpu needs a TPU, and none is reachable from this process; run the kernel "
@@ -51,7 +52,7 @@ std::string resolve_backend(const CallOptions& opts, const SourceLoc& loc) {
         ".backend = \"mosaic_gpu\" (an NVIDIA GPU)",
         loc);
   throw Error("Unsupported backend: " + b +
-                  " (known: reference, tpu_interpret, mosaic_tpu, mosaic_gpu, triton)",
+                  " (known: reference, tpu_interpret, mosaic_tpu, mosaic_gpu, gpu_emulate, triton)",
               loc);
 }
 
@@ -251,6 +252,7 @@ std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) co
   if (c.backend == "tpu_interpret")
     return tpu_interpret::run(c, *tc, {args}, grid, tpu::Mesh{}).at(0);
   if (c.backend == "mosaic_gpu") return gpu::run_gpu(c, *tc, args, grid);
+  if (c.backend == "gpu_emulate") return gpu::run_gpu_emulated(c, *tc, args, grid);
   throw InternalError("unknown backend " + c.backend);
 }
 

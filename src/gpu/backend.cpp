@@ -8,6 +8,7 @@
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
 #include "gpu/driver.h"
+#include "gpu/host_emulation.h"
 #include "gpu/kernel_cache.h"
 
 namespace pallas::gpu {
@@ -91,6 +92,22 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
   }
   device.synchronize(nullptr);
   return result;
+}
+
+std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
+                                    const std::vector<int64_t>& grid) {
+  std::shared_ptr<const GeneratedKernel> k;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.compiled.find({&tc, grid});
+    if (it != c.compiled.end()) k = std::static_pointer_cast<const GeneratedKernel>(it->second);
+  }
+  if (!k) {
+    k = std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, codegen_options(c.compiler_params)));
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.compiled[{&tc, grid}] = k;
+  }
+  return run_host_emulation(tc, *k, args, grid, 4);
 }
 
 }  // namespace pallas::gpu

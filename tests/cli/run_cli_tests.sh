@@ -125,6 +125,10 @@ for e in $examples; do
   fi
 done
 rm -rf "$tmp"
+for e in add softmax; do
+  check "emulate_$e" 0 "$PALLAS" run "$e" --backend gpu-emulate --size "${size[$e]}" --seed 3
+  expect "emulate_${e}_line" "^$e .* backend=gpu-emulate: .*  ok$"
+done
 check cuda_tpu_only 2 "$PALLAS" cuda dma_matmul
 expect cuda_tpu_only_msg "needs the TPU interpret mode"
 exit $fail
