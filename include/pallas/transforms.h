@@ -1,15 +1,37 @@
-// Transformations of a pallas_call. So far: cost estimation (docs/TRANSFORMS.md).
+// Transformations of a pallas_call. So far: batching (vmap) and cost estimation
+// (docs/TRANSFORMS.md).
 //
+//   pl::PallasCall batched = pl::vmap(call, {0, std::nullopt});  // x batched on axis 0, y not
+//   std::vector<pl::Array> outs = batched(xs, y);                 // outputs batched on axis 0
 //   pl::CostEstimate c = pl::estimate_cost(call, x, y);   // the arguments the call would take
 //   std::cout << c.to_json();
 #pragma once
 
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "pallas/pallas_call.h"
 
 namespace pallas {
+
+// The call batched over a new axis: calling the result with arrays that carry a batch
+// dimension runs `call` once per batch element, as ONE pallas_call whose grid has a new leading
+// dimension of the batch size. Each batched operand's block gets a Squeezed dimension at its
+// batch axis, selected by the new grid index; the kernel and its program_id / num_programs
+// axes are the original ones (GridMapping::vmapped_dims lists the added grid dimensions).
+//
+// `in_axes`: one entry per argument of `call` (its dynamic grid sizes, scalar-prefetch operands,
+// inputs): the argument's batch axis, or std::nullopt for an argument shared by every batch
+// element. Negative axes count from the end. `out_axes`: where each output gets its batch
+// dimension (empty: 0 for every output; one entry: for every output). `axis_size`: the batch
+// size, needed when no argument is batched (otherwise it must agree with the arguments).
+// An aliased input (input_output_aliases) is moved to its output's batch axis, and broadcast
+// there when it is not batched, so the aliased output is batched too.
+// Batched scalar-prefetch operands, dynamic grids and batch size 1 run `call` once per batch
+// element instead and stack the results (same values, no single batched kernel).
+PallasCall vmap(const PallasCall& call, std::vector<std::optional<int>> in_axes,
+                std::vector<int> out_axes = {}, int64_t axis_size = -1, Loc loc = Loc::current());
 
 // The cost of running `call` on these arguments, derived from the traced kernel IR and the
 // grid: flops and transcendentals of every kernel invocation times the number of grid points;

@@ -9,6 +9,11 @@
 
 namespace pallas {
 
+namespace transforms {
+// What pl::vmap recorded (src/transforms/vmap.cpp): the call it batches and the axes.
+struct VmapInfo;
+}  // namespace transforms
+
 class PallasCallImpl {
  public:
   KernelFn kernel;
@@ -18,6 +23,9 @@ class PallasCallImpl {
   CompilerParamsMap compiler_params;
   std::string backend;      // resolved at creation: "reference", "tpu_interpret", ...
   SourceLoc loc;            // where pallas_call was called
+  // Set for a call made by pl::vmap: tracing batches the inner call's traced form, calling
+  // runs that (or, for the cases the batching rule cannot express, one inner call per element).
+  std::shared_ptr<const transforms::VmapInfo> vmap;
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<const TracedCall>> cache;  // keyed by argument signature
@@ -56,6 +64,14 @@ class IndexMapEvaluator {
   std::unique_ptr<Impl> impl_;
 };
 }  // namespace core
+
+namespace transforms {
+// The batched TracedCall of a vmapped call for these (user-given) argument shapes.
+std::shared_ptr<TracedCall> trace_vmapped(const PallasCallImpl& call,
+                                          const std::vector<ShapeDtype>& args);
+// Runs a vmapped call on the arguments the user passed (dynamic grid sizes included).
+std::vector<Array> call_vmapped(PallasCallImpl& call, const std::vector<Array>& all_args);
+}  // namespace transforms
 
 namespace interpret {
 // The reference interpreter: runs a traced call on host arrays. `args` excludes the dynamic

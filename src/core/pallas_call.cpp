@@ -131,6 +131,12 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
+  if (vmap) {
+    std::shared_ptr<const TracedCall> batched = transforms::trace_vmapped(*this, args);
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, inserted] = cache.emplace(key, batched);
+    return it->second;
+  }
   auto tc = std::make_shared<TracedCall>();
   tc->name = opts.name.empty() ? "kernel" : opts.name;
   tc->backend = backend;
@@ -239,11 +245,23 @@ std::shared_ptr<const TracedCall> PallasCallImpl::prepare(const std::vector<Arra
   args.assign(all_args.begin() + static_cast<long>(num_dynamic), all_args.end());
   std::vector<ShapeDtype> sig;
   for (const Array& a : args) sig.push_back(a.shape_dtype());
-  return trace(sig);
+  std::shared_ptr<const TracedCall> tc = trace(sig);
+  if (vmap) {
+    // A vmapped call's grid has leading batch dimensions that grid_spec does not list: take the
+    // traced grid, with the dynamic sizes in their places.
+    std::vector<int64_t> dynamic_sizes;
+    for (size_t d = 0; d < g.dims.size(); ++d)
+      if (g.dims[d].is_dynamic()) dynamic_sizes.push_back(grid[d]);
+    grid.clear();
+    size_t k = 0;
+    for (int64_t n : tc->grid_mapping.grid) grid.push_back(n >= 0 ? n : dynamic_sizes.at(k++));
+  }
+  return tc;
 }
 
 std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) const {
   PallasCallImpl& c = *impl_;
+  if (c.vmap) return transforms::call_vmapped(c, all_args);
   std::vector<int64_t> grid;
   std::vector<Array> args;
   std::shared_ptr<const TracedCall> tc = c.prepare(all_args, grid, args);

@@ -496,6 +496,13 @@ CostEstimate estimate_cost(const PallasCall& call, const std::vector<ShapeDtype>
     grid.push_back(n);
   }
   std::shared_ptr<const TracedCall> tc = impl.trace(args);
+  if (impl.vmap) {
+    // The batch dimensions of a vmapped call lead the traced grid (grid_spec lists the rest).
+    std::vector<int64_t> dynamic_sizes = dynamic_grid_sizes;
+    grid.clear();
+    size_t k = 0;
+    for (int64_t n : tc->grid_mapping.grid) grid.push_back(n >= 0 ? n : dynamic_sizes.at(k++));
+  }
   const int num_index = tc->grid_mapping.num_index_operands;
   std::vector<ShapeDtype> prefetch_shapes(args.begin(), args.begin() + num_index);
   // Index maps that do not read the prefetch values still take them: zeros stand in.
