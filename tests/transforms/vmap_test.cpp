@@ -251,7 +251,7 @@ TEST_P(Vmap, NestedVmap) {
 
 TEST_P(Vmap, AliasedInputs) {
   pl::PallasCall call = pl::pallas_call(
-      [](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = o[pl::all] * 2.0f + y[pl::all]; },
+      [](pl::Ref, pl::Ref y, pl::Ref o) { o[pl::all] = o[pl::all] * 2.0f + y[pl::all]; },
       pl::ShapeDtype({16, 8}, pl::f32),
       {.grid = {2},
        .in_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return pl::Indices{i, 0}; }),
