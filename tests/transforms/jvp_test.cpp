@@ -107,6 +107,7 @@ struct UnaryCase {
   bool positive_only = false;
 };
 
+void PrintTo(const UnaryCase& c, std::ostream* os) { *os << c.name; }
 class JvpUnary : public testing::TestWithParam<UnaryCase> {};
 
 TEST_P(JvpUnary, MatchesFiniteDifferences) {
@@ -155,6 +156,7 @@ struct BinaryCase {
   bool positive_only = false;
 };
 
+void PrintTo(const BinaryCase& c, std::ostream* os) { *os << c.name; }
 class JvpBinary : public testing::TestWithParam<BinaryCase> {};
 
 TEST_P(JvpBinary, MatchesFiniteDifferences) {
@@ -183,7 +185,8 @@ INSTANTIATE_TEST_SUITE_P(
         BinaryCase{"select", [](pl::Value a, pl::Value b) { return pl::where(a > b, a * b, b); }},
         BinaryCase{"scalar_literal", [](pl::Value a, pl::Value b) { return a * 3.0 + 1.0 - b / 2.0; }},
         BinaryCase{"dot", [](pl::Value a, pl::Value b) {
-                     return pl::dot(a, b, {.trans_b = true});  // (8, 16) x (8, 16)^T
+                     pl::Value d = pl::dot(a, b, {.trans_b = true});  // (8, 16) x (8, 16)^T
+                     return pl::concatenate({d, d * pl::exp(d)}, 1);    // (8, 16)
                    }}),
     [](const testing::TestParamInfo<BinaryCase>& i) { return i.param.name; });
 
@@ -340,7 +343,7 @@ TEST(Jvp, IntegerInputsAndOutputsHaveNoTangent) {
         idx[pl::all] = pl::argmax(x * pl::convert(k[pl::all], pl::f64), 1);
       },
       std::vector<pl::ShapeDtype>{{{8, 16}, pl::f64}, {{8}, pl::i32}}, one_block());
-  pl::Array k = pl::Array::random_uniform({8, 16}, pl::i32, 7, 1, 5);
+  pl::Array k = pl::Array::iota({8, 16}, pl::i32);
   expect_jvp_matches_fd(call2, {normal({8, 16}, 1), k}, {normal({8, 16}, 2), pl::Array()});
 }
 
