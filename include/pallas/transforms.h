@@ -1,10 +1,11 @@
-// Transformations of a pallas_call. So far: batching (vmap) and cost estimation
-// (docs/TRANSFORMS.md).
+// Transformations of a pallas_call (docs/TRANSFORMS.md): batching (vmap), forward-mode
+// derivatives (jvp) and cost estimation.
 //
 //   pl::PallasCall batched = pl::vmap(call, {0, std::nullopt});  // x batched on axis 0, y not
 //   std::vector<pl::Array> outs = batched(xs, y);                 // outputs batched on axis 0
 //   pl::CostEstimate c = pl::estimate_cost(call, x, y);   // the arguments the call would take
 //   std::cout << c.to_json();
+//   auto [outs, touts] = pl::jvp(call, {x, y}, {dx, dy}); // forward-mode derivative
 #pragma once
 
 #include <optional>
@@ -61,5 +62,27 @@ template <class... A>
 CostEstimate estimate_cost(const PallasCall& call, const A&... args) {
   return estimate_cost(call, std::vector<ShapeDtype>{args...});
 }
+
+// ---- jvp ---------------------------------------------------------------------------------------
+// The outputs of `call` and their tangents. tangent_outputs[i] is an empty pl::Array() for an
+// integer or bool output (it has no tangent).
+struct JvpOutputs {
+  std::vector<Array> primal_outputs;
+  std::vector<Array> tangent_outputs;
+};
+
+// Forward-mode derivative of `call` at `primals` along `tangents` (one per input, of the input's
+// shape and float dtype; an empty pl::Array() for an integer or bool input). Runs ONE
+// pallas_call (see jvp_call) on the call's backend. Errors: mismatched or integer tangents
+// (pallas::Error); dynamic grids, scalar prefetch, input_output_aliases, meshes and kernel ops
+// without a derivative rule (NotSupportedError naming the op and its line).
+JvpOutputs jvp(const PallasCall& call, const std::vector<Array>& primals,
+               const std::vector<Array>& tangents);
+
+// The derivative call itself, for these primal input shapes: it takes *primal_inputs,
+// *tangent_inputs (float inputs only, in order) and returns *primal_outputs, *tangent_outputs
+// (float outputs only); each tangent operand has its primal's BlockSpec, and each float scratch
+// buffer gets a tangent scratch buffer after the primal ones.
+PallasCall jvp_call(const PallasCall& call, const std::vector<ShapeDtype>& primals);
 
 }  // namespace pallas
