@@ -2,24 +2,14 @@
 // operand by its origin (args[1], outputs[0]).
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
 #include "pallas/pallas.h"
 
 namespace pl = pallas;
 
 namespace {
 
-template <class F> std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const pl::InternalError& e) {
-    ADD_FAILURE() << "internal error instead of a user error: " << e.what();
-    return "";
-  } catch (const pl::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error raised";
-  return "";
-}
+using test_util::error_of;
 
 #define EXPECT_CONTAINS(text, fragment) \
   EXPECT_NE(std::string(text).find(fragment), std::string::npos) << "missing '" << (fragment) << "' in: " << (text)

@@ -18,6 +18,7 @@
 
 #include "pallas/pallas.h"
 #include "pallas/tpu.h"
+#include "tests/test_util.h"
 
 namespace pl = pallas;
 namespace pltpu = pallas::tpu;
@@ -38,23 +39,7 @@ inline pl::Array iota_i32(pl::Shape s, int32_t base = 0) {
   return a;
 }
 
-// The message of the pallas::Error (of type E) that fn throws; a failure when it throws nothing
-// or something else.
-template <class E = pl::Error, class F> std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const pl::InternalError& e) {
-    ADD_FAILURE() << "internal error instead of a user error: " << e.what();
-    return "";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "an exception of the wrong type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no error raised";
-  return "";
-}
+using test_util::error_of;
 
 #define EXPECT_CONTAINS(text, fragment)                                            \
   EXPECT_NE(std::string(text).find(fragment), std::string::npos)                   \

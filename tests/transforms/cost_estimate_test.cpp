@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "tests/test_util.h"
 #include "examples/examples.h"
 #include "pallas/pallas.h"
 #include "pallas/tpu.h"
@@ -38,15 +39,7 @@ std::vector<pl::ShapeDtype> shapes_of(const std::vector<pl::Array>& args) {
     EXPECT_EQ(a_.remote_bytes_transferred, e_.remote_bytes_transferred) << (ir);               \
   } while (0)
 
-// The message of the pallas::Error `fn` throws ("" if none).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const pl::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 pl::Array iota_f32(pl::Shape s) { return pl::Array::iota(std::move(s), pl::f32); }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "tests/test_util.h"
 #include "examples/examples.h"
 #include "pallas/pallas.h"
 #include "pallas/tpu.h"
@@ -494,16 +495,7 @@ TEST(Jvp, BundledExamplesAgreeWithTheirF64Twins) {
 
 // ---- errors --------------------------------------------------------------------------------------
 
-template <class E = pl::Error, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
+using test_util::error_of;
 
 pl::PallasCall square_call(pl::CallOptions o = one_block()) {
   return pl::pallas_call([](pl::Ref a, pl::Ref b) { b[pl::all] = a[pl::all] * a[pl::all]; },

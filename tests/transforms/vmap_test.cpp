@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "tests/test_util.h"
 #include "pallas/pallas.h"
 #include "pallas/tpu.h"
 
@@ -18,14 +19,7 @@ namespace {
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                        \
       << "expected to find: " << (needle) << "\nin: " << (haystack)
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const pl::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 pl::Array random_f32(pl::Shape s, uint64_t seed) {
   return pl::Array::random_normal(std::move(s), pl::f32, seed);
