@@ -19,6 +19,7 @@ struct GridPoint {
 struct EvaluateOptions {
   GridPoint grid;
   std::ostream* debug_out = nullptr;  // debug_print output (default: std::cout)
+  bool debug_checks = false;          // run debug_check ops (otherwise they are ignored)
 };
 
 // Runs kernel `k` once with its Ref parameters bound to `buffers` (one Array per parameter,

@@ -349,6 +349,9 @@ struct CallOptions {
   // The memory space of operands whose BlockSpec names none (default VMEM; core_map: ANY).
   std::optional<MemorySpace> default_memory_space;
   bool debug = false;  // print the traced IR and the grid mapping
+  // Run the kernel's debug_check ops: a false predicate raises pallas::Error naming the message,
+  // the grid point and the line. When false (the default) every backend ignores them.
+  bool debug_checks = false;
   std::ostream* debug_out = nullptr;  // where debug output goes (default std::cout)
 };
 
@@ -392,6 +395,7 @@ struct TracedCall {
   std::optional<CostEstimate> cost_estimate;
   std::string name;
   std::string backend;  // which backend runs it
+  bool debug_checks = false;  // CallOptions::debug_checks: run the kernel's debug_check ops
 };
 
 class PallasCallImpl;

@@ -506,6 +506,11 @@ std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
 void debug_print(const std::string& format, const std::vector<Value>& values = {},
                  Loc loc = Loc::current());
 
+// Checks `pred` (a bool scalar) when the kernel runs with CallOptions::debug_checks: a false
+// predicate raises pallas::Error "debug_check failed: <message> at grid point (...)" at this line.
+// Without debug_checks the check is ignored by every backend.
+void debug_check(const Operand& pred, const std::string& message, Loc loc = Loc::current());
+
 // ---- Tracing entry point ----------------------------------------------------------------------
 namespace detail {
 // Owns the thread-local trace for its lifetime; unwinds cleanly on exceptions.

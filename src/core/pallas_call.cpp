@@ -140,6 +140,7 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
   auto tc = std::make_shared<TracedCall>();
   tc->name = opts.name.empty() ? "kernel" : opts.name;
   tc->backend = backend;
+  tc->debug_checks = opts.debug_checks;
   tc->cost_estimate = opts.cost_estimate;
   tc->grid_mapping = core::build_grid_mapping(*this, args);
   const GridMapping& gm = tc->grid_mapping;

@@ -272,7 +272,8 @@ void Interpreter::eval_op(const ir::Op& op) {
   if (op.results.size() == 1 && fusions_.skip[static_cast<size_t>(op.results[0])]) return;
   if (eval_extension_op(op)) return;
   const uint32_t cat = op.info().categories;
-  if ((cat & ir::kSideEffect && op.code != OpCode::DebugPrint) || op.code == OpCode::AxisIndex)
+  if ((cat & ir::kSideEffect && op.code != OpCode::DebugPrint && op.code != OpCode::DebugCheck) ||
+      op.code == OpCode::AxisIndex)
     throw NotSupportedError(std::string(op.info().name) +
                                 " outside the TPU interpret mode (run the call with .interpret = "
                                 "pltpu::InterpretParams{})",
@@ -290,6 +291,14 @@ void Interpreter::eval_op(const ir::Op& op) {
                     op.loc);
       set(op.results[0], constant(Scalar::of_int(v[axis], DType::I32), {}));
       return;
+    }
+    case OpCode::DebugCheck: {
+      if (!debug_checks_ || scalar_int(op.operands[0]) != 0) return;
+      std::string point;
+      for (int64_t i : grid_->program_ids) point += (point.empty() ? "" : ", ") + std::to_string(i);
+      throw Error("debug_check failed: " + op.attrs.get_string(AttrKey::Format) + " at grid point (" +
+                      point + ")" + debug_check_context(),
+                  op.loc);
     }
     case OpCode::DebugPrint: {
       const std::string& fmt = op.attrs.get_string(AttrKey::Format);
@@ -542,6 +551,7 @@ void evaluate(const ir::Kernel& k, std::span<Array> buffers, const EvaluateOptio
   }
   eval::Interpreter interp(k);
   interp.set_debug_out(opts.debug_out);
+  interp.set_debug_checks(opts.debug_checks);
   interp.run(params, opts.grid);
 }
 

@@ -39,6 +39,8 @@ class Interpreter {
   // the body yields (index maps), or nothing.
   std::vector<Array> run(const std::vector<RtValue>& params, const GridPoint& grid);
   void set_debug_out(std::ostream* os) { debug_out_ = os; }
+  // Whether debug_check ops run (otherwise they are skipped).
+  void set_debug_checks(bool on) { debug_checks_ = on; }
 
  protected:
   // Hook for backends that add ops (DMAs, semaphores): return true if handled. Called before
@@ -53,6 +55,9 @@ class Interpreter {
   // An index outside its Ref: the default rethrows `e` prefixed with the op's name.
   [[noreturn]] virtual void out_of_bounds(const ir::Op& op, const RefValue& base,
                                           std::span<const int64_t> dynamic, const Error& e);
+
+  // Words appended to a failed debug_check's message (the TPU machine names the device and core).
+  virtual std::string debug_check_context() const { return ""; }
 
   const Array& array(ir::ValueId v) const;
   const RefValue& ref(ir::ValueId v) const;
@@ -81,6 +86,7 @@ class Interpreter {
   std::vector<RtValue> env_;
   const GridPoint* grid_ = nullptr;
   std::ostream* debug_out_ = nullptr;
+  bool debug_checks_ = false;
 };
 
 // Ref operations on runtime Refs (exposed for the TPU interpreter and tests).

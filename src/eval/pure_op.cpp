@@ -82,7 +82,7 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
     case OpCode::ProgramId: case OpCode::NumPrograms: case OpCode::RefView: case OpCode::Load:
     case OpCode::Store: case OpCode::Swap: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
-    case OpCode::RunScoped: case OpCode::Yield: case OpCode::DebugPrint:
+    case OpCode::RunScoped: case OpCode::Yield: case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
     case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
     case OpCode::AxisIndex:

@@ -137,6 +137,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.arena = &arena;
   ctx.error_sites = &out.error_sites;
   ctx.fail_return = "return false;";
+  ctx.debug_checks = call.debug_checks;
+  ctx.num_grid_dims = out.num_grid_dims;
   const int G = std::max(1, out.num_grid_dims);
 
   // ---- Index maps: one function each, computing the block's start in the padded array.
@@ -366,6 +368,11 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     core::padded_layout(bm, padded, low);
     core::block_region(bm, indices, start, size);
     throw core::out_of_bounds_block_error(bm, site.operand < gm.num_inputs, indices, point, "", start, size, low);
+  }
+  if (site.kind == ErrorSite::Kind::DebugCheck) {
+    std::string point;
+    for (int a = 0; a < k.num_grid_dims; ++a) point += (a ? ", " : "") + std::to_string(v[a]);
+    throw Error("debug_check failed: " + site.op_name + " at grid point (" + point + ")", site.loc);
   }
   // RefIndex: {dim, start, is_slice, size, stride, dim size, rank, shape...}
   Shape shape(v + 7, v + 7 + v[6]);

@@ -43,11 +43,11 @@ struct CodegenOptions {
 // A run-time check of the generated kernel. When it fails the kernel stores 1 + the site's
 // number and the site's values in the error record (see throw_kernel_error).
 struct ErrorSite {
-  enum class Kind { BlockIndex, RefIndex };
+  enum class Kind { BlockIndex, RefIndex, DebugCheck };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
-  std::string op_name;   // RefIndex: the ref op
-  SourceLoc loc;         // RefIndex: the user's line
+  std::string op_name;   // RefIndex: the ref op; DebugCheck: the message
+  SourceLoc loc;         // RefIndex, DebugCheck: the user's line
 };
 
 struct GeneratedKernel {

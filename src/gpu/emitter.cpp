@@ -329,6 +329,7 @@ void Emitter::emit_op(const ir::Op& op) {
       return;
     }
     case OpCode::DebugPrint: emit_debug_print(op); return;
+    case OpCode::DebugCheck: emit_debug_check(op); return;
     default: break;
   }
   if (cat & (ir::kControl | ir::kTerminator)) return emit_control(op);
@@ -742,6 +743,19 @@ void Emitter::emit_debug_print(const ir::Op& op) {
   }
   cfmt += escape(fmt.substr(pos));
   line("if (pl_tid() == 0) printf(\"" + cfmt + "\\n\"" + args + ");");
+}
+
+// A failed check records the grid point (the kernel's program ids) for the host's message.
+void Emitter::emit_debug_check(const ir::Op& op) {
+  if (!ctx_.debug_checks) return;
+  int site = static_cast<int>(ctx_.error_sites->size());
+  ctx_.error_sites->push_back(
+      {ErrorSite::Kind::DebugCheck, -1, op.attrs.get_string(ir::AttrKey::Format), op.loc});
+  std::string vals;
+  for (int a = 0; a < ctx_.num_grid_dims; ++a) vals += ctx_.grid_ids + "[" + std::to_string(a) + "], ";
+  line("if (!(" + info(op.operands[0]).name + ")) { pl_i64 ev[] = {" + vals + "0}; pl_fail(" + ctx_.params +
+       ".err, " + std::to_string(site) + ", ev, " + std::to_string(ctx_.num_grid_dims) + "); " +
+       ctx_.fail_return + " }");
 }
 
 }  // namespace pallas::gpu::detail

@@ -72,6 +72,8 @@ struct EmitContext {
   std::string grid_ids = "g";    // pl_i64 g[] of program ids
   std::string grid_sizes = "G";  // pl_i64 G[] of grid sizes
   std::string fail_return = "return;";  // what a failed check does after recording
+  bool debug_checks = false;  // emit debug_check ops (TracedCall::debug_checks); else skip them
+  int num_grid_dims = 0;      // entries of grid_ids (recorded by a failed debug_check)
 };
 
 class Emitter {
@@ -117,6 +119,7 @@ class Emitter {
   void emit_ref_op(const ir::Op& op);
   void emit_control(const ir::Op& op);
   void emit_debug_print(const ir::Op& op);
+  void emit_debug_check(const ir::Op& op);
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);

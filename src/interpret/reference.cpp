@@ -122,6 +122,7 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
 
   eval::Interpreter interp(k);
   interp.set_debug_out(debug_out);
+  interp.set_debug_checks(call.debug_checks);
   GridPoint point;
   point.num_programs = grid;
   point.program_ids.assign(grid.size(), 0);

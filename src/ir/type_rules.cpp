@@ -688,6 +688,13 @@ std::vector<Type> rule(const RuleContext& c) {
     case OpCode::AxisIndex:
       if (c.string_attr(AttrKey::AxisNames).empty()) c.fail("needs an axis name");
       return {Type::scalar(DType::I32)};
+    case OpCode::DebugCheck: {
+      const Type& t = c.tensor(0);
+      if (!t.is_scalar() || t.dtype != DType::Bool)
+        c.fail("the predicate must be a bool scalar (bool[]), got " + t.to_string());
+      (void)c.string_attr(AttrKey::Format);
+      return {};
+    }
     case OpCode::DebugPrint: {
       const std::string& fmt = c.string_attr(AttrKey::Format);
       size_t holes = 0;

@@ -15,6 +15,7 @@ using ir::OpCode;
 CoreRunner::CoreRunner(const ir::Kernel& k, Machine& m, CoreThread& t)
     : eval::Interpreter(k), m_(m), t_(t) {
   access_hooks_ = true;
+  set_debug_checks(m.call().debug_checks);
   const tpu::InterpretParams& p = m.config().params;
   padded_ = p.buffer_bounds == "padded";
   fill_oob_reads_ = p.out_of_bounds_reads == "uninitialized";
@@ -70,6 +71,10 @@ void CoreRunner::begin_access(const ir::Op& op, const eval::RefValue& view) {
     m_.check_access(b, view, op.code != OpCode::Load, t_.clock,
                     {t_.actor, t_.name, std::string(op.info().name), op.loc});
   held_ = std::unique_lock<std::mutex>(b->mu);
+}
+
+std::string CoreRunner::debug_check_context() const {
+  return " (device " + std::to_string(t_.device) + " core " + std::to_string(t_.core) + ")";
 }
 
 void CoreRunner::end_access(const ir::Op&, const eval::RefValue&) {

@@ -17,6 +17,7 @@ class CoreRunner : public eval::Interpreter {
   void end_access(const ir::Op& op, const eval::RefValue& view) override;
   [[noreturn]] void out_of_bounds(const ir::Op& op, const eval::RefValue& base,
                                   std::span<const int64_t> dynamic, const Error& e) override;
+  std::string debug_check_context() const override;
 
  private:
   void run_scoped(const ir::Op& op);

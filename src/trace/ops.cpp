@@ -427,4 +427,10 @@ void debug_print(const std::string& format, const std::vector<Value>& values, Lo
   trace::add_op(OpCode::DebugPrint, values, std::move(a), loc);
 }
 
+void debug_check(const Operand& pred, const std::string& message, Loc loc) {
+  Attrs a;
+  a.set(AttrKey::Format, message);
+  trace::add_op(OpCode::DebugCheck, {detail::as_bool_pred(pred, "debug_check predicate")}, std::move(a), loc);
+}
+
 }  // namespace pallas

@@ -51,7 +51,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::Eq: case OpCode::Ne: case OpCode::Lt: case OpCode::Le: case OpCode::Gt:
     case OpCode::Ge:
     case OpCode::ReduceAnd: case OpCode::ReduceOr: case OpCode::Argmax: case OpCode::Argmin:
-    case OpCode::DebugPrint:
+    case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::SemaphoreSignal: case OpCode::SemaphoreWait: case OpCode::SemaphoreRead:
     case OpCode::GetBarrierSemaphore:
       return JvpRule::kZeroTangent;
