@@ -168,6 +168,7 @@ ir::Kernel control_kernel() {
             });
         o[pl::all] = scoped[0];
         pl::debug_print("w = {} \"quoted\"\n\tand a tab \\ {}", {w, carries[1]});
+        pl::debug_check(w > 0, "w must be \"positive\" {}\n");
       },
       {ref({8}, pl::f32), ref({8}, pl::f32)}, "control");
 }
