@@ -35,7 +35,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::Squeeze: case OpCode::ExpandDims: case OpCode::Concatenate: case OpCode::Slice:
     case OpCode::DynamicSlice: case OpCode::Rev:
     case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin: case OpCode::Cumsum:
-    case OpCode::DotGeneral:
+    case OpCode::DotGeneral: case OpCode::Sort:
     case OpCode::RefView: case OpCode::Load: case OpCode::Store: case OpCode::Swap:
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
     case OpCode::RunScoped: case OpCode::Yield:
@@ -57,7 +57,7 @@ JvpRule jvp_rule(ir::OpCode code) {
       return JvpRule::kZeroTangent;
     // No rule yet: fine on integer data, an error once a tangent reaches them.
     case OpCode::Bitcast: case OpCode::ReduceProd: case OpCode::Cumprod: case OpCode::Cummax:
-    case OpCode::Cummin: case OpCode::Sort: case OpCode::AtomicRmw: case OpCode::AtomicCas:
+    case OpCode::Cummin: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::DmaStart: case OpCode::DmaWait:
       return JvpRule::kNotDifferentiable;
   }
@@ -182,6 +182,7 @@ class JvpEmitter {
       case OpCode::RunScoped: return emit_run_scoped(op);
       case OpCode::RefView: case OpCode::Load: case OpCode::Store: case OpCode::Swap:
         return emit_ref_op(op);
+      case OpCode::Sort: return emit_sort(op);
       default: break;
     }
     switch (jvp_detail::jvp_rule(op.code)) {
@@ -200,6 +201,22 @@ class JvpEmitter {
     // Pure ops are linear in their tangents: no tangent in, none out.
     if (!any_tangent(op) || out.size() != 1 || !differentiable(type(out[0]))) return;
     tangent_[static_cast<size_t>(op.results[0])] = tangent_of_pure_op(op, out[0]);
+  }
+
+  // sort permutes every operand the same way: each float operand's tangent rides along as an
+  // extra (non-key) operand of the same sort, and comes out permuted like its primal.
+  void emit_sort(const ir::Op& op) {
+    std::vector<ValueId> ops = primal_operands(op);
+    std::vector<size_t> with_tangent;
+    for (size_t i = 0; i < op.operands.size(); ++i)
+      if (t(op.operands[i]) != kNoTangent) {
+        with_tangent.push_back(i);
+        ops.push_back(t(op.operands[i]));
+      }
+    std::vector<ValueId> r = b_.add(op.code, std::move(ops), op.attrs, op.loc);
+    for (size_t i = 0; i < op.results.size(); ++i) bind(op.results[i], r[i], kNoTangent);
+    for (size_t k = 0; k < with_tangent.size(); ++k)
+      tangent_[static_cast<size_t>(op.results[with_tangent[k]])] = r[op.results.size() + k];
   }
 
   // The tangent of a pure, single-result op whose operands carry at least one tangent.

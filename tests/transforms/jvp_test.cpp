@@ -558,17 +558,26 @@ TEST(JvpErrors, UnsupportedCallFeatures) {
 TEST(JvpErrors, AnOpWithoutARuleNamesTheOpAndTheLine) {
   const int line = __LINE__ + 2;
   auto call = call1([](std::vector<pl::Ref>& r) {
-    r[1][pl::all] = pl::sort(r[0][pl::all]);
+    r[1][pl::all] = pl::cumprod(r[0][pl::all], 1);
   });
   pl::Array x = normal({8, 16}, 1);
   std::string e = error_of<pl::NotSupportedError>([&] { pl::jvp(call, {x}, {x}); });
-  EXPECT_NE(e.find("`sort`"), std::string::npos) << e;
+  EXPECT_NE(e.find("`cumprod`"), std::string::npos) << e;
   EXPECT_NE(e.find("jvp_test.cpp:" + std::to_string(line)), std::string::npos) << e;
-  // Sorting integer data is fine: no tangent reaches it.
-  auto int_sort = call1([](std::vector<pl::Ref>& r) {
-    r[1][pl::all] = pl::convert(pl::sort(pl::iota(pl::i32, {8, 16}, 1)), pl::f64) * r[0][pl::all];
+  // On integer data it is fine: no tangent reaches it.
+  auto int_scan = call1([](std::vector<pl::Ref>& r) {
+    r[1][pl::all] = pl::convert(pl::cumprod(pl::iota(pl::i32, {8, 16}, 1), 1), pl::f64) * r[0][pl::all];
   });
-  expect_jvp_matches_fd(int_sort, {x}, {normal({8, 16}, 2)});
+  expect_jvp_matches_fd(int_scan, {x}, {normal({8, 16}, 2)});
+}
+
+// sort permutes the tangents with their primals: keys with a tangent, and a float payload.
+TEST(Jvp, SortPermutesTangentsWithThePrimals) {
+  auto call = call1([](std::vector<pl::Ref>& r) {
+    std::vector<pl::Value> s = pl::sort({r[0][pl::all], pl::sin(r[0][pl::all])}, 1);
+    r[1][pl::all] = s[0] * 2.0 + s[1];
+  });
+  expect_jvp_matches_fd(call, {normal({8, 16}, 3)}, {normal({8, 16}, 4)});
 }
 
 }  // namespace
