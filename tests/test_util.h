@@ -29,3 +29,9 @@ template <class E = pallas::Error, class F> std::string error_of(F&& fn) {
 }
 
 }  // namespace test_util
+
+// EXPECT that `text` contains `fragment`, showing both when it does not.
+#define EXPECT_CONTAINS(text, fragment)                                \
+  EXPECT_NE(std::string(text).find(fragment), std::string::npos)       \
+      << "missing '" << (fragment) << "' in:\n"                         \
+      << (text)

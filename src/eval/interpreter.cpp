@@ -31,6 +31,15 @@ RefValue RefValue::of_array(Array& a, MemorySpace space) {
 
 bool RefValue::is_contiguous() const { return strides == row_major_strides(shape); }
 
+std::string ref_index_out_of_bounds(int64_t dim, int64_t start, bool is_slice, int64_t size, int64_t stride,
+                                    const Shape& ref_shape) {
+  std::string what = is_slice ? "slice of " + std::to_string(size) + " elements from " + std::to_string(start) +
+                                    " (stride " + std::to_string(stride) + ")"
+                              : "index " + std::to_string(start);
+  return "ref index out of bounds: " + what + " in dimension " + std::to_string(dim) + " of size " +
+         std::to_string(ref_shape[static_cast<size_t>(dim)]) + " (ref " + shape_to_string(ref_shape) + ")";
+}
+
 RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic,
               const SourceLoc& loc) {
   PALLAS_INTERNAL_CHECK(index.entries.size() == r.shape.size(), "indexer rank mismatch");
@@ -46,19 +55,11 @@ RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64
     if (e.is_slice) {
       int64_t last = start + (e.size - 1) * e.stride;
       if (e.size > 0 && (start < 0 || last >= dim))
-        throw Error("ref index out of bounds: slice of " + std::to_string(e.size) +
-                        " elements from " + std::to_string(start) + " (stride " +
-                        std::to_string(e.stride) + ") in dimension " + std::to_string(d) +
-                        " of size " + std::to_string(dim) + " (ref " +
-                        shape_to_string(r.shape) + ")",
-                    loc);
+        throw Error(ref_index_out_of_bounds(static_cast<int64_t>(d), start, true, e.size, e.stride, r.shape), loc);
       out.shape.push_back(e.size);
       out.strides.push_back(r.strides[d] * e.stride);
     } else if (start < 0 || start >= dim) {
-      throw Error("ref index out of bounds: index " + std::to_string(start) + " in dimension " +
-                      std::to_string(d) + " of size " + std::to_string(dim) + " (ref " +
-                      shape_to_string(r.shape) + ")",
-                  loc);
+      throw Error(ref_index_out_of_bounds(static_cast<int64_t>(d), start, false, 1, 1, r.shape), loc);
     }
     offset += start * r.strides[d];
   }

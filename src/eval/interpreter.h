@@ -93,6 +93,10 @@ class Interpreter {
 // `dynamic` holds the values of the indexer's dynamic entries ($1..$n in order).
 RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic,
               const SourceLoc& loc);
+// The message of an index entry outside its Ref (dimension `dim` of `ref_shape`): shared by the
+// interpreters' `view` and the GPU kernels' run-time check.
+std::string ref_index_out_of_bounds(int64_t dim, int64_t start, bool is_slice, int64_t size, int64_t stride,
+                                    const Shape& ref_shape);
 Array read(const RefValue& r);             // copies a view into a fresh contiguous Array
 void write(const RefValue& r, const Array& value);
 // What a fresh (uninitialized) buffer, block padding and out-of-bounds reads hold in the

@@ -13,23 +13,34 @@
 
 namespace pallas::gpu {
 
-std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
-                           const std::vector<int64_t>& grid) {
-  // One generated kernel and image per traced call and grid, kept by the call: a warm call
-  // goes straight to the launch.
-  struct Compiled {
-    GeneratedKernel kernel;
-    std::vector<uint8_t> image;
-  };
-  std::shared_ptr<const Compiled> compiled;
+namespace {
+// What the call keeps per traced call and grid (PallasCallImpl::compiled), made once by `make`:
+// a warm call neither generates, hashes, compiles nor loads anything.
+template <class T, class Make>
+std::shared_ptr<const T> kept_by_call(PallasCallImpl& c, const TracedCall& tc, const std::vector<int64_t>& grid,
+                                      Make&& make) {
   {
     std::lock_guard<std::mutex> lock(c.mu);
     auto it = c.compiled.find({&tc, grid});
-    if (it != c.compiled.end()) compiled = std::static_pointer_cast<const Compiled>(it->second);
+    if (it != c.compiled.end()) return std::static_pointer_cast<const T>(it->second);
   }
-  if (!compiled) {
+  std::shared_ptr<const T> fresh = make();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.compiled[{&tc, grid}] = fresh;
+  return fresh;
+}
+
+struct Loaded {
+  GeneratedKernel kernel;
+  void* function = nullptr;  // the loaded entry (its module stays loaded)
+};
+}  // namespace
+
+std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
+                           const std::vector<int64_t>& grid) {
+  std::shared_ptr<const Loaded> loaded = kept_by_call<Loaded>(c, tc, grid, [&] {
+    auto fresh = std::make_shared<Loaded>();
     // Generate first: a kernel the GPU cannot run is reported as such even without a GPU.
-    auto fresh = std::make_shared<Compiled>();
     CodegenOptions opts = codegen_options(c.compiler_params);
     fresh->kernel = generate_cuda(tc, grid, opts);
     Device& device = Device::get();
@@ -43,13 +54,10 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
     const std::string arch = device.arch();
     std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(
         k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
-    fresh->image.assign(image->image.begin(), image->image.end());
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.compiled[{&tc, grid}] = fresh;
-    compiled = fresh;
-  }
-  const GeneratedKernel& k = compiled->kernel;
-  const std::vector<uint8_t>& image = compiled->image;
+    fresh->function = load_function(image->image, k);
+    return fresh;
+  });
+  const GeneratedKernel& k = loaded->kernel;
   Device& device = Device::get();
 
   const GridMapping& gm = tc.grid_mapping;
@@ -74,7 +82,7 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
     outputs[static_cast<size_t>(o)] = DeviceBuffer(static_cast<size_t>(num_elements(s.shape) * itemsize(s.dtype)));
     ptrs.push_back(outputs[static_cast<size_t>(o)].ptr());
   }
-  launch_generated(tc, k, image, ptrs, grid, nullptr);
+  launch_generated(tc, k, loaded->function, ptrs, grid, nullptr);
   std::vector<Array> result;
   for (int o = 0; o < gm.num_outputs; ++o) {
     auto alias = alias_of_output.find(o);
@@ -96,17 +104,9 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
 
 std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
                                     const std::vector<int64_t>& grid) {
-  std::shared_ptr<const GeneratedKernel> k;
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.compiled.find({&tc, grid});
-    if (it != c.compiled.end()) k = std::static_pointer_cast<const GeneratedKernel>(it->second);
-  }
-  if (!k) {
-    k = std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, codegen_options(c.compiler_params)));
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.compiled[{&tc, grid}] = k;
-  }
+  std::shared_ptr<const GeneratedKernel> k = kept_by_call<GeneratedKernel>(c, tc, grid, [&] {
+    return std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, codegen_options(c.compiler_params)));
+  });
   return run_host_emulation(tc, *k, args, grid, 4);
 }
 

@@ -53,18 +53,22 @@ struct ErrorSite {
 struct GeneratedKernel {
   std::string source;       // the translation unit
   std::string entry;        // the __global__ function (extern "C")
-  std::string host_entry;   // host emulation: void host_entry(const pl_u64* params)
+  std::string host_entry;   // host emulation: void host_entry(const pl_u64* params, int threads)
   int threads_per_cta = 0;
   std::vector<int> parallel_axes, sequential_axes;
   int64_t arena_bytes = 0;  // per CTA
   bool arena_in_shared = false;
   std::vector<ErrorSite> error_sites;
-  // The parameter block: one 8-byte word each, in this order.
-  int num_operands = 0;     // pointers: scalar-prefetch operands, inputs, outputs
   int num_grid_dims = 0;
-  // Words: operands..., workspace, error record, grid sizes..., number of parallel points.
-  int num_param_words() const { return num_operands + 2 + num_grid_dims + 1; }
 };
+
+// The kernel's parameter block (its PlParams struct: one 8-byte word per field, arrays padded to
+// one entry at least): operands (prefetch, inputs, outputs), workspace, error record, grid sizes,
+// number of parallel points.
+std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<uint64_t>& operand_ptrs,
+                                  uint64_t workspace, uint64_t error_record, const std::vector<int64_t>& grid);
+// The points of the kernel's parallel axes (one per CTA iteration).
+int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& grid);
 
 // The options a call's compiler params ask for (gpu::CompilerParams under "mosaic_gpu").
 CodegenOptions codegen_options(const CompilerParamsMap& params);

@@ -151,13 +151,11 @@ PL_DEV float pl_f32_round_odd(double d) {
   if (af > ad) b -= 1;  // rounded away from zero: step back toward it
   return pl_f32_of_bits(b | 1u);
 }
-// Load to / store from the compute type (float for f16 / bf16, the type itself otherwise).
+// Load to the compute type (float for f16 / bf16, the type itself otherwise); the emitter
+// stores back with pl_to_f16 / pl_to_bf16 or a cast.
 template <class T> PL_DEV T pl_ld(T x) { return x; }
 PL_DEV float pl_ld(pl_f16 x) { return pl_widen(x); }
 PL_DEV float pl_ld(pl_bf16 x) { return pl_widen(x); }
-template <class T> struct pl_st { template <class C> PL_MEMBER static T of(C c) { return (T)c; } };
-template <> struct pl_st<pl_f16> { PL_MEMBER static pl_f16 of(float c) { return pl_to_f16(c); } };
-template <> struct pl_st<pl_bf16> { PL_MEMBER static pl_bf16 of(float c) { return pl_to_bf16(c); } };
 
 // ---- Float helpers --------------------------------------------------------------------------------
 PL_DEV bool pl_isnan(float x) { return x != x; }
@@ -166,8 +164,6 @@ PL_DEV bool pl_signbit(float x) { return (pl_bits_of_f32(x) >> 31) != 0; }
 PL_DEV bool pl_signbit(double x) { return (pl_bitcast<pl_u64>(x) >> 63) != 0; }
 PL_DEV float pl_copysign(float a, float b) { return PL_MATH(copysignf)(a, b); }
 PL_DEV double pl_copysign(double a, double b) { return PL_MATH(copysign)(a, b); }
-PL_DEV float pl_quiet_nan(float) { return pl_f32_of_bits(0x7FC00000u); }
-PL_DEV double pl_quiet_nan(double) { return pl_bitcast<double>(0x7FF8000000000000ull); }
 
 #define PL_UNARY_MATH(name, ff, fd)                            \
   PL_DEV float name(float x) { return PL_MATH(ff)(x); }        \

@@ -3,8 +3,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 #include "gpu/cuda_libs.h"
 #include "pallas/error.h"
@@ -141,36 +139,24 @@ void DeviceBuffer::download(void* dst, size_t bytes, void* stream) const {
   d.check(d.api().MemcpyDtoHAsync(dst, ptr_, bytes, stream), "cuMemcpyDtoHAsync");
 }
 
-void launch_generated(const TracedCall& call, const GeneratedKernel& k, const std::vector<uint8_t>& image,
+void* load_function(const std::vector<char>& image, const GeneratedKernel& k) {
+  Device& d = Device::get();
+  const DriverApi& api = d.api();
+  CUmodule mod = nullptr;
+  CUfunction fn = nullptr;
+  d.check(api.ModuleLoadData(&mod, image.data()), "cuModuleLoadData");
+  d.check(api.ModuleGetFunction(&fn, mod, k.entry.c_str()), "cuModuleGetFunction");
+  if (k.arena_in_shared && k.arena_bytes > 48 * 1024)
+    d.check(api.FuncSetAttribute(fn, kFuncAttrMaxDynamicSmem, static_cast<int>(k.arena_bytes)),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  return fn;
+}
+
+void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
                       const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream) {
   Device& d = Device::get();
   const DriverApi& api = d.api();
-  // Loaded modules stay for the process (keyed by image): a warm call loads nothing.
-  static std::mutex mu;
-  static std::map<std::pair<std::vector<uint8_t>, std::string>, CUfunction> functions;
-  CUfunction fn = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto key = std::make_pair(image, k.entry);
-    auto it = functions.find(key);
-    if (it == functions.end()) {
-      CUmodule mod = nullptr;
-      d.check(api.ModuleLoadData(&mod, image.data()), "cuModuleLoadData");
-      d.check(api.ModuleGetFunction(&fn, mod, k.entry.c_str()), "cuModuleGetFunction");
-      if (k.arena_in_shared && k.arena_bytes > 48 * 1024)
-        d.check(api.FuncSetAttribute(fn, kFuncAttrMaxDynamicSmem, static_cast<int>(k.arena_bytes)),
-                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-      functions.emplace(std::move(key), fn);
-    } else {
-      fn = it->second;
-    }
-  }
-  if (k.arena_in_shared && k.arena_bytes > d.max_shared_per_block())
-    throw Error("pallas_call \"" + call.name + "\": the kernel's " + std::to_string(k.arena_bytes) +
-                " bytes of tiles and scratch per CTA exceed available shared memory (" +
-                std::to_string(d.max_shared_per_block()) + " bytes on this device); shrink the block shapes");
-  int64_t points = 1;
-  for (int a : k.parallel_axes) points *= grid[static_cast<size_t>(a)];
+  const int64_t points = parallel_points(k, grid);
   if (points == 0) return;
   // A grid-stride loop over the parallel points: a few CTAs per SM, so a global-memory arena
   // stays bounded by the CTAs in flight, not by the grid.
@@ -178,17 +164,11 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, const st
   DeviceBuffer workspace(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
   DeviceBuffer err(kErrorRecordWords * sizeof(int64_t));
   d.check(api.MemsetD8Async(err.ptr(), 0, kErrorRecordWords * sizeof(int64_t), stream), "cuMemsetD8Async");
-  std::vector<uint64_t> words(operand_ptrs);
-  if (words.empty()) words.push_back(0);
-  words.push_back(workspace.ptr());
-  words.push_back(err.ptr());
-  for (int64_t g : grid) words.push_back(static_cast<uint64_t>(g));
-  if (grid.empty()) words.push_back(0);
-  words.push_back(static_cast<uint64_t>(points));
+  std::vector<uint64_t> words = pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), grid);
   void* params[] = {words.data()};
   CUlaunchConfig cfg{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
                      static_cast<unsigned>(k.arena_in_shared ? k.arena_bytes : 0), stream, nullptr, 0};
-  d.check(api.LaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
+  d.check(api.LaunchKernelEx(&cfg, function, params, nullptr), "cuLaunchKernelEx");
   int64_t record[kErrorRecordWords] = {};
   err.download(record, sizeof record, stream);
   d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");

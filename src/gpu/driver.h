@@ -62,10 +62,15 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Runs a generated kernel on the device: operands already on the device (`operand_ptrs`, in the
+// Loads a compiled image (a cubin of `k`'s unit) into the current context and returns its entry
+// function, with the dynamic shared memory limit raised when the arena needs more than 48 KiB.
+// The module stays loaded for the process: callers keep the function (per traced call).
+void* load_function(const std::vector<char>& image, const GeneratedKernel& k);
+
+// Runs loaded kernel `function` of `k`: operands already on the device (`operand_ptrs`, in the
 // kernel's order: prefetch, inputs, outputs), on `stream` (null: the default stream), and waits
 // for it. Raises the interpreters' error when the kernel recorded one.
-void launch_generated(const TracedCall& call, const GeneratedKernel& k, const std::vector<uint8_t>& image,
+void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
                       const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream);
 
 }  // namespace pallas::gpu

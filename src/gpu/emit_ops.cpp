@@ -16,29 +16,6 @@ using ir::ValueId;
 
 namespace {
 
-bool is_int(DType t) { return is_integer(t); }
-
-// Row-major multi-index expressions of flat index `flat` over `shape`.
-std::vector<std::string> index_exprs(const Shape& shape, const std::string& flat) {
-  std::vector<std::string> idx(shape.size());
-  int64_t inner = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    std::string i = inner == 1 ? flat : "(" + flat + " / " + std::to_string(inner) + ")";
-    idx[d] = d == 0 ? i : "(" + i + " % " + std::to_string(shape[d]) + ")";
-    inner *= shape[d];
-  }
-  return idx;
-}
-
-std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_t>& strides) {
-  std::string out;
-  for (size_t d = 0; d < idx.size(); ++d) {
-    if (strides[d] == 0 || idx[d] == "0") continue;
-    out += (out.empty() ? "" : " + ") + idx[d] + " * " + std::to_string(strides[d]);
-  }
-  return out.empty() ? "0" : "(" + out + ")";
-}
-
 // The compute-typed expression of an elementwise op on compute-typed operands.
 std::string unary_expr(const ir::Op& op, DType t, const std::string& a) {
   const std::string T = ctype(t), C = ccompute(t);
@@ -118,7 +95,7 @@ std::string convert_expr(DType from, DType to, const std::string& x) {
     if (from == DType::F32 || is_half(from)) return narrow(to, wx);
     return narrow(to, "pl_f32_round_odd((double)(" + wx + "))");
   }
-  if (is_int(to) && is_float(from)) return "pl_f2i<" + ctype(to) + ">(" + wx + ")";
+  if (is_integer(to) && is_float(from)) return "pl_f2i<" + ctype(to) + ">(" + wx + ")";
   return "(" + ctype(to) + ")(" + wx + ")";
 }
 
@@ -126,8 +103,7 @@ std::string convert_expr(DType from, DType to, const std::string& x) {
 struct ReduceRule {
   std::string acc_type;
   std::string identity;
-  std::string combine(const std::string& a, const std::string& b) const { return fn(a, b); }
-  std::function<std::string(const std::string&, const std::string&)> fn;
+  std::function<std::string(const std::string&, const std::string&)> combine;
 };
 
 ReduceRule reduce_rule(OpCode code, DType t, int64_t count) {
@@ -144,34 +120,33 @@ ReduceRule reduce_rule(OpCode code, DType t, int64_t count) {
   std::string lo = f ? literal(Scalar::of_float(-inf, acc_dtype), acc_dtype) : bo ? "false" : "pl_int<" + T + ">::lo()";
   switch (code) {
     case OpCode::ReduceSum: case OpCode::Cumsum:
-      r.fn = bo ? op(OpCode::Or) : op(OpCode::Add);
+      r.combine = bo ? op(OpCode::Or) : op(OpCode::Add);
       // -0 is the exact additive identity; an empty sum is +0.
       r.identity = f ? (count > 0 ? "(" + A + ")(-0.0)" : "(" + A + ")(0.0)") : bo ? "false" : "(" + A + ")0";
       break;
     case OpCode::ReduceProd: case OpCode::Cumprod:
-      r.fn = bo ? op(OpCode::And) : op(OpCode::Mul);
+      r.combine = bo ? op(OpCode::And) : op(OpCode::Mul);
       r.identity = bo ? "true" : "(" + A + ")1";
       break;
     case OpCode::ReduceMax: case OpCode::Cummax:
-      r.fn = op(OpCode::Max);
+      r.combine = op(OpCode::Max);
       r.identity = lo;
       break;
     case OpCode::ReduceMin: case OpCode::Cummin:
-      r.fn = op(OpCode::Min);
+      r.combine = op(OpCode::Min);
       r.identity = hi;
       break;
     case OpCode::ReduceAnd:
-      r.fn = op(OpCode::And);
+      r.combine = op(OpCode::And);
       r.identity = bo ? "true" : "(" + T + ")~(" + T + ")0";
       break;
     case OpCode::ReduceOr:
-      r.fn = op(OpCode::Or);
+      r.combine = op(OpCode::Or);
       r.identity = bo ? "false" : "(" + T + ")0";
       break;
     default: throw InternalError("gpu emitter: reduce rule");
   }
   return r;  // half types: the combining ops take float (compute-typed) operands
-
 }
 
 }  // namespace
@@ -521,7 +496,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       for (size_t k = 0; k < lc.size(); ++k) close_loop();
       std::string result = "acc";
       if (is_half(R)) result = narrow(R, "(float)acc");
-      else if (is_int(R) && is_float(xt)) result = "pl_f2i<" + ctype(R) + ">(acc)";
+      else if (is_integer(R) && is_float(xt)) result = "pl_f2i<" + ctype(R) + ">(acc)";
       else result = "(" + ctype(R) + ")acc";
       line(out + "[e] = " + result + ";");
       close_loop();

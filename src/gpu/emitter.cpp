@@ -91,20 +91,32 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
   return st;
 }
 
-std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
-                      const std::string& flat) {
-  if (strides == contiguous_strides(shape)) return flat;
-  std::string out;
+std::vector<std::string> index_exprs(const Shape& shape, const std::string& flat) {
+  std::vector<std::string> idx(shape.size());
   int64_t inner = 1;
   for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] != 1 && strides[d] != 0) {
-      std::string idx = inner == 1 ? "(" + flat + ")" : "((" + flat + ") / " + std::to_string(inner) + ")";
-      if (d > 0) idx = "(" + idx + " % " + std::to_string(shape[d]) + ")";
-      out += (out.empty() ? "" : " + ") + idx + " * " + std::to_string(strides[d]);
-    }
+    std::string i = inner == 1 ? flat : "(" + flat + " / " + std::to_string(inner) + ")";
+    idx[d] = d == 0 ? i : "(" + i + " % " + std::to_string(shape[d]) + ")";
     inner *= shape[d];
   }
+  return idx;
+}
+
+std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_t>& strides) {
+  std::string out;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (strides[d] == 0 || idx[d] == "0") continue;
+    out += (out.empty() ? "" : " + ") + idx[d] + " * " + std::to_string(strides[d]);
+  }
   return out.empty() ? "0" : "(" + out + ")";
+}
+
+std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides, const std::string& flat) {
+  if (strides == contiguous_strides(shape)) return flat;
+  std::vector<std::string> idx = index_exprs(shape, flat);
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] == 1) idx[d] = "0";  // a size-1 dim moves nothing
+  return sum_of(idx, strides);
 }
 
 // ---- Arena --------------------------------------------------------------------------------------
@@ -271,6 +283,9 @@ void Emitter::compute_last_uses(const ir::Region& r) {
     for (ValueId u : uses)
       if (defined.count(u)) last[u] = &op;
   }
+  // What the region yields must survive until the parent has copied it.
+  if (!r.ops.empty() && r.ops.back().code == OpCode::Yield)
+    for (ValueId y : r.ops.back().operands) last.erase(y);
   for (const auto& [v, op] : last) dies_after_[op].push_back(v);
 }
 
@@ -295,17 +310,6 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
       continue;
     }
     emit_op(op);
-    // Values yielded out of the region must survive until the parent has copied them.
-    if (!r.ops.empty() && r.ops.back().code == OpCode::Yield) {
-      const auto& ys = r.ops.back().operands;
-      auto it = dies_after_.find(&op);
-      if (it != dies_after_.end())
-        it->second.erase(std::remove_if(it->second.begin(), it->second.end(),
-                                        [&](ValueId v) {
-                                          return std::find(ys.begin(), ys.end(), v) != ys.end();
-                                        }),
-                         it->second.end());
-    }
     release_dead(op);
   }
   return yielded;
@@ -358,9 +362,9 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
         line("{ pl_i64 " + s + " = " + start + ";");
         line("  if (" + s + " < 0 || " + s + " + " + std::to_string(span) + " >= " + std::to_string(dim) +
              ") { pl_i64 ev[] = {" + std::to_string(d) + ", " + s + ", " + std::to_string(e.is_slice ? 1 : 0) +
-             ", " + std::to_string(e.size) + ", " + std::to_string(e.stride) + ", " + std::to_string(dim) +
-             ", " + std::to_string(base.shape.size()) + dims_list(base.shape) + "}; pl_fail(" + ctx_.params +
-             ".err, " + std::to_string(site) + ", ev, " + std::to_string(7 + base.shape.size()) + "); " +
+             ", " + std::to_string(e.size) + ", " + std::to_string(e.stride) + ", " +
+             std::to_string(base.shape.size()) + dims_list(base.shape) + "}; pl_fail(" + ctx_.params +
+             ".err, " + std::to_string(site) + ", ev, " + std::to_string(6 + base.shape.size()) + "); " +
              ctx_.fail_return + " } }");
       }
     }

@@ -23,6 +23,10 @@ std::string literal(const Scalar& s, DType t);
 // `e` (an expression of storage type t) as its compute type, and back.
 std::string widen(DType t, const std::string& e);
 std::string narrow(DType t, const std::string& compute_expr);
+// Row-major multi-index expressions of flat index `flat` over `shape`.
+std::vector<std::string> index_exprs(const Shape& shape, const std::string& flat);
+// sum(idx[d] * strides[d]), skipping zero terms.
+std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_t>& strides);
 // The memory offset of row-major flat index `flat` of `shape` laid out with `strides`.
 std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
                       const std::string& flat);

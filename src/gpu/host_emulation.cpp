@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "ir/analysis.h"
 #include "pallas/error.h"
@@ -108,13 +109,15 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   // as in the interpreters; an aliased input is the output.
   std::vector<bool> written = ir::params_written(call.kernel);
   std::map<int, int> alias_of_output;
-  for (auto [i, o] : call.input_output_aliases) alias_of_output[o] = i;
+  std::set<int> aliased_inputs;
+  for (auto [i, o] : call.input_output_aliases) {
+    alias_of_output[o] = i;
+    aliased_inputs.insert(i);
+  }
   std::vector<Array> operands;
   for (int i = 0; i < num_index + num_in; ++i) {
-    bool aliased = false;
-    for (auto [in, o] : call.input_output_aliases) aliased |= in == i;
-    operands.push_back(written[static_cast<size_t>(i)] && !aliased ? args[static_cast<size_t>(i)].clone()
-                                                                  : args[static_cast<size_t>(i)]);
+    const Array& a = args[static_cast<size_t>(i)];
+    operands.push_back(written[static_cast<size_t>(i)] && !aliased_inputs.count(i) ? a.clone() : a);
   }
   std::vector<Array> outputs;
   for (int o = 0; o < num_out; ++o) {
@@ -126,19 +129,13 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
       outputs.push_back(Array::uninitialized(bm.array.shape, bm.array.dtype));
     }
   }
-  std::vector<uint64_t> words;
-  for (Array& a : operands) words.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
-  for (Array& a : outputs) words.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
-  if (operands.empty() && outputs.empty()) words.push_back(0);  // PlParams::op has one slot at least
+  std::vector<uint64_t> ptrs;
+  for (Array& a : operands) ptrs.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
+  for (Array& a : outputs) ptrs.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
   std::vector<uint64_t> arena(static_cast<size_t>(k.arena_bytes) / 8 + 2);  // 8-byte aligned: the widest element
   int64_t err[kErrorRecordWords] = {};
-  words.push_back(reinterpret_cast<uint64_t>(arena.data()));
-  words.push_back(reinterpret_cast<uint64_t>(err));
-  int64_t points = 1;
-  for (int a : k.parallel_axes) points *= grid[static_cast<size_t>(a)];
-  for (int64_t g : grid) words.push_back(static_cast<uint64_t>(g));
-  if (grid.empty()) words.push_back(0);
-  words.push_back(static_cast<uint64_t>(points));
+  std::vector<uint64_t> words = pack_params(k, ptrs, reinterpret_cast<uint64_t>(arena.data()),
+                                            reinterpret_cast<uint64_t>(err), grid);
   {
     // The unit's emulation state (thread count, barrier) is global to its library: one run at a time.
     static std::mutex run_mu;

@@ -3,9 +3,9 @@
 // and selected by the new grid index, and the kernel's grid queries moved past the new axis.
 // Cases a single batched kernel cannot express run one inner call per batch element.
 #include <algorithm>
-#include <cstring>
 
 #include "core/call.h"
+#include "eval/eval.h"
 #include "pallas/transforms.h"
 
 namespace pallas {
@@ -38,51 +38,34 @@ size_t num_dynamic_dims(const PallasCallImpl& c) {
 
 std::string call_name(const PallasCallImpl& c) { return "vmap of pallas_call " + c.func_src_info(); }
 
-// ---- Host arrays (row-major, contiguous) --------------------------------------------------------
-int64_t product(const Shape& s, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= s[i];
-  return n;
-}
-
+// ---- Host arrays: the evaluators' shape ops (src/eval/eval.h) --------------------------------------
 // a[..., i, ...] with `axis` removed.
 Array take(const Array& a, int axis, int64_t i) {
+  const auto rank = static_cast<size_t>(a.rank());
+  ir::Ints start(rank, 0), limit(a.shape().begin(), a.shape().end()), strides(rank, 1);
+  start[static_cast<size_t>(axis)] = i;
+  limit[static_cast<size_t>(axis)] = i + 1;
   Shape s = a.shape();
-  const int64_t n = s[axis];
-  const int64_t outer = product(s, 0, axis);
-  const int64_t inner = product(s, axis + 1, s.size()) * itemsize(a.dtype());
   s.erase(s.begin() + axis);
-  Array out(s, a.dtype());
-  const char* src = static_cast<const char*>(a.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t o = 0; o < outer; ++o)
-    if (inner > 0) std::memcpy(dst + o * inner, src + (o * n + i) * inner, static_cast<size_t>(inner));
-  return out;
+  return eval::reshape(eval::slice(a, start, limit, strides), s);
 }
 
 // The parts (all of one shape) stacked along a new axis `axis`.
 Array stack(const std::vector<Array>& parts, int axis) {
   Shape s = parts.at(0).shape();
-  const int64_t n = static_cast<int64_t>(parts.size());
-  const int64_t outer = product(s, 0, axis);
-  const int64_t inner = product(s, axis, s.size()) * itemsize(parts[0].dtype());
-  s.insert(s.begin() + axis, n);
-  Array out(s, parts[0].dtype());
-  char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t b = 0; b < n; ++b) {
-    const char* src = static_cast<const char*>(parts[b].raw_data());
-    for (int64_t o = 0; o < outer; ++o)
-      if (inner > 0)
-        std::memcpy(dst + (o * n + b) * inner, src + o * inner, static_cast<size_t>(inner));
-  }
-  return out;
+  s.insert(s.begin() + axis, 1);
+  std::vector<Array> expanded;
+  for (const Array& p : parts) expanded.push_back(eval::reshape(p, s));
+  return eval::concatenate(expanded, axis);
 }
 
 Array move_axis(const Array& a, int from, int to) {
   if (from == to) return a;
-  std::vector<Array> parts;
-  for (int64_t i = 0; i < a.shape()[from]; ++i) parts.push_back(take(a, from, i));
-  return stack(parts, to);
+  ir::Ints perm;
+  for (int d = 0; d < a.rank(); ++d)
+    if (d != from) perm.push_back(d);
+  perm.insert(perm.begin() + to, from);
+  return eval::transpose(a, perm);
 }
 
 // ---- The plan for one set of argument shapes ------------------------------------------------------

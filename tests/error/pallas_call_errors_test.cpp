@@ -11,9 +11,6 @@ namespace {
 
 using test_util::error_of;
 
-#define EXPECT_CONTAINS(text, fragment) \
-  EXPECT_NE(std::string(text).find(fragment), std::string::npos) << "missing '" << (fragment) << "' in: " << (text)
-
 auto copy_kernel = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; };
 pl::Array x8x128() { return pl::Array::zeros({8, 128}, pl::f32); }
 

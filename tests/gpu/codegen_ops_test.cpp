@@ -10,6 +10,7 @@
 #include "gpu/codegen.h"
 #include "gpu/host_emulation.h"
 #include "pallas/pallas.h"
+#include "tests/test_util.h"
 
 namespace pallas {
 namespace {
@@ -295,20 +296,12 @@ TEST(GpuCodegenOps, AccumulationAxisRunsInOrderInsideTheCta) {
 // (which must contain `expected`).
 void expect_same_error(const PallasCall& call, const std::vector<Array>& args, const std::string& expected) {
   std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype()});
-  std::string want;
-  try {
-    interpret::run_reference(*tc, clone_all(args), tc->grid_mapping.grid, nullptr);
-  } catch (const Error& e) {
-    want = e.what();
-  }
+  std::string want =
+      test_util::error_of([&] { interpret::run_reference(*tc, clone_all(args), tc->grid_mapping.grid, nullptr); });
   ASSERT_NE(want.find(expected), std::string::npos) << want;
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
-  try {
-    gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid, 3);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), want);
-  }
+  EXPECT_EQ(test_util::error_of([&] { gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid, 3); }),
+            want);
 }
 
 TEST(GpuCodegenOps, OutOfBoundsBlockIndexIsTheInterpretersError) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu/cuda_libs.h"
+#include "tests/test_util.h"
 #include "pallas/pallas.h"
 
 namespace pl = pallas;
@@ -44,26 +45,17 @@ TEST(CudaLibs, NvrtcEmitsPtxForComputeTargets) {
 
 TEST(CudaLibs, CompileErrorsCarryTheLog) {
   SKIP_WITHOUT_NVRTC();
-  try {
-    gpu::Nvrtc::get().compile("__global__ void k() { undefined_thing(); }", "broken", "sm_80");
-    FAIL() << "no error";
-  } catch (const pl::Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("NVRTC failed to compile broken for sm_80"), std::string::npos) << m;
-    EXPECT_NE(m.find("undefined_thing"), std::string::npos) << m;
-  }
+  std::string m = test_util::error_of(
+      [] { gpu::Nvrtc::get().compile("__global__ void k() { undefined_thing(); }", "broken", "sm_80"); });
+  EXPECT_CONTAINS(m, "NVRTC failed to compile broken for sm_80");
+  EXPECT_CONTAINS(m, "undefined_thing");
 }
 
 TEST(CudaLibs, UnknownArchListsTheKnownOnes) {
   SKIP_WITHOUT_NVRTC();
-  try {
-    gpu::Nvrtc::get().compile(kSaxpy, "saxpy", "sm_10");
-    FAIL() << "no error";
-  } catch (const pl::Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("cannot compile for 'sm_10'"), std::string::npos) << m;
-    EXPECT_NE(m.find("90"), std::string::npos) << m;
-  }
+  std::string m = test_util::error_of([] { gpu::Nvrtc::get().compile(kSaxpy, "saxpy", "sm_10"); });
+  EXPECT_CONTAINS(m, "cannot compile for 'sm_10'");
+  EXPECT_CONTAINS(m, "90");
 }
 
 TEST(CudaLibs, GpuBackendRunsOrSaysWhatIsMissing) {
@@ -76,13 +68,7 @@ TEST(CudaLibs, GpuBackendRunsOrSaysWhatIsMissing) {
     for (int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(o.data<float>()[i], 2.0f * x.data<float>()[i]);
     return;
   }
-  try {
-    call(x);
-    FAIL() << "no error";
-  } catch (const pl::Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("the GPU backend needs an NVIDIA GPU: " + driver), std::string::npos) << m;
-  }
+  EXPECT_CONTAINS(test_util::error_of([&] { call(x); }), "the GPU backend needs an NVIDIA GPU: " + driver);
 }
 
 TEST(CudaLibs, DriverReasonIsEmptyOnlyWithADevice) {

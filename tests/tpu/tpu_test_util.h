@@ -41,10 +41,6 @@ inline pl::Array iota_i32(pl::Shape s, int32_t base = 0) {
 
 using test_util::error_of;
 
-#define EXPECT_CONTAINS(text, fragment)                                            \
-  EXPECT_NE(std::string(text).find(fragment), std::string::npos)                   \
-      << "missing '" << (fragment) << "' in:\n"                                     \
-      << (text)
 #define EXPECT_NOT_CONTAINS(text, fragment)                                        \
   EXPECT_EQ(std::string(text).find(fragment), std::string::npos)                   \
       << "unexpected '" << (fragment) << "' in:\n"                                  \

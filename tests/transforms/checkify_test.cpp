@@ -18,10 +18,6 @@ namespace pltpu = pallas::tpu;
 
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle)                                                  \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                        \
-      << "expected to find: " << (needle) << "\nin: " << (haystack)
-
 using test_util::error_of;
 
 int g_check_line = 0;  // the line of the debug_check below

@@ -15,10 +15,6 @@ namespace pltpu = pallas::tpu;
 
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle)                                                  \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                        \
-      << "expected to find: " << (needle) << "\nin: " << (haystack)
-
 using test_util::error_of;
 
 pl::Array random_f32(pl::Shape s, uint64_t seed) {
