@@ -14,6 +14,7 @@ void bench_interpreter(std::ostream& report);
 void bench_pallas_call(std::ostream& report);
 void bench_tpu_interpret(std::ostream& report);
 void bench_gpu(std::ostream& report);
+void bench_sparse_core(std::ostream& report);
 
 namespace bench {
 // An n x n x n f32 matmul over b x b blocks with a VMEM accumulator, run in `mode`.

@@ -43,7 +43,8 @@ const std::vector<Example>& all() {
         layer_norm::example(),   gather::example(),     inplace::example(),
         dma_matmul::example(),   right_permute::example(), all_gather::example(),
         all_reduce::example(),   reduce_scatter::example(), core_map_pipeline::example(),
-        racy::example(),         deadlock::example(),
+        racy::example(),         deadlock::example(),      embedding_bag::example(),
+        segment_sum::example(),
     };
     for (Example& e : list) e = with_common_checks(std::move(e));
     return list;

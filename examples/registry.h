@@ -20,4 +20,7 @@ namespace reduce_scatter { Example example(); }
 namespace core_map_pipeline { Example example(); }
 namespace racy { Example example(); }
 namespace deadlock { Example example(); }
+// SparseCore (TPU interpret mode only).
+namespace embedding_bag { Example example(); }
+namespace segment_sum { Example example(); }
 }  // namespace pallas::examples

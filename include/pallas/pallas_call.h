@@ -231,12 +231,16 @@ inline GridSpec PrefetchScalarGridSpec(int num_scalar_prefetch, Grid grid, Block
 // ---- Compiler params, interpret modes, cost estimates -----------------------------------------
 namespace tpu {
 // dimension_semantics: "parallel" | "arbitrary" (also "core_parallel", "subcore_parallel").
+// Which TPU core runs a pallas_call: the TensorCore, or a SparseCore's scalar or vector
+// subcores (SparseCore blocks must be Blocked with a minor dimension that is a multiple of 8).
+enum class KernelType { TC, SC_SCALAR_SUBCORE, SC_VECTOR_SUBCORE };
 struct CompilerParams {
   static constexpr const char* kBackend = "mosaic_tpu";
   std::vector<std::string> dimension_semantics;
   std::optional<int> collective_id;
   std::optional<int64_t> vmem_limit_bytes;
   bool allow_input_fusion = false;
+  KernelType kernel_type = KernelType::TC;
 };
 // One access involved in a race (see RaceReport).
 struct RaceAccess {
@@ -346,6 +350,8 @@ struct CallOptions {
   std::map<std::string, std::string> metadata;
   std::optional<CostEstimate> cost_estimate;
   std::optional<std::vector<int64_t>> mesh_shape;  // set by core_map-style entry points
+  // Set by the SparseCore entry points: "sc_scalar_subcore" or "sc_vector_subcore".
+  std::string mesh_kind;
   // The memory space of operands whose BlockSpec names none (default VMEM; core_map: ANY).
   std::optional<MemorySpace> default_memory_space;
   bool debug = false;  // print the traced IR and the grid mapping

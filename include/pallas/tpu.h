@@ -95,6 +95,14 @@ Value axis_index(const std::string& axis, Loc loc = Loc::current());
 // A copy between two Refs of the same shape and dtype (any memory spaces; views allowed). When
 // it completes it adds its byte count to the receive semaphore (and, for remote copies, to the
 // send semaphore once the source is read); waits wait for that byte count.
+//
+// SparseCore indirect DMAs: `src.at(indices)` (a gather, into VMEM) or `dst.at(indices)` (a
+// scatter, from VMEM) pick rows of the HBM / VMEM_SHARED side's major dimension; the indices are
+// a 1-D i32 Ref in VMEM or a 1-D i32 vector. With CopyOptions{.add = true} the copy adds into the
+// destination (gather-add, scatter-add); adds of concurrent DMAs are atomic (docs/SPARSE_CORE.md).
+struct CopyOptions {
+  bool add = false;
+};
 class AsyncCopy {
  public:
   void start(Loc loc = Loc::current()) const;
@@ -107,8 +115,13 @@ class AsyncCopy {
   std::optional<Ref> send_sem;
   std::optional<DeviceId> device_id;
   DeviceIdType device_id_type = DeviceIdType::MESH;
+  bool add = false;  // gather-add / scatter-add
+
+ private:
+  const Ref& direct_side() const;  // the side that is not indirectly indexed (for waits)
 };
 AsyncCopy make_async_copy(const Ref& src, const Ref& dst, const Ref& sem);
+AsyncCopy make_async_copy(const Ref& src, const Ref& dst, const Ref& sem, CopyOptions opts);
 AsyncCopy make_async_remote_copy(const Ref& src, const Ref& dst, const Ref& send_sem,
                                  const Ref& recv_sem, DeviceId device_id,
                                  DeviceIdType device_id_type = DeviceIdType::MESH);
@@ -117,8 +130,11 @@ AsyncCopy async_copy(const Ref& src, const Ref& dst, const Ref& sem, Loc loc = L
 AsyncCopy async_remote_copy(const Ref& src, const Ref& dst, const Ref& send_sem, const Ref& recv_sem,
                             DeviceId device_id, DeviceIdType device_id_type = DeviceIdType::MESH,
                             Loc loc = Loc::current());
+AsyncCopy async_copy(const Ref& src, const Ref& dst, const Ref& sem, CopyOptions opts,
+                     Loc loc = Loc::current());
 // A copy that completes before returning (uses a scoped DMA semaphore).
 void sync_copy(const Ref& src, const Ref& dst, Loc loc = Loc::current());
+void sync_copy(const Ref& src, const Ref& dst, CopyOptions opts, Loc loc = Loc::current());
 
 // ---- Core meshes --------------------------------------------------------------------------------
 struct TensorCoreMesh {

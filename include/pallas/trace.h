@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <source_location>
 #include <span>
 #include <string>
@@ -150,13 +151,15 @@ class Ref {
  public:
   Ref() = default;
   explicit Ref(const Value& handle);
-  const ir::Type& type() const { return handle_.type(); }
+  const ir::Type& type() const { return indirect_ ? indirect_->type : handle_.type(); }
   const Shape& shape() const { return type().shape; }
   DType dtype() const { return type().dtype; }
   MemorySpace memory_space() const { return type().space; }
   int rank() const { return type().rank(); }
   int64_t dim(int axis) const { return handle_.dim(axis); }
-  const Value& handle() const { return handle_; }
+  // The traced ref value. An indirectly indexed Ref (below) has none: using it anywhere but as
+  // a DMA's source or destination raises pallas::Error.
+  const Value& handle() const;
 
   // A view of part of this Ref (composes: x.at(i).at(ds(0, 8))).
   Ref at(Indices idx, Loc loc = Loc::current()) const;
@@ -165,6 +168,20 @@ class Ref {
   Ref at(Index i0, Index i1, Index i2, Loc loc = Loc::current()) const {
     return at(Indices{i0, i1, i2}, loc);
   }
+
+  // Indirect (gather / scatter) indexing, as SparseCore DMAs do it: `data.at(indices)` picks
+  // rows of the major dimension by a 1-D i32 index Ref in VMEM (or a 1-D i32 vector: `at(v)`
+  // with a rank-1 Value as the first index). The result has shape (len(indices), rest of data)
+  // and can only be the source of a DMA (a gather) or its destination (a scatter).
+  Ref at(const Ref& indices, Loc loc = Loc::current()) const;
+  struct Indirect {
+    Value data;       // the indexed ref
+    Value indices;    // an i32[n] ref or vector
+    ir::Type type;    // ref<(n, data.shape[1:]...), data.dtype, data.space>
+    SourceLoc loc;
+  };
+  // Set on an indirectly indexed Ref.
+  const Indirect* indirect() const { return indirect_.get(); }
 
   RefSlot operator[](Index i) const;
   RefSlot operator()(Index i0) const;
@@ -188,7 +205,9 @@ class Ref {
   Value atomic_cas(Indices idx, Operand expected, Operand desired, Loc loc = Loc::current()) const;
 
  private:
+  Ref make_indirect(const Value& indices, const Loc& loc) const;
   Value handle_;
+  std::shared_ptr<const Indirect> indirect_;
 };
 
 // `x[i]` / `x(i, j)`: loads when used as a value, stores when assigned.

@@ -85,6 +85,7 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
     case OpCode::RunScoped: case OpCode::Yield: case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
     case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
+    case OpCode::SubcoreBarrier:
     case OpCode::AxisIndex:
       break;
   }

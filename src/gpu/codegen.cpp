@@ -116,7 +116,7 @@ bool cuda_emitter_supports(ir::OpCode code) {
   switch (code) {
     case ir::OpCode::DmaStart: case ir::OpCode::DmaWait: case ir::OpCode::SemaphoreSignal:
     case ir::OpCode::SemaphoreWait: case ir::OpCode::SemaphoreRead:
-    case ir::OpCode::GetBarrierSemaphore: case ir::OpCode::AxisIndex:
+    case ir::OpCode::GetBarrierSemaphore: case ir::OpCode::AxisIndex: case ir::OpCode::SubcoreBarrier:
       return false;  // TPU operations: the GPU has its own primitives
     default: return true;
   }

@@ -321,6 +321,7 @@ void Emitter::emit_op(const ir::Op& op) {
   switch (op.code) {
     case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
     case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
+    case OpCode::SubcoreBarrier:
     case OpCode::AxisIndex:
       throw NotSupportedError(std::string(op.info().name) +
                                   " on the GPU backend (a TPU operation: run the kernel with "

@@ -72,6 +72,8 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::Descending:
     case AttrKey::Masked:
     case AttrKey::HasCoreIndex:
+    case AttrKey::Indirect:
+    case AttrKey::AddAttr:
     case AttrKey::N: return AttrKind::Int;
     case AttrKey::Index: return AttrKind::Indexer;
     case AttrKey::Kind:

@@ -649,6 +649,28 @@ std::vector<Type> rule(const RuleContext& c) {
       const Type& dst = c.ref(1);
       if (is_semaphore(src.dtype) || is_semaphore(dst.dtype))
         c.fail("cannot copy semaphores (src " + src.to_string() + ", dst " + dst.to_string() + ")");
+      const int64_t indirect = a.get_int_or(AttrKey::Indirect, 0);
+      if (indirect != 0) {
+        // A gather (1: the source's major dim indexed) or a scatter (2: the destination's).
+        if (indirect != 1 && indirect != 2) c.fail("indirect must be 1 (gather) or 2 (scatter)");
+        if (a.has(AttrKey::DeviceIdType)) c.fail("an indirect DMA cannot be remote");
+        c.expect_num_operands(4);
+        expect_semaphore(c, 2, "the receive semaphore", false);
+        const Type& idx = c.operand(3);
+        if (idx.dtype != DType::I32 || idx.rank() != 1)
+          c.fail("the indices must be a 1-D i32 ref or vector, got " + idx.to_string());
+        const Type& data = indirect == 1 ? src : dst;
+        const Type& other = indirect == 1 ? dst : src;
+        if (data.rank() < 1) c.fail("the indexed ref must have a major dimension");
+        Shape expected = data.shape;
+        expected[0] = idx.shape[0];
+        if (other.shape != expected || other.dtype != data.dtype)
+          c.fail(std::string(indirect == 1 ? "destination " : "source ") + other.to_string() +
+                 " must have the shape and dtype of the indexed " +
+                 (indirect == 1 ? "source " : "destination ") + Type::ref(expected, data.dtype, data.space).to_string());
+        return {};
+      }
+      if (a.get_int_or(AttrKey::AddAttr, 0) != 0) c.fail("add = 1 needs an indirect DMA");
       if (src.shape != dst.shape || src.dtype != dst.dtype)
         c.fail("source " + src.to_string() + " and destination " + dst.to_string() +
                " must have the same shape and dtype");
@@ -688,6 +710,9 @@ std::vector<Type> rule(const RuleContext& c) {
     case OpCode::AxisIndex:
       if (c.string_attr(AttrKey::AxisNames).empty()) c.fail("needs an axis name");
       return {Type::scalar(DType::I32)};
+    case OpCode::SubcoreBarrier:
+      c.expect_num_operands(0);
+      return {};
     case OpCode::DebugCheck: {
       const Type& t = c.tensor(0);
       if (!t.is_scalar() || t.dtype != DType::Bool)

@@ -267,6 +267,24 @@ int CoreRunner::target_device(const ir::Op& op, size_t first) {
   return m_.device_from_coords(coords, op.loc);
 }
 
+// The row indices of an indirect DMA, read when it starts: from a VMEM ref (a read of that
+// buffer, for the race detector) or a vector value.
+std::vector<int64_t> CoreRunner::indirect_rows(ir::ValueId indices, const SourceLoc& loc) {
+  Array a;
+  if (kernel().type(indices).is_ref) {
+    const eval::RefValue& r = ref(indices);
+    Buffer* b = buffer_of(r);
+    std::lock_guard<std::mutex> lock(b->mu);
+    if (m_.races())
+      m_.check_access(b, r, false, t_.clock, {t_.actor, t_.name, "read of gather/scatter indices", loc});
+    a = eval::read(r);
+  } else {
+    a = array(indices);
+  }
+  const int32_t* p = static_cast<const int32_t*>(a.raw_data());
+  return std::vector<int64_t>(p, p + a.size());
+}
+
 void CoreRunner::dma_start(const ir::Op& op) {
   // The copy covers the Refs' logical shapes (in "padded" mode a whole buffer's RefValue also
   // spans its tile padding, which DMAs neither read nor write).
@@ -275,6 +293,12 @@ void CoreRunner::dma_start(const ir::Op& op) {
   src.shape = kernel().type(op.operands[0]).shape;
   dst.shape = kernel().type(op.operands[1]).shape;
   int64_t recv = m_.semaphore_id(ref(op.operands[2]));
+  if (const int64_t indirect = op.attrs.get_int_or(AttrKey::Indirect, 0)) {
+    m_.indirect_dma_start(t_, src, dst, recv, static_cast<int>(indirect),
+                          op.attrs.get_int_or(AttrKey::AddAttr, 0) != 0,
+                          indirect_rows(op.operands[3], op.loc), op.loc);
+    return;
+  }
   std::optional<int64_t> send;
   int device = t_.device;
   if (op.attrs.has(AttrKey::DeviceIdType)) {
@@ -370,6 +394,7 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
       return true;
     }
     case OpCode::SemaphoreSignal: semaphore_signal(op); return true;
+    case OpCode::SubcoreBarrier: m_.subcore_barrier(t_, op.loc); return true;
     case OpCode::SemaphoreWait: {
       int64_t value = scalar_int(op.operands[1]);
       if (value < 0)

@@ -22,6 +22,7 @@ class CoreRunner : public eval::Interpreter {
  private:
   void run_scoped(const ir::Op& op);
   void dma_start(const ir::Op& op);
+  std::vector<int64_t> indirect_rows(ir::ValueId indices, const SourceLoc& loc);
   void semaphore_signal(const ir::Op& op);
   int target_device(const ir::Op& op, size_t first_operand);
   bool skip_float_op(const ir::Op& op);

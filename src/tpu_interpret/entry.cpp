@@ -1,5 +1,6 @@
 // Entry points of the TPU interpret mode: pallas_call with InterpretParams, core_map, and
 // run_on_mesh (SPMD over simulated devices).
+#include "core/blocks.h"
 #include "core/call.h"
 #include "tpu_interpret/machine.h"
 
@@ -38,11 +39,51 @@ MachineConfig config_of(const PallasCallImpl& c, const tpu::Mesh& mesh) {
     cfg.collective_id = tp.collective_id;
   }
   if (c.opts.mesh_shape) {
+    // One thread per mesh point (a core, or a SparseCore's vector subcore); every mesh axis is
+    // parallel, so thread t runs the t-th point in row-major order.
     cfg.core_map = true;
-    cfg.num_cores = static_cast<int>(c.opts.mesh_shape->at(0));
-    cfg.dimension_semantics = {cfg.num_cores > 1 ? "parallel" : "arbitrary"};
+    cfg.sc_kind = c.opts.mesh_kind;
+    cfg.num_cores = 1;
+    for (int64_t m : *c.opts.mesh_shape) cfg.num_cores *= static_cast<int>(m);
+    if (c.opts.mesh_kind == "sc_vector_subcore")
+      cfg.subcores_per_core = static_cast<int>(c.opts.mesh_shape->at(1));
+    cfg.dimension_semantics.assign(c.opts.mesh_shape->size(),
+                                   cfg.num_cores > 1 ? "parallel" : "arbitrary");
   }
   return cfg;
+}
+
+// The block rules of a SparseCore pallas_call (kernel_type SC_*): Blocked dims only, and a
+// minor dimension that is a multiple of 8 for blocks of rank > 1.
+void check_sparse_core_blocks(const PallasCallImpl& c, const TracedCall& call) {
+  auto it = c.compiler_params.find("mosaic_tpu");
+  if (it == c.compiler_params.end()) return;
+  if (std::get<tpu::CompilerParams>(it->second).kernel_type == tpu::KernelType::TC) return;
+  const GridMapping& gm = call.grid_mapping;
+  if (gm.grid.empty() && gm.num_index_operands > 0)
+    throw Error("a SparseCore kernel with an empty grid cannot take scalar-prefetch (index) "
+                "operands",
+                c.loc);
+  for (const BlockMapping& bm : gm.block_mappings) {
+    std::vector<int64_t> shape;
+    for (size_t d = 0; d < bm.block_shape.size(); ++d) {
+      const BlockDim& b = bm.block_shape[d];
+      if (!b.is_blocked())
+        throw NotSupportedError(std::string(b.is_squeezed() ? "a Squeezed"
+                                            : b.is_element() ? "an Element"
+                                                             : "a BoundedSlice") +
+                                    " block dimension (dimension " + std::to_string(d) + " of " +
+                                    bm.origin + ") in a SparseCore kernel, which takes Blocked "
+                                    "dimensions only",
+                                bm.index_map.loc);
+      shape.push_back(core::block_extent(bm, d));
+    }
+    if (shape.size() > 1 && shape.back() % 8 != 0)
+      throw Error("the minor-most dimension of a block of " + bm.origin +
+                      " must be a multiple of 8 on a SparseCore, got block shape " +
+                      core::tuple_string(shape),
+                  bm.index_map.loc);
+  }
 }
 }  // namespace
 
@@ -51,6 +92,7 @@ void check_kernel(const ir::Kernel& k) { check_region(k, k.body); }
 std::vector<std::vector<Array>> run(const PallasCallImpl& c, const TracedCall& call,
                                     const std::vector<std::vector<Array>>& args,
                                     const std::vector<int64_t>& grid, const tpu::Mesh& mesh) {
+  check_sparse_core_blocks(c, call);
   Machine m(call, config_of(c, mesh), c.loc);
   return m.run(args, grid);
 }

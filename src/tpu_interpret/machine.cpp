@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/blocks.h"
+#include "eval/strided.h"
 #include "tpu_interpret/core_runner.h"
 
 namespace pallas::tpu_interpret {
@@ -18,10 +19,16 @@ namespace pallas::tpu_interpret {
 using core::tuple_string;
 
 namespace {
-std::string description_of(const Buffer& b) {
+// `subcores`: per SparseCore on a VectorSubcoreMesh (0: not one), whose thread c is
+// "core c / subcores, subcore c % subcores".
+std::string description_of(const Buffer& b, int subcores) {
   std::string s = b.name + " (" + std::string(memory_space_name(b.space)) + ", device " +
                   std::to_string(b.device);
-  if (b.core >= 0) s += ", core " + std::to_string(b.core);
+  if (b.core >= 0 && subcores > 0)
+    s += ", core " + std::to_string(b.core / subcores) + ", subcore " + std::to_string(b.core % subcores);
+  else if (b.core >= 0)
+    s += ", core " + std::to_string(b.core);
+  if (b.core < -1) s += ", SparseCore " + std::to_string(-2 - b.core);
   return s + ")";
 }
 }  // namespace
@@ -208,17 +215,26 @@ void Machine::log(const CoreThread& t, const char* kind, const std::string& line
 eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std::string& name,
                                  bool shared) {
   int64_t id = t.next_buffer_id++;
+  // Who shares the buffer: its core (-1: the whole device; below -1: the vector subcores of one
+  // SparseCore, for VMEM_SHARED on a VectorSubcoreMesh).
+  int owner = shared ? -1 : t.core;
+  int sharers = shared ? cfg_.num_cores : 1;
+  if (shared && type.space == MemorySpace::VmemShared && cfg_.subcores_per_core > 1) {
+    owner = -2 - t.sc_core;
+    sharers = cfg_.subcores_per_core;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  auto key = std::make_tuple(t.device, shared ? -1 : t.core, id);
+  auto key = std::make_tuple(t.device, owner, id);
   auto it = buffers_.find(key);
   if (shared && it != buffers_.end()) return whole_ref(it->second);  // counted at creation
   auto b = std::make_shared<Buffer>();
   b->id = id;
   b->space = type.space;
   b->device = t.device;
-  b->core = shared ? -1 : t.core;
+  b->core = owner;
   b->name = name;
-  b->description = description_of(*b);  // race reports name it on every access: built once
+  b->description =
+      description_of(*b, cfg_.sc_kind == "sc_vector_subcore" ? cfg_.subcores_per_core : 0);  // race reports name it on every access: built once
   b->logical = type.shape;
   Shape stored = cfg_.params.buffer_bounds == "padded"
                      ? tile_padded(type.shape, type.dtype, type.space)
@@ -242,7 +258,7 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
   // device has released it: counting only the cores that have arrived so far would free it
   // when an early core leaves its run_scoped before a later core enters (which then got a
   // fresh, uninitialised buffer instead of the shared one).
-  b->refs = shared ? cfg_.num_cores : 1;
+  b->refs = sharers;
   buffers_[key] = b;
   eval::RefValue r = whole_ref(b);
   r.dtype = type.dtype;
@@ -412,9 +428,9 @@ void Machine::check_deadlock_locked() {
          << semaphore_kind(s.kind) << ") at " << t.wait_loc.to_string() << ": count "
          << s.count[static_cast<size_t>(t.gcid)] << ", waiting for " << t.wait_value;
     } else if (t.state == CoreThread::State::WaitingBarrier) {
-      os << "\n  " << t.name << ": at the implicit barrier of all devices (before the first "
-         << "grid step), which " << barrier_arrived_ << " of " << num_threads_
-         << " cores have reached";
+      os << "\n  " << t.name << ": at " << t.wait_what << " (" << t.wait_loc.to_string()
+         << "), which " << barriers_[static_cast<int>(t.wait_sem)].arrived << " of "
+         << t.wait_value << " " << (t.wait_sem < 0 ? "cores" : "subcores") << " have reached";
     } else if (t.state == CoreThread::State::Done) {
       os << "\n  " << t.name << ": finished";
     }
@@ -431,32 +447,54 @@ void Machine::check_deadlock_locked() {
 }
 
 void Machine::barrier_all(CoreThread& t, const SourceLoc& loc) {
+  barrier(t, -1, num_threads_, loc, "the implicit barrier of all devices (before the first grid step)");
+}
+
+void Machine::subcore_barrier(CoreThread& t, const SourceLoc& loc) {
+  if (cfg_.sc_kind != "sc_vector_subcore")
+    throw Error("subcore_barrier() is only available in a kernel on a VectorSubcoreMesh", loc);
+  barrier(t, t.device * (cfg_.num_cores / cfg_.subcores_per_core) + t.sc_core,
+          cfg_.subcores_per_core, loc, "subcore_barrier");
+}
+
+void Machine::barrier(CoreThread& t, int group, int members, const SourceLoc& loc,
+                      const char* what) {
+  auto in_group = [&](const CoreThread& o) {
+    return group < 0 || (o.device == t.device && o.sc_core == t.sc_core);
+  };
   std::unique_lock<std::mutex> lk(mu_);
   if (failed_) throw Cancelled{};
-  int64_t gen = barrier_generation_;
-  if (++barrier_arrived_ == num_threads_) {
-    barrier_arrived_ = 0;
-    ++barrier_generation_;
+  BarrierState& b = barriers_[group];
+  int64_t gen = b.generation;
+  if (++b.arrived == members) {
+    b.arrived = 0;
+    ++b.generation;
     // The waiters are released now, before they wake up: a thread that finishes meanwhile must
     // not take them for stuck at the barrier (the deadlock check reads these states).
     for (const auto& tp : threads_)
-      if (tp->state == CoreThread::State::WaitingBarrier) tp->state = CoreThread::State::Running;
+      if (in_group(*tp) && tp->state == CoreThread::State::WaitingBarrier)
+        tp->state = CoreThread::State::Running;
     if (races_) {
       VectorClock all;
-      for (const auto& tp : threads_) merge_into(all, tp->clock);
+      for (const auto& tp : threads_)
+        if (in_group(*tp)) merge_into(all, tp->clock);
       for (const auto& tp : threads_) {
+        if (!in_group(*tp)) continue;
         tp->clock = all;
         tick(tp->clock, tp->actor);
       }
     }
-    log(t, "barrier", "implicit barrier of all devices passed");
+    log(t, "barrier", std::string(what) + " passed");
     cv_.notify_all();
     return;
   }
   t.state = CoreThread::State::WaitingBarrier;
   t.wait_loc = loc;
+  t.wait_what = what;
+  t.wait_sem = group;
+  t.wait_value = members;
   check_deadlock_locked();
-  while (gen == barrier_generation_) {
+  while (gen == b.generation) {
     if (failed_) {
       t.state = CoreThread::State::Running;
       throw Cancelled{};
@@ -468,18 +506,17 @@ void Machine::barrier_all(CoreThread& t, const SourceLoc& loc) {
 
 // ---- DMAs ----------------------------------------------------------------------------------------
 std::string Machine::dma_name(const Dma& d) const {
-  return "DMA " + std::to_string(d.id) + " (started by device " +
-         std::to_string(d.send_gcid / cfg_.num_cores) + ", core " +
-         std::to_string(d.send_gcid % cfg_.num_cores) + " at " + d.loc.to_string() + ")";
+  return "DMA " + std::to_string(d.id) + " (started by " +
+         threads_[static_cast<size_t>(d.send_gcid)]->name + " at " + d.loc.to_string() + ")";
 }
 
 void Machine::check_access(Buffer* b, const eval::RefValue& view, bool is_write,
-                           const VectorClock& clock, const AccessInfo& who) {
+                           const VectorClock& clock, const AccessInfo& who, bool atomic_add) {
   if (!races_) return;
   int n = races_->access(b, b->describe(), b->content.shape(),
                          region_of(view, static_cast<std::byte*>(b->content.raw_data()),
                                    b->content.shape()),
-                         is_write, clock, who);
+                         is_write, clock, who, atomic_add);
   if (n && cfg_.params.races_are_errors) throw tpu::RaceError(races_->reports().back().to_string());
 }
 
@@ -498,15 +535,23 @@ void Machine::copy_region(const eval::RefValue& src, Buffer* sb, const eval::Ref
   eval::write(dst, tmp);
 }
 
+namespace {
+void add_into(const eval::RefValue& dst, const void* src);  // below, with the indirect DMAs
+}
+
 void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
   std::lock_guard<std::mutex> lock(dma->mu);
   if (dma->state == Dma::State::Started) {
     {
       std::lock_guard<std::mutex> l2(dma->src_buffer->mu);
-      if (races_)
-        check_access(dma->src_buffer, dma->src, false, dma->clock,
-                     {dma->actor, dma->actor_name, "DMA read", dma->loc});
-      dma->staged = eval::read(dma->src);
+      if (dma->indirect == 1) {
+        gather_rows(*dma);
+      } else {
+        if (races_)
+          check_access(dma->src_buffer, dma->src, false, dma->clock,
+                       {dma->actor, dma->actor_name, "DMA read", dma->loc});
+        dma->staged = eval::read(dma->src);
+      }
     }
     dma->state = Dma::State::Read;
     if (dma->send_sem >= 0) {
@@ -523,10 +568,18 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
   if (write && dma->state == Dma::State::Read) {
     {
       std::lock_guard<std::mutex> l2(dma->dst_buffer->mu);
-      if (races_)
-        check_access(dma->dst_buffer, dma->dst, true, dma->clock,
-                     {dma->actor, dma->actor_name, "DMA write", dma->loc});
-      eval::write(dma->dst, dma->staged);
+      if (dma->indirect == 2) {
+        scatter_rows(*dma);
+      } else {
+        if (races_)
+          check_access(dma->dst_buffer, dma->dst, true, dma->clock,
+                       {dma->actor, dma->actor_name, dma->add ? "DMA add" : "DMA write", dma->loc},
+                       dma->add);
+        if (dma->add)
+          add_into(dma->dst, dma->staged.raw_data());
+        else
+          eval::write(dma->dst, dma->staged);
+      }
     }
     dma->staged = Array();
     dma->state = Dma::State::Done;
@@ -540,6 +593,168 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
     if (races_) merge_into(s.clock[static_cast<size_t>(dma->recv_gcid)], dma->clock);
     cv_.notify_all();
   }
+}
+
+// ---- Indirect (SparseCore) DMAs ------------------------------------------------------------------
+namespace {
+// Row i (of the major dimension) of `r`, as a view of the remaining dimensions.
+eval::RefValue row_of(const eval::RefValue& r, int64_t i) {
+  eval::RefValue row = r;
+  row.data = r.data + i * r.strides[0] * itemsize(r.dtype);
+  row.shape.erase(row.shape.begin());
+  row.strides.erase(row.strides.begin());
+  return row;
+}
+
+template <class T>
+void add_elements(const eval::RefValue& dst, const T* src) {
+  // dst's view, row-major over its shape; src contiguous.
+  const int64_t n = dst.size();
+  const int rank = static_cast<int>(dst.shape.size());
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  T* base = reinterpret_cast<T*>(dst.data);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t off = 0;
+    for (int d = 0; d < rank; ++d) off += idx[d] * dst.strides[d];
+    base[off] += src[k];
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < dst.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+// Writes the contiguous elements at src into the view dst.
+void write_view(const eval::RefValue& dst, const std::byte* src) {
+  const int64_t esize = itemsize(dst.dtype);
+  bool contiguous = true;
+  int64_t expect = 1;
+  for (int d = static_cast<int>(dst.shape.size()) - 1; d >= 0; --d) {
+    if (dst.shape[d] != 1 && dst.strides[d] != expect) contiguous = false;
+    expect *= dst.shape[d];
+  }
+  if (contiguous) {
+    std::memcpy(dst.data, src, static_cast<size_t>(dst.size() * esize));
+    return;
+  }
+  const int rank = static_cast<int>(dst.shape.size());
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  for (int64_t k = 0; k < dst.size(); ++k) {
+    int64_t off = 0;
+    for (int d = 0; d < rank; ++d) off += idx[d] * dst.strides[d];
+    std::memcpy(dst.data + off * esize, src + k * esize, static_cast<size_t>(esize));
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < dst.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// dst += the contiguous elements at src (the DMA engine's add; dtypes checked when traced).
+void add_into(const eval::RefValue& dst, const void* src) {
+  switch (dst.dtype) {
+    case DType::F32: add_elements(dst, static_cast<const float*>(src)); return;
+    case DType::F64: add_elements(dst, static_cast<const double*>(src)); return;
+    case DType::I32: add_elements(dst, static_cast<const int32_t*>(src)); return;
+    case DType::U32: add_elements(dst, static_cast<const uint32_t*>(src)); return;
+    case DType::I64: add_elements(dst, static_cast<const int64_t*>(src)); return;
+    default: throw InternalError("DMA add of " + std::string(dtype_name(dst.dtype)));
+  }
+}
+}  // namespace
+
+void Machine::gather_rows(Dma& dma) {
+  Shape shape = dma.src.shape;
+  shape[0] = static_cast<int64_t>(dma.rows.size());
+  dma.staged = Array::uninitialized(shape, dma.src.dtype);
+  const int esize = static_cast<int>(itemsize(dma.src.dtype));
+  const int64_t row_bytes = dma.staged.size() / std::max<int64_t>(shape[0], 1) * esize;
+  std::byte* out = static_cast<std::byte*>(dma.staged.raw_data());
+  for (size_t i = 0; i < dma.rows.size(); ++i) {
+    eval::RefValue row = row_of(dma.src, dma.rows[i]);
+    if (races_)
+      check_access(dma.src_buffer, row, false, dma.clock,
+                   {dma.actor, dma.actor_name, "gather DMA read of row " + std::to_string(dma.rows[i]), dma.loc});
+    eval::strided_copy(out + static_cast<int64_t>(i) * row_bytes, row.data, row.shape, row.strides, esize);
+  }
+}
+
+void Machine::scatter_rows(Dma& dma) {
+  const int64_t n = static_cast<int64_t>(dma.rows.size());
+  const int64_t row_bytes = n ? dma.staged.size() / n * itemsize(dma.staged.dtype()) : 0;
+  const std::byte* in = static_cast<const std::byte*>(dma.staged.raw_data());
+  for (int64_t i = 0; i < n; ++i) {
+    eval::RefValue row = row_of(dma.dst, dma.rows[static_cast<size_t>(i)]);
+    if (races_)
+      check_access(dma.dst_buffer, row, true, dma.clock,
+                   {dma.actor, dma.actor_name,
+                    std::string(dma.add ? "scatter-add" : "scatter") + " DMA write of row " +
+                        std::to_string(dma.rows[static_cast<size_t>(i)]),
+                    dma.loc},
+                   dma.add);
+    if (dma.add) {
+      add_into(row, in + i * row_bytes);
+    } else {
+      write_view(row, in + i * row_bytes);
+    }
+  }
+}
+
+void Machine::indirect_dma_start(CoreThread& t, const eval::RefValue& src,
+                                 const eval::RefValue& dst, int64_t recv_sem, int indirect,
+                                 bool add, std::vector<int64_t> rows, const SourceLoc& loc) {
+  const eval::RefValue& data = indirect == 1 ? src : dst;
+  const int64_t limit = data.shape.at(0);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i] < 0 || rows[i] >= limit)
+      throw Error(std::string(indirect == 1 ? "gather" : "scatter") + " index " +
+                      std::to_string(rows[i]) + " (at position " + std::to_string(i) +
+                      " of the indices) is out of bounds for the major dimension of " +
+                      buffer_of(data)->describe() + ", of size " + std::to_string(limit),
+                  loc);
+  auto dma = std::make_shared<Dma>();
+  dma->src = src;
+  dma->dst = dst;
+  dma->src_buffer = buffer_of(src);
+  dma->dst_buffer = buffer_of(dst);
+  dma->loc = loc;
+  dma->indirect = indirect;
+  dma->add = add;
+  const eval::RefValue& direct = indirect == 1 ? dst : src;
+  dma->nbytes = direct.size() * itemsize(direct.dtype);
+  dma->rows = std::move(rows);
+  dma->recv_sem = recv_sem;
+  dma->send_gcid = t.gcid;
+  dma->recv_gcid = t.gcid;
+  enqueue_dma(t, dma);
+}
+
+void Machine::enqueue_dma(CoreThread& t, const std::shared_ptr<Dma>& dma) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_) throw Cancelled{};
+    if (dma->id == 0) dma->id = next_dma_id_++;
+    // Names are for race reports and logs only: building one per DMA costs more than the copy.
+    if (races_ || logging("dma")) dma->actor_name = dma_name(*dma);
+    if (races_) {
+      dma->actor = num_threads_ + static_cast<int>(dma->id);
+      dma->clock = t.clock;
+      tick(dma->clock, dma->actor);
+      tick(t.clock, t.actor);
+    }
+    sem_locked(dma->recv_sem, nullptr, DType::DmaSemaphore);
+    if (dma->send_sem >= 0) sem_locked(dma->send_sem, nullptr, DType::DmaSemaphore);
+    dmas_.push_back(dma);
+    if (cfg_.params.dma_execution_mode == "on_wait") {
+      sems_.at(dma->recv_sem).tasks[static_cast<size_t>(dma->recv_gcid)].emplace_back(dma, true);
+      if (dma->send_sem >= 0)
+        sems_.at(dma->send_sem).tasks[static_cast<size_t>(dma->send_gcid)].emplace_back(dma, false);
+      cv_.notify_all();
+    }
+  }
+  if (logging("dma"))
+    log(t, "dma", "dma_start " + dma->actor_name + ": " + std::to_string(dma->nbytes) + " bytes to " +
+                    dma->dst_buffer->describe());
+  if (cfg_.params.dma_execution_mode == "eager") execute_dma(dma, true);
 }
 
 void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::RefValue& dst,
@@ -587,27 +802,8 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
       dma->dst_buffer = local_dst;
     }
     dma->recv_gcid = target_device * cfg_.num_cores + t.core;
-    // Names are for race reports and logs only: building one per DMA costs more than the copy.
-    if (races_ || logging("dma")) dma->actor_name = dma_name(*dma);
-    if (races_) {
-      dma->actor = num_threads_ + static_cast<int>(dma->id);
-      dma->clock = t.clock;
-      tick(dma->clock, dma->actor);
-      tick(t.clock, t.actor);
-    }
-    sem_locked(recv_sem, nullptr, DType::DmaSemaphore);
-    if (send_sem) sem_locked(*send_sem, nullptr, DType::DmaSemaphore);
-    dmas_.push_back(dma);
-    if (cfg_.params.dma_execution_mode == "on_wait") {
-      sems_.at(recv_sem).tasks[static_cast<size_t>(dma->recv_gcid)].emplace_back(dma, true);
-      if (send_sem) sems_.at(*send_sem).tasks[static_cast<size_t>(dma->send_gcid)].emplace_back(dma, false);
-      cv_.notify_all();
-    }
   }
-  if (logging("dma"))
-    log(t, "dma", "dma_start " + dma->actor_name + ": " + std::to_string(dma->nbytes) + " bytes to " +
-                    dma->dst_buffer->describe());
-  if (cfg_.params.dma_execution_mode == "eager") execute_dma(dma, true);
+  enqueue_dma(t, dma);
 }
 
 // ---- Grid execution -------------------------------------------------------------------------------
@@ -851,7 +1047,10 @@ std::vector<std::vector<Array>> Machine::run(const std::vector<std::vector<Array
       t->core = c;
       t->gcid = d * cfg_.num_cores + c;
       t->actor = t->gcid;
-      t->name = "device " + std::to_string(d) + ", core " + std::to_string(c);
+      t->sc_core = c / cfg_.subcores_per_core;
+      t->subcore = c % cfg_.subcores_per_core;
+      t->name = "device " + std::to_string(d) + ", core " + std::to_string(t->sc_core);
+      if (cfg_.sc_kind == "sc_vector_subcore") t->name += ", subcore " + std::to_string(t->subcore);
       if (races_) tick(t->clock, t->actor);
       threads_.push_back(std::move(t));
     }
@@ -1019,8 +1218,7 @@ void Machine::check_exit_state() {
       if (s->count[g] == 0) continue;
       ++problems;
       os << "\n  " << s->name << " (" << semaphore_kind(s->kind) << ") has count " << s->count[g]
-         << " on device " << g / static_cast<size_t>(cfg_.num_cores) << ", core "
-         << g % static_cast<size_t>(cfg_.num_cores);
+         << " on " << threads_[g]->name;
     }
   }
   if (problems == 0) return;

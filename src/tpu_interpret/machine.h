@@ -51,6 +51,7 @@ Shape tile_padded(const Shape& shape, DType dtype, MemorySpace space);
 // The thread executing one (device, core).
 struct CoreThread {
   int device = 0, core = 0, gcid = 0;
+  int sc_core = 0, subcore = 0;  // SparseCore vector meshes: core = sc_core * subcores + subcore
   int actor = 0;                 // race-detector actor (= gcid)
   int64_t next_buffer_id = 100;
   int64_t next_sem_id = 2000;
@@ -92,6 +93,10 @@ struct Dma {
   std::mutex mu;
   enum class State { Started, Read, Done } state = State::Started;
   Array staged;
+  // Indirect DMAs: 1 gathers src rows `rows`, 2 scatters to dst rows `rows`; `add` accumulates.
+  int indirect = 0;
+  bool add = false;
+  std::vector<int64_t> rows;
 };
 
 struct MachineConfig {
@@ -99,6 +104,11 @@ struct MachineConfig {
   tpu::Mesh mesh;                 // the devices
   int num_cores = 1;              // per device
   bool core_map = false;          // a core_map: grid = cores, no permutation
+  // SparseCore meshes: "sc_scalar_subcore" or "sc_vector_subcore" (empty otherwise). A vector
+  // mesh's threads are its subcores, `subcores_per_core` per SparseCore; VMEM_SHARED and
+  // subcore_barrier are per SparseCore.
+  std::string sc_kind;
+  int subcores_per_core = 1;
   std::optional<int> collective_id;
   std::vector<std::string> dimension_semantics;
 };
@@ -129,6 +139,13 @@ class Machine {
   void dma_start(CoreThread& t, const eval::RefValue& src, const eval::RefValue& dst,
                  int64_t recv_sem, std::optional<int64_t> send_sem, int target_device,
                  const SourceLoc& loc);
+  // A SparseCore gather (indirect = 1: dst[i] = src[rows[i]]) or scatter (2: dst[rows[i]] =
+  // src[i]); `add`: += instead of =. `rows` are checked against the indexed side's major dim.
+  void indirect_dma_start(CoreThread& t, const eval::RefValue& src, const eval::RefValue& dst,
+                          int64_t recv_sem, int indirect, bool add, std::vector<int64_t> rows,
+                          const SourceLoc& loc);
+  // subcore_barrier(): the vector subcores of t's SparseCore.
+  void subcore_barrier(CoreThread& t, const SourceLoc& loc);
   // Devices.
   int num_devices() const { return static_cast<int>(cfg_.mesh.num_devices()); }
   std::vector<int64_t> device_coords(int device) const;
@@ -137,7 +154,7 @@ class Machine {
   // Race detection (when on): checks and records an access to `view` of buffer `b`; with
   // races_are_errors a race throws RaceError.
   void check_access(Buffer* b, const eval::RefValue& view, bool is_write, const VectorClock& clock,
-                    const AccessInfo& who);
+                    const AccessInfo& who, bool atomic_add = false);
   bool logging(const char* kind) const;
 
  private:
@@ -145,9 +162,16 @@ class Machine {
   void fail(std::exception_ptr e, const std::string& where);
   void check_deadlock_locked();
   void barrier_all(CoreThread& t, const SourceLoc& loc);
+  // Waits for the `members` threads of barrier `group` (-1: every thread); merges their clocks.
+  void barrier(CoreThread& t, int group, int members, const SourceLoc& loc, const char* what);
   // The semaphore `id`, created (named `name`, or by its id when null) if new. Under mu_.
   Semaphore& sem_locked(int64_t id, const char* name, DType kind);
   void execute_dma(const std::shared_ptr<Dma>& dma, bool write);
+  // Registers a started DMA (id, clocks, semaphore queues) and runs it now in eager mode.
+  void enqueue_dma(CoreThread& t, const std::shared_ptr<Dma>& dma);
+  // Indirect DMAs' read and write steps (under the buffer's lock), row by row.
+  void gather_rows(Dma& dma);
+  void scatter_rows(Dma& dma);
   void copy_region(const eval::RefValue& src, Buffer* sb, const eval::RefValue& dst, Buffer* db,
                    int actor, const VectorClock* clock, const std::string& actor_name,
                    const std::string& what, const SourceLoc& loc);
@@ -171,8 +195,11 @@ class Machine {
   std::map<std::tuple<int, int, int64_t>, std::shared_ptr<Buffer>> buffers_;
   std::vector<std::shared_ptr<Dma>> dmas_;  // every DMA started (for the exit check)
   int64_t next_dma_id_ = 1;
-  int barrier_arrived_ = 0;
-  int64_t barrier_generation_ = 0;
+  struct BarrierState {
+    int arrived = 0;
+    int64_t generation = 0;
+  };
+  std::map<int, BarrierState> barriers_;  // by group (-1: all threads; else a SparseCore)
   std::mutex recorder_mu_;
   std::mutex log_mu_;
   std::unique_ptr<RaceDetector> races_;

@@ -110,7 +110,7 @@ bool regions_overlap(const Region& a, const Region& b,
 
 int RaceDetector::access(const void* buffer, const std::string& buffer_name,
                          const Shape& buffer_shape, const Region& region, bool is_write,
-                         const VectorClock& clock, const AccessInfo& who) {
+                         const VectorClock& clock, const AccessInfo& who, bool atomic_add) {
   for (const DimRange& d : region)
     if (d.count == 0) return 0;
   std::lock_guard<std::mutex> lock(mu_);
@@ -120,6 +120,7 @@ int RaceDetector::access(const void* buffer, const std::string& buffer_name,
   for (const Record& r : recs) {
     if (r.who.actor == who.actor) continue;  // program order
     if (!r.is_write && !is_write) continue;
+    if (r.atomic_add && atomic_add) continue;
     if (happens_before(r.clock, clock)) continue;
     if (!regions_overlap(r.region, region, &box)) continue;
     std::string key = buffer_name + "|" + r.who.loc.to_string() + "|" + r.who.what + "|" +
@@ -145,7 +146,7 @@ int RaceDetector::access(const void* buffer, const std::string& buffer_name,
     if (r.who.actor == who.actor) return is_write || !r.is_write;
     return is_write && happens_before(r.clock, clock);
   });
-  recs.push_back(Record{region, is_write, clock, who});
+  recs.push_back(Record{region, is_write, atomic_add, clock, who});
   return found;
 }
 

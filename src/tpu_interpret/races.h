@@ -53,14 +53,18 @@ class RaceDetector {
  public:
   // Checks an access against the buffer's earlier accesses, records it, and returns the number
   // of new races found.
+  // `atomic_add` (a write): adds of DMAs with add = true, which never race with each other
+  // (the DMA engine's read-modify-write is atomic), only with plain reads and writes.
   int access(const void* buffer, const std::string& buffer_name, const Shape& buffer_shape,
-             const Region& region, bool is_write, const VectorClock& clock, const AccessInfo& who);
+             const Region& region, bool is_write, const VectorClock& clock, const AccessInfo& who,
+             bool atomic_add = false);
   std::vector<tpu::RaceReport> reports() const;
 
  private:
   struct Record {
     Region region;
     bool is_write;
+    bool atomic_add;
     VectorClock clock;
     AccessInfo who;
   };

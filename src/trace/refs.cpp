@@ -99,7 +99,56 @@ Ref::Ref(const Value& handle) : handle_(handle) {
     throw Error("pallas::Ref made from a non-Ref value " + handle.type().to_string());
 }
 
+const Value& Ref::handle() const {
+  if (indirect_)
+    throw Error("an indirectly indexed Ref (" + indirect_->type.to_string() +
+                    ", made by x.at(indices)) can only be the source of a DMA (a gather) or its "
+                    "destination (a scatter)",
+                indirect_->loc);
+  return handle_;
+}
+
+Ref Ref::make_indirect(const Value& indices, const Loc& loc) const {
+  const ir::Type& data = handle().type();
+  const ir::Type& it = indices.type();
+  if (it.rank() != 1)
+    throw Error("at: the indices of a gather/scatter must be 1-D, got " + it.to_string(),
+                trace::src(loc));
+  if (data.rank() < 1)
+    throw Error("at: a gather/scatter needs a major dimension to index; " + data.to_string() +
+                    " has none",
+                trace::src(loc));
+  Ref r = *this;
+  Shape shape = data.shape;
+  shape[0] = it.shape[0];
+  r.indirect_ = std::make_shared<Indirect>(
+      Indirect{handle_, indices, ir::Type::ref(shape, data.dtype, data.space), trace::src(loc)});
+  return r;
+}
+
+Ref Ref::at(const Ref& indices, Loc loc) const { return make_indirect(indices.handle(), loc); }
+
 Ref Ref::at(Indices idx, Loc loc) const {
+  if (indirect_)
+    throw Error("at: the ref indexed for a gather/scatter (" + indirect_->type.to_string() +
+                    ") cannot be indexed further; index the data ref first, then by the indices",
+                trace::src(loc));
+  // A 1-D integer vector as the first index: a gather/scatter of the major dimension.
+  if (!idx.empty() && idx[0].kind() == Index::Kind::Int && idx[0].start().is_value() &&
+      idx[0].start().as_value().rank() == 1) {
+    for (size_t k = 1; k < idx.size(); ++k) {
+      const Index& i = idx[k];
+      bool full = i.kind() == Index::Kind::All ||
+                  (i.kind() == Index::Kind::Slice && !i.start().is_value() &&
+                   i.start().int_literal() == 0 && i.stride() == 1 &&
+                   static_cast<int>(k) < rank() && i.size() == dim(static_cast<int>(k)));
+      if (!full)
+        throw Error("at: only indexing along the major dimension is supported in a gather/scatter "
+                    "(the other dimensions must be whole: pl::all)",
+                    trace::src(loc));
+    }
+    return make_indirect(idx[0].start().as_value(), loc);
+  }
   Lowered l = lower_indices(type(), idx, "at", loc);
   Attrs a;
   a.set(AttrKey::Index, l.indexer);

@@ -1,5 +1,10 @@
 // Tracing of the TPU surface (include/pallas/tpu.h): DMAs, semaphores, axis indices.
 #include "pallas/tpu.h"
+#include "pallas/sparse_core.h"
+#include <algorithm>
+#include <cctype>
+
+#include "core/blocks.h"
 #include "trace/context.h"
 
 namespace pallas::tpu {
@@ -112,7 +117,97 @@ AsyncCopy make_async_remote_copy(const Ref& src, const Ref& dst, const Ref& send
   return c;
 }
 
+AsyncCopy make_async_copy(const Ref& src, const Ref& dst, const Ref& sem, CopyOptions opts) {
+  AsyncCopy c = make_async_copy(src, dst, sem);
+  c.add = opts.add;
+  return c;
+}
+
+namespace {
+
+bool is_hbm_like(MemorySpace s) {
+  return s == MemorySpace::Hbm || s == MemorySpace::Any || s == MemorySpace::VmemShared;
+}
+
+std::string space_name(MemorySpace s) {
+  std::string n(memory_space_name(s));
+  for (char& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return n;
+}
+
+// The checks of an indirect (gather / scatter) or adding DMA, then its dma_start: operands src,
+// dst, sem, indices; attrs indirect (1: gather, 2: scatter) and add.
+void start_indirect_dma(const AsyncCopy& c, const Loc& loc) {
+  const Ref::Indirect* gather = c.src.indirect();
+  const Ref::Indirect* scatter = c.dst.indirect();
+  const MemorySpace ss = c.src.memory_space(), ds = c.dst.memory_space();
+  auto fail = [&](const std::string& msg) { throw Error(msg, trace::src(loc)); };
+  if (is_hbm_like(ss) && ds == MemorySpace::Vmem) {
+    if (scatter)
+      fail("only the source can be indexed in a gather (an async_copy/sync_copy from " +
+           space_name(ss) + " to VMEM); the destination " + c.dst.type().to_string() + " is indexed");
+  } else if (ss == MemorySpace::Vmem && is_hbm_like(ds)) {
+    if (gather)
+      fail("only the destination can be indexed in a scatter (an async_copy/sync_copy from VMEM "
+           "to " + space_name(ds) + "); the source " + c.src.type().to_string() + " is indexed");
+  } else {
+    if (gather || scatter)
+      throw NotSupportedError("a gather/scatter DMA from " + space_name(ss) + " to " +
+                                  space_name(ds) + " (only HBM/VMEM_SHARED to VMEM gathers and "
+                                  "VMEM to HBM/VMEM_SHARED scatters exist)",
+                              trace::src(loc));
+    fail("DMAs with add = true only run between VMEM and HBM/VMEM_SHARED; this one copies " +
+         space_name(ss) + " to " + space_name(ds));
+  }
+  const Ref::Indirect* ind = gather ? gather : scatter;
+  if (!ind)
+    throw NotSupportedError("a DMA with add = true whose major dimension is not indexed: index "
+                            "it with the row offsets, e.g. dst.at(indices) with indices = "
+                            "0, 1, ..., n-1 in a VMEM ref",
+                            trace::src(loc));
+  if (c.send_sem)
+    throw NotSupportedError("a gather/scatter DMA to or from a remote device", trace::src(loc));
+  const ir::Type& it = ind->indices.type();
+  if (it.dtype != DType::I32)
+    throw NotSupportedError("gather/scatter indices of dtype " + std::string(dtype_name(it.dtype)) +
+                                " (only int32 indices)",
+                            trace::src(loc));
+  if (it.is_ref && it.space != MemorySpace::Vmem)
+    throw NotSupportedError("gather/scatter indices in " + space_name(it.space) +
+                                " (they must be in VMEM)",
+                            trace::src(loc));
+  const Ref& other = gather ? c.dst : c.src;
+  if (other.shape() != ind->type.shape)
+    fail(std::string("the indexed ") + (gather ? "source" : "destination") + " has shape " +
+         core::tuple_string(ind->type.shape) + " but the " + (gather ? "destination" : "source") +
+         " has shape " + core::tuple_string(other.shape()) + "; they must match");
+  if (other.dtype() != ind->type.dtype)
+    fail(std::string("the ") + (gather ? "source" : "destination") + " holds " +
+         std::string(dtype_name(ind->type.dtype)) + " but the " + (gather ? "destination" : "source") +
+         " holds " + std::string(dtype_name(other.dtype())));
+  static const DType addable[] = {DType::F32, DType::F64, DType::I32, DType::U32, DType::I64};
+  if (c.add && std::find(std::begin(addable), std::end(addable), other.dtype()) == std::end(addable))
+    throw NotSupportedError("a DMA with add = true on " + std::string(dtype_name(other.dtype())) +
+                                " data (f32, f64, i32, u32 and i64 can be added)",
+                            trace::src(loc));
+  std::vector<Value> ops = {gather ? gather->data : c.src.handle(),
+                            scatter ? scatter->data : c.dst.handle(), c.recv_sem.handle(),
+                            ind->indices};
+  Attrs a;
+  a.set(AttrKey::Indirect, int64_t{gather ? 1 : 2});
+  if (c.add) a.set(AttrKey::AddAttr, int64_t{1});
+  trace::add_op(OpCode::DmaStart, ops, std::move(a), loc);
+}
+
+}  // namespace
+
+const Ref& AsyncCopy::direct_side() const { return src.indirect() ? dst : src; }
+
 void AsyncCopy::start(Loc loc) const {
+  if (add || src.indirect() || dst.indirect()) {
+    start_indirect_dma(*this, loc);
+    return;
+  }
   std::vector<Value> ops = {src.handle(), dst.handle(), recv_sem.handle()};
   Attrs a;
   if (send_sem) {
@@ -125,7 +220,7 @@ void AsyncCopy::start(Loc loc) const {
 // The receiver waits for the bytes of the source; the sender for the bytes of the destination
 // (equal: the type rule makes both the same shape and dtype).
 void AsyncCopy::wait_recv(Loc loc) const {
-  trace::add_op(OpCode::DmaWait, {recv_sem.handle(), src.handle()}, {}, loc);
+  trace::add_op(OpCode::DmaWait, {recv_sem.handle(), direct_side().handle()}, {}, loc);
 }
 
 void AsyncCopy::wait_send(Loc loc) const {
@@ -154,11 +249,19 @@ AsyncCopy async_remote_copy(const Ref& src, const Ref& dst, const Ref& send_sem,
   return c;
 }
 
-void sync_copy(const Ref& src, const Ref& dst, Loc loc) {
+AsyncCopy async_copy(const Ref& src, const Ref& dst, const Ref& sem, CopyOptions opts, Loc loc) {
+  AsyncCopy c = make_async_copy(src, dst, sem, opts);
+  c.start(loc);
+  return c;
+}
+
+void sync_copy(const Ref& src, const Ref& dst, Loc loc) { sync_copy(src, dst, CopyOptions{}, loc); }
+
+void sync_copy(const Ref& src, const Ref& dst, CopyOptions opts, Loc loc) {
   run_scoped(
       {scoped_semaphores(SemaphoreType::DMA)},
       [&](std::vector<Ref> sems) {
-        AsyncCopy c = make_async_copy(src, dst, sems[0]);
+        AsyncCopy c = make_async_copy(src, dst, sems[0], opts);
         c.start(loc);
         c.wait(loc);
         return std::vector<Value>{};
@@ -171,3 +274,9 @@ void run_on_first_core(const std::string& core_axis, const std::function<void()>
 }
 
 }  // namespace pallas::tpu
+
+namespace pallas::tpu_sc {
+
+void subcore_barrier(Loc loc) { trace::add_op(ir::OpCode::SubcoreBarrier, {}, {}, loc); }
+
+}  // namespace pallas::tpu_sc

@@ -85,7 +85,7 @@ CostRule cost_rule(ir::OpCode code) {
     case OpCode::Constant: case OpCode::Iota: case OpCode::ProgramId: case OpCode::NumPrograms:
     case OpCode::AxisIndex: case OpCode::RefView: case OpCode::Yield: case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::DmaWait: case OpCode::SemaphoreSignal: case OpCode::SemaphoreWait:
-    case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
+    case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
       return CostRule::Free;
     case OpCode::IntegerPow: return CostRule::IntegerPow;
     case OpCode::DotGeneral: return CostRule::Dot;
@@ -246,7 +246,15 @@ class KernelCounter {
       case CostRule::Dma: {
         const ir::Type& src = type(op.operands[0]);
         const ir::Type& dst = type(op.operands[1]);
-        int64_t b = bytes_of(src);
+        // An indirect DMA moves the rows its indices pick: the bytes of the side not indexed.
+        const int64_t indirect = op.attrs.get_int_or(AttrKey::Indirect, 0);
+        int64_t b = bytes_of(indirect == 1 ? dst : src);
+        if (op.attrs.get_int_or(AttrKey::AddAttr, 0) != 0) {
+          // An adding DMA also reads the destination, and adds each element.
+          const int64_t n = (indirect == 1 ? dst : src).size();
+          c.flops = sat_add(c.flops, n);
+          if (off_chip(dst.space)) c.bytes = sat_add(c.bytes, b);
+        }
         if (op.attrs.has(AttrKey::DeviceIdType)) {
           // The destination is another device's memory: only the read is this device's.
           c.remote = b;

@@ -53,7 +53,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::ReduceAnd: case OpCode::ReduceOr: case OpCode::Argmax: case OpCode::Argmin:
     case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::SemaphoreSignal: case OpCode::SemaphoreWait: case OpCode::SemaphoreRead:
-    case OpCode::GetBarrierSemaphore:
+    case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
       return JvpRule::kZeroTangent;
     // No rule yet: fine on integer data, an error once a tangent reaches them.
     case OpCode::Bitcast: case OpCode::ReduceProd: case OpCode::Cumprod: case OpCode::Cummax:

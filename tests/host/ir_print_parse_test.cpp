@@ -12,6 +12,8 @@
 
 #include "ir/builder.h"
 #include "pallas/pallas.h"
+#include "pallas/sparse_core.h"
+#include "pallas/sparse_core.h"
 #include "pallas/tpu.h"
 
 namespace pl = pallas;
@@ -242,7 +244,7 @@ ir::Kernel builder_kernel() {
 ir::Kernel tpu_kernel() {
   namespace pltpu = pallas::tpu;
   return pl::trace_kernel(
-      [](pl::Ref x, pl::Ref o, pl::Ref sems, pl::Ref buf) {
+      [](pl::Ref x, pl::Ref o, pl::Ref sems, pl::Ref buf, pl::Ref idx) {
         pl::Value me = pltpu::axis_index("x");
         auto local = pltpu::make_async_copy(x.at(pl::ds(0, 4, 2)), buf, sems.at(0));
         local.start();
@@ -261,9 +263,14 @@ ir::Kernel tpu_kernel() {
                                              .core_index = 0});
         pltpu::semaphore_signal(sems.at(2), 2);
         pltpu::semaphore_wait(sems.at(2), pltpu::semaphore_read(sems.at(2)));
+        // SparseCore: indirect DMAs (index ref, index vector, add) and the subcore barrier.
+        pltpu::make_async_copy(x.at(idx), buf, sems.at(0)).start();
+        pltpu::make_async_copy(buf, x.at(idx[pl::all]), sems.at(1), {.add = true}).start();
+        pallas::tpu_sc::subcore_barrier();
       },
       {ref({8, 16}, pl::f32, pl::MemorySpace::Any), ref({4, 16}, pl::f32, pl::MemorySpace::Any),
-       ref({3}, pl::DType::DmaSemaphore, pl::MemorySpace::Semaphore), ref({4, 16}, pl::f32)},
+       ref({3}, pl::DType::DmaSemaphore, pl::MemorySpace::Semaphore), ref({4, 16}, pl::f32),
+       ref({4}, pl::i32)},
       "tpu");
 }
 

@@ -169,7 +169,8 @@ TEST(TpuExamples, DeadlockIsReportedQuickly) {
 // ---- Usage errors ------------------------------------------------------------------------------------
 TEST(TpuExamples, TpuOnlyExamplesRejectOtherBackends) {
   for (const char* name : {"dma_matmul", "right_permute", "all_gather", "all_reduce",
-                           "reduce_scatter", "core_map_pipeline", "racy", "deadlock"}) {
+                           "reduce_scatter", "core_map_pipeline", "racy", "deadlock",
+                           "embedding_bag", "segment_sum"}) {
     for (const char* backend : {"reference", "gpu"}) {
       try {
         ex::find(name).build({.backend = backend});
@@ -211,3 +212,22 @@ TEST(TpuExamples, CallerSuppliedRaceSink) {
 }
 
 }  // namespace
+
+// ---- SparseCore examples ------------------------------------------------------------------------------
+TEST(TpuExamples, SparseCoreExamplesMatchTheirReferencesInBothDmaModesWithoutRaces) {
+  for (const char* name : {"embedding_bag", "segment_sum"}) {
+    for (const char* mode : {"eager", "on_wait"}) {
+      for (int cores : {1, 2}) {
+        ex::Problem p = ex::find(name).build({.seed = 3, .size = 256, .backend = "tpu-interpret",
+                                              .cores = cores, .dma_mode = mode, .detect_races = true});
+        ex::Outcome o = ex::run(p);
+        EXPECT_TRUE(o.ok) << name << " " << mode << " " << cores << ": " << o.message;
+        EXPECT_TRUE(o.races.empty()) << name << " " << mode;
+      }
+    }
+  }
+  EXPECT_THROW(ex::find("embedding_bag").build({.size = 12, .backend = "tpu-interpret"}), ex::UsageError);
+  EXPECT_THROW(ex::find("segment_sum").build({.size = 24, .backend = "tpu-interpret"}), ex::UsageError);
+  EXPECT_THROW(ex::find("segment_sum").build({.dtype = pl::bf16, .backend = "tpu-interpret"}),
+               ex::UsageError);
+}

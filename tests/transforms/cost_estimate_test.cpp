@@ -9,6 +9,7 @@
 #include "tests/test_util.h"
 #include "examples/examples.h"
 #include "pallas/pallas.h"
+#include "pallas/sparse_core.h"
 #include "pallas/tpu.h"
 #include "transforms/cost_estimate.h"
 
@@ -287,6 +288,27 @@ TEST(CostEstimate, LocalDmaFromAnyCountsItsHbmSide) {
   // HBM (its VMEM side is on-chip). The output's blocks are pipelined: G blocks of S.
   EXPECT_COST(pl::estimate_cost(call, shapes),
               (pl::CostEstimate{G * (1 + S), 0, G * S * F32 + G * S * F32, 0}), kernel_ir(call, shapes));
+}
+
+TEST(CostEstimate, IndirectDmasCountTheRowsTheyMove) {
+  // On 2 x 2 subcores, each gathers 8 of the table's 1000 rows (8 x 16 f32) into VMEM and
+  // scatter-adds them back: HBM bytes are the 8 rows read, then read and written by the add.
+  const int64_t R = 8 * 16;
+  auto call = pallas::tpu_sc::kernel(
+      [](pl::Ref table, pl::Ref idx, pl::Ref rows, pl::Ref sem) {
+        auto g = pltpu::make_async_copy(table.at(idx), rows, sem.at(0));
+        g.start();
+        g.wait();
+        auto s = pltpu::make_async_copy(rows, table.at(idx), sem.at(1), {.add = true});
+        s.start();
+        s.wait();
+      },
+      {}, pallas::tpu_sc::VectorSubcoreMesh{.num_cores = 2, .num_subcores = 2},
+      {.scratch_shapes = {pltpu::VMEM({8}, pl::i32), pltpu::VMEM({8, 16}, pl::f32),
+                          pltpu::semaphores(pltpu::SemaphoreType::DMA, {2})}});
+  std::vector<pl::ShapeDtype> shapes = {{{1000, 16}, pl::f32}};
+  EXPECT_COST(pl::estimate_cost(call, shapes), (pl::CostEstimate{4 * R, 0, 4 * 3 * R * F32, 0}),
+              kernel_ir(call, shapes));
 }
 
 TEST(CostEstimate, RemoteDmaCountsRemoteBytes) {

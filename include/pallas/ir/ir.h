@@ -178,7 +178,9 @@ struct Indexer {
   X(N, "n")                              \
   X(DeviceIdType, "device_id_type")      \
   X(AxisNames, "axis_names")             \
-  X(HasCoreIndex, "has_core_index")
+  X(HasCoreIndex, "has_core_index")      \
+  X(Indirect, "indirect")                \
+  X(AddAttr, "add")
 
 enum class AttrKey : uint8_t {
 #define PALLAS_X(name, str) name,

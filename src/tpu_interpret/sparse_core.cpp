@@ -1,0 +1,95 @@
+// The SparseCore entry points (include/pallas/sparse_core.h): kernels on scalar- and
+// vector-subcore meshes, run by the TPU interpret mode with one thread per (sub)core.
+#include "core/call.h"
+#include "pallas/sparse_core.h"
+
+namespace pallas::tpu_sc {
+namespace detail {
+namespace {
+
+bool has_dimension_semantics(const CallOptions& opts) {
+  auto given = [](const CompilerParams& p) {
+    const auto* tp = std::get_if<tpu::CompilerParams>(&p);
+    return tp && !tp->dimension_semantics.empty();
+  };
+  if (opts.compiler_params && given(*opts.compiler_params)) return true;
+  for (const auto& [backend, p] : opts.compiler_params_by_backend)
+    if (given(p)) return true;
+  return false;
+}
+
+PallasCall make(KernelFn body, std::vector<ShapeDtype> out_shapes, const char* mesh_name,
+                std::vector<std::pair<std::string, int>> axes, const std::string& kind,
+                CallOptions opts, const SourceLoc& loc) {
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i].first.empty()) throw Error(std::string(mesh_name) + ": an axis name is empty", loc);
+    if (axes[i].second < 1)
+      throw Error(std::string(mesh_name) + ": axis '" + axes[i].first + "' has size " +
+                      std::to_string(axes[i].second) + "; it needs at least 1",
+                  loc);
+    for (size_t j = 0; j < i; ++j)
+      if (axes[i].first == axes[j].first)
+        throw Error(std::string(mesh_name) + ": the core and subcore axes need different names, "
+                    "both are '" + axes[i].first + "'",
+                    loc);
+  }
+  if (!opts.grid.empty() || opts.grid_spec || opts.in_specs.given() || opts.out_specs.given())
+    throw Error(std::string("a kernel on a ") + mesh_name +
+                    " takes no grid or BlockSpecs: the body runs once per (sub)core on whole-array "
+                    "Refs in HBM",
+                loc);
+  if (has_dimension_semantics(opts))
+    throw Error(std::string("dimension_semantics cannot be given for a kernel on a ") + mesh_name +
+                    ": its core (and subcore) axes are always parallel",
+                loc);
+  for (size_t s = 0; s < opts.scratch_shapes.size(); ++s)
+    if (kind == "sc_scalar_subcore" && opts.scratch_shapes[s].space == MemorySpace::Vmem)
+      throw Error("scratch_shapes[" + std::to_string(s) + "]: a ScalarSubcoreMesh kernel has no " +
+                      "VMEM (the vector subcores' memory); use VMEM_SHARED or SMEM",
+                  loc);
+  Grid grid;
+  std::vector<int64_t> shape;
+  for (const auto& [name, size] : axes) {
+    grid.dims.emplace_back(static_cast<int64_t>(size));
+    grid.names.push_back(name);
+    shape.push_back(size);
+  }
+  opts.grid = grid;
+  opts.mesh_shape = shape;
+  opts.mesh_kind = kind;
+  opts.default_memory_space = MemorySpace::Hbm;
+  if (!opts.interpret.tpu()) {
+    if (opts.interpret.enabled() || opts.backend)
+      throw Error(std::string("a kernel on a ") + mesh_name +
+                      " runs in the TPU interpret mode: leave .interpret unset or pass "
+                      "pltpu::InterpretParams{...}",
+                  loc);
+    opts.interpret = tpu::InterpretParams{};
+  }
+  return pallas::detail::make_pallas_call(std::move(body), std::move(out_shapes), std::move(opts),
+                                          loc);
+}
+
+int or_default(int given, int fallback) { return given == 0 ? fallback : given; }
+
+}  // namespace
+
+PallasCall make_sc_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes,
+                          const ScalarSubcoreMesh& mesh, CallOptions opts, const SourceLoc& loc) {
+  const SparseCoreInfo info = sparse_core_info();
+  return make(std::move(body), std::move(out_shapes), "ScalarSubcoreMesh",
+              {{mesh.axis_name, or_default(mesh.num_cores, info.num_cores)}}, "sc_scalar_subcore",
+              std::move(opts), loc);
+}
+
+PallasCall make_sc_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes,
+                          const VectorSubcoreMesh& mesh, CallOptions opts, const SourceLoc& loc) {
+  const SparseCoreInfo info = sparse_core_info();
+  return make(std::move(body), std::move(out_shapes), "VectorSubcoreMesh",
+              {{mesh.core_axis_name, or_default(mesh.num_cores, info.num_cores)},
+               {mesh.subcore_axis_name, or_default(mesh.num_subcores, info.num_subcores)}},
+              "sc_vector_subcore", std::move(opts), loc);
+}
+
+}  // namespace detail
+}  // namespace pallas::tpu_sc
