@@ -40,8 +40,14 @@ std::string ref_index_out_of_bounds(int64_t dim, int64_t start, bool is_slice, i
          std::to_string(ref_shape[static_cast<size_t>(dim)]) + " (ref " + shape_to_string(ref_shape) + ")";
 }
 
-RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic,
-              const SourceLoc& loc) {
+std::string at_grid_point(std::span<const int64_t> program_ids) {
+  if (program_ids.empty()) return "";
+  std::string point;
+  for (int64_t i : program_ids) point += (point.empty() ? "" : ", ") + std::to_string(i);
+  return " at grid point (" + point + ")";
+}
+
+RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic) {
   PALLAS_INTERNAL_CHECK(index.entries.size() == r.shape.size(), "indexer rank mismatch");
   RefValue out;
   out.dtype = r.dtype;
@@ -55,11 +61,11 @@ RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64
     if (e.is_slice) {
       int64_t last = start + (e.size - 1) * e.stride;
       if (e.size > 0 && (start < 0 || last >= dim))
-        throw Error(ref_index_out_of_bounds(static_cast<int64_t>(d), start, true, e.size, e.stride, r.shape), loc);
+        throw Error(ref_index_out_of_bounds(static_cast<int64_t>(d), start, true, e.size, e.stride, r.shape));
       out.shape.push_back(e.size);
       out.strides.push_back(r.strides[d] * e.stride);
     } else if (start < 0 || start >= dim) {
-      throw Error(ref_index_out_of_bounds(static_cast<int64_t>(d), start, false, 1, 1, r.shape), loc);
+      throw Error(ref_index_out_of_bounds(static_cast<int64_t>(d), start, false, 1, 1, r.shape));
     }
     offset += start * r.strides[d];
   }
@@ -295,10 +301,8 @@ void Interpreter::eval_op(const ir::Op& op) {
     }
     case OpCode::DebugCheck: {
       if (!debug_checks_ || scalar_int(op.operands[0]) != 0) return;
-      std::string point;
-      for (int64_t i : grid_->program_ids) point += (point.empty() ? "" : ", ") + std::to_string(i);
-      throw Error("debug_check failed: " + op.attrs.get_string(AttrKey::Format) + " at grid point (" +
-                      point + ")" + debug_check_context(),
+      throw Error("debug_check failed: " + op.attrs.get_string(AttrKey::Format) +
+                      at_grid_point(grid_->program_ids) + debug_check_context(),
                   op.loc);
     }
     case OpCode::DebugPrint: {
@@ -438,7 +442,7 @@ template <class T> T rmw(const std::string& kind, T cur, T v) {
 
 void Interpreter::out_of_bounds(const ir::Op& op, const RefValue&, std::span<const int64_t>,
                                 const Error& e) {
-  throw Error(std::string(op.info().name) + ": " + e.what());
+  throw Error(std::string(op.info().name) + ": " + e.what() + at_grid_point(grid_->program_ids), op.loc);
 }
 
 void Interpreter::eval_ref_op(const ir::Op& op) {
@@ -459,7 +463,7 @@ void Interpreter::eval_ref_op(const ir::Op& op) {
   }
   RefValue v;
   try {
-    v = view(base, index, dynamic, op.loc);
+    v = view(base, index, dynamic);
   } catch (const Error& e) {
     out_of_bounds(op, base, dynamic, e);
   }

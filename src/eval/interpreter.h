@@ -52,7 +52,8 @@ class Interpreter {
   bool access_hooks_ = false;
   virtual void begin_access(const ir::Op&, const RefValue&) {}
   virtual void end_access(const ir::Op&, const RefValue&) {}
-  // An index outside its Ref: the default rethrows `e` prefixed with the op's name.
+  // An index outside its Ref: the default rethrows `e` (from `view`) with the op's name, the
+  // grid point and the op's line.
   [[noreturn]] virtual void out_of_bounds(const ir::Op& op, const RefValue& base,
                                           std::span<const int64_t> dynamic, const Error& e);
 
@@ -90,13 +91,18 @@ class Interpreter {
 };
 
 // Ref operations on runtime Refs (exposed for the TPU interpreter and tests).
-// `dynamic` holds the values of the indexer's dynamic entries ($1..$n in order).
-RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic,
-              const SourceLoc& loc);
+// `dynamic` holds the values of the indexer's dynamic entries ($1..$n in order). An index outside
+// `r` throws an Error with the ref_index_out_of_bounds message and no location: the op that
+// indexes adds its name, the grid point and its line (Interpreter::out_of_bounds).
+RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic);
 // The message of an index entry outside its Ref (dimension `dim` of `ref_shape`): shared by the
 // interpreters' `view` and the GPU kernels' run-time check.
 std::string ref_index_out_of_bounds(int64_t dim, int64_t start, bool is_slice, int64_t size, int64_t stride,
                                     const Shape& ref_shape);
+// " at grid point (2, 1)": how a failure at run time (a debug_check, an out-of-bounds Ref index)
+// names the program ids of the point that raised it, on every backend; "" without a grid (its
+// one point needs no name).
+std::string at_grid_point(std::span<const int64_t> program_ids);
 Array read(const RefValue& r);             // copies a view into a fresh contiguous Array
 void write(const RefValue& r, const Array& value);
 // What a fresh (uninitialized) buffer, block padding and out-of-bounds reads hold in the

@@ -228,11 +228,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
               std::to_string(d) + "] + " + std::to_string(size) + " > " + std::to_string(b.padded[d]);
     }
     if (!cond.empty()) {
-      std::string vals;
-      for (size_t a = 0; a < grid.size(); ++a) vals += "g[" + std::to_string(a) + "], ";
-      for (size_t d = 0; d < rank; ++d) vals += bi + "[" + std::to_string(d) + "], ";
-      em.line("if (" + cond + ") { pl_i64 ev[] = {" + vals + "0}; pl_fail(p.err, " + std::to_string(site) + ", ev, " +
-              std::to_string(grid.size() + rank) + "); return false; }");
+      std::vector<std::string> indices;
+      for (size_t d = 0; d < rank; ++d) indices.push_back(bi + "[" + std::to_string(d) + "]");
+      em.line("if (" + cond + ") " + em.record_failure(site, indices));
     }
     const std::string T = ctype(bm.array.dtype);
     const std::string base = "((" + T + "*)p.op[" + std::to_string(num_index + j) + "])";
@@ -377,14 +375,15 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     core::block_region(bm, indices, start, size);
     throw core::out_of_bounds_block_error(bm, site.operand < gm.num_inputs, indices, point, "", start, size, low);
   }
-  if (site.kind == ErrorSite::Kind::DebugCheck) {
-    std::string point;
-    for (int a = 0; a < k.num_grid_dims; ++a) point += (a ? ", " : "") + std::to_string(v[a]);
-    throw Error("debug_check failed: " + site.op_name + " at grid point (" + point + ")", site.loc);
-  }
-  // RefIndex: {dim, start, is_slice, size, stride, rank, shape...}
-  const Shape shape(v + 6, v + 6 + v[5]);
-  throw Error(site.op_name + ": " + eval::ref_index_out_of_bounds(v[0], v[1], v[2] != 0, v[3], v[4], shape), site.loc);
+  const std::span<const int64_t> point(v, static_cast<size_t>(k.num_grid_dims));
+  if (site.kind == ErrorSite::Kind::DebugCheck)
+    throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);
+  // RefIndex: {program ids..., start}
+  const int64_t start = v[k.num_grid_dims];
+  throw Error(site.op_name + ": " +
+                  eval::ref_index_out_of_bounds(site.dim, start, site.is_slice, site.size, site.stride, site.ref_shape) +
+                  eval::at_grid_point(point),
+              site.loc);
 }
 
 }  // namespace pallas::gpu

@@ -41,13 +41,20 @@ struct CodegenOptions {
 };
 
 // A run-time check of the generated kernel. When it fails the kernel stores 1 + the site's
-// number and the site's values in the error record (see throw_kernel_error).
+// number and the site's values in the error record (see throw_kernel_error): the program ids of
+// the failing grid point first, then, for BlockIndex, the block indices and, for RefIndex, the
+// index's start. What is known when generating the code stays here.
 struct ErrorSite {
   enum class Kind { BlockIndex, RefIndex, DebugCheck };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
   std::string op_name;   // RefIndex: the ref op; DebugCheck: the message
   SourceLoc loc;         // RefIndex, DebugCheck: the user's line
+  // RefIndex: the checked (dynamic) index entry, its dimension and the indexed Ref's shape.
+  int64_t dim = 0;
+  bool is_slice = false;
+  int64_t size = 1, stride = 1;
+  std::vector<int64_t> ref_shape;
 };
 
 struct GeneratedKernel {

@@ -351,7 +351,7 @@ void Emitter::emit_pure(const ir::Op& op) {
         ++indent_;
         off += " + " + i + " * " + std::to_string(xs[reduced[r]]);
       }
-      line("acc = " + rule.combine("acc", widen(xt.dtype, info(x).name + "[" + off + "]")) + ";");
+      line("acc = " + rule.combine("acc", widen(xt.dtype, at(x, off))) + ";");  // a scalar x: reduced over no axes
       for (size_t r = 0; r < reduced.size(); ++r) close_loop();
       line(out + "[e] = " + (is_half(xt.dtype) ? narrow(xt.dtype, "acc") : "acc") + ";");
       close_loop();

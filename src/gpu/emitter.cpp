@@ -358,15 +358,12 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
       const int64_t span = e.is_slice ? (e.size - 1) * e.stride : 0;
       if (!e.is_slice || e.size > 0) {
         int site = static_cast<int>(ctx_.error_sites->size());
-        ctx_.error_sites->push_back({ErrorSite::Kind::RefIndex, -1, std::string(op.info().name), op.loc});
+        ctx_.error_sites->push_back({ErrorSite::Kind::RefIndex, -1, std::string(op.info().name), op.loc,
+                                     static_cast<int64_t>(d), e.is_slice, e.size, e.stride, base.shape});
         std::string s = fresh("ix");
         line("{ pl_i64 " + s + " = " + start + ";");
-        line("  if (" + s + " < 0 || " + s + " + " + std::to_string(span) + " >= " + std::to_string(dim) +
-             ") { pl_i64 ev[] = {" + std::to_string(d) + ", " + s + ", " + std::to_string(e.is_slice ? 1 : 0) +
-             ", " + std::to_string(e.size) + ", " + std::to_string(e.stride) + ", " +
-             std::to_string(base.shape.size()) + dims_list(base.shape) + "}; pl_fail(" + ctx_.params +
-             ".err, " + std::to_string(site) + ", ev, " + std::to_string(6 + base.shape.size()) + "); " +
-             ctx_.fail_return + " } }");
+        line("  if (" + s + " < 0 || " + s + " + " + std::to_string(span) + " >= " + std::to_string(dim) + ") " +
+             record_failure(site, {s}) + " }");
       }
     }
     if (e.is_slice) {
@@ -381,12 +378,6 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
     out.ptr = fresh("r");
     line(ctype(base.dtype) + "* " + out.ptr + " = " + base.ptr + " + (" + offset + ");");
   }
-  return out;
-}
-
-std::string dims_list(const Shape& s) {
-  std::string out;
-  for (int64_t d : s) out += ", " + std::to_string(d);
   return out;
 }
 
@@ -756,11 +747,15 @@ void Emitter::emit_debug_check(const ir::Op& op) {
   int site = static_cast<int>(ctx_.error_sites->size());
   ctx_.error_sites->push_back(
       {ErrorSite::Kind::DebugCheck, -1, op.attrs.get_string(ir::AttrKey::Format), op.loc});
+  line("if (!(" + info(op.operands[0]).name + ")) " + record_failure(site, {}));
+}
+
+std::string Emitter::record_failure(int site, const std::vector<std::string>& values) const {
   std::string vals;
   for (int a = 0; a < ctx_.num_grid_dims; ++a) vals += ctx_.grid_ids + "[" + std::to_string(a) + "], ";
-  line("if (!(" + info(op.operands[0]).name + ")) { pl_i64 ev[] = {" + vals + "0}; pl_fail(" + ctx_.params +
-       ".err, " + std::to_string(site) + ", ev, " + std::to_string(ctx_.num_grid_dims) + "); " +
-       ctx_.fail_return + " }");
+  for (const std::string& v : values) vals += v + ", ";
+  return "{ pl_i64 ev[] = {" + vals + "0}; pl_fail(" + ctx_.params + ".err, " + std::to_string(site) + ", ev, " +
+         std::to_string(ctx_.num_grid_dims + static_cast<int>(values.size())) + "); " + ctx_.fail_return + " }";
 }
 
 }  // namespace pallas::gpu::detail

@@ -31,7 +31,6 @@ std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_
 std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
                       const std::string& flat);
 std::vector<int64_t> contiguous_strides(const Shape& s);
-std::string dims_list(const Shape& s);          // ", 8, 128"
 std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
 
 // Per-CTA memory for tiles and scratch: first-fit over freed ranges. A freed range becomes
@@ -92,6 +91,9 @@ class Emitter {
   // A barrier when writes (or reads, for a following write) may be pending.
   void barrier();
   void line(const std::string& s);
+  // The statement a failed check runs: it records, for throw_kernel_error, error site `site`
+  // with the grid point's program ids followed by `values`, then leaves (ctx.fail_return).
+  std::string record_failure(int site, const std::vector<std::string>& values) const;
 
   // ---- used by the per-op rules (emit_ops.cpp)
   const ir::Type& type(ir::ValueId v) const { return k_.type(v); }

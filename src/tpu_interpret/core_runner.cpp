@@ -88,25 +88,26 @@ void CoreRunner::out_of_bounds(const ir::Op& op, const eval::RefValue& base,
                     " " + std::string(memory_space_name(b->space)) + " " + std::to_string(b->id) +
                     ", " + b->name + ")";
   std::string range = range_string(op.attrs.get_indexer(AttrKey::Index), dynamic);
-  // A tuple, "(8, 128)", as the block index messages and the reference's IndexError print it.
-  std::string shape = core::tuple_string(base.shape);
+  // A tuple, "(8, 128)", as the block index messages and the reference's IndexError print it;
+  // then the grid point, as the other backends name it.
+  std::string shape_at = core::tuple_string(base.shape) + eval::at_grid_point(grid_point().program_ids) + ".";
   bool masked = op.attrs.get_int_or(AttrKey::Masked, 0) != 0;
   switch (op.code) {
     case OpCode::Load:
       throw Error("Out-of-bounds read of " + who + ": reading [" + range +
-                      "] but buffer has shape " + shape + ".",
+                      "] but buffer has shape " + shape_at,
                   op.loc);
     case OpCode::Store:
       throw Error(std::string("Out-of-bounds ") + (masked ? "masked " : "") + "write of " + who +
-                      ": writing [" + range + "] but buffer has shape " + shape + ".",
+                      ": writing [" + range + "] but buffer has shape " + shape_at,
                   op.loc);
     case OpCode::Swap:
       throw Error(std::string("Out-of-bounds ") + (masked ? "masked " : "") + "swap of " + who +
-                      ": swapping [" + range + "] but buffer has shape " + shape + ".",
+                      ": swapping [" + range + "] but buffer has shape " + shape_at,
                   op.loc);
     default:
       throw Error("Out-of-bounds " + std::string(op.info().name) + " of " + who + ": indexing [" +
-                      range + "] but buffer has shape " + shape + ".",
+                      range + "] but buffer has shape " + shape_at,
                   op.loc);
   }
 }
@@ -140,7 +141,7 @@ bool CoreRunner::load_with_uninitialized_fill(const ir::Op& op) {
     out_start.push_back(k0);
   }
   if (inside) return false;
-  eval::RefValue part = eval::view(base, clipped, {}, op.loc);
+  eval::RefValue part = eval::view(base, clipped, {});
   Array result = Array::uninitialized(index.result_shape(), base.dtype);
   if (m_.config().params.uninitialized_memory == "zero")
     result = eval::constant(Scalar::of_int(0, base.dtype), index.result_shape());
@@ -181,7 +182,7 @@ bool CoreRunner::store_dropping_padding(const ir::Op& op) {
   std::vector<int64_t> dyn = dynamic_values(op, [&](ir::ValueId v) { return scalar_int(v); });
   eval::RefValue v;
   try {
-    v = eval::view(base, index, dyn, op.loc);
+    v = eval::view(base, index, dyn);
   } catch (const Error&) {
     return false;  // out of bounds: the normal path reports it
   }

@@ -9,6 +9,7 @@
 // *tangent_outputs (float outputs only), each tangent with its primal's BlockSpec.
 #include "transforms/jvp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -34,8 +35,9 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::BroadcastInDim: case OpCode::Reshape: case OpCode::Transpose:
     case OpCode::Squeeze: case OpCode::ExpandDims: case OpCode::Concatenate: case OpCode::Slice:
     case OpCode::DynamicSlice: case OpCode::Rev:
-    case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin: case OpCode::Cumsum:
-    case OpCode::DotGeneral: case OpCode::Sort:
+    case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin:
+    case OpCode::ReduceProd: case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax:
+    case OpCode::Cummin: case OpCode::DotGeneral: case OpCode::Sort:
     case OpCode::RefView: case OpCode::Load: case OpCode::Store: case OpCode::Swap:
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
     case OpCode::RunScoped: case OpCode::Yield:
@@ -56,8 +58,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
       return JvpRule::kZeroTangent;
     // No rule yet: fine on integer data, an error once a tangent reaches them.
-    case OpCode::Bitcast: case OpCode::ReduceProd: case OpCode::Cumprod: case OpCode::Cummax:
-    case OpCode::Cummin: case OpCode::AtomicRmw: case OpCode::AtomicCas:
+    case OpCode::Bitcast: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::DmaStart: case OpCode::DmaWait:
       return JvpRule::kNotDifferentiable;
   }
@@ -296,15 +297,7 @@ class JvpEmitter {
         }
         return add(part_a, part_b);
       }
-      case OpCode::Max: case OpCode::Min: {
-        // The winning side's tangent; on a tie, the average of both (as jax's balanced rule).
-        ValueId a = x, b = p(s[1]);
-        ValueId wins = op1(op.code == OpCode::Max ? OpCode::Gt : OpCode::Lt, {a, b});
-        ValueId tie = op1(OpCode::Eq, {a, b});
-        ValueId w = select(wins, full_like(a, 1.0), select(tie, full_like(a, 0.5), full_like(a, 0.0)));
-        ValueId w_other = op1(OpCode::Sub, {full_like(a, 1.0), w});
-        return add(mul(tx, w), mul(t(s[1]), w_other));
-      }
+      case OpCode::Max: case OpCode::Min: return extremum_tangent(op.code, x, tx, p(s[1]), t(s[1]));
       case OpCode::Select: {
         return select(p(s[0]), concrete(s[1]), concrete(s[2]));
       }
@@ -341,6 +334,14 @@ class JvpEmitter {
         ValueId picked = op1(OpCode::ReduceSum, {mul(tx, hit)}, ra);
         return op1(OpCode::Div, {picked, count});
       }
+      case OpCode::ReduceProd: return reduce_prod_tangent(x, tx, op.attrs.get_ints(AttrKey::Axes), y);
+      case OpCode::Cumprod: case OpCode::Cummax: case OpCode::Cummin: {
+        int64_t axis = op.attrs.get_int(AttrKey::Axis);
+        bool reverse = op.attrs.get_int(AttrKey::Reverse) != 0;
+        OpCode combine = op.code == OpCode::Cumprod ? OpCode::Mul
+                         : op.code == OpCode::Cummax ? OpCode::Max : OpCode::Min;
+        return scan_tangent(combine, {x, tx}, static_cast<int>(axis), reverse);
+      }
       case OpCode::DotGeneral: {
         ValueId a = x, b = p(s[1]), tb = t(s[1]);
         ValueId l = tx == kNoTangent ? kNoTangent : op1(OpCode::DotGeneral, {tx, b}, op.attrs);
@@ -351,6 +352,136 @@ class JvpEmitter {
         throw InternalError("jvp: op " + std::string(op.info().name) +
                             " is marked as having a rule but has none");
     }
+  }
+
+  // max / min: the winning side's tangent; on a tie, the average of both (jax's balanced rule).
+  ValueId extremum_tangent(OpCode code, ValueId a, ValueId ta, ValueId b, ValueId tb) {
+    ValueId wins = op1(code == OpCode::Max ? OpCode::Gt : OpCode::Lt, {a, b});
+    ValueId tie = op1(OpCode::Eq, {a, b});
+    ValueId w = select(wins, full_like(a, 1.0), select(tie, full_like(a, 0.5), full_like(a, 0.0)));
+    ValueId w_other = op1(OpCode::Sub, {full_like(a, 1.0), w});
+    return add(mul(ta, w), mul(tb, w_other));
+  }
+
+  // ---- Products and running extrema ------------------------------------------------------------
+  // jax differentiates reduce_prod through a halving tree of products and cumprod / cummax /
+  // cummin through its associative scan, op by op. The same trees are replayed here on (primal,
+  // tangent) pairs, so the tangents are exact without dividing by x (zeros are fine) and ties of
+  // cummax / cummin are shared with jax's weights (which follow the scan's tree, not an even
+  // split: the tangent of cummax([1, 1, 1]) is (t0, (t0 + t1) / 2, (t0 + t1) / 4 + t2 / 2)).
+  struct Dual {
+    ValueId x, t;  // both concrete
+  };
+  Dual combine(OpCode code, Dual a, Dual b) {
+    if (code == OpCode::Mul)
+      return {op1(OpCode::Mul, {a.x, b.x}), add(mul(a.t, b.x), mul(a.x, b.t))};
+    return {op1(code, {a.x, b.x}), extremum_tangent(code, a.x, a.t, b.x, b.t)};
+  }
+  ValueId slice_axis(ValueId v, int axis, int64_t start, int64_t limit, int64_t stride = 1) {
+    const Shape& shape = type(v).shape;
+    Ints lo(shape.size(), 0), hi(shape.begin(), shape.end()), st(shape.size(), 1);
+    lo[static_cast<size_t>(axis)] = start;
+    hi[static_cast<size_t>(axis)] = limit;
+    st[static_cast<size_t>(axis)] = stride;
+    Attrs a;
+    a.set(AttrKey::Start, std::move(lo));
+    a.set(AttrKey::Limit, std::move(hi));
+    a.set(AttrKey::Strides, std::move(st));
+    return op1(OpCode::Slice, {v}, std::move(a));
+  }
+  Dual slice_axis(Dual d, int axis, int64_t start, int64_t limit, int64_t stride = 1) {
+    return {slice_axis(d.x, axis, start, limit, stride), slice_axis(d.t, axis, start, limit, stride)};
+  }
+  ValueId concat(std::vector<ValueId> vs, int axis) {
+    Attrs a;
+    a.set(AttrKey::Axis, int64_t{axis});
+    return op1(OpCode::Concatenate, std::move(vs), std::move(a));
+  }
+  Dual concat(Dual a, Dual b, int axis) { return {concat({a.x, b.x}, axis), concat({a.t, b.t}, axis)}; }
+  ValueId reshape(ValueId v, const Shape& shape) {
+    if (type(v).shape == shape) return v;
+    Attrs a;
+    a.set(AttrKey::ShapeAttr, Ints(shape));
+    return op1(OpCode::Reshape, {v}, std::move(a));
+  }
+  ValueId rev(ValueId v, int axis) {
+    Attrs a;
+    a.set(AttrKey::Dims, Ints{axis});
+    return op1(OpCode::Rev, {v}, std::move(a));
+  }
+  int64_t dim(ValueId v, int axis) const { return type(v).shape[static_cast<size_t>(axis)]; }
+
+  // r[2k] = even[k], r[2k + 1] = odd[k] along `axis` (even has as many elements as odd, or one
+  // more).
+  ValueId interleave(ValueId even, ValueId odd, int axis) {
+    const int64_t n = dim(even, axis) + dim(odd, axis);
+    if (dim(even, axis) != dim(odd, axis))  // pad odd with any element, cut it off after
+      odd = concat({odd, slice_axis(even, axis, 0, 1)}, axis);
+    Attrs e;
+    e.set(AttrKey::Dims, Ints{axis + 1});
+    ValueId pairs = concat({op1(OpCode::ExpandDims, {even}, e), op1(OpCode::ExpandDims, {odd}, e)}, axis + 1);
+    Shape shape = type(even).shape;
+    shape[static_cast<size_t>(axis)] *= 2;
+    ValueId r = reshape(pairs, shape);
+    return shape[static_cast<size_t>(axis)] == n ? r : slice_axis(r, axis, 0, n);
+  }
+
+  // The inclusive scan of `e` along `axis` with `code` (mul, max or min), as jax's
+  // associative_scan: combine neighbours, scan the half, then fill in the even positions.
+  Dual associative_scan(OpCode code, Dual e, int axis) {
+    const int64_t n = dim(e.x, axis);
+    if (n < 2) return e;
+    Dual odd = associative_scan(
+        code, combine(code, slice_axis(e, axis, 0, n - 1, 2), slice_axis(e, axis, 1, n, 2)), axis);
+    Dual even = slice_axis(e, axis, 0, 1);
+    if (n > 2) {
+      Dual prev = n % 2 == 0 ? slice_axis(odd, axis, 0, n / 2 - 1) : odd;
+      even = concat(even, combine(code, prev, slice_axis(e, axis, 2, n, 2)), axis);
+    }
+    return {interleave(even.x, odd.x, axis), interleave(even.t, odd.t, axis)};
+  }
+
+  // The tangent of cumprod / cummax / cummin (combine: mul / max / min) of `e`.
+  ValueId scan_tangent(OpCode code, Dual e, int axis, bool reverse) {
+    if (type(e.x).size() == 0) return e.t;
+    if (reverse) e = {rev(e.x, axis), rev(e.t, axis)};
+    ValueId t = associative_scan(code, e, axis).t;
+    return reverse ? rev(t, axis) : t;
+  }
+
+  // The tangent of reduce_prod(x, axes) = y: the reduced axes moved to the front and flattened,
+  // then halved until one row is left (an odd half padded with a row of ones), as jax.
+  ValueId reduce_prod_tangent(ValueId x, ValueId tx, const Ints& axes, ValueId y) {
+    if (axes.empty()) return tx;
+    const Shape& xs = type(x).shape;
+    Ints perm(axes.begin(), axes.end());
+    Shape flat = {1};
+    for (int64_t a : axes) flat[0] *= xs[static_cast<size_t>(a)];
+    for (int d = 0; d < static_cast<int>(xs.size()); ++d)
+      if (std::find(axes.begin(), axes.end(), d) == axes.end()) {
+        perm.push_back(d);
+        flat.push_back(xs[static_cast<size_t>(d)]);
+      }
+    if (num_elements(flat) == 0) return full_like(y, 0.0);  // an empty product is the constant 1
+    auto to_rows = [&](ValueId v) {
+      if (std::is_sorted(perm.begin(), perm.end())) return reshape(v, flat);
+      Attrs a;
+      a.set(AttrKey::Permutation, perm);
+      return reshape(op1(OpCode::Transpose, {v}, std::move(a)), flat);
+    };
+    Dual e = {to_rows(x), to_rows(tx)};
+    for (int64_t n = flat[0]; n > 1; n = (n + 1) / 2) {
+      const int64_t n1 = (n + 1) / 2;
+      Dual hi = slice_axis(e, 0, n1, n);
+      if (n - n1 != n1) {
+        Shape row = type(hi.x).shape;
+        row[0] = 1;
+        const DType dt = type(x).dtype;
+        hi = concat(hi, Dual{full(Type::tensor(row, dt), 1.0), full(Type::tensor(row, dt), 0.0)}, 0);
+      }
+      e = combine(OpCode::Mul, slice_axis(e, 0, 0, n1), hi);
+    }
+    return reshape(e.t, type(y).shape);
   }
 
   // ---- Refs: the same access on the tangent Ref, at the same index ------------------------------

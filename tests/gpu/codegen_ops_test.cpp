@@ -132,7 +132,7 @@ TEST(GpuCodegenOps, ReductionsScansAndArgExtremes) {
       m[pl::all] = pl::max(v, {2}) + pl::min(v, {2});
       c[pl::all] = pl::cumsum(v, 2) + pl::cummax(v, 1, /*reverse=*/true);
       a[pl::all] = pl::argmax(v, 2, DType::I32) * 100 + pl::argmin(v, 2, DType::I32);
-      t[pl::all] = pl::sum(v, {0, 1, 2});
+      t[pl::all] = pl::sum(v, {0, 1, 2}) + pl::prod(pl::max(v, {0, 1, 2}));  // a reduction of a scalar
     };
     PallasCall call = pl::pallas_call(
         kernel,

@@ -350,7 +350,7 @@ TEST(TpuFailure, AnErrorOnOneCoreEndsTheWholeCall) {
   std::string msg = error_of([&] { call(); });
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
   EXPECT_CONTAINS(msg, "on device 0, core 1: Out-of-bounds read of (device 0 core 1 vmem ");
-  EXPECT_CONTAINS(msg, "reading [8:16, 0:128] but buffer has shape (8, 128).");
+  EXPECT_CONTAINS(msg, "reading [8:16, 0:128] but buffer has shape (8, 128) at grid point (1).");  // core 1's point
 }
 
 TEST(TpuDevices, CoreMapOnAMeshOfDevices) {

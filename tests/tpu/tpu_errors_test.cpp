@@ -161,7 +161,8 @@ TEST(TpuErrors, OutOfBoundsSwap) {
   auto call = pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts);
   std::string msg = error_of([&] { call(iota_f32({8, 128})); });
   EXPECT_CONTAINS(msg, "Out-of-bounds swap of (device 0 core 0 vmem ");
-  EXPECT_CONTAINS(msg, "): swapping [5:9, 0:128] but buffer has shape (8, 128). (at " + line_ref(__FILE__, line) + ")");
+  EXPECT_CONTAINS(msg, "): swapping [5:9, 0:128] but buffer has shape (8, 128) at grid point (0). (at " +
+                           line_ref(__FILE__, line) + ")");
 }
 
 TEST(TpuErrors, DeviceIdsAreCheckedWhenTraced) {

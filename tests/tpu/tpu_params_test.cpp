@@ -197,7 +197,7 @@ TEST(TpuParams, OutOfBoundsReadsRaise) {
   // Buffer ids count from 100 per core: the HBM input and output (100, 101), their VMEM blocks
   // (102, 103), then the scratch (104).
   EXPECT_EQ(msg, "Out-of-bounds read of (device 0 core 0 vmem 104, scratch 0): reading [4:12, 0:4] but buffer "
-                 "has shape (8, 4). (at " + line_ref(__FILE__, kOobReadLine) + ")");
+                 "has shape (8, 4) at grid point (0). (at " + line_ref(__FILE__, kOobReadLine) + ")");
 }
 
 TEST(TpuParams, OutOfBoundsReadEntirelyOutsideRaisesEvenWhenUninitialized) {
@@ -213,7 +213,7 @@ TEST(TpuParams, OutOfBoundsReadEntirelyOutsideRaisesEvenWhenUninitialized) {
   opts.interpret = p;
   auto call = pl::pallas_call(kernel, pl::ShapeDtype({8, 4}, pl::f32), opts);
   EXPECT_CONTAINS(error_of([&] { call(iota_f32({8, 4})); }),
-                  "reading [8:16, 0:4] but buffer has shape (8, 4).");
+                  "reading [8:16, 0:4] but buffer has shape (8, 4) at grid point (0).");
 }
 
 TEST(TpuParams, OutOfBoundsWritesAlwaysRaise) {
@@ -232,7 +232,7 @@ TEST(TpuParams, OutOfBoundsWritesAlwaysRaise) {
   auto call = pl::pallas_call(kernel, pl::ShapeDtype({8, 4}, pl::f32), opts);
   std::string msg = error_of([&] { call(iota_f32({8, 4})); });
   EXPECT_CONTAINS(msg, "Out-of-bounds write of (device 0 core 0 vmem ");
-  EXPECT_CONTAINS(msg, "): writing [6:10, 0:4] but buffer has shape (8, 4).");
+  EXPECT_CONTAINS(msg, "): writing [6:10, 0:4] but buffer has shape (8, 4) at grid point (0).");
   EXPECT_CONTAINS(msg, "(at " + line_ref(__FILE__, line) + ")");
 }
 

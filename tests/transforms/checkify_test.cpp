@@ -2,6 +2,8 @@
 // CallOptions::debug_checks a false predicate is a pallas::Error naming the message, the grid
 // point and the line, on the reference interpreter, the TPU interpret mode and the GPU code
 // generator (run under host emulation); without it every backend ignores the check.
+// The other half, always on: a dynamic Ref index out of bounds names the op, the index, the grid
+// point and the line on the same three.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -85,14 +87,26 @@ TEST(Checkify, ChecksAreIgnoredWithoutDebugChecks) {
   }
 }
 
-// The generated CUDA under host emulation: a failed check writes an error record that the host
-// turns into the same message.
-std::vector<pl::Array> run_generated(bool debug_checks, const pl::Array& x, int threads) {
-  pl::PallasCall call = doubling_call(mode_of(false), debug_checks);
-  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+// The generated CUDA of `call` under host emulation: a failed check writes an error record that
+// the host turns into the same message.
+std::vector<pl::Array> run_generated(const pl::PallasCall& call, const std::vector<pl::Array>& args,
+                                     int threads) {
+  std::vector<pl::ShapeDtype> shapes;
+  std::vector<pl::Array> copies;
+  for (const pl::Array& a : args) {
+    shapes.push_back(a.shape_dtype());
+    copies.push_back(a.clone());
+  }
+  std::shared_ptr<const pl::TracedCall> tc = call.trace(shapes);
   const std::vector<int64_t> grid = tc->grid_mapping.grid;
   pl::gpu::GeneratedKernel k = pl::gpu::generate_cuda(*tc, grid, {});
-  return pl::gpu::run_host_emulation(*tc, k, {x.clone()}, grid, threads);
+  return pl::gpu::run_host_emulation(*tc, k, std::move(copies), grid, threads);
+}
+std::vector<pl::Array> run_generated(const pl::PallasCall& call, const pl::Array& x, int threads) {
+  return run_generated(call, std::vector<pl::Array>{x}, threads);
+}
+std::vector<pl::Array> run_generated(bool debug_checks, const pl::Array& x, int threads) {
+  return run_generated(doubling_call(mode_of(false), debug_checks), x, threads);
 }
 
 TEST(Checkify, GpuCodegenReportsAFailedCheck) {
@@ -114,6 +128,137 @@ TEST(Checkify, GpuCodegenEmitsNothingWithoutDebugChecks) {
   for (const pl::gpu::ErrorSite& s : k.error_sites) EXPECT_NE(s.kind, pl::gpu::ErrorSite::Kind::DebugCheck);
   std::vector<pl::Array> out = pl::gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid, 1);
   EXPECT_FLOAT_EQ(out[0].data<float>()[2 * 16 + 8], -6.0f);
+}
+
+// ---- Out-of-bounds Ref indices ------------------------------------------------------------------
+
+// Every grid point of doubling_call's (4, 2) grid indexes its (8,) blocks at k = 0, but point
+// (2, 1) at k = 8: one past the end, through each kind of Ref op.
+enum class RefOp { Load, Store, Swap, View, Atomic };
+int g_ref_op_line = 0;
+
+pl::PallasCall out_of_bounds_call(pl::InterpretMode mode, RefOp which) {
+  auto map = [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; };
+  return pl::pallas_call(
+      [which](pl::Ref x, pl::Ref o) {
+        pl::Value k = pl::where(pl::program_id(0) == 2, pl::program_id(1) * 8, 0);
+        o[pl::all] = x[pl::all];
+        switch (which) {
+          case RefOp::Load: g_ref_op_line = __LINE__ + 1;
+            o[0] = x[k] * 2.0f;
+            break;
+          case RefOp::Store: g_ref_op_line = __LINE__ + 1;
+            o[pl::ds(k, 4)] = x[pl::ds(0, 4)];
+            break;
+          case RefOp::Swap: g_ref_op_line = __LINE__ + 1;
+            o[1] = o.swap(pl::Indices{k}, 1.0f);
+            break;
+          case RefOp::View: g_ref_op_line = __LINE__ + 1;
+            o[pl::ds(0, 2)] = x.at(pl::ds(k, 2, 3))[pl::all];
+            break;
+          case RefOp::Atomic: g_ref_op_line = __LINE__ + 1;
+            o.atomic_add(pl::Indices{k}, 1.0f);
+            break;
+        }
+      },
+      pl::ShapeDtype({4, 16}, pl::f32),
+      {.grid = {4, 2},
+       .in_specs = {pl::BlockSpec({pl::squeezed, 8}, map)},
+       .out_specs = {pl::BlockSpec({pl::squeezed, 8}, map)},
+       .interpret = mode});
+}
+
+struct OutOfBoundsCase {
+  RefOp op;
+  std::string name;
+  std::string reference;  // the reference interpreter's (and the GPU kernel's) message, up to the Ref
+  std::string tpu;        // the TPU interpret mode's, up to the buffer's shape
+};
+void PrintTo(const OutOfBoundsCase& c, std::ostream* os) { *os << c.name; }
+class CheckifyRefIndex : public testing::TestWithParam<OutOfBoundsCase> {};
+
+std::string ref_op_line() { return "checkify_test.cpp:" + std::to_string(g_ref_op_line); }
+
+TEST_P(CheckifyRefIndex, ReferenceInterpreterNamesOpIndexGridPointAndLine) {
+  const OutOfBoundsCase& c = GetParam();
+  std::string e = error_of([&] { out_of_bounds_call(mode_of(false), c.op)(good_data()); });
+  EXPECT_CONTAINS(e, c.reference + " (ref [8]) at grid point (2, 1) (at " + ref_op_line() + ")");
+}
+
+TEST_P(CheckifyRefIndex, TpuInterpretModeNamesBufferGridPointAndLine) {
+  const OutOfBoundsCase& c = GetParam();
+  std::string e = error_of([&] { out_of_bounds_call(mode_of(true), c.op)(good_data()); });
+  EXPECT_CONTAINS(e, c.tpu + " but buffer has shape (8,) at grid point (2, 1). (at " + ref_op_line() + ")");
+}
+
+TEST_P(CheckifyRefIndex, GpuCodegenRecordsTheGridPoint) {
+  const OutOfBoundsCase& c = GetParam();
+  std::string want = error_of([&] { out_of_bounds_call(mode_of(false), c.op)(good_data()); });
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(threads);
+    EXPECT_EQ(error_of([&] { run_generated(out_of_bounds_call(mode_of(false), c.op), good_data(), threads); }),
+              want);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, CheckifyRefIndex,
+    testing::Values(
+        OutOfBoundsCase{RefOp::Load, "load", "load: ref index out of bounds: index 8 in dimension 0 of size 8",
+                        "Out-of-bounds read of (device 0 core 0 vmem 102, block of input args[0]): reading [8]"},
+        OutOfBoundsCase{RefOp::Store, "store",
+                        "store: ref index out of bounds: slice of 4 elements from 8 (stride 1) in dimension 0 "
+                        "of size 8",
+                        "Out-of-bounds write of (device 0 core 0 vmem 103, block of output outputs[0]): writing [8:12]"},
+        OutOfBoundsCase{RefOp::Swap, "swap", "swap: ref index out of bounds: index 8 in dimension 0 of size 8",
+                        "Out-of-bounds swap of (device 0 core 0 vmem 103, block of output outputs[0]): swapping [8]"},
+        OutOfBoundsCase{RefOp::View, "view",
+                        "ref_view: ref index out of bounds: slice of 2 elements from 8 (stride 3) in dimension 0 "
+                        "of size 8",
+                        "Out-of-bounds ref_view of (device 0 core 0 vmem 102, block of input args[0]): indexing "
+                        "[8:14:3]"},
+        OutOfBoundsCase{RefOp::Atomic, "atomic", "atomic_rmw: ref index out of bounds: index 8 in dimension 0 of size 8",
+                        "Out-of-bounds atomic_rmw of (device 0 core 0 vmem 103, block of output outputs[0]): "
+                        "indexing [8]"}),
+    [](const testing::TestParamInfo<OutOfBoundsCase>& i) { return i.param.name; });
+
+// An index map reading a scalar-prefetch operand past its end: at grid point (2), order[3].
+TEST(Checkify, IndexMapReadingPastAPrefetchOperandNamesTheGridPoint) {
+  const int line = __LINE__ + 2;
+  auto call_on = [&](pl::InterpretMode mode) {
+    pl::BlockSpec next({8}, [](pl::Value i, pl::Ref order) { return pl::Indices{order[i + 1]}; });
+    pl::BlockSpec same({8}, [](pl::Value i, pl::Ref) { return pl::Indices{i}; });
+    return pl::pallas_call([](pl::Ref, pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; },
+                           pl::ShapeDtype({24}, pl::f32),
+                           {.grid_spec = pl::PrefetchScalarGridSpec(1, {3}, {next}, {same}), .interpret = mode});
+  };
+  std::vector<pl::Array> args = {pl::Array::from_values({3}, pl::i32, {0, 1, 2}), pl::Array::zeros({24}, pl::f32)};
+  const std::string want = "load: ref index out of bounds: index 3 in dimension 0 of size 3 (ref [3]) at grid point (2) (at "
+                           "checkify_test.cpp:" + std::to_string(line) + ")";
+  for (bool tpu : {false, true}) {
+    SCOPED_TRACE(tpu ? "tpu interpret" : "reference");
+    EXPECT_CONTAINS(error_of([&] { call_on(mode_of(tpu))(args); }), want);
+  }
+  EXPECT_CONTAINS(error_of([&] { run_generated(call_on(mode_of(false)), args, 3); }), want);
+}
+
+// pl::evaluate names the grid point it was given, and a kernel without a grid names none.
+TEST(Checkify, EvaluateNamesTheGridPointOfAnOutOfBoundsIndex) {
+  pl::ir::Kernel k = pl::trace_kernel(
+      [](pl::Ref x) { x[pl::program_id(0) + 7] = 1.0f; }, {pl::ir::Type::ref({8}, pl::f32)}, "k");
+  std::vector<pl::Array> bufs{pl::Array::zeros({8}, pl::f32)};
+  pl::EvaluateOptions o;
+  o.grid.program_ids = {3};
+  o.grid.num_programs = {4};
+  EXPECT_CONTAINS(error_of([&] { pl::evaluate(k, bufs, o); }),
+                  "store: ref index out of bounds: index 10 in dimension 0 of size 8 (ref [8]) at grid point (3) (at ");
+  pl::ir::Kernel gridless = pl::trace_kernel(
+      [](pl::Ref x, pl::Ref i) { x[i[0]] = 1.0f; }, {pl::ir::Type::ref({8}, pl::f32), pl::ir::Type::ref({1}, pl::i32)},
+      "k");
+  std::vector<pl::Array> bufs2{pl::Array::zeros({8}, pl::f32), pl::Array::full({1}, pl::i32, 9)};
+  std::string e = error_of([&] { pl::evaluate(gridless, bufs2); });
+  EXPECT_CONTAINS(e, "store: ref index out of bounds: index 9 in dimension 0 of size 8 (ref [8]) (at ");
+  EXPECT_EQ(e.find("grid point"), std::string::npos) << e;
 }
 
 TEST(Checkify, PredicateMustBeABoolScalar) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "tests/test_util.h"
 #include "examples/examples.h"
@@ -259,6 +261,108 @@ TEST(Jvp, Reductions) {
       one_block());
   expect_jvp_matches_fd(call, {normal({8, 16}, 1)}, {normal({8, 16}, 2)});
 }
+
+// reduce_prod over one, several (unsorted) and all axes of odd and even lengths, cumprod /
+// cummax / cummin both ways along both axes of a (6, 7) input.
+void products_and_scans_kernel(pl::Ref a, pl::Ref p1, pl::Ref p2, pl::Ref p3, pl::Ref cp, pl::Ref cm) {
+  pl::Value x = a[pl::all];                                                       // (6, 7)
+  p1[pl::all] = pl::prod(x, {1}) + pl::prod(pl::reshape(x, {6, 1, 7}), {1, 2});   // (6,)
+  p2[pl::all] = pl::prod(x, {}, true) + pl::prod(a(2, 3)) + pl::prod(x, {0, 1}, true);  // (1, 1)
+  p3[pl::all] = pl::prod(pl::reshape(x, {2, 3, 7}), {2, 0});                      // (3,)
+  cp[pl::all] = pl::cumprod(x, 1) + pl::cumprod(x, 0, true) * pl::cumprod(x, 1, true);
+  cm[pl::all] = pl::cummax(x, 1) + pl::cummin(x, 0, true) + pl::cummax(x, 0, true) * pl::cummin(x, 1);
+}
+
+// On `backend`: "reference", "tpu_interpret" or "gpu_emulate" (the generated CUDA, run on the host).
+pl::PallasCall products_and_scans_call(const std::string& backend) {
+  pl::ShapeDtype t({6, 7}, pl::f64);
+  pl::CallOptions o{.grid = {1}};
+  if (backend == "tpu_interpret")
+    o.interpret = pltpu::InterpretParams{};
+  else
+    o.backend = backend;
+  return pl::pallas_call(products_and_scans_kernel,
+                         std::vector<pl::ShapeDtype>{{{6}, pl::f64}, {{1, 1}, pl::f64}, {{3}, pl::f64}, t, t},
+                         std::move(o));
+}
+
+// A (6, 7) input with exact zeros: rows with none, one (row 1) and two (rows 2 and 4), no two in
+// one column; the entries between two zeros of a row have both signs, so that no running
+// extremum ties at 0.
+pl::Array with_zeros(uint64_t seed) {
+  pl::Array x = normal({6, 7}, seed);
+  for (auto [r, c] : std::vector<std::pair<int, int>>{{1, 4}, {2, 0}, {2, 5}, {4, 1}, {4, 6}})
+    x.set_flat(r * 7 + c, 0.0);
+  for (auto [r, c, v] : std::vector<std::tuple<int, int, double>>{{2, 1, 1.5}, {2, 2, -1.5}, {4, 2, 1.25}, {4, 3, -1.25}})
+    x.set_flat(r * 7 + c, v);
+  return x;
+}
+
+class JvpProductsAndScans : public testing::TestWithParam<std::string> {};
+
+TEST_P(JvpProductsAndScans, MatchFiniteDifferences) {
+  pl::PallasCall call = products_and_scans_call(GetParam());
+  expect_jvp_matches_fd(call, {normal({6, 7}, 1)}, {normal({6, 7}, 2)});
+  // Products through zeros are exact (no division by x); the extrema are away from ties.
+  expect_jvp_matches_fd(call, {with_zeros(3)}, {normal({6, 7}, 4)});
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, JvpProductsAndScans,
+                         testing::Values("reference", "tpu_interpret", "gpu_emulate"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Exact values from jax.jvp (float64) of lax.cumprod / cummax / cummin and jnp.prod.
+struct ScanCase {
+  std::string name;
+  std::function<pl::Value(pl::Value)> f;
+  std::vector<double> x, want;
+};
+
+void PrintTo(const ScanCase& c, std::ostream* os) { *os << c.name; }
+class JvpScanAgainstJax : public testing::TestWithParam<ScanCase> {};
+
+TEST_P(JvpScanAgainstJax, SameTangents) {
+  const ScanCase& c = GetParam();
+  const int64_t n = static_cast<int64_t>(c.x.size()), m = static_cast<int64_t>(c.want.size());
+  for (bool tpu : {false, true}) {
+    SCOPED_TRACE(tpu ? "tpu interpret" : "reference");
+    auto call = pl::pallas_call([f = c.f](pl::Ref a, pl::Ref o) { o[pl::all] = f(a[pl::all]); },
+                                pl::ShapeDtype({m}, pl::f64),
+                                {.interpret = tpu ? pl::InterpretMode(pltpu::InterpretParams{})
+                                                  : pl::InterpretMode(true)});
+    pl::Array t = pl::Array::zeros({n}, pl::f64);
+    for (int64_t i = 0; i < n; ++i) t.set_flat(i, std::ldexp(1.0, static_cast<int>(i)));  // 1, 2, 4, ...
+    pl::JvpOutputs d = pl::jvp(call, {pl::Array::from_values({n}, pl::f64, c.x)}, {t});
+    for (int64_t i = 0; i < m; ++i)
+      EXPECT_EQ(d.tangent_outputs[0].get_flat(i), c.want[static_cast<size_t>(i)]) << "element " << i;
+  }
+}
+
+// Ties of cummax / cummin are shared with the weights of jax's associative scan (not evenly).
+INSTANTIATE_TEST_SUITE_P(
+    Ops, JvpScanAgainstJax,
+    testing::Values(
+        ScanCase{"cummax_ties", [](pl::Value x) { return pl::cummax(x, 0); },
+                 {1, 3, 3, 2, 3, 5, 5, 0}, {1, 2, 3, 3, 9.5, 32, 48, 48}},
+        ScanCase{"cummax_ties_reverse", [](pl::Value x) { return pl::cummax(x, 0, true); },
+                 {1, 3, 3, 2, 3, 5, 5, 0}, {48, 48, 48, 48, 48, 48, 64, 128}},
+        ScanCase{"cummin_ties", [](pl::Value x) { return pl::cummin(x, 0); },
+                 {-1, -3, -3, -2, -3, -5, -5, 0}, {1, 2, 3, 3, 9.5, 32, 48, 48}},
+        ScanCase{"cummin_ties_reverse", [](pl::Value x) { return pl::cummin(x, 0, true); },
+                 {-1, -3, -3, -2, -3, -5, -5, 0}, {48, 48, 48, 48, 48, 48, 64, 128}},
+        ScanCase{"cummax_all_equal", [](pl::Value x) { return pl::cummax(x, 0); },
+                 {1, 1, 1, 1, 1, 1, 1}, {1, 1.5, 2.75, 3.75, 9.875, 13.875, 38.9375}},
+        ScanCase{"cummax_all_equal_reverse", [](pl::Value x) { return pl::cummax(x, 0, true); },
+                 {1, 1, 1, 1, 1, 1, 1}, {8.75, 16.5, 17, 30, 32, 48, 64}},
+        ScanCase{"cumprod_zeros", [](pl::Value x) { return pl::cumprod(x, 0); },
+                 {2, 0, 3, 0, 5}, {1, 4, 12, 0, 0}},
+        ScanCase{"cumprod_zeros_reverse", [](pl::Value x) { return pl::cumprod(x, 0, true); },
+                 {2, 0, 3, 0, 5}, {0, 0, 120, 40, 16}},
+        ScanCase{"prod_one_zero", [](pl::Value x) { return pl::prod(x, {0}, true); },
+                 {2, 0, 3, 4, 5}, {240}},
+        ScanCase{"prod_two_zeros", [](pl::Value x) { return pl::prod(x, {0}, true); },
+                 {2, 0, 3, 0, 5}, {0}}),
+    [](const testing::TestParamInfo<ScanCase>& i) { return i.param.name; });
 
 // ---- Refs ----------------------------------------------------------------------------------------
 
@@ -558,17 +662,18 @@ TEST(JvpErrors, UnsupportedCallFeatures) {
 TEST(JvpErrors, AnOpWithoutARuleNamesTheOpAndTheLine) {
   const int line = __LINE__ + 2;
   auto call = call1([](std::vector<pl::Ref>& r) {
-    r[1][pl::all] = pl::cumprod(r[0][pl::all], 1);
+    r[1][pl::all] = pl::convert(pl::bitcast(r[0][pl::all], pl::i64), pl::f64);
   });
   pl::Array x = normal({8, 16}, 1);
   std::string e = error_of<pl::NotSupportedError>([&] { pl::jvp(call, {x}, {x}); });
-  EXPECT_NE(e.find("`cumprod`"), std::string::npos) << e;
+  EXPECT_NE(e.find("`bitcast`"), std::string::npos) << e;
   EXPECT_NE(e.find("jvp_test.cpp:" + std::to_string(line)), std::string::npos) << e;
   // On integer data it is fine: no tangent reaches it.
-  auto int_scan = call1([](std::vector<pl::Ref>& r) {
-    r[1][pl::all] = pl::convert(pl::cumprod(pl::iota(pl::i32, {8, 16}, 1), 1), pl::f64) * r[0][pl::all];
+  auto int_bits = call1([](std::vector<pl::Ref>& r) {
+    pl::Value bits = pl::bitcast(pl::iota(pl::i64, {8, 16}, 1) + 0x3ff0000000000000LL, pl::f64);  // 1 + 2^-52 k
+    r[1][pl::all] = bits * r[0][pl::all];
   });
-  expect_jvp_matches_fd(int_scan, {x}, {normal({8, 16}, 2)});
+  expect_jvp_matches_fd(int_bits, {x}, {normal({8, 16}, 2)});
 }
 
 // sort permutes the tangents with their primals: keys with a tangent, and a float payload.
