@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "pallas/sparse_core_info.h"
+#include "pallas/sparse_core_ops.h"
 #include "pallas/tpu.h"
 
 namespace pallas::tpu_sc {

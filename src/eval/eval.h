@@ -48,6 +48,13 @@ Array scan(ir::OpCode code, const Array& x, const ir::Attrs& attrs);
 // Stable sort along the last axis (attrs NumKeys, Descending); returns one Array per operand.
 std::vector<Array> sort(std::span<const Array> operands, const ir::Attrs& attrs);
 
+// ---- sparse_core_ops.cpp ---------------------------------------------------------------------
+// The pure SparseCore vector ops (sc_masked_scan, sc_scan_count, sc_sort_key_val,
+// sc_all_reduce_*, sc_pack, sc_unpack, sc_dynamic_gather); one Array per result. The memory ops
+// are the interpreter's (Interpreter::eval_sparse_core_ref_op).
+std::vector<Array> sparse_core_op(const ir::Op& op, std::span<const Array* const> operands);
+bool is_sparse_core_ref_op(ir::OpCode code);
+
 // ---- dot.cpp ---------------------------------------------------------------------------------
 // dot_general (attrs LhsContracting, RhsContracting, LhsBatch, RhsBatch, DTypeAttr = result).
 Array dot_general(const Array& lhs, const Array& rhs, const ir::Attrs& attrs);

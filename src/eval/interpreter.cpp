@@ -286,6 +286,7 @@ void Interpreter::eval_op(const ir::Op& op) {
                                 "pltpu::InterpretParams{})",
                             op.loc);
   if (cat & (ir::kControl | ir::kTerminator)) return eval_control(op);
+  if (is_sparse_core_ref_op(op.code)) return eval_sparse_core_ref_op(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return eval_ref_op(op);
   switch (op.code) {
     case OpCode::ProgramId:
@@ -473,17 +474,7 @@ void Interpreter::eval_ref_op(const ir::Op& op) {
     set(op.results[0], std::move(v));
     return;
   }
-  struct AccessScope {
-    Interpreter* self;
-    const ir::Op& op;
-    const RefValue& v;
-    AccessScope(Interpreter* s, const ir::Op& o, const RefValue& view) : self(s), op(o), v(view) {
-      if (self->access_hooks_) self->begin_access(op, v);
-    }
-    ~AccessScope() {
-      if (self->access_hooks_) self->end_access(op, v);
-    }
-  } scope(this, op, v);
+  AccessScope scope(*this, op, v);
   switch (op.code) {
     case OpCode::RefView: break;
     case OpCode::Load: {

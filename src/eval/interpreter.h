@@ -52,6 +52,27 @@ class Interpreter {
   bool access_hooks_ = false;
   virtual void begin_access(const ir::Op&, const RefValue&) {}
   virtual void end_access(const ir::Op&, const RefValue&) {}
+  // begin_access for its lifetime (when access_hooks_ is set): end_access runs on every exit.
+  class AccessScope {
+   public:
+    AccessScope(Interpreter& self, const ir::Op& op, const RefValue& view) : self_(self), op_(op), view_(view) {
+      if (self_.access_hooks_) self_.begin_access(op_, view_);
+    }
+    ~AccessScope() {
+      if (self_.access_hooks_) self_.end_access(op_, view_);
+    }
+    AccessScope(const AccessScope&) = delete;
+    AccessScope& operator=(const AccessScope&) = delete;
+
+   private:
+    Interpreter& self_;
+    const ir::Op& op_;
+    const RefValue& view_;
+  };
+  // The Ref that sc_fetch_and_add with a subcore_id reaches: `local` (this subcore's SMEM view)
+  // as seen on vector subcore `subcore_id`. The default is one subcore, number 0: another id is
+  // a pallas::Error. The TPU machine maps the view into the target subcore's SMEM.
+  virtual RefValue subcore_ref(const ir::Op& op, const RefValue& local, int64_t subcore_id);
   // An index outside its Ref: the default rethrows `e` (from `view`) with the op's name, the
   // grid point and the op's line.
   [[noreturn]] virtual void out_of_bounds(const ir::Op& op, const RefValue& base,
@@ -65,6 +86,9 @@ class Interpreter {
   void set(ir::ValueId v, RtValue x) { env_[static_cast<size_t>(v)] = std::move(x); }
   int64_t scalar_int(ir::ValueId v) const;
   void eval_ref_op(const ir::Op& op);
+  // The SparseCore memory ops (gathers, scatters, compressed and expanded accesses,
+  // fetch_and_add), in src/eval/sparse_core_ops.cpp.
+  void eval_sparse_core_ref_op(const ir::Op& op);
   std::vector<Array> run_region_yield(const ir::Region& r);
   const ir::Kernel& kernel() const { return kernel_; }
   const GridPoint& grid_point() const { return *grid_; }

@@ -26,6 +26,8 @@ std::vector<Array> pure_op(const ir::Op& op, std::span<const Array> operands) {
 
 std::vector<Array> pure_op(const ir::Op& op, std::span<const Array* const> in) {
   if (op.code == OpCode::Sort) return sort(copies(in), op.attrs);
+  if (op.code == OpCode::ScScanCount || op.code == OpCode::ScSortKeyVal || op.code == OpCode::ScUnpack)
+    return sparse_core_op(op, in);
   return {pure_op1(op, in)};
 }
 
@@ -78,6 +80,10 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
     case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax: case OpCode::Cummin:
       return scan(op.code, in(0), a);
     case OpCode::DotGeneral: return dot_general(in(0), in(1), a);
+    case OpCode::ScMaskedScan: case OpCode::ScScanCount: case OpCode::ScSortKeyVal:
+    case OpCode::ScAllReducePopulationCount: case OpCode::ScAllReduceFfs: case OpCode::ScPack:
+    case OpCode::ScUnpack: case OpCode::ScDynamicGather:
+      return sparse_core_op(op, p).at(0);
     // Not pure: handled by the interpreter.
     case OpCode::ProgramId: case OpCode::NumPrograms: case OpCode::RefView: case OpCode::Load:
     case OpCode::Store: case OpCode::Swap: case OpCode::AtomicRmw: case OpCode::AtomicCas:
@@ -86,7 +92,9 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
     case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
     case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
     case OpCode::SubcoreBarrier:
-    case OpCode::AxisIndex:
+    case OpCode::AxisIndex: case OpCode::ScLoadGather: case OpCode::ScStoreScatter:
+    case OpCode::ScAddupdateScatter: case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed:
+    case OpCode::ScAddupdate: case OpCode::ScAddupdateCompressed: case OpCode::ScFetchAndAdd:
       break;
   }
   throw InternalError("pure_op1 called on " + std::string(op.info().name));

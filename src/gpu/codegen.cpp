@@ -118,6 +118,13 @@ bool cuda_emitter_supports(ir::OpCode code) {
     case ir::OpCode::SemaphoreWait: case ir::OpCode::SemaphoreRead:
     case ir::OpCode::GetBarrierSemaphore: case ir::OpCode::AxisIndex: case ir::OpCode::SubcoreBarrier:
       return false;  // TPU operations: the GPU has its own primitives
+    case ir::OpCode::ScLoadGather: case ir::OpCode::ScStoreScatter: case ir::OpCode::ScAddupdateScatter:
+    case ir::OpCode::ScLoadExpanded: case ir::OpCode::ScStoreCompressed: case ir::OpCode::ScAddupdate:
+    case ir::OpCode::ScAddupdateCompressed: case ir::OpCode::ScFetchAndAdd: case ir::OpCode::ScMaskedScan:
+    case ir::OpCode::ScScanCount: case ir::OpCode::ScSortKeyVal: case ir::OpCode::ScAllReducePopulationCount:
+    case ir::OpCode::ScAllReduceFfs: case ir::OpCode::ScPack: case ir::OpCode::ScUnpack:
+    case ir::OpCode::ScDynamicGather:
+      return false;  // TPU SparseCore vector subcore operations
     default: return true;
   }
 }

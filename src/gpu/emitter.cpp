@@ -327,6 +327,15 @@ void Emitter::emit_op(const ir::Op& op) {
                                   " on the GPU backend (a TPU operation: run the kernel with "
                                   ".interpret = pltpu::InterpretParams{})",
                               op.loc);
+    case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:
+    case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed: case OpCode::ScAddupdate:
+    case OpCode::ScAddupdateCompressed: case OpCode::ScFetchAndAdd: case OpCode::ScMaskedScan:
+    case OpCode::ScScanCount: case OpCode::ScSortKeyVal: case OpCode::ScAllReducePopulationCount:
+    case OpCode::ScAllReduceFfs: case OpCode::ScPack: case OpCode::ScUnpack: case OpCode::ScDynamicGather:
+      throw NotSupportedError(std::string(op.info().name) +
+                                  " on the GPU backend (a TPU SparseCore operation: run the kernel with "
+                                  ".interpret = pltpu::InterpretParams{})",
+                              op.loc);
     case OpCode::ProgramId:
     case OpCode::NumPrograms: {
       const std::string& arr = op.code == OpCode::ProgramId ? ctx_.grid_ids : ctx_.grid_sizes;

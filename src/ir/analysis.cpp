@@ -12,8 +12,8 @@ void walk(const Kernel& k, const Region& r, std::map<ValueId, int>& origin, std:
       if (it == origin.end()) continue;
       if (op.code == OpCode::RefView && i == 0) {
         origin[op.results[0]] = it->second;
-      } else if (op.code == OpCode::Load && i == 0) {
-        // reads only
+      } else if (i == 0 && op.info().is(kMemRead) && !op.info().is(kMemWrite)) {
+        // reads only (load, sc_load_gather, sc_load_expanded)
       } else if (k.type(op.operands[i]).is_ref) {
         out[it->second] = true;  // a write, or an op we do not model: assume it writes
       }

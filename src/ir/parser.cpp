@@ -70,6 +70,9 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::Reverse:
     case AttrKey::NumKeys:
     case AttrKey::Descending:
+    case AttrKey::Parallel:
+    case AttrKey::Unroll:
+    case AttrKey::Reduce:
     case AttrKey::Masked:
     case AttrKey::HasCoreIndex:
     case AttrKey::Indirect:

@@ -216,6 +216,208 @@ void check_region_args(const RuleContext& c, size_t r, const std::vector<Type>& 
            ", expected " + types_to_string(expected));
 }
 
+// ---- SparseCore vector subcore ops ------------------------------------------------------------
+// The structural rules (ranks, dtypes, memory spaces, masks). The lane shapes depend on the
+// SparseCore's configuration and are checked by tracing (src/trace/sc_ops.cpp).
+const Type& sc_ref(const RuleContext& c, MemorySpace space) {
+  const Type& r = c.ref(0);
+  if (r.space != space)
+    c.fail("only " + std::string(space == MemorySpace::Smem ? "SMEM" : "VMEM") + " refs are supported, got " +
+           r.to_string() + (space == MemorySpace::Vmem ? " (copy the data to VMEM first, e.g. with pltpu::sync_copy)" : ""));
+  return r;
+}
+
+const Type& sc_vector(const RuleContext& c, size_t i, const char* what) {
+  const Type& t = c.tensor(i);
+  if (t.rank() != 1) c.fail(std::string(what) + " must be a 1-D vector, got " + t.to_string());
+  if (is_semaphore(t.dtype)) c.fail(std::string(what) + " cannot hold semaphores");
+  return t;
+}
+
+void sc_mask(const RuleContext& c, size_t i, const Shape& shape) {
+  const Type& m = c.tensor(i);
+  if (m.dtype != DType::Bool) c.fail("the mask must be a bool array, got " + m.to_string());
+  if (m.shape != shape)
+    c.fail("the mask must have the shape " + ints_to_string(shape) + ", got " + m.to_string());
+}
+
+bool sc_scan_dtype(DType t) { return t == DType::U32 || t == DType::I32 || t == DType::F32; }
+
+void sc_expect_scan_dtype(const RuleContext& c, const Type& t, const char* what) {
+  if (!sc_scan_dtype(t.dtype))
+    c.fail(std::string(what) + " must be u32, i32 or f32, got " + std::string(dtype_name(t.dtype)));
+}
+
+void sc_expect_numeric(const RuleContext& c, DType t, const char* what) {
+  if (t == DType::Bool || is_semaphore(t))
+    c.fail(std::string(what) + " must have a numeric dtype, got " + std::string(dtype_name(t)));
+}
+
+// The vector a value operand of a compressed / expanded access must match: the ref's region.
+void sc_value_matches_ref(const RuleContext& c, size_t i, const Type& r) {
+  const Type& x = c.tensor(i);
+  if (x.dtype != r.dtype)
+    c.fail("the ref and the value must have the same dtype, got " + r.to_string() + " and " + x.to_string());
+  if (x.shape != r.shape)
+    c.fail("the value must have the ref's shape " + ints_to_string(r.shape) + ", got " + x.to_string());
+}
+
+const std::string& sc_pack_format(const RuleContext& c) {
+  const std::string& f = c.string_attr(AttrKey::Format);
+  if (f != "interleaved" && f != "compressed")
+    c.fail("format must be \"interleaved\" or \"compressed\", got \"" + f + "\"");
+  return f;
+}
+
+std::vector<Type> sc_gather_scatter_rule(const RuleContext& c) {
+  const Type& r = sc_ref(c, MemorySpace::Vmem);
+  if (r.dtype != DType::I32 && r.dtype != DType::F32)
+    c.fail("the ref's dtype must be i32 or f32, got " + r.to_string());
+  if (r.rank() < 1) c.fail("cannot index the scalar ref " + r.to_string());
+  const bool load = c.code == OpCode::ScLoadGather;
+  const bool masked = c.attrs.get_int_or(AttrKey::Masked, 0) != 0;
+  const size_t extra = 1 + (load ? 0 : 1) + (masked ? 1 : 0);
+  const size_t num_indices = c.operands.size() >= extra ? c.operands.size() - extra : 0;
+  if (num_indices != static_cast<size_t>(r.rank()))
+    c.fail("needs one index vector per dimension of the ref " + r.to_string() + ", got " +
+           std::to_string(num_indices));
+  int64_t n = -1;
+  for (size_t d = 0; d < num_indices; ++d) {
+    const Type& ix = c.tensor(1 + d);
+    if (ix.rank() != 1) c.fail("indices must be 1-D vectors, got an index of type " + ix.to_string());
+    if (ix.dtype != DType::I32) c.fail("indices must be i32, got an index of type " + ix.to_string());
+    if (n >= 0 && ix.shape[0] != n)
+      c.fail("index vectors must have the same length, got " + std::to_string(n) + " and " +
+             std::to_string(ix.shape[0]));
+    n = ix.shape[0];
+  }
+  Type value = Type::tensor({n}, r.dtype);
+  size_t next = 1 + num_indices;
+  if (!load) {
+    const Type& x = c.tensor(next++);
+    if (x.dtype != r.dtype)
+      c.fail("the value's dtype " + std::string(dtype_name(x.dtype)) + " differs from the ref's " + r.to_string());
+    if (x.shape != value.shape)
+      c.fail("the value must have the indices' shape " + ints_to_string(value.shape) + ", got " + x.to_string());
+  }
+  if (masked) sc_mask(c, next, value.shape);
+  if (load) return {value};
+  return {};
+}
+
+std::vector<Type> sparse_core_rule(const RuleContext& c) {
+  const Attrs& a = c.attrs;
+  switch (c.code) {
+    case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:
+      return sc_gather_scatter_rule(c);
+    case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed: case OpCode::ScAddupdate:
+    case OpCode::ScAddupdateCompressed: {
+      const Type& r = sc_ref(c, MemorySpace::Vmem);
+      sc_expect_numeric(c, r.dtype, "the ref");
+      if (r.rank() < 1) c.fail("needs a vector ref, got the scalar ref " + r.to_string());
+      if (c.code == OpCode::ScLoadExpanded) {
+        sc_mask(c, 1, r.shape);
+        return {Type::tensor(r.shape, r.dtype)};
+      }
+      sc_value_matches_ref(c, 1, r);
+      if (c.code != OpCode::ScAddupdate) sc_mask(c, 2, r.shape);
+      return {};
+    }
+    case OpCode::ScFetchAndAdd: {
+      const Type& r = sc_ref(c, MemorySpace::Smem);
+      if (r.dtype != DType::I32) c.fail("only i32 refs are supported, got " + r.to_string());
+      if (r.size() != 1) c.fail("expected a ref of one element (index it: ref.at(i)), got " + r.to_string());
+      if (c.operands.size() != 2 && c.operands.size() != 3)
+        c.fail("expected 2 or 3 operands (ref, value, [subcore_id]), got " + std::to_string(c.operands.size()));
+      const Type& v = c.tensor(1);
+      if (!(v == Type::scalar(DType::I32))) c.fail("the value must be an i32 scalar, got " + v.to_string());
+      if (c.operands.size() == 3 && !(c.tensor(2) == Type::scalar(DType::I32)))
+        c.fail("subcore_id must be an i32 scalar, got " + c.operands[2].to_string());
+      return {Type::scalar(DType::I32)};
+    }
+    case OpCode::ScMaskedScan: case OpCode::ScScanCount: {
+      const Type& x = sc_vector(c, 0, "x");
+      sc_expect_scan_dtype(c, x, "x");
+      sc_mask(c, 1, x.shape);
+      if (c.code == OpCode::ScScanCount)
+        return {Type::tensor(x.shape, DType::I32), Type::tensor(x.shape, DType::Bool)};
+      const std::string& kind = c.string_attr(AttrKey::Kind);
+      if (kind != "sum" && kind != "max" && kind != "min")
+        c.fail("kind must be \"sum\", \"max\" or \"min\", got \"" + kind + "\"");
+      return {x};
+    }
+    case OpCode::ScSortKeyVal: {
+      const bool masked = a.get_int_or(AttrKey::Masked, 0) != 0;
+      if (c.operands.size() < (masked ? 3u : 2u)) c.fail("needs the keys and at least one value vector");
+      const Type& keys = sc_vector(c, 0, "the keys");
+      sc_expect_scan_dtype(c, keys, "the keys");
+      const size_t num_values = c.operands.size() - 1 - (masked ? 1 : 0);
+      std::vector<Type> out = {keys};
+      for (size_t i = 1; i <= num_values; ++i) {
+        const Type& v = c.tensor(i);
+        if (v.shape != keys.shape)
+          c.fail("values " + v.to_string() + " must have the keys' shape " + ints_to_string(keys.shape));
+        if (bit_width(v.dtype) != 32 || is_semaphore(v.dtype))
+          c.fail("values must have a 32-bit dtype, got " + v.to_string());
+        out.push_back(v);
+      }
+      if (masked) {
+        sc_mask(c, c.operands.size() - 1, keys.shape);
+        out.push_back(c.operands.back());
+      }
+      return out;
+    }
+    case OpCode::ScAllReducePopulationCount: case OpCode::ScAllReduceFfs: {
+      c.expect_num_operands(1);
+      const Type& x = sc_vector(c, 0, "the mask");
+      if (x.dtype != DType::Bool) c.fail("needs a bool vector, got " + x.to_string());
+      const int64_t reduce = c.int_attr(AttrKey::Reduce);
+      if (reduce < 1) c.fail("reduce must be >= 1, got " + std::to_string(reduce));
+      if (x.shape[0] % reduce != 0)
+        c.fail("reduce=" + std::to_string(reduce) + " must divide the vector's length " + std::to_string(x.shape[0]));
+      return {Type::tensor({x.shape[0] / reduce}, DType::I32)};
+    }
+    case OpCode::ScPack: {
+      Type x = same_types(c, 0, 2);
+      sc_vector(c, 0, "the packed arrays");
+      sc_expect_numeric(c, x.dtype, "the packed arrays");
+      const DType to = c.dtype_attr(AttrKey::DTypeAttr);
+      sc_expect_numeric(c, to, "the packed dtype");
+      if (2 * bit_width(to) != bit_width(x.dtype))
+        c.fail("the packed dtype must have half the bit width of " + std::string(dtype_name(x.dtype)) + " (" +
+               std::to_string(bit_width(x.dtype) / 2) + " bits), got " + std::string(dtype_name(to)));
+      const int64_t n = x.shape[0];
+      return {Type::tensor(sc_pack_format(c) == "interleaved" ? Shape{2 * n} : Shape{n, 2}, to)};
+    }
+    case OpCode::ScUnpack: {
+      const Type& ab = c.tensor(0);
+      sc_expect_numeric(c, ab.dtype, "the packed array");
+      if (sc_pack_format(c) == "interleaved") {
+        if (ab.rank() != 1 || ab.shape[0] % 2 != 0)
+          c.fail("an interleaved unpack needs a 1-D array of even length, got " + ab.to_string());
+      } else if (ab.rank() != 2 || ab.shape[1] != 2) {
+        c.fail("a compressed unpack needs an array of shape [n, 2], got " + ab.to_string());
+      }
+      const DType to = c.dtype_attr(AttrKey::DTypeAttr);
+      sc_expect_numeric(c, to, "the unpacked dtype");
+      if (bit_width(to) != 2 * bit_width(ab.dtype))
+        c.fail("the unpacked dtype must have twice the bit width of " + std::string(dtype_name(ab.dtype)) + " (" +
+               std::to_string(bit_width(ab.dtype) * 2) + " bits), got " + std::string(dtype_name(to)));
+      Type half = Type::tensor({ab.size() / 2}, to);
+      return {half, half};
+    }
+    case OpCode::ScDynamicGather: {
+      const Type& x = sc_vector(c, 0, "the gathered vector");
+      const Type& ix = c.tensor(1);
+      if (ix.dtype != DType::I32 || ix.shape != x.shape)
+        c.fail("the indices must be i32 with the vector's shape " + ints_to_string(x.shape) + ", got " + ix.to_string());
+      return {x};
+    }
+    default: break;
+  }
+  throw InternalError("sparse_core_rule on " + std::string(op_info(c.code).name));
+}
+
 std::vector<Type> rule(const RuleContext& c) {
   const Attrs& a = c.attrs;
   switch (c.code) {
@@ -600,6 +802,10 @@ std::vector<Type> rule(const RuleContext& c) {
       args.insert(args.end(), carries.begin(), carries.end());
       check_region_args(c, 0, args);
       check_region_yields(c, 0, carries, "the loop body");
+      if (a.get_int_or(AttrKey::Parallel, 0) != 0 && a.get_int_or(AttrKey::Parallel, 0) != 1)
+        c.fail("parallel must be 0 or 1");
+      if (a.has(AttrKey::Unroll) && c.int_attr(AttrKey::Unroll) < 1)
+        c.fail("unroll must be >= 1, got " + std::to_string(c.int_attr(AttrKey::Unroll)));
       return carries;
     }
     case OpCode::While: {
@@ -720,6 +926,12 @@ std::vector<Type> rule(const RuleContext& c) {
       (void)c.string_attr(AttrKey::Format);
       return {};
     }
+    case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:
+    case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed: case OpCode::ScAddupdate:
+    case OpCode::ScAddupdateCompressed: case OpCode::ScFetchAndAdd: case OpCode::ScMaskedScan:
+    case OpCode::ScScanCount: case OpCode::ScSortKeyVal: case OpCode::ScAllReducePopulationCount:
+    case OpCode::ScAllReduceFfs: case OpCode::ScPack: case OpCode::ScUnpack: case OpCode::ScDynamicGather:
+      return sparse_core_rule(c);
     case OpCode::DebugPrint: {
       const std::string& fmt = c.string_attr(AttrKey::Format);
       size_t holes = 0;

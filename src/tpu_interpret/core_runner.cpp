@@ -68,7 +68,7 @@ std::vector<int64_t> dynamic_values(const ir::Op& op, const std::function<int64_
 void CoreRunner::begin_access(const ir::Op& op, const eval::RefValue& view) {
   Buffer* b = buffer_of(view);
   if (m_.races())
-    m_.check_access(b, view, op.code != OpCode::Load, t_.clock,
+    m_.check_access(b, view, op.info().is(ir::kMemWrite), t_.clock,
                     {t_.actor, t_.name, std::string(op.info().name), op.loc});
   held_ = std::unique_lock<std::mutex>(b->mu);
 }

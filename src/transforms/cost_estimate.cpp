@@ -93,6 +93,17 @@ CostRule cost_rule(ir::OpCode code) {
     case OpCode::Load: case OpCode::Store: case OpCode::Swap: case OpCode::AtomicRmw:
     case OpCode::AtomicCas:
       return CostRule::RefAccess;
+    // SparseCore vector ops. Their Refs are on chip (VMEM, SMEM): no off-chip bytes. Moving
+    // lanes is free; adds, scans and counts cost one flop per lane.
+    case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScLoadExpanded:
+    case OpCode::ScStoreCompressed: case OpCode::ScPack: case OpCode::ScUnpack:
+    case OpCode::ScDynamicGather:
+      return CostRule::Free;
+    case OpCode::ScAddupdateScatter: case OpCode::ScAddupdate: case OpCode::ScAddupdateCompressed:
+    case OpCode::ScFetchAndAdd: case OpCode::ScMaskedScan: case OpCode::ScScanCount:
+    case OpCode::ScAllReducePopulationCount: case OpCode::ScAllReduceFfs:
+      return CostRule::PerLane;
+    case OpCode::ScSortKeyVal: return CostRule::Sort;
     case OpCode::DmaStart: return CostRule::Dma;
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
     case OpCode::RunScoped:
@@ -203,6 +214,10 @@ class KernelCounter {
         return c;
       case CostRule::Transcendental:
         c.transcendentals = result_size();
+        return c;
+      case CostRule::PerLane:
+        for (ir::ValueId v : op.operands)
+          if (!type(v).is_ref) c.flops = std::max(c.flops, type(v).size());
         return c;
       case CostRule::Reduce:
         c.flops = std::max<int64_t>(0, type(op.operands[0]).size() - result_size());

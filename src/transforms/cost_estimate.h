@@ -10,6 +10,7 @@ enum class CostRule {
   Free,            // 0
   PerElement,      // 1 flop per result element
   Transcendental,  // 1 transcendental per result element
+  PerLane,         // 1 flop per element of the largest array operand (SparseCore vector ops)
   IntegerPow,      // the multiplies of square-and-multiply per element
   Dot,             // 2 x result elements x contracted size
   Reduce,          // input elements - output elements

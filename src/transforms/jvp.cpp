@@ -24,6 +24,14 @@ namespace jvp_detail {
 JvpRule jvp_rule(ir::OpCode code) {
   using ir::OpCode;
   switch (code) {
+    // SparseCore vector subcore ops: counts and masks carry no tangent; the rest has no rule.
+    case OpCode::ScScanCount: case OpCode::ScAllReducePopulationCount: case OpCode::ScAllReduceFfs:
+      return JvpRule::kZeroTangent;
+    case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:
+    case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed: case OpCode::ScAddupdate:
+    case OpCode::ScAddupdateCompressed: case OpCode::ScFetchAndAdd: case OpCode::ScMaskedScan:
+    case OpCode::ScSortKeyVal: case OpCode::ScPack: case OpCode::ScUnpack: case OpCode::ScDynamicGather:
+      return JvpRule::kNotDifferentiable;
     // Linear or smooth: a tangent rule.
     case OpCode::Neg: case OpCode::Abs: case OpCode::Exp: case OpCode::Exp2: case OpCode::Log:
     case OpCode::Log1p: case OpCode::Sqrt: case OpCode::Rsqrt: case OpCode::Reciprocal:

@@ -13,7 +13,6 @@
 #include "ir/builder.h"
 #include "pallas/pallas.h"
 #include "pallas/sparse_core.h"
-#include "pallas/sparse_core.h"
 #include "pallas/tpu.h"
 
 namespace pl = pallas;
@@ -274,6 +273,36 @@ ir::Kernel tpu_kernel() {
       "tpu");
 }
 
+// The SparseCore vector subcore ops (every sc_ op, masked and unmasked forms, a parallel loop).
+ir::Kernel sparse_core_kernel() {
+  namespace plsc = pallas::tpu_sc;
+  return pl::trace_kernel(
+      [](pl::Ref x, pl::Ref idx, pl::Ref o, pl::Ref smem) {
+        pl::Value i = idx[pl::all];
+        pl::Value m = i > 3;
+        pl::Value g = plsc::load_gather(x, {i}, m);
+        plsc::store_scatter(x, {i}, g);
+        plsc::addupdate_scatter(x, {i}, g, m);
+        pl::Value e = plsc::load_expanded(o, m);
+        plsc::store_compressed(o, e, m);
+        plsc::addupdate(o, e);
+        plsc::addupdate_compressed(o, e, m);
+        pl::Value old = plsc::fetch_and_add(smem.at(0), 2);
+        plsc::fetch_and_add(smem.at(0), old, 0);
+        pl::Value s = plsc::cumsum(g, m) + plsc::cummax(g, m) + plsc::cummin(g);
+        auto [counts, last] = plsc::scan_count(s, m);
+        pl::Value n = plsc::all_reduce_population_count(last) + plsc::all_reduce_ffs(m);
+        std::vector<pl::Value> sorted = plsc::sort_key_val(counts, {s, n}, {.mask = m, .descending = true});
+        plsc::sort_key_val(counts, s);
+        pl::Value p = plsc::pack(s, s, plsc::PackFormat::INTERLEAVED);
+        auto [a, b] = plsc::unpack(plsc::pack(n, n, plsc::PackFormat::COMPRESSED), plsc::PackFormat::COMPRESSED);
+        o[pl::all] = plsc::dynamic_gather(sorted[1], a + b) + plsc::bitcast(plsc::unpack(p, plsc::PackFormat::INTERLEAVED).first, pl::f32);
+        plsc::parallel_loop(0, 4, [&](pl::Value k) { o[k] = o[k] * 2.0f; }, {.step = 2, .unroll = 2});
+      },
+      {ref({64}, pl::f32), ref({16}, pl::i32), ref({16}, pl::f32), ref({2}, pl::i32, pl::MemorySpace::Smem)},
+      "sparse_core");
+}
+
 std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   std::vector<std::pair<std::string, ir::Kernel>> out;
   out.emplace_back("tpu", tpu_kernel());
@@ -285,6 +314,7 @@ std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   out.emplace_back("control", control_kernel());
   out.emplace_back("scalars", scalars_kernel());
   out.emplace_back("builder", builder_kernel());
+  out.emplace_back("sparse_core", sparse_core_kernel());
   return out;
 }
 

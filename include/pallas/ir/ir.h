@@ -7,8 +7,8 @@
 //   RunScoped runs its region once with fresh scratch Refs that die at its end).
 // * Visibility: a value may be used in the region that defines it and in regions nested inside;
 //   never outside. A region's results leave it only through its terminating `yield`.
-// * Side effects: only the ref ops (load/store/swap/atomics), debug_print and ops with regions
-//   that contain them. Everything else is pure and may be reordered or removed when unused.
+// * Side effects: only the ref ops (load/store/swap/atomics, the SparseCore memory ops),
+//   debug_print and ops with regions that contain them. Everything else is pure and may be reordered or removed when unused.
 // * Elementwise binary ops take operands of identical type (broadcasting and dtype promotion are
 //   done by tracing, which records explicit broadcast_in_dim / convert ops).
 // * Integers wrap on overflow (two's complement). Integer division truncates toward zero; x / 0
@@ -167,6 +167,9 @@ struct Indexer {
   X(Reverse, "reverse")                  \
   X(NumKeys, "num_keys")                 \
   X(Descending, "descending")            \
+  X(Parallel, "parallel")                \
+  X(Unroll, "unroll")                    \
+  X(Reduce, "reduce")                    \
   X(LhsContracting, "lhs_contracting")   \
   X(RhsContracting, "rhs_contracting")   \
   X(LhsBatch, "lhs_batch")               \
