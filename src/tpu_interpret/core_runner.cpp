@@ -67,10 +67,17 @@ std::vector<int64_t> dynamic_values(const ir::Op& op, const std::function<int64_
 // ---- Memory accesses ----------------------------------------------------------------------------
 void CoreRunner::begin_access(const ir::Op& op, const eval::RefValue& view) {
   Buffer* b = buffer_of(view);
+  // fetch_and_add is an atomic add: it never races with another add, only with plain accesses.
   if (m_.races())
     m_.check_access(b, view, op.info().is(ir::kMemWrite), t_.clock,
-                    {t_.actor, t_.name, std::string(op.info().name), op.loc});
+                    {t_.actor, t_.name, std::string(op.info().name), op.loc},
+                    op.code == OpCode::ScFetchAndAdd);
   held_ = std::unique_lock<std::mutex>(b->mu);
+}
+
+eval::RefValue CoreRunner::subcore_ref(const ir::Op& op, const eval::RefValue& local,
+                                       int64_t subcore_id) {
+  return m_.subcore_counterpart(t_, local, subcore_id, op.loc);
 }
 
 std::string CoreRunner::debug_check_context() const {

@@ -18,6 +18,7 @@ class CoreRunner : public eval::Interpreter {
   [[noreturn]] void out_of_bounds(const ir::Op& op, const eval::RefValue& base,
                                   std::span<const int64_t> dynamic, const Error& e) override;
   std::string debug_check_context() const override;
+  eval::RefValue subcore_ref(const ir::Op& op, const eval::RefValue& local, int64_t subcore_id) override;
 
  private:
   void run_scoped(const ir::Op& op);

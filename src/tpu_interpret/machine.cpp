@@ -757,6 +757,46 @@ void Machine::enqueue_dma(CoreThread& t, const std::shared_ptr<Dma>& dma) {
   if (cfg_.params.dma_execution_mode == "eager") execute_dma(dma, true);
 }
 
+eval::RefValue Machine::counterpart_locked(const eval::RefValue& view, int device, int core,
+                                          const std::string& what, const std::string& who,
+                                          const SourceLoc& loc) {
+  Buffer* local = buffer_of(view);
+  auto it = buffers_.find(std::make_tuple(device, core, local->id));
+  if (it == buffers_.end())
+    throw Error(what + ": " + local->describe() + " has no counterpart there (it is not " +
+                    "allocated there now; use an input, output or scratch buffer)",
+                loc);
+  Buffer* other = it->second.get();
+  // Ids agree only while every thread allocates the same buffers in the same order; a
+  // conditional allocation breaks that, and the access must not land in a stranger.
+  if (other->content.shape() != local->content.shape() ||
+      other->content.dtype() != local->content.dtype() || other->space != local->space)
+    throw Error(what + ": buffer " + std::to_string(local->id) + " there is " + other->describe() +
+                    " " + other->content.shape_dtype().to_string() + ", not the counterpart of " +
+                    local->describe() + " " + local->content.shape_dtype().to_string() + " (" + who +
+                    " allocated different buffers, e.g. a run_scoped under a condition)",
+                loc);
+  eval::RefValue r = view;
+  r.data = static_cast<std::byte*>(other->content.raw_data()) +
+           (view.data - static_cast<std::byte*>(local->content.raw_data()));
+  r.owner = it->second;
+  return r;
+}
+
+eval::RefValue Machine::subcore_counterpart(CoreThread& t, const eval::RefValue& view,
+                                            int64_t subcore, const SourceLoc& loc) {
+  const std::string what = "fetch_and_add on subcore " + std::to_string(subcore);
+  if (cfg_.sc_kind != "sc_vector_subcore")
+    throw Error(what + ": a subcore_id needs a kernel on a VectorSubcoreMesh", loc);
+  if (subcore < 0 || subcore >= cfg_.subcores_per_core)
+    throw Error(what + ": subcore_id out of range; this SparseCore has " +
+                    std::to_string(cfg_.subcores_per_core) + " vector subcores",
+                loc);
+  std::lock_guard<std::mutex> lock(mu_);
+  return counterpart_locked(view, t.device, t.sc_core * cfg_.subcores_per_core + static_cast<int>(subcore),
+                            what, "the subcores", loc);
+}
+
 void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::RefValue& dst,
                         int64_t recv_sem, std::optional<int64_t> send_sem, int target_device,
                         const SourceLoc& loc) {
@@ -774,29 +814,10 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
     if (failed_) throw Cancelled{};
     dma->id = next_dma_id_++;
     if (target_device != t.device) {
-      auto it = buffers_.find(std::make_tuple(target_device, local_dst->core, local_dst->id));
-      if (it == buffers_.end())
-        throw Error("remote DMA to device " + std::to_string(target_device) + ": the destination " +
-                        local_dst->describe() + " has no counterpart there (it is not allocated " +
-                        "on that device now; use an input, output or scratch buffer)",
-                    loc);
-      Buffer* remote = it->second.get();
-      // Ids agree across devices only while every device allocates the same buffers in the same
-      // order; a conditional allocation breaks that, and the copy must not land in a stranger.
-      if (remote->content.shape() != local_dst->content.shape() ||
-          remote->content.dtype() != local_dst->content.dtype() || remote->space != local_dst->space)
-        throw Error("remote DMA to device " + std::to_string(target_device) + ": buffer " +
-                        std::to_string(local_dst->id) + " there is " + remote->describe() + " " +
-                        remote->content.shape_dtype().to_string() + ", not the counterpart of " +
-                        local_dst->describe() + " " + local_dst->content.shape_dtype().to_string() +
-                        " (the devices allocated different buffers, e.g. a run_scoped under a "
-                        "condition)",
-                    loc);
-      dma->dst = dst;
-      dma->dst.data = static_cast<std::byte*>(remote->content.raw_data()) +
-                      (dst.data - static_cast<std::byte*>(local_dst->content.raw_data()));
-      dma->dst.owner = it->second;
-      dma->dst_buffer = remote;
+      dma->dst = counterpart_locked(dst, target_device, local_dst->core,
+                                    "remote DMA to device " + std::to_string(target_device),
+                                    "the devices", loc);
+      dma->dst_buffer = buffer_of(dma->dst);
     } else {
       dma->dst = dst;
       dma->dst_buffer = local_dst;

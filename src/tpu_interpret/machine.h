@@ -144,6 +144,10 @@ class Machine {
   void indirect_dma_start(CoreThread& t, const eval::RefValue& src, const eval::RefValue& dst,
                           int64_t recv_sem, int indirect, bool add, std::vector<int64_t> rows,
                           const SourceLoc& loc);
+  // fetch_and_add(..., subcore_id): `view` of t's buffer, in the same buffer of vector subcore
+  // `subcore` of t's SparseCore.
+  eval::RefValue subcore_counterpart(CoreThread& t, const eval::RefValue& view, int64_t subcore,
+                                     const SourceLoc& loc);
   // subcore_barrier(): the vector subcores of t's SparseCore.
   void subcore_barrier(CoreThread& t, const SourceLoc& loc);
   // Devices.
@@ -166,6 +170,11 @@ class Machine {
   void barrier(CoreThread& t, int group, int members, const SourceLoc& loc, const char* what);
   // The semaphore `id`, created (named `name`, or by its id when null) if new. Under mu_.
   Semaphore& sem_locked(int64_t id, const char* name, DType kind);
+  // `view` (of a buffer of this thread) in the buffer with the same id of (device, core); `what`
+  // and `who` word the errors when there is none or it differs. Under mu_.
+  eval::RefValue counterpart_locked(const eval::RefValue& view, int device, int core,
+                                    const std::string& what, const std::string& who,
+                                    const SourceLoc& loc);
   void execute_dma(const std::shared_ptr<Dma>& dma, bool write);
   // Registers a started DMA (id, clocks, semaphore queues) and runs it now in eager mode.
   void enqueue_dma(CoreThread& t, const std::shared_ptr<Dma>& dma);

@@ -469,3 +469,49 @@ TEST(TpuSparseCore, PallasCallBlockRules) {
   pl::Array y = pl::pallas_call(kernel, pl::ShapeDtype({16, 16}, pl::f32), opts)(iota_f32({16, 16}))[0];
   for (int i = 0; i < 256; ++i) ASSERT_EQ(y.data<float>()[i], static_cast<float>(i) + 1.0f);
 }
+
+// ---- fetch_and_add across subcores -----------------------------------------------------------------
+TEST(TpuSparseCore, FetchAndAddOnAnotherSubcoresSmemIsAtomic) {
+  // Subcore 0's counter starts at 0; every subcore adds w + 1 to it through subcore_id 0 and
+  // records the old value; after a barrier subcore 0 publishes the total.
+  auto body = [](pl::Ref olds_hbm, pl::Ref total_hbm, pl::Ref counter, pl::Ref v) {
+    pl::Value sub = pltpu::axis_index("subcore");
+    pl::when(sub == 0, [&] { counter[0] = 0; });
+    plsc::subcore_barrier();
+    pl::Value old = plsc::fetch_and_add(counter.at(pl::ds(0, 1)), sub + 1, pl::Operand(0));
+    v[pl::all] = pl::full({1, 8}, pl::i32, 0) + old;
+    pltpu::sync_copy(v, olds_hbm.at(pl::ds(sub, 1)));
+    plsc::subcore_barrier();
+    pl::when(sub == 0, [&] {
+      v[pl::all] = pl::full({1, 8}, pl::i32, 0) + counter[0];
+      pltpu::sync_copy(v, total_hbm);
+    });
+  };
+  for (const char* mode : kModes) {
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+    auto call = plsc::kernel(body, {pl::ShapeDtype({4, 8}, pl::i32), pl::ShapeDtype({1, 8}, pl::i32)},
+                             plsc::VectorSubcoreMesh{.num_cores = 1, .num_subcores = 4},
+                             {.scratch_shapes = {pltpu::SMEM({1}, pl::i32), pltpu::VMEM({1, 8}, pl::i32)},
+                              .interpret = race_params(races, mode)});
+    std::vector<pl::Array> out = call();
+    EXPECT_EQ(out[1].data<int32_t>()[0], 1 + 2 + 3 + 4);
+    // The old values are the partial sums of some order of the adds: each distinct, each the
+    // sum of the increments of the subcores that came before.
+    std::set<int32_t> olds;
+    for (int s = 0; s < 4; ++s) olds.insert(out[0].data<int32_t>()[s * 8]);
+    EXPECT_EQ(olds.size(), 4u);
+    EXPECT_TRUE(olds.count(0));
+    EXPECT_TRUE(races->empty()) << all_reports(*races);
+  }
+  // subcore_id out of range.
+  auto bad = [](pl::Ref o, pl::Ref counter) {
+    (void)o;
+    (void)plsc::fetch_and_add(counter.at(pl::ds(0, 1)), 1, pl::Operand(5));
+  };
+  EXPECT_CONTAINS(error_of<pl::Error>([&] {
+                    plsc::kernel(bad, {pl::ShapeDtype({8}, pl::i32)},
+                                 plsc::VectorSubcoreMesh{.num_cores = 1, .num_subcores = 4},
+                                 {.scratch_shapes = {pltpu::SMEM({1}, pl::i32)}})();
+                  }),
+                  "fetch_and_add on subcore 5: subcore_id out of range; this SparseCore has 4 vector subcores");
+}
