@@ -215,11 +215,11 @@ void Machine::log(const CoreThread& t, const char* kind, const std::string& line
 eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std::string& name,
                                  bool shared) {
   int64_t id = t.next_buffer_id++;
-  // Who shares the buffer: its core (-1: the whole device; below -1: the vector subcores of one
-  // SparseCore, for VMEM_SHARED on a VectorSubcoreMesh).
+  // Who shares the buffer: its core (-1: the whole device; below -1: one SparseCore's subcores,
+  // for VMEM_SHARED on a SparseCore mesh).
   int owner = shared ? -1 : t.core;
   int sharers = shared ? cfg_.num_cores : 1;
-  if (shared && type.space == MemorySpace::VmemShared && cfg_.subcores_per_core > 1) {
+  if (shared && type.space == MemorySpace::VmemShared && !cfg_.sc_kind.empty()) {
     owner = -2 - t.sc_core;
     sharers = cfg_.subcores_per_core;
   }
@@ -786,8 +786,6 @@ eval::RefValue Machine::counterpart_locked(const eval::RefValue& view, int devic
 eval::RefValue Machine::subcore_counterpart(CoreThread& t, const eval::RefValue& view,
                                             int64_t subcore, const SourceLoc& loc) {
   const std::string what = "fetch_and_add on subcore " + std::to_string(subcore);
-  if (cfg_.sc_kind != "sc_vector_subcore")
-    throw Error(what + ": a subcore_id needs a kernel on a VectorSubcoreMesh", loc);
   if (subcore < 0 || subcore >= cfg_.subcores_per_core)
     throw Error(what + ": subcore_id out of range; this SparseCore has " +
                     std::to_string(cfg_.subcores_per_core) + " vector subcores",

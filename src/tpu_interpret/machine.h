@@ -144,8 +144,8 @@ class Machine {
   void indirect_dma_start(CoreThread& t, const eval::RefValue& src, const eval::RefValue& dst,
                           int64_t recv_sem, int indirect, bool add, std::vector<int64_t> rows,
                           const SourceLoc& loc);
-  // fetch_and_add(..., subcore_id): `view` of t's buffer, in the same buffer of vector subcore
-  // `subcore` of t's SparseCore.
+  // fetch_and_add(..., subcore_id) on a VectorSubcoreMesh: `view` of t's buffer, in the same
+  // buffer of vector subcore `subcore` of t's SparseCore.
   eval::RefValue subcore_counterpart(CoreThread& t, const eval::RefValue& view, int64_t subcore,
                                      const SourceLoc& loc);
   // subcore_barrier(): the vector subcores of t's SparseCore.

@@ -147,12 +147,16 @@ TEST(TpuSparseCore, ScalarMeshRunsOneThreadPerSparseCore) {
     pltpu::sync_copy(x_hbm.at(pl::ds(core, 1)), shared);
     pltpu::sync_copy(shared, o_hbm.at(pl::ds(core, 1)));
   };
+  // Each SparseCore has its own VMEM_SHARED: no race between the two.
+  std::shared_ptr<std::vector<pltpu::RaceReport>> races;
   auto call = plsc::kernel(body, {pl::ShapeDtype({2, 16}, pl::f32)},
                            plsc::ScalarSubcoreMesh{.axis_name = "sc"},
-                           {.scratch_shapes = {pltpu::VMEM_SHARED({1, 16}, pl::f32)}});
+                           {.scratch_shapes = {pltpu::VMEM_SHARED({1, 16}, pl::f32)},
+                            .interpret = race_params(races, "eager")});
   pl::Array x = iota_f32({2, 16}, 5);
   pl::Array o = call(x)[0];
   for (int i = 0; i < 32; ++i) EXPECT_EQ(o.data<float>()[i], x.data<float>()[i]);
+  EXPECT_TRUE(races->empty()) << all_reports(*races);
 }
 
 TEST(TpuSparseCore, MeshErrors) {
