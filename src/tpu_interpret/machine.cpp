@@ -673,7 +673,7 @@ void Machine::gather_rows(Dma& dma) {
     eval::RefValue row = row_of(dma.src, dma.rows[i]);
     if (races_)
       check_access(dma.src_buffer, row, false, dma.clock,
-                   {dma.actor, dma.actor_name, "gather DMA read of row " + std::to_string(dma.rows[i]), dma.loc});
+                   {dma.actor, dma.actor_name, "gather DMA read", dma.loc});
     eval::strided_copy(out + static_cast<int64_t>(i) * row_bytes, row.data, row.shape, row.strides, esize);
   }
 }
@@ -686,9 +686,7 @@ void Machine::scatter_rows(Dma& dma) {
     eval::RefValue row = row_of(dma.dst, dma.rows[static_cast<size_t>(i)]);
     if (races_)
       check_access(dma.dst_buffer, row, true, dma.clock,
-                   {dma.actor, dma.actor_name,
-                    std::string(dma.add ? "scatter-add" : "scatter") + " DMA write of row " +
-                        std::to_string(dma.rows[static_cast<size_t>(i)]),
+                   {dma.actor, dma.actor_name, dma.add ? "scatter-add DMA write" : "scatter DMA write",
                     dma.loc},
                    dma.add);
     if (dma.add) {

@@ -114,39 +114,57 @@ int RaceDetector::access(const void* buffer, const std::string& buffer_name,
   for (const DimRange& d : region)
     if (d.count == 0) return 0;
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Record>& recs = records_[buffer];
+  BufferRecords& all = records_[buffer];
   int found = 0;
   std::vector<std::pair<int64_t, int64_t>> box;
-  for (const Record& r : recs) {
-    if (r.who.actor == who.actor) continue;  // program order
-    if (!r.is_write && !is_write) continue;
-    if (r.atomic_add && atomic_add) continue;
-    if (happens_before(r.clock, clock)) continue;
-    if (!regions_overlap(r.region, region, &box)) continue;
-    std::string key = buffer_name + "|" + r.who.loc.to_string() + "|" + r.who.what + "|" +
-                      who.loc.to_string() + "|" + who.what;
-    if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) continue;
-    seen_.push_back(key);
-    tpu::RaceReport rep;
-    rep.buffer = buffer_name;
-    rep.buffer_shape = buffer_shape;
-    rep.first = {r.is_write, r.who.actor_name, r.who.what, r.who.loc,
-                 std::vector<int64_t>(r.clock.begin(), r.clock.end())};
-    rep.second = {is_write, who.actor_name, who.what, who.loc,
-                  std::vector<int64_t>(clock.begin(), clock.end())};
-    rep.overlap = box;
-    reports_.push_back(std::move(rep));
-    ++found;
+  // Checks the new access against `recs` and forgets what it supersedes there.
+  auto visit = [&](std::vector<Record>& recs) {
+    for (const Record& r : recs) {
+      if (r.who.actor == who.actor) continue;  // program order
+      if (!r.is_write && !is_write) continue;
+      if (r.atomic_add && atomic_add) continue;
+      if (happens_before(r.clock, clock)) continue;
+      if (!regions_overlap(r.region, region, &box)) continue;
+      std::string key = buffer_name + "|" + r.who.loc.to_string() + "|" + r.who.what + "|" +
+                        who.loc.to_string() + "|" + who.what;
+      if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) continue;
+      seen_.push_back(key);
+      tpu::RaceReport rep;
+      rep.buffer = buffer_name;
+      rep.buffer_shape = buffer_shape;
+      rep.first = {r.is_write, r.who.actor_name, r.who.what, r.who.loc,
+                   std::vector<int64_t>(r.clock.begin(), r.clock.end())};
+      rep.second = {is_write, who.actor_name, who.what, who.loc,
+                    std::vector<int64_t>(clock.begin(), clock.end())};
+      rep.overlap = box;
+      reports_.push_back(std::move(rep));
+      ++found;
+    }
+    // Forget what this access supersedes: the same actor's accesses to the same region (a write
+    // supersedes reads and writes, a read supersedes reads), and other actors' accesses to the
+    // same region that happen before a write (a later access racing with them races with it).
+    std::erase_if(recs, [&](const Record& r) {
+      if (r.region != region) return false;
+      if (r.who.actor == who.actor) return is_write || !r.is_write;
+      return is_write && happens_before(r.clock, clock);
+    });
+  };
+  // Accesses to one index of the major dimension (rows of a gather or scatter, most block
+  // copies of a 1-row tile) are kept by that index, so they are checked only against the same
+  // row and the wider accesses; the others against everything.
+  const bool one_row = !region.empty() && region[0].count == 1;
+  if (one_row) {
+    auto it = all.by_row.find(region[0].start);
+    if (it != all.by_row.end()) visit(it->second);
+  } else {
+    for (auto& [row, recs] : all.by_row) visit(recs);
   }
-  // Forget what this access supersedes: the same actor's accesses to the same region (a write
-  // supersedes reads and writes, a read supersedes reads), and other actors' accesses to the
-  // same region that happen before a write (a later access racing with them races with it).
-  std::erase_if(recs, [&](const Record& r) {
-    if (r.region != region) return false;
-    if (r.who.actor == who.actor) return is_write || !r.is_write;
-    return is_write && happens_before(r.clock, clock);
-  });
-  recs.push_back(Record{region, is_write, atomic_add, clock, who});
+  visit(all.wide);
+  Record rec{region, is_write, atomic_add, clock, who};
+  if (one_row)
+    all.by_row[region[0].start].push_back(std::move(rec));
+  else
+    all.wide.push_back(std::move(rec));
   return found;
 }
 

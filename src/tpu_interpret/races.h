@@ -68,8 +68,14 @@ class RaceDetector {
     VectorClock clock;
     AccessInfo who;
   };
+  // A buffer's records: those of accesses to one index of the major dimension by that index,
+  // the others in `wide`.
+  struct BufferRecords {
+    std::unordered_map<int64_t, std::vector<Record>> by_row;
+    std::vector<Record> wide;
+  };
   mutable std::mutex mu_;
-  std::unordered_map<const void*, std::vector<Record>> records_;
+  std::unordered_map<const void*, BufferRecords> records_;
   std::vector<tpu::RaceReport> reports_;
   std::vector<std::string> seen_;  // dedup keys: one report per pair of source lines and buffer
 };
