@@ -23,4 +23,5 @@ namespace deadlock { Example example(); }
 // SparseCore (TPU interpret mode only).
 namespace embedding_bag { Example example(); }
 namespace segment_sum { Example example(); }
+namespace lane_sort { Example example(); }
 }  // namespace pallas::examples

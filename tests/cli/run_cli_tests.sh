@@ -72,7 +72,7 @@ else
 fi
 
 # The TPU-only examples: list them, run them (a collective on 8 devices, race detection on).
-tpu_examples="dma_matmul right_permute all_gather all_reduce reduce_scatter core_map_pipeline racy deadlock embedding_bag segment_sum"
+tpu_examples="dma_matmul right_permute all_gather all_reduce reduce_scatter core_map_pipeline racy deadlock embedding_bag segment_sum lane_sort"
 check list_tpu 0 "$PALLAS" list
 for e in $tpu_examples; do expect "list_$e" "^$e "; done
 check all_reduce_8 0 "$PALLAS" run all_reduce --backend tpu-interpret --devices 8 --dma-mode eager --detect-races
@@ -87,6 +87,8 @@ check embedding_bag 0 "$PALLAS" run embedding_bag --backend tpu-interpret
 expect embedding_bag_line "^embedding_bag .* on 2x16 subcores backend=tpu-interpret: .*  ok$"
 check segment_sum 0 "$PALLAS" run segment_sum --backend tpu-interpret --detect-races --cores 1
 expect segment_sum_line "^segment_sum .* on 1x16 subcores backend=tpu-interpret: .*  ok$"
+check lane_sort 0 "$PALLAS" run lane_sort --backend tpu-interpret --dma-mode eager
+expect lane_sort_line "^lane_sort .*  ok$"
 check bench_all_gather 0 "$PALLAS" bench all_gather --backend tpu-interpret --devices 4 --iters 1
 expect bench_all_gather_line "GB/s$"
 check ir_all_gather 0 "$PALLAS" ir all_gather --backend tpu-interpret --devices 2

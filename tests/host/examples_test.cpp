@@ -111,7 +111,8 @@ TEST(Examples, RegistryHasEveryExampleOnceWithADescription) {
   EXPECT_EQ(names, (std::set<std::string>{"add", "matmul", "softmax", "layer_norm", "gather",
                                           "inplace", "dma_matmul", "right_permute", "all_gather",
                                           "all_reduce", "reduce_scatter", "core_map_pipeline",
-                                          "racy", "deadlock", "embedding_bag", "segment_sum"}));
+                                          "racy", "deadlock", "embedding_bag", "segment_sum",
+                                          "lane_sort"}));
   EXPECT_EQ(example_names(), (std::vector<std::string>{"add", "matmul", "softmax", "layer_norm",
                                                        "gather", "inplace"}));
 }

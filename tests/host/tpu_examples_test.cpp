@@ -170,7 +170,7 @@ TEST(TpuExamples, DeadlockIsReportedQuickly) {
 TEST(TpuExamples, TpuOnlyExamplesRejectOtherBackends) {
   for (const char* name : {"dma_matmul", "right_permute", "all_gather", "all_reduce",
                            "reduce_scatter", "core_map_pipeline", "racy", "deadlock",
-                           "embedding_bag", "segment_sum"}) {
+                           "embedding_bag", "segment_sum", "lane_sort"}) {
     for (const char* backend : {"reference", "gpu"}) {
       try {
         ex::find(name).build({.backend = backend});
@@ -215,7 +215,7 @@ TEST(TpuExamples, CallerSuppliedRaceSink) {
 
 // ---- SparseCore examples ------------------------------------------------------------------------------
 TEST(TpuExamples, SparseCoreExamplesMatchTheirReferencesInBothDmaModesWithoutRaces) {
-  for (const char* name : {"embedding_bag", "segment_sum"}) {
+  for (const char* name : {"embedding_bag", "segment_sum", "lane_sort"}) {
     for (const char* mode : {"eager", "on_wait"}) {
       for (int cores : {1, 2}) {
         ex::Problem p = ex::find(name).build({.seed = 3, .size = 256, .backend = "tpu-interpret",
