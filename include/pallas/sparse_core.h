@@ -65,6 +65,13 @@ PallasCall core_map(F body, std::vector<ShapeDtype> out_shapes, Mesh mesh, CallO
   return kernel(std::move(body), std::move(out_shapes), std::move(mesh), std::move(opts), loc);
 }
 
+// Mesh compatibility, for kernels that use TensorCore and SparseCore meshes together: a scalar
+// and a vector mesh must share the core axis (name and size); a TensorCoreMesh's axis must differ
+// from the SparseCore meshes' axes. Each throws pallas::Error saying which rule fails.
+void check_compatible(const ScalarSubcoreMesh& scalar, const VectorSubcoreMesh& vector);
+void check_compatible(const tpu::TensorCoreMesh& tc, const ScalarSubcoreMesh& sc);
+void check_compatible(const tpu::TensorCoreMesh& tc, const VectorSubcoreMesh& sc);
+
 // Waits until every vector subcore of this SparseCore has arrived (a vector-subcore kernel only).
 // It orders their memory accesses: what one subcore wrote before it is seen by all after it.
 void subcore_barrier(Loc loc = Loc::current());

@@ -72,11 +72,28 @@ PallasCall make(KernelFn body, std::vector<ShapeDtype> out_shapes, const char* m
 
 int or_default(int given, int fallback) { return given == 0 ? fallback : given; }
 
+// A mesh may not ask for more (sub)cores than the simulated chip has.
+void check_fits(const char* mesh_name, int cores, int subcores, const SparseCoreInfo& info,
+                const SourceLoc& loc) {
+  if (cores > info.num_cores)
+    throw Error(std::string(mesh_name) + " has " + std::to_string(cores) +
+                    " cores, but the simulated chip has only " + std::to_string(info.num_cores) +
+                    " SparseCores (plsc::set_sparse_core_info changes that)",
+                loc);
+  if (subcores > info.num_subcores)
+    throw Error(std::string(mesh_name) + " has " + std::to_string(subcores) +
+                    " subcores per core, but each simulated SparseCore has only " +
+                    std::to_string(info.num_subcores) +
+                    " vector subcores (plsc::set_sparse_core_info changes that)",
+                loc);
+}
+
 }  // namespace
 
 PallasCall make_sc_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes,
                           const ScalarSubcoreMesh& mesh, CallOptions opts, const SourceLoc& loc) {
   const SparseCoreInfo info = sparse_core_info();
+  check_fits("ScalarSubcoreMesh", or_default(mesh.num_cores, info.num_cores), 0, info, loc);
   return make(std::move(body), std::move(out_shapes), "ScalarSubcoreMesh",
               {{mesh.axis_name, or_default(mesh.num_cores, info.num_cores)}}, "sc_scalar_subcore",
               std::move(opts), loc);
@@ -85,6 +102,8 @@ PallasCall make_sc_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes,
 PallasCall make_sc_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes,
                           const VectorSubcoreMesh& mesh, CallOptions opts, const SourceLoc& loc) {
   const SparseCoreInfo info = sparse_core_info();
+  check_fits("VectorSubcoreMesh", or_default(mesh.num_cores, info.num_cores),
+             or_default(mesh.num_subcores, info.num_subcores), info, loc);
   return make(std::move(body), std::move(out_shapes), "VectorSubcoreMesh",
               {{mesh.core_axis_name, or_default(mesh.num_cores, info.num_cores)},
                {mesh.subcore_axis_name, or_default(mesh.num_subcores, info.num_subcores)}},
@@ -92,4 +111,33 @@ PallasCall make_sc_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes,
 }
 
 }  // namespace detail
+}  // namespace pallas::tpu_sc
+
+namespace pallas::tpu_sc {
+
+void check_compatible(const ScalarSubcoreMesh& scalar, const VectorSubcoreMesh& vector) {
+  const SparseCoreInfo info = sparse_core_info();
+  if (scalar.axis_name != vector.core_axis_name)
+    throw Error("ScalarSubcoreMesh axis '" + scalar.axis_name +
+                "' must be the VectorSubcoreMesh's core axis '" + vector.core_axis_name +
+                "': both meshes run on the same SparseCores");
+  const int a = scalar.num_cores == 0 ? info.num_cores : scalar.num_cores;
+  const int b = vector.num_cores == 0 ? info.num_cores : vector.num_cores;
+  if (a != b)
+    throw Error("ScalarSubcoreMesh has " + std::to_string(a) + " cores but the VectorSubcoreMesh " +
+                std::to_string(b) + "; meshes of the same SparseCores need the same core count");
+}
+
+void check_compatible(const tpu::TensorCoreMesh& tc, const ScalarSubcoreMesh& sc) {
+  if (tc.axis_name == sc.axis_name)
+    throw Error("TensorCoreMesh and ScalarSubcoreMesh both name an axis '" + tc.axis_name +
+                "'; TensorCore and SparseCore axes need different names");
+}
+
+void check_compatible(const tpu::TensorCoreMesh& tc, const VectorSubcoreMesh& sc) {
+  if (tc.axis_name == sc.core_axis_name || tc.axis_name == sc.subcore_axis_name)
+    throw Error("TensorCoreMesh and VectorSubcoreMesh both name an axis '" + tc.axis_name +
+                "'; TensorCore and SparseCore axes need different names");
+}
+
 }  // namespace pallas::tpu_sc

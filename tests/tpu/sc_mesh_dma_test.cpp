@@ -188,6 +188,35 @@ TEST(TpuSparseCore, MeshErrors) {
                     plsc::kernel(body, out, plsc::VectorSubcoreMesh{}, {.interpret = true});
                   }),
                   "runs in the TPU interpret mode");
+  EXPECT_CONTAINS(error_of<pl::Error>([&] {
+                    plsc::kernel(body, out, plsc::VectorSubcoreMesh{.num_cores = 3});
+                  }),
+                  "VectorSubcoreMesh has 3 cores, but the simulated chip has only 2 SparseCores");
+  EXPECT_CONTAINS(error_of<pl::Error>([&] {
+                    plsc::kernel(body, out, plsc::VectorSubcoreMesh{.num_subcores = 17});
+                  }),
+                  "VectorSubcoreMesh has 17 subcores per core, but each simulated SparseCore has only 16");
+  EXPECT_CONTAINS(error_of<pl::Error>([&] { plsc::kernel(body, out, plsc::ScalarSubcoreMesh{.num_cores = 4}); }),
+                  "ScalarSubcoreMesh has 4 cores, but the simulated chip has only 2 SparseCores");
+  // Mesh compatibility.
+  plsc::check_compatible(plsc::ScalarSubcoreMesh{}, plsc::VectorSubcoreMesh{});
+  plsc::check_compatible(pltpu::TensorCoreMesh{"tc", 2}, plsc::VectorSubcoreMesh{});
+  EXPECT_CONTAINS(error_of<pl::Error>([&] {
+                    plsc::check_compatible(plsc::ScalarSubcoreMesh{.axis_name = "sc"}, plsc::VectorSubcoreMesh{});
+                  }),
+                  "ScalarSubcoreMesh axis 'sc' must be the VectorSubcoreMesh's core axis 'core'");
+  EXPECT_CONTAINS(error_of<pl::Error>([&] {
+                    plsc::check_compatible(plsc::ScalarSubcoreMesh{.num_cores = 1}, plsc::VectorSubcoreMesh{});
+                  }),
+                  "ScalarSubcoreMesh has 1 cores but the VectorSubcoreMesh 2");
+  EXPECT_CONTAINS(error_of<pl::Error>([&] {
+                    plsc::check_compatible(pltpu::TensorCoreMesh{"core", 2}, plsc::ScalarSubcoreMesh{});
+                  }),
+                  "TensorCoreMesh and ScalarSubcoreMesh both name an axis 'core'");
+  EXPECT_CONTAINS(error_of<pl::Error>([&] {
+                    plsc::check_compatible(pltpu::TensorCoreMesh{"subcore", 2}, plsc::VectorSubcoreMesh{});
+                  }),
+                  "TensorCoreMesh and VectorSubcoreMesh both name an axis 'subcore'");
   // subcore_barrier outside a vector-subcore kernel.
   auto barrier_body = [](pl::Ref o) {
     (void)o;
