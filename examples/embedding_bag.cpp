@@ -28,11 +28,7 @@ constexpr int64_t kDefaultBags = 512;
 // Refs: table, ids, out (HBM); scratch: ids of one chunk, its gathered rows, its bag sums.
 void body(int64_t chunks, int subcores, int64_t workers, const pl::Ref& table, const pl::Ref& ids,
           const pl::Ref& out, const pl::Ref& idx, const pl::Ref& rows, const pl::Ref& sums) {
-  const pl::Value w = pltpu::axis_index("core") * subcores + pltpu::axis_index("subcore");
-  const pl::Value mine = (static_cast<int32_t>(chunks) - w + static_cast<int32_t>(workers - 1)) /
-                         static_cast<int32_t>(workers);
-  pl::fori_loop(0, mine, [&](pl::Value j) {
-    const pl::Value k = w + j * static_cast<int32_t>(workers);
+  for_each_subcore_chunk(chunks, subcores, workers, [&](pl::Value k) {
     pltpu::sync_copy(ids.at(pl::ds(k * (kChunkBags * kBag), kChunkBags * kBag)), idx);
     pltpu::sync_copy(table.at(idx), rows);
     sums[pl::all] = pl::sum(pl::reshape(rows[pl::all], {kChunkBags, kBag, kDim}), {1});

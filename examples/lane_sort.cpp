@@ -29,11 +29,8 @@ constexpr int64_t kDefaultChunks = 64;
 void body(int64_t chunks, int64_t lanes, int subcores, int64_t workers, const pl::Ref& keys,
           const pl::Ref& values, const pl::Ref& out_keys, const pl::Ref& out_values,
           const pl::Ref& out_valid, const pl::Ref& k_buf, const pl::Ref& v_buf, const pl::Ref& m_buf) {
-  const pl::Value w = pltpu::axis_index("core") * subcores + pltpu::axis_index("subcore");
-  const pl::Value mine = (static_cast<int32_t>(chunks) - w + static_cast<int32_t>(workers - 1)) /
-                         static_cast<int32_t>(workers);
-  pl::fori_loop(0, mine, [&](pl::Value j) {
-    const pl::Value at = (w + j * static_cast<int32_t>(workers)) * static_cast<int32_t>(lanes);
+  for_each_subcore_chunk(chunks, subcores, workers, [&](pl::Value chunk) {
+    const pl::Value at = chunk * static_cast<int32_t>(lanes);
     pltpu::sync_copy(keys.at(pl::ds(at, lanes)), k_buf);
     pltpu::sync_copy(values.at(pl::ds(at, lanes)), v_buf);
     pl::Value k = k_buf[pl::all];

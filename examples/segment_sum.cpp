@@ -29,11 +29,7 @@ constexpr int64_t kDefaultRows = 1024;
 // Refs: values, segment ids, init (aliased to out), out (HBM); scratch: a chunk's ids and rows.
 void body(int64_t chunks, int subcores, int64_t workers, const pl::Ref& values,
           const pl::Ref& segment_ids, const pl::Ref& out, const pl::Ref& idx, const pl::Ref& rows) {
-  const pl::Value w = pltpu::axis_index("core") * subcores + pltpu::axis_index("subcore");
-  const pl::Value mine = (static_cast<int32_t>(chunks) - w + static_cast<int32_t>(workers - 1)) /
-                         static_cast<int32_t>(workers);
-  pl::fori_loop(0, mine, [&](pl::Value j) {
-    const pl::Value k = w + j * static_cast<int32_t>(workers);
+  for_each_subcore_chunk(chunks, subcores, workers, [&](pl::Value k) {
     pltpu::sync_copy(segment_ids.at(pl::ds(k * kChunk, kChunk)), idx);
     pltpu::sync_copy(values.at(pl::ds(k * kChunk, kChunk)), rows);
     pltpu::sync_copy(rows, out.at(idx), {.add = true});

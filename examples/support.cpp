@@ -115,4 +115,13 @@ std::string dims(const Shape& shape) {
   return s + "]";
 }
 
+void for_each_subcore_chunk(int64_t chunks, int subcores, int64_t workers,
+                            const std::function<void(Value)>& body) {
+  const Value w = tpu::axis_index("core") * subcores + tpu::axis_index("subcore");
+  // ceil((chunks - w) / workers), never negative as w < workers.
+  const Value mine = (static_cast<int32_t>(chunks) - w + static_cast<int32_t>(workers - 1)) /
+                     static_cast<int32_t>(workers);
+  fori_loop(0, mine, [&](Value j) { body(w + j * static_cast<int32_t>(workers)); });
+}
+
 }  // namespace pallas::examples

@@ -1,6 +1,7 @@
 // Helpers shared by the example kernels (not part of the examples' public header).
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 
@@ -36,6 +37,11 @@ Array concat_rows(const std::vector<Array>& parts);
 std::function<std::vector<Array>(const std::vector<Array>&)> mesh_runner(PallasCall call,
                                                                           std::string axis,
                                                                           int64_t n);
+
+// SparseCore examples: the chunks w, w + W, w + 2W, ... of `chunks` for this vector subcore,
+// w = core * subcores + subcore of W = workers; calls body(chunk index) in a fori_loop.
+void for_each_subcore_chunk(int64_t chunks, int subcores, int64_t workers,
+                            const std::function<void(Value)>& body);
 
 // The problem size: opts.size, or `default_size` when it is 0. Negative sizes are a UsageError.
 int64_t size_or_default(const std::string& example, const RunOptions& opts, int64_t default_size);
