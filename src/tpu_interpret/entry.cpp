@@ -2,6 +2,7 @@
 // run_on_mesh (SPMD over simulated devices).
 #include "core/blocks.h"
 #include "core/call.h"
+#include "pallas/sparse_core_info.h"
 #include "tpu_interpret/machine.h"
 
 namespace pallas {
@@ -53,12 +54,53 @@ MachineConfig config_of(const PallasCallImpl& c, const tpu::Mesh& mesh) {
   return cfg;
 }
 
+// Whether the call runs on a SparseCore's vector subcores (a VectorSubcoreMesh kernel or a
+// pallas_call of kernel_type SC_VECTOR_SUBCORE), and whether on a SparseCore at all.
+bool on_sparse_core(const PallasCallImpl& c, bool vector_only) {
+  if (c.opts.mesh_kind == "sc_vector_subcore") return true;
+  if (c.opts.mesh_kind == "sc_scalar_subcore") return !vector_only;
+  auto it = c.compiler_params.find("mosaic_tpu");
+  if (it == c.compiler_params.end()) return false;
+  const tpu::KernelType t = std::get<tpu::CompilerParams>(it->second).kernel_type;
+  return t == tpu::KernelType::SC_VECTOR_SUBCORE || (!vector_only && t == tpu::KernelType::SC_SCALAR_SUBCORE);
+}
+
+// What a vector subcore can sort and reverse (the seed's SparseCore lowering of lax.sort and
+// lax.rev): one key, every operand one (num_lanes,) vector; rev of that vector's only dim.
+void check_sparse_core_region(const ir::Kernel& k, const ir::Region& r, int64_t lanes) {
+  for (const ir::Op& op : r.ops) {
+    for (const ir::Region& sub : op.regions) check_sparse_core_region(k, sub, lanes);
+    if (op.code == ir::OpCode::Sort) {
+      if (op.attrs.get_int(ir::AttrKey::NumKeys) != 1)
+        throw NotSupportedError("a sort with " + std::to_string(op.attrs.get_int(ir::AttrKey::NumKeys)) +
+                                    " keys on a SparseCore vector subcore (one key only)",
+                                op.loc);
+      for (size_t i = 0; i < op.operands.size(); ++i)
+        if (k.type(op.operands[i]).shape != Shape{lanes})
+          throw NotSupportedError("operand " + std::to_string(i) + " of a sort on a SparseCore "
+                                  "vector subcore has shape " +
+                                      core::tuple_string(k.type(op.operands[i]).shape) +
+                                      " (only (" + std::to_string(lanes) + ",) vectors)",
+                                  op.loc);
+    }
+    if (op.code == ir::OpCode::Rev &&
+        (op.attrs.get_ints(ir::AttrKey::Dims) != ir::Ints{0} || k.type(op.operands[0]).shape != Shape{lanes}))
+      throw NotSupportedError("rev of " + core::tuple_string(k.type(op.operands[0]).shape) +
+                                  " on a SparseCore vector subcore (only dimension 0 of a (" +
+                                  std::to_string(lanes) + ",) vector)",
+                              op.loc);
+  }
+}
+
+void check_sparse_core_kernel(const PallasCallImpl& c, const TracedCall& call) {
+  if (!on_sparse_core(c, true)) return;
+  check_sparse_core_region(call.kernel, call.kernel.body, tpu_sc::sparse_core_info().num_lanes);
+}
+
 // The block rules of a SparseCore pallas_call (kernel_type SC_*): Blocked dims only, and a
 // minor dimension that is a multiple of 8 for blocks of rank > 1.
 void check_sparse_core_blocks(const PallasCallImpl& c, const TracedCall& call) {
-  auto it = c.compiler_params.find("mosaic_tpu");
-  if (it == c.compiler_params.end()) return;
-  if (std::get<tpu::CompilerParams>(it->second).kernel_type == tpu::KernelType::TC) return;
+  if (!on_sparse_core(c, false) || !c.opts.mesh_kind.empty()) return;
   const GridMapping& gm = call.grid_mapping;
   if (gm.grid.empty() && gm.num_index_operands > 0)
     throw Error("a SparseCore kernel with an empty grid cannot take scalar-prefetch (index) "
@@ -93,6 +135,7 @@ std::vector<std::vector<Array>> run(const PallasCallImpl& c, const TracedCall& c
                                     const std::vector<std::vector<Array>>& args,
                                     const std::vector<int64_t>& grid, const tpu::Mesh& mesh) {
   check_sparse_core_blocks(c, call);
+  check_sparse_core_kernel(c, call);
   Machine m(call, config_of(c, mesh), c.loc);
   return m.run(args, grid);
 }

@@ -551,3 +551,57 @@ TEST(TpuSparseCore, FetchAndAddOnAnotherSubcoresSmemIsAtomic) {
                   }),
                   "fetch_and_add on subcore 5: subcore_id out of range; this SparseCore has 4 vector subcores");
 }
+
+// ---- lax sort / rev on a vector subcore ------------------------------------------------------------
+TEST(TpuSparseCore, SortAndRevFollowTheSparseCoreRules) {
+  // One key, (16,) vectors: runs (descending by reversing the ascending sort).
+  auto ok = [](pl::Ref x_hbm, pl::Ref o_hbm, pl::Ref v) {
+    pltpu::sync_copy(x_hbm, v);
+    std::vector<pl::Value> s = pl::sort(std::vector<pl::Value>{v[pl::all]});
+    v[pl::all] = pl::rev(s[0], {0});
+    pltpu::sync_copy(v, o_hbm);
+  };
+  pl::Array x = iota_f32({16});
+  for (int i = 0; i < 16; ++i) x.data<float>()[i] = static_cast<float>((i * 7) % 16);
+  pl::Array o = plsc::kernel(ok, {pl::ShapeDtype({16}, pl::f32)},
+                             plsc::VectorSubcoreMesh{.num_cores = 1, .num_subcores = 1},
+                             {.scratch_shapes = {pltpu::VMEM({16}, pl::f32)}})(x)[0];
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(o.data<float>()[i], static_cast<float>(15 - i));
+  // Two keys, a (32,) vector, rev of a (2, 16) tile: refused, naming the line.
+  auto two_keys = [](pl::Ref o, pl::Ref v) {
+    (void)o;
+    pl::Value a = v[pl::all];
+    (void)pl::sort(std::vector<pl::Value>{a, a}, 2);
+  };
+  EXPECT_CONTAINS(error_of<pl::NotSupportedError>([&] {
+                    plsc::kernel(two_keys, {pl::ShapeDtype({16}, pl::f32)},
+                                 plsc::VectorSubcoreMesh{.num_cores = 1, .num_subcores = 1},
+                                 {.scratch_shapes = {pltpu::VMEM({16}, pl::f32)}})();
+                  }),
+                  "a sort with 2 keys on a SparseCore vector subcore (one key only)");
+  auto wide = [](pl::Ref o, pl::Ref v) {
+    (void)o;
+    (void)pl::sort(std::vector<pl::Value>{v[pl::all]});
+  };
+  const int line = __LINE__ - 2;
+  std::string msg = error_of<pl::NotSupportedError>([&] {
+    plsc::kernel(wide, {pl::ShapeDtype({16}, pl::f32)},
+                 plsc::VectorSubcoreMesh{.num_cores = 1, .num_subcores = 1},
+                 {.scratch_shapes = {pltpu::VMEM({32}, pl::f32)}})();
+  });
+  EXPECT_CONTAINS(msg, "operand 0 of a sort on a SparseCore vector subcore has shape (32,) (only (16,) vectors)");
+  EXPECT_CONTAINS(msg, line_ref(__FILE__, line));
+  auto rev2d = [](pl::Ref o, pl::Ref v) {
+    (void)o;
+    (void)pl::rev(v[pl::all], {1});
+  };
+  EXPECT_CONTAINS(error_of<pl::NotSupportedError>([&] {
+                    plsc::kernel(rev2d, {pl::ShapeDtype({16}, pl::f32)},
+                                 plsc::VectorSubcoreMesh{.num_cores = 1, .num_subcores = 1},
+                                 {.scratch_shapes = {pltpu::VMEM({2, 16}, pl::f32)}})();
+                  }),
+                  "rev of (2, 16) on a SparseCore vector subcore (only dimension 0 of a (16,) vector)");
+  // The same kernels run on the TensorCore (a plain TPU-interpret core_map).
+  pltpu::core_map(wide, {pl::ShapeDtype({16}, pl::f32)}, pltpu::TensorCoreMesh{"core", 1},
+                  {.scratch_shapes = {pltpu::VMEM({32}, pl::f32)}})();
+}
