@@ -71,6 +71,10 @@ std::shared_ptr<TracedCall> trace_vmapped(const PallasCallImpl& call,
                                           const std::vector<ShapeDtype>& args);
 // Runs a vmapped call on the arguments the user passed (dynamic grid sizes included).
 std::vector<Array> call_vmapped(PallasCallImpl& call, const std::vector<Array>& all_args);
+// The cost of a vmapped call that runs one inner call per batch element (batched scalar
+// prefetch, dynamic grids, batch size 1): the sum of those calls' costs; nullopt for the others.
+std::optional<CostEstimate> estimate_vmapped_loop(const PallasCallImpl& call,
+                                                  const std::vector<Array>& all_args);
 }  // namespace transforms
 
 namespace interpret {

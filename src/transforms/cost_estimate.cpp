@@ -482,6 +482,9 @@ CostEstimate estimate(const TracedCall& tc, const std::vector<int64_t>& grid,
 
 CostEstimate estimate_cost(const PallasCall& call, const std::vector<Array>& all_args) {
   PallasCallImpl& impl = *call.impl();
+  if (impl.vmap)
+    if (std::optional<CostEstimate> loop = transforms::estimate_vmapped_loop(impl, all_args))
+      return *loop;
   std::vector<int64_t> grid;
   std::vector<Array> args;
   std::shared_ptr<const TracedCall> tc = impl.prepare(all_args, grid, args);

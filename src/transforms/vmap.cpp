@@ -231,16 +231,21 @@ std::shared_ptr<TracedCall> batch_traced_call(const TracedCall& inner, const Pla
   return tc;
 }
 
+// The arguments of batch element b: batched arguments sliced, the others as they are.
+std::vector<Array> element_args(const Plan& p, const std::vector<Array>& all_args, int64_t b) {
+  std::vector<Array> args;
+  for (size_t i = 0; i < all_args.size(); ++i)
+    args.push_back(p.axes[i] ? take(all_args[i], *p.axes[i], b) : all_args[i]);
+  return args;
+}
+
 std::vector<Array> run_loop(const PallasCallImpl& c, const Plan& p,
                             const std::vector<Array>& all_args) {
   const VmapInfo& v = *c.vmap;
   PallasCall inner(v.inner);
   std::vector<std::vector<Array>> per_output(v.out_axes.size());
   for (int64_t b = 0; b < p.size; ++b) {
-    std::vector<Array> args;
-    for (size_t i = 0; i < all_args.size(); ++i)
-      args.push_back(p.axes[i] ? take(all_args[i], *p.axes[i], b) : all_args[i]);
-    std::vector<Array> outs = inner(args);
+    std::vector<Array> outs = inner(element_args(p, all_args, b));
     for (size_t o = 0; o < outs.size(); ++o) per_output.at(o).push_back(std::move(outs[o]));
   }
   std::vector<Array> result;
@@ -262,6 +267,25 @@ std::shared_ptr<TracedCall> trace_vmapped(const PallasCallImpl& c,
                             c.vmap->loc);
   std::shared_ptr<const TracedCall> inner = c.vmap->inner->trace(p.inner_args);
   return batch_traced_call(*inner, p, *c.vmap);
+}
+
+std::optional<CostEstimate> estimate_vmapped_loop(const PallasCallImpl& c,
+                                                  const std::vector<Array>& all_args) {
+  std::vector<std::optional<ShapeDtype>> shapes;
+  for (const Array& a : all_args) shapes.emplace_back(a.shape_dtype());
+  Plan p = make_plan(c, shapes);
+  if (!p.loop) return std::nullopt;
+  // The sum of the per-element calls' costs: that is how the call runs.
+  PallasCall inner(c.vmap->inner);
+  CostEstimate total{};
+  for (int64_t b = 0; b < p.size; ++b) {
+    CostEstimate e = estimate_cost(inner, element_args(p, all_args, b));
+    total.flops += e.flops;
+    total.transcendentals += e.transcendentals;
+    total.bytes_accessed += e.bytes_accessed;
+    total.remote_bytes_transferred += e.remote_bytes_transferred;
+  }
+  return total;
 }
 
 std::vector<Array> call_vmapped(PallasCallImpl& c, const std::vector<Array>& all_args) {

@@ -297,7 +297,14 @@ TEST_P(Vmap, DynamicGridRunsOneCallPerElement) {
   check_vmap(call, {n, random_f32({32, 3, 8}, 30)}, {std::nullopt, 1}, {}, 3);
   // A batched grid size: one call per element with its own grid.
   pl::Array sizes = pl::Array::from_vector<int32_t>({2}, {2, 4});
-  check_vmap(call, {sizes, random_f32({2, 32, 8}, 31)}, {0, 0}, {}, 2);
+  pl::Array xs = random_f32({2, 32, 8}, 31);
+  check_vmap(call, {sizes, xs}, {0, 0}, {}, 2);
+  // Its cost is the sum of the per-element calls': grids of 2 and 4 points, each reading an
+  // (8, 8) f32 block of x and writing one of o, and adding 64 elements.
+  pl::CostEstimate c = pl::estimate_cost(pl::vmap(call, {0, 0}), sizes, xs);
+  EXPECT_EQ(c.bytes_accessed, (2 + 4) * 2 * 64 * 4);
+  EXPECT_EQ(c.flops, (2 + 4) * 64);
+  EXPECT_EQ(c.transcendentals, 0);
 }
 
 TEST_P(Vmap, DimensionSemanticsGetTheBatchAxis) {
