@@ -3,9 +3,10 @@
 # Usage: scripts/build.sh [build-dir] [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ccache (when installed) keys on paths relative to the checkout, so a fresh clone elsewhere
-# reuses what an earlier build compiled.
+# ccache (when installed) keys on paths relative to the checkout and not on the build
+# directory, so a fresh clone elsewhere reuses what an earlier build compiled.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 BUILD_DIR=${1:-build}
 shift || true
 
