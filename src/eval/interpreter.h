@@ -129,6 +129,11 @@ std::string ref_index_out_of_bounds(int64_t dim, int64_t start, bool is_slice, i
 std::string at_grid_point(std::span<const int64_t> program_ids);
 Array read(const RefValue& r);             // copies a view into a fresh contiguous Array
 void write(const RefValue& r, const Array& value);
+// The offsets (in elements) of a view's elements, in row-major order.
+std::vector<int64_t> element_offsets(const RefValue& r);
+// r += the contiguous elements at src, with the IR's add (integers wrap; f16/bf16 add in f32):
+// SparseCore addupdates and the DMA engine's adds.
+void add_to(const RefValue& r, const std::byte* src);
 // What a fresh (uninitialized) buffer, block padding and out-of-bounds reads hold in the
 // interpreters (JAX interpret mode's "nan" policy): NaN for floats, the maximum for integers,
 // true for bool — so reading one by mistake shows up.

@@ -37,7 +37,10 @@ void add_into(std::byte* dst, const std::byte* src, DType t) {
   });
 }
 
-// The offsets (in elements) of a Ref view's elements, in row-major order.
+const bool* mask_data(const Array& m) { return m.data<bool>(); }
+
+}  // namespace
+
 std::vector<int64_t> element_offsets(const RefValue& r) {
   std::vector<int64_t> out(static_cast<size_t>(r.size()));
   std::vector<int64_t> idx(r.shape.size(), 0);
@@ -53,7 +56,14 @@ std::vector<int64_t> element_offsets(const RefValue& r) {
   return out;
 }
 
-const bool* mask_data(const Array& m) { return m.data<bool>(); }
+void add_to(const RefValue& r, const std::byte* src) {
+  const int64_t isz = itemsize(r.dtype);
+  const std::vector<int64_t> offsets = element_offsets(r);
+  for (size_t k = 0; k < offsets.size(); ++k)
+    add_into(r.data + offsets[k] * isz, src + static_cast<int64_t>(k) * isz, r.dtype);
+}
+
+namespace {
 
 // ---- Pure ops ---------------------------------------------------------------------------------
 

@@ -78,7 +78,7 @@ void CoreRunner::begin_access(const ir::Op& op, const eval::RefValue& view) {
 eval::RefValue CoreRunner::subcore_ref(const ir::Op& op, const eval::RefValue& local,
                                        int64_t subcore_id) {
   // Outside a vector-subcore mesh there is one subcore: the interpreter's rule (only id 0).
-  if (m_.config().sc_kind != "sc_vector_subcore")
+  if (!m_.config().vector_subcore_mesh())
     return eval::Interpreter::subcore_ref(op, local, subcore_id);
   return m_.subcore_counterpart(t_, local, subcore_id, op.loc);
 }

@@ -234,7 +234,7 @@ eval::RefValue Machine::allocate(CoreThread& t, const ir::Type& type, const std:
   b->core = owner;
   b->name = name;
   b->description =
-      description_of(*b, cfg_.sc_kind == "sc_vector_subcore" ? cfg_.subcores_per_core : 0);  // race reports name it on every access: built once
+      description_of(*b, cfg_.vector_subcore_mesh() ? cfg_.subcores_per_core : 0);  // race reports name it on every access: built once
   b->logical = type.shape;
   Shape stored = cfg_.params.buffer_bounds == "padded"
                      ? tile_padded(type.shape, type.dtype, type.space)
@@ -429,8 +429,9 @@ void Machine::check_deadlock_locked() {
          << s.count[static_cast<size_t>(t.gcid)] << ", waiting for " << t.wait_value;
     } else if (t.state == CoreThread::State::WaitingBarrier) {
       os << "\n  " << t.name << ": at " << t.wait_what << " (" << t.wait_loc.to_string()
-         << "), which " << barriers_[static_cast<int>(t.wait_sem)].arrived << " of "
-         << t.wait_value << " " << (t.wait_sem < 0 ? "cores" : "subcores") << " have reached";
+         << "), which " << barriers_[t.wait_barrier].arrived << " of "
+         << barrier_members(t.wait_barrier) << " " << (t.wait_barrier < 0 ? "cores" : "subcores")
+         << " have reached";
     } else if (t.state == CoreThread::State::Done) {
       os << "\n  " << t.name << ": finished";
     }
@@ -447,18 +448,18 @@ void Machine::check_deadlock_locked() {
 }
 
 void Machine::barrier_all(CoreThread& t, const SourceLoc& loc) {
-  barrier(t, -1, num_threads_, loc, "the implicit barrier of all devices (before the first grid step)");
+  barrier(t, -1, loc, "the implicit barrier of all devices (before the first grid step)");
 }
 
 void Machine::subcore_barrier(CoreThread& t, const SourceLoc& loc) {
-  if (cfg_.sc_kind != "sc_vector_subcore")
+  if (!cfg_.vector_subcore_mesh())
     throw Error("subcore_barrier() is only available in a kernel on a VectorSubcoreMesh", loc);
-  barrier(t, t.device * (cfg_.num_cores / cfg_.subcores_per_core) + t.sc_core,
-          cfg_.subcores_per_core, loc, "subcore_barrier");
+  barrier(t, t.device * (cfg_.num_cores / cfg_.subcores_per_core) + t.sc_core, loc,
+          "subcore_barrier");
 }
 
-void Machine::barrier(CoreThread& t, int group, int members, const SourceLoc& loc,
-                      const char* what) {
+void Machine::barrier(CoreThread& t, int group, const SourceLoc& loc, const char* what) {
+  const int members = barrier_members(group);
   auto in_group = [&](const CoreThread& o) {
     return group < 0 || (o.device == t.device && o.sc_core == t.sc_core);
   };
@@ -491,8 +492,7 @@ void Machine::barrier(CoreThread& t, int group, int members, const SourceLoc& lo
   t.state = CoreThread::State::WaitingBarrier;
   t.wait_loc = loc;
   t.wait_what = what;
-  t.wait_sem = group;
-  t.wait_value = members;
+  t.wait_barrier = group;
   check_deadlock_locked();
   while (gen == b.generation) {
     if (failed_) {
@@ -535,10 +535,6 @@ void Machine::copy_region(const eval::RefValue& src, Buffer* sb, const eval::Ref
   eval::write(dst, tmp);
 }
 
-namespace {
-void add_into(const eval::RefValue& dst, const void* src);  // below, with the indirect DMAs
-}
-
 void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
   std::lock_guard<std::mutex> lock(dma->mu);
   if (dma->state == Dma::State::Started) {
@@ -576,7 +572,7 @@ void Machine::execute_dma(const std::shared_ptr<Dma>& dma, bool write) {
                        {dma->actor, dma->actor_name, dma->add ? "DMA add" : "DMA write", dma->loc},
                        dma->add);
         if (dma->add)
-          add_into(dma->dst, dma->staged.raw_data());
+          eval::add_to(dma->dst, static_cast<const std::byte*>(dma->staged.raw_data()));
         else
           eval::write(dma->dst, dma->staged);
       }
@@ -606,60 +602,6 @@ eval::RefValue row_of(const eval::RefValue& r, int64_t i) {
   return row;
 }
 
-template <class T>
-void add_elements(const eval::RefValue& dst, const T* src) {
-  // dst's view, row-major over its shape; src contiguous.
-  const int64_t n = dst.size();
-  const int rank = static_cast<int>(dst.shape.size());
-  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
-  T* base = reinterpret_cast<T*>(dst.data);
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t off = 0;
-    for (int d = 0; d < rank; ++d) off += idx[d] * dst.strides[d];
-    base[off] += src[k];
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++idx[d] < dst.shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-// Writes the contiguous elements at src into the view dst.
-void write_view(const eval::RefValue& dst, const std::byte* src) {
-  const int64_t esize = itemsize(dst.dtype);
-  bool contiguous = true;
-  int64_t expect = 1;
-  for (int d = static_cast<int>(dst.shape.size()) - 1; d >= 0; --d) {
-    if (dst.shape[d] != 1 && dst.strides[d] != expect) contiguous = false;
-    expect *= dst.shape[d];
-  }
-  if (contiguous) {
-    std::memcpy(dst.data, src, static_cast<size_t>(dst.size() * esize));
-    return;
-  }
-  const int rank = static_cast<int>(dst.shape.size());
-  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
-  for (int64_t k = 0; k < dst.size(); ++k) {
-    int64_t off = 0;
-    for (int d = 0; d < rank; ++d) off += idx[d] * dst.strides[d];
-    std::memcpy(dst.data + off * esize, src + k * esize, static_cast<size_t>(esize));
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++idx[d] < dst.shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
-// dst += the contiguous elements at src (the DMA engine's add; dtypes checked when traced).
-void add_into(const eval::RefValue& dst, const void* src) {
-  switch (dst.dtype) {
-    case DType::F32: add_elements(dst, static_cast<const float*>(src)); return;
-    case DType::F64: add_elements(dst, static_cast<const double*>(src)); return;
-    case DType::I32: add_elements(dst, static_cast<const int32_t*>(src)); return;
-    case DType::U32: add_elements(dst, static_cast<const uint32_t*>(src)); return;
-    case DType::I64: add_elements(dst, static_cast<const int64_t*>(src)); return;
-    default: throw InternalError("DMA add of " + std::string(dtype_name(dst.dtype)));
-  }
-}
 }  // namespace
 
 void Machine::gather_rows(Dma& dma) {
@@ -689,11 +631,10 @@ void Machine::scatter_rows(Dma& dma) {
                    {dma.actor, dma.actor_name, dma.add ? "scatter-add DMA write" : "scatter DMA write",
                     dma.loc},
                    dma.add);
-    if (dma.add) {
-      add_into(row, in + i * row_bytes);
-    } else {
-      write_view(row, in + i * row_bytes);
-    }
+    if (dma.add)
+      eval::add_to(row, in + i * row_bytes);
+    else
+      eval::write(row, Array::wrap(const_cast<std::byte*>(in + i * row_bytes), row.shape, row.dtype, [] {}));
   }
 }
 
@@ -730,7 +671,7 @@ void Machine::enqueue_dma(CoreThread& t, const std::shared_ptr<Dma>& dma) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) throw Cancelled{};
-    if (dma->id == 0) dma->id = next_dma_id_++;
+    dma->id = next_dma_id_++;
     // Names are for race reports and logs only: building one per DMA costs more than the copy.
     if (races_ || logging("dma")) dma->actor_name = dma_name(*dma);
     if (races_) {
@@ -808,7 +749,6 @@ void Machine::dma_start(CoreThread& t, const eval::RefValue& src, const eval::Re
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) throw Cancelled{};
-    dma->id = next_dma_id_++;
     if (target_device != t.device) {
       dma->dst = counterpart_locked(dst, target_device, local_dst->core,
                                     "remote DMA to device " + std::to_string(target_device),
@@ -1067,7 +1007,7 @@ std::vector<std::vector<Array>> Machine::run(const std::vector<std::vector<Array
       t->sc_core = c / cfg_.subcores_per_core;
       t->subcore = c % cfg_.subcores_per_core;
       t->name = "device " + std::to_string(d) + ", core " + std::to_string(t->sc_core);
-      if (cfg_.sc_kind == "sc_vector_subcore") t->name += ", subcore " + std::to_string(t->subcore);
+      if (cfg_.vector_subcore_mesh()) t->name += ", subcore " + std::to_string(t->subcore);
       if (races_) tick(t->clock, t->actor);
       threads_.push_back(std::move(t));
     }

@@ -65,6 +65,7 @@ struct CoreThread {
   int64_t wait_value = 0;
   SourceLoc wait_loc;
   std::string wait_what;
+  int wait_barrier = -1;  // WaitingBarrier: the barrier group (-1: every thread)
 };
 
 struct Dma;
@@ -109,6 +110,7 @@ struct MachineConfig {
   // subcore_barrier are per SparseCore.
   std::string sc_kind;
   int subcores_per_core = 1;
+  bool vector_subcore_mesh() const { return sc_kind == "sc_vector_subcore"; }
   std::optional<int> collective_id;
   std::vector<std::string> dimension_semantics;
 };
@@ -166,8 +168,11 @@ class Machine {
   void fail(std::exception_ptr e, const std::string& where);
   void check_deadlock_locked();
   void barrier_all(CoreThread& t, const SourceLoc& loc);
-  // Waits for the `members` threads of barrier `group` (-1: every thread); merges their clocks.
-  void barrier(CoreThread& t, int group, int members, const SourceLoc& loc, const char* what);
+  // Waits for the threads of barrier `group` (-1: every thread; else a SparseCore's vector
+  // subcores); merges their clocks.
+  void barrier(CoreThread& t, int group, const SourceLoc& loc, const char* what);
+  // How many threads barrier `group` waits for.
+  int barrier_members(int group) const { return group < 0 ? num_threads_ : cfg_.subcores_per_core; }
   // The semaphore `id`, created (named `name`, or by its id when null) if new. Under mu_.
   Semaphore& sem_locked(int64_t id, const char* name, DType kind);
   // `view` (of a buffer of this thread) in the buffer with the same id of (device, core); `what`

@@ -1,10 +1,12 @@
-// Tracing of the TPU surface (include/pallas/tpu.h): DMAs, semaphores, axis indices.
+// Tracing of the TPU surface (include/pallas/tpu.h): DMAs (gather/scatter ones included),
+// semaphores, axis indices; and the SparseCore's subcore_barrier.
 #include "pallas/tpu.h"
-#include "pallas/sparse_core.h"
+
 #include <algorithm>
 #include <cctype>
 
 #include "core/blocks.h"
+#include "pallas/sparse_core.h"
 #include "trace/context.h"
 
 namespace pallas::tpu {
@@ -235,9 +237,7 @@ void AsyncCopy::wait(Loc loc) const {
 }
 
 AsyncCopy async_copy(const Ref& src, const Ref& dst, const Ref& sem, Loc loc) {
-  AsyncCopy c = make_async_copy(src, dst, sem);
-  c.start(loc);
-  return c;
+  return async_copy(src, dst, sem, CopyOptions{}, loc);
 }
 
 AsyncCopy async_remote_copy(const Ref& src, const Ref& dst, const Ref& send_sem,
