@@ -13,6 +13,7 @@ namespace pallas {
 
 // One row per dtype: enum name, printed name, size in bytes, kind.
 // kind: b = bool, s = signed int, u = unsigned int, f = float, x = semaphore (opaque counter).
+// gpu_barrier: an mbarrier in GPU shared memory (gpu::Barrier; 8 bytes, as on the GPU).
 #define PALLAS_DTYPES(X)                  \
   X(Bool, "bool", 1, 'b')                 \
   X(I8, "i8", 1, 's')                     \
@@ -29,7 +30,8 @@ namespace pallas {
   X(F64, "f64", 8, 'f')                   \
   X(Semaphore, "semaphore", 4, 'x')       \
   X(DmaSemaphore, "dma_semaphore", 4, 'x') \
-  X(BarrierSemaphore, "barrier_semaphore", 4, 'x')
+  X(BarrierSemaphore, "barrier_semaphore", 4, 'x') \
+  X(GpuBarrier, "gpu_barrier", 8, 'x')
 
 enum class DType : uint8_t {
 #define PALLAS_X(name, str, size, kind) name,
@@ -37,7 +39,7 @@ enum class DType : uint8_t {
 #undef PALLAS_X
 };
 
-inline constexpr int kNumDTypes = 16;
+inline constexpr int kNumDTypes = 17;
 
 inline constexpr DType bool_ = DType::Bool;
 inline constexpr DType i8 = DType::I8;
@@ -124,6 +126,7 @@ template <> struct CTypeOf<DType::F64> { using type = double; };
 template <> struct CTypeOf<DType::Semaphore> { using type = int32_t; };
 template <> struct CTypeOf<DType::DmaSemaphore> { using type = int32_t; };
 template <> struct CTypeOf<DType::BarrierSemaphore> { using type = int32_t; };
+template <> struct CTypeOf<DType::GpuBarrier> { using type = int64_t; };
 template <DType T> using CType = typename CTypeOf<T>::type;
 
 // dtype of a C++ type: dtype_of<float>() == f32.
@@ -143,7 +146,7 @@ template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<double>() { return DType::F64; }
 
 // Calls f.template operator()<T>() with T the storage type of `t` (a generic lambda:
-// `visit_dtype(t, [&]<class T>() { ... })`). Semaphore dtypes visit as int32_t.
+// `visit_dtype(t, [&]<class T>() { ... })`). Semaphore dtypes visit as int32_t, gpu_barrier as int64_t.
 template <class F> decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
     case DType::Bool: return f.template operator()<bool>();
@@ -162,6 +165,7 @@ template <class F> decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::Semaphore:
     case DType::DmaSemaphore:
     case DType::BarrierSemaphore: return f.template operator()<int32_t>();
+    case DType::GpuBarrier: return f.template operator()<int64_t>();
   }
   __builtin_unreachable();
 }

@@ -209,6 +209,7 @@ struct ScratchShape {
   Shape shape;
   DType dtype = DType::F32;
   MemorySpace space = MemorySpace::Vmem;
+  int barrier_arrivals = 0;  // gpu::Barrier: the arrivals that complete a phase
 };
 
 // grid / in_specs / out_specs / scratch_shapes in one object (like pl.GridSpec), with
@@ -290,6 +291,13 @@ struct InterpretParams {
 };
 }  // namespace tpu
 namespace gpu {
+// How a gpu::kernel's mesh maps onto the call's grid: the grid axes, then the cluster axes, then
+// (when the mesh has one) the thread axis; every point is one Pallas thread (a warpgroup).
+struct KernelLayout {
+  int num_grid_axes = 0;
+  int num_cluster_axes = 0;
+  bool has_thread_axis = false;
+};
 struct CompilerParams {
   static constexpr const char* kBackend = "mosaic_gpu";
   std::vector<std::string> dimension_semantics;
@@ -352,6 +360,8 @@ struct CallOptions {
   std::optional<std::vector<int64_t>> mesh_shape;  // set by core_map-style entry points
   // Set by the SparseCore entry points: "sc_scalar_subcore" or "sc_vector_subcore".
   std::string mesh_kind;
+  // Set by gpu::kernel: the call is a GPU kernel on a mesh (pallas/gpu.h).
+  std::optional<gpu::KernelLayout> gpu_kernel;
   // The memory space of operands whose BlockSpec names none (default VMEM; core_map: ANY).
   std::optional<MemorySpace> default_memory_space;
   bool debug = false;  // print the traced IR and the grid mapping
@@ -384,6 +394,7 @@ struct GridMapping {
   std::vector<ir::Type> index_map_params;    // i32[] per grid axis, then the prefetch refs
   std::vector<int> vmapped_dims;
   std::vector<ir::Type> scratch_types;
+  std::vector<int> scratch_barrier_arrivals;  // per scratch: gpu::Barrier's arrivals, else 0
   int num_index_operands = 0;
   int num_inputs = 0;
   int num_outputs = 0;
@@ -402,6 +413,7 @@ struct TracedCall {
   std::string name;
   std::string backend;  // which backend runs it
   bool debug_checks = false;  // CallOptions::debug_checks: run the kernel's debug_check ops
+  std::optional<gpu::KernelLayout> gpu_kernel;  // CallOptions::gpu_kernel
 };
 
 class PallasCallImpl;

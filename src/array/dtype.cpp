@@ -19,7 +19,7 @@ constexpr std::array<DTypeInfo, kNumDTypes> kInfo = {{
     PALLAS_DTYPES(PALLAS_X)
 #undef PALLAS_X
 }};
-static_assert(kInfo.size() == static_cast<size_t>(DType::BarrierSemaphore) + 1,
+static_assert(kInfo.size() == static_cast<size_t>(DType::GpuBarrier) + 1,
               "kNumDTypes out of sync with PALLAS_DTYPES");
 
 const DTypeInfo& info(DType t) {

@@ -82,6 +82,9 @@ namespace interpret {
 // grid sizes, which are folded into `grid`.
 std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array>& args,
                                  const std::vector<int64_t>& grid, std::ostream* debug_out);
+// A gpu::kernel (call.gpu_kernel set) in the interpreter: src/interpret/gpu_kernel.cpp.
+std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Array>& args,
+                                  const std::vector<int64_t>& grid, std::ostream* debug_out);
 }  // namespace interpret
 
 namespace tpu_interpret {
@@ -104,6 +107,10 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& call, const std:
 // CPU (src/gpu/host_emulation.h) with 4 threads per CTA — to debug generated kernels without a GPU.
 std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& call, const std::vector<Array>& args,
                                     const std::vector<int64_t>& grid);
+// A gpu::kernel compiles when each CTA runs one Pallas thread and clusters are single CTAs (its
+// grid axes become parallel CTAs); otherwise NotSupportedError. Its primitives (barriers, copies,
+// wgmma) are reported by the code generator.
+void check_compilable_kernel(const TracedCall& call, const SourceLoc& loc);
 }  // namespace gpu
 
 }  // namespace pallas

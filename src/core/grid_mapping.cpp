@@ -157,8 +157,10 @@ GridMapping build_grid_mapping(const PallasCallImpl& call, const std::vector<Sha
   for (size_t i = 0; i < gm.grid.size(); ++i) gm.index_map_params.push_back(ir::Type::scalar(DType::I32));
   for (int i = 0; i < gs.num_scalar_prefetch; ++i)
     gm.index_map_params.push_back(ir::Type::ref(args[i].shape, args[i].dtype, MemorySpace::Smem));
-  for (const ScratchShape& s : gs.scratch_shapes)
+  for (const ScratchShape& s : gs.scratch_shapes) {
     gm.scratch_types.push_back(ir::Type::ref(s.shape, s.dtype, s.space));
+    gm.scratch_barrier_arrivals.push_back(s.barrier_arrivals);
+  }
 
   size_t num_in = args.size() - gs.num_scalar_prefetch;
   gm.num_inputs = static_cast<int>(num_in);

@@ -104,7 +104,9 @@ PallasCall make_pallas_call(KernelFn kernel, std::vector<ShapeDtype> out_shapes,
                       grid_tuple(g) + ".",
                   loc);
     }
-    if (opts.backend) throw Error("If `mesh` is specified, then `backend` must be `None`.", loc);
+    // (gpu::kernel chooses its backend itself: the GPU unless .interpret is set.)
+    if (opts.backend && !opts.gpu_kernel)
+      throw Error("If `mesh` is specified, then `backend` must be `None`.", loc);
   }
   impl->backend = resolve_backend(opts, loc);
   for (const ShapeDtype& s : out_shapes)
@@ -141,6 +143,7 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
   tc->name = opts.name.empty() ? "kernel" : opts.name;
   tc->backend = backend;
   tc->debug_checks = opts.debug_checks;
+  tc->gpu_kernel = opts.gpu_kernel;
   tc->cost_estimate = opts.cost_estimate;
   tc->grid_mapping = core::build_grid_mapping(*this, args);
   const GridMapping& gm = tc->grid_mapping;
@@ -266,6 +269,10 @@ std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) co
   std::vector<int64_t> grid;
   std::vector<Array> args;
   std::shared_ptr<const TracedCall> tc = c.prepare(all_args, grid, args);
+  if (tc->gpu_kernel) {
+    if (c.backend == "reference") return interpret::run_gpu_kernel(*tc, args, grid, c.opts.debug_out);
+    gpu::check_compilable_kernel(*tc, c.loc);
+  }
   if (c.backend == "reference")
     return interpret::run_reference(*tc, args, grid, c.opts.debug_out);
   if (c.backend == "tpu_interpret")

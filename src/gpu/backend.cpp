@@ -36,6 +36,21 @@ struct Loaded {
 };
 }  // namespace
 
+void check_compilable_kernel(const TracedCall& tc, const SourceLoc& loc) {
+  const KernelLayout& layout = *tc.gpu_kernel;
+  const std::vector<int64_t>& grid = tc.grid_mapping.grid;
+  if (layout.has_thread_axis && grid.back() > 1)
+    throw NotSupportedError("a gpu::kernel with " + std::to_string(grid.back()) +
+                                " Pallas threads per CTA compiled for the GPU (run it with .interpret = true)",
+                            loc);
+  int64_t cluster = 1;
+  for (int a = 0; a < layout.num_cluster_axes; ++a) cluster *= grid.at(layout.num_grid_axes + a);
+  if (cluster > 1)
+    throw NotSupportedError("a gpu::kernel with clusters of " + std::to_string(cluster) +
+                                " CTAs compiled for the GPU (run it with .interpret = true)",
+                            loc);
+}
+
 std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
                            const std::vector<int64_t>& grid) {
   std::shared_ptr<const Loaded> loaded = kept_by_call<Loaded>(c, tc, grid, [&] {

@@ -116,7 +116,7 @@ bool cuda_emitter_supports(ir::OpCode code) {
   switch (code) {
     case ir::OpCode::DmaStart: case ir::OpCode::DmaWait: case ir::OpCode::SemaphoreSignal:
     case ir::OpCode::SemaphoreWait: case ir::OpCode::SemaphoreRead:
-    case ir::OpCode::GetBarrierSemaphore: case ir::OpCode::AxisIndex: case ir::OpCode::SubcoreBarrier:
+    case ir::OpCode::GetBarrierSemaphore: case ir::OpCode::SubcoreBarrier:
       return false;  // TPU operations: the GPU has its own primitives
     case ir::OpCode::ScLoadGather: case ir::OpCode::ScStoreScatter: case ir::OpCode::ScAddupdateScatter:
     case ir::OpCode::ScLoadExpanded: case ir::OpCode::ScStoreCompressed: case ir::OpCode::ScAddupdate:
@@ -125,6 +125,11 @@ bool cuda_emitter_supports(ir::OpCode code) {
     case ir::OpCode::ScAllReduceFfs: case ir::OpCode::ScPack: case ir::OpCode::ScUnpack:
     case ir::OpCode::ScDynamicGather:
       return false;  // TPU SparseCore vector subcore operations
+    case ir::OpCode::GpuCopyGmemToSmem: case ir::OpCode::GpuCopySmemToGmem:
+    case ir::OpCode::GpuWaitSmemToGmem: case ir::OpCode::GpuCommitSmem: case ir::OpCode::GpuBarrierArrive:
+    case ir::OpCode::GpuBarrierWait: case ir::OpCode::GpuWgmma: case ir::OpCode::GpuWgmmaWait:
+    case ir::OpCode::GpuSetMaxRegisters:
+      return false;  // gpu::kernel primitives: interpreted only, so far (docs/GPU.md)
     default: return true;
   }
 }
@@ -159,6 +164,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.fail_return = "return false;";
   ctx.debug_checks = call.debug_checks;
   ctx.num_grid_dims = out.num_grid_dims;
+  ctx.grid_names = gm.grid_names;
   const int G = std::max(1, out.num_grid_dims);
 
   // ---- Index maps: one function each, computing the block's start in the padded array.

@@ -321,11 +321,30 @@ void Emitter::emit_op(const ir::Op& op) {
   switch (op.code) {
     case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
     case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
+    case OpCode::AxisIndex: {
+      // A named grid axis (gpu::kernel's mesh axes, a pallas_call's grid names): its program id.
+      const std::string& name = op.attrs.get_string(ir::AttrKey::AxisNames);
+      for (size_t i = 0; i < ctx_.grid_names.size(); ++i)
+        if (ctx_.grid_names[i] == name) {
+          bind_scalar(op.results[0], "(pl_i32)" + ctx_.grid_ids + "[" + std::to_string(i) + "]");
+          return;
+        }
+      throw NotSupportedError("axis_index(\"" + name + "\") on the GPU backend: not a grid axis (device-mesh "
+                                  "axes are TPU operations: run the kernel with "
+                                  ".interpret = pltpu::InterpretParams{})",
+                              op.loc);
+    }
     case OpCode::SubcoreBarrier:
-    case OpCode::AxisIndex:
       throw NotSupportedError(std::string(op.info().name) +
                                   " on the GPU backend (a TPU operation: run the kernel with "
                                   ".interpret = pltpu::InterpretParams{})",
+                              op.loc);
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
+    case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
+    case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+      throw NotSupportedError(std::string(op.info().name) +
+                                  " compiled for the GPU (gpu::kernel primitives run in the "
+                                  "interpreter so far: .interpret = true)",
                               op.loc);
     case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:
     case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed: case OpCode::ScAddupdate:

@@ -77,6 +77,7 @@ struct EmitContext {
   std::string fail_return = "return;";  // what a failed check does after recording
   bool debug_checks = false;  // emit debug_check ops (TracedCall::debug_checks); else skip them
   int num_grid_dims = 0;      // entries of grid_ids (recorded by a failed debug_check)
+  std::vector<std::string> grid_names;  // axis_index(name) of a named grid axis reads its program id
 };
 
 class Emitter {

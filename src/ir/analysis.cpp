@@ -5,6 +5,15 @@
 namespace pallas::ir {
 
 namespace {
+// The ref operand an op writes, for ops that read some Ref operands and write one (-1: unknown).
+int written_operand(OpCode code) {
+  switch (code) {
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: return 1;
+    case OpCode::GpuWgmma: return 0;
+    default: return -1;
+  }
+}
+
 void walk(const Kernel& k, const Region& r, std::map<ValueId, int>& origin, std::vector<bool>& out) {
   for (const Op& op : r.ops) {
     for (size_t i = 0; i < op.operands.size(); ++i) {
@@ -14,6 +23,8 @@ void walk(const Kernel& k, const Region& r, std::map<ValueId, int>& origin, std:
         origin[op.results[0]] = it->second;
       } else if (i == 0 && op.info().is(kMemRead) && !op.info().is(kMemWrite)) {
         // reads only (load, sc_load_gather, sc_load_expanded)
+      } else if (written_operand(op.code) >= 0 && written_operand(op.code) != static_cast<int>(i)) {
+        // read by an op that writes another of its operands
       } else if (k.type(op.operands[i]).is_ref) {
         out[it->second] = true;  // a write, or an op we do not model: assume it writes
       }

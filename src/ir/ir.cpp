@@ -7,7 +7,7 @@
 namespace pallas {
 
 namespace {
-constexpr std::array<std::string_view, 9> kMemorySpaceNames = {
+constexpr std::array<std::string_view, 10> kMemorySpaceNames = {
 #define PALLAS_X(name, str) str,
     PALLAS_MEMORY_SPACES(PALLAS_X)
 #undef PALLAS_X

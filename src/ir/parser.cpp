@@ -77,6 +77,7 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::HasCoreIndex:
     case AttrKey::Indirect:
     case AttrKey::AddAttr:
+    case AttrKey::ReadOnly:
     case AttrKey::N: return AttrKind::Int;
     case AttrKey::Index: return AttrKind::Indexer;
     case AttrKey::Kind:

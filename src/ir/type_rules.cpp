@@ -102,12 +102,115 @@ struct RuleContext {
 // A semaphore Ref of rank 0 (index an array of semaphores first: sem.at(i)).
 void expect_semaphore(const RuleContext& c, size_t i, const char* what, bool any_kind) {
   const Type& t = c.ref(i);
-  if (!is_semaphore(t.dtype) || (!any_kind && t.dtype == DType::BarrierSemaphore))
+  if (!is_semaphore(t.dtype) || t.dtype == DType::GpuBarrier ||
+      (!any_kind && t.dtype == DType::BarrierSemaphore))
     c.fail(std::string(what) + " must be a " + (any_kind ? "semaphore" : "DMA or regular semaphore") +
            " Ref, got " + t.to_string());
   if (t.rank() != 0)
     c.fail(std::string(what) + " must be a single semaphore, got the array " + t.to_string() +
            " (index it: sem.at(i))");
+}
+
+// ---- gpu::kernel primitives ---------------------------------------------------------------------
+// One barrier: a gpu_barrier Ref of one element (rank 0, or an array of one).
+void expect_gpu_barrier(const RuleContext& c, size_t i) {
+  const Type& t = c.ref(i);
+  if (t.dtype != DType::GpuBarrier)
+    c.fail("the barrier must be a gpu::Barrier Ref, got " + t.to_string());
+  if (t.size() != 1)
+    c.fail("the barrier must be a single barrier, got the array " + t.to_string() +
+           " (index it: barriers.at(i))");
+}
+
+void expect_space(const RuleContext& c, size_t i, MemorySpace space, const char* what) {
+  const Type& t = c.ref(i);
+  const bool ok = t.space == space || (space == MemorySpace::Gmem && t.space == MemorySpace::Any);
+  if (!ok)
+    c.fail(std::string(what) + " must be a Ref in " + std::string(memory_space_name(space)) + ", got " +
+           t.to_string());
+  if (is_semaphore(t.dtype)) c.fail(std::string(what) + " cannot be a barrier or semaphore Ref");
+}
+
+std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
+  const Attrs& a = c.attrs;
+  switch (c.code) {
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: {
+      const bool to_smem = c.code == OpCode::GpuCopyGmemToSmem;
+      c.expect_num_operands(to_smem ? 3 : 2);
+      expect_space(c, 0, to_smem ? MemorySpace::Gmem : MemorySpace::GpuShared, "the source");
+      expect_space(c, 1, to_smem ? MemorySpace::GpuShared : MemorySpace::Gmem, "the destination");
+      const Type& src = c.ref(0);
+      const Type& dst = c.ref(1);
+      if (src.shape != dst.shape || src.dtype != dst.dtype)
+        c.fail("the source " + src.to_string() + " and the destination " + dst.to_string() +
+               " need the same shape and dtype");
+      if (to_smem) expect_gpu_barrier(c, 2);
+      return {};
+    }
+    case OpCode::GpuWaitSmemToGmem:
+      c.expect_num_operands(0);
+      if (a.get_int(AttrKey::N) < 0)
+        c.fail("n (the copies that may stay in flight) must be >= 0, got " + std::to_string(a.get_int(AttrKey::N)));
+      (void)a.get_int(AttrKey::ReadOnly);
+      return {};
+    case OpCode::GpuWgmmaWait:
+      c.expect_num_operands(0);
+      if (a.get_int(AttrKey::N) < 0)
+        c.fail("n (the wgmmas that may stay in flight) must be >= 0, got " + std::to_string(a.get_int(AttrKey::N)));
+      return {};
+    case OpCode::GpuCommitSmem:
+      c.expect_num_operands(0);
+      return {};
+    case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
+      c.expect_num_operands(1);
+      expect_gpu_barrier(c, 0);
+      return {};
+    case OpCode::GpuSetMaxRegisters: {
+      c.expect_num_operands(0);
+      const int64_t n = a.get_int(AttrKey::N);
+      const std::string& kind = c.string_attr(AttrKey::Kind);
+      if (kind != "increase" && kind != "decrease")
+        c.fail("kind must be \"increase\" or \"decrease\", got \"" + kind + "\"");
+      if (n < 24 || n > 256 || n % 8 != 0)
+        c.fail("the register count must be a multiple of 8 in [24, 256] (setmaxnreg), got " +
+               std::to_string(n));
+      return {};
+    }
+    case OpCode::GpuWgmma: {
+      c.expect_num_operands(3);
+      const Type& acc = c.ref(0);
+      if (acc.space != MemorySpace::GpuAcc)
+        c.fail("the accumulator must be a gpu::ACC Ref, got " + acc.to_string());
+      expect_space(c, 1, MemorySpace::GpuShared, "a");
+      expect_space(c, 2, MemorySpace::GpuShared, "b");
+      const Type& lhs = c.ref(1);
+      const Type& rhs = c.ref(2);
+      if (acc.rank() != 2 || lhs.rank() != 2 || rhs.rank() != 2)
+        c.fail("acc, a and b must be 2-D (M x N, M x K, K x N), got " + acc.to_string() + ", " +
+               lhs.to_string() + ", " + rhs.to_string());
+      const int64_t m = acc.shape[0], n = acc.shape[1], k = lhs.shape[1];
+      if (lhs.shape[0] != m || rhs.shape[0] != k || rhs.shape[1] != n)
+        c.fail("shapes do not chain: acc " + acc.to_string() + " += a " + lhs.to_string() +
+               " @ b " + rhs.to_string());
+      if (lhs.dtype != rhs.dtype)
+        c.fail("a and b need the same dtype, got " + lhs.to_string() + " and " + rhs.to_string());
+      if (lhs.dtype != DType::F16 && lhs.dtype != DType::BF16 && lhs.dtype != DType::F32)
+        c.fail("a and b must be f16, bf16 or f32 (tf32), got " + std::string(dtype_name(lhs.dtype)));
+      if (acc.dtype != DType::F32 && !(acc.dtype == DType::F16 && lhs.dtype == DType::F16))
+        c.fail("the accumulator must be f32 (or f16 with f16 inputs), got " + acc.to_string());
+      if (m % 64 != 0)
+        c.fail("M (acc rows) must be a multiple of 64 (one warpgroup's wgmma), got " + std::to_string(m));
+      if (n % 8 != 0 || n > 256)
+        c.fail("N (acc columns) must be a multiple of 8 and at most 256, got " + std::to_string(n));
+      const int64_t k_step = 32 / itemsize(lhs.dtype);  // one wgmma instruction consumes 32 bytes of K
+      if (k % k_step != 0)
+        c.fail("K must be a multiple of " + std::to_string(k_step) + " for " +
+               std::string(dtype_name(lhs.dtype)) + " inputs, got " + std::to_string(k));
+      return {};
+    }
+    default: break;
+  }
+  throw InternalError("gpu_kernel_rule called on " + std::string(op_info(c.code).name));
 }
 
 // Operands from `first` on are the device id: one integer scalar (logical), or one per mesh axis.
@@ -919,6 +1022,10 @@ std::vector<Type> rule(const RuleContext& c) {
     case OpCode::SubcoreBarrier:
       c.expect_num_operands(0);
       return {};
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
+    case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
+    case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+      return gpu_kernel_rule(c);
     case OpCode::DebugCheck: {
       const Type& t = c.tensor(0);
       if (!t.is_scalar() || t.dtype != DType::Bool)

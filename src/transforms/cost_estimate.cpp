@@ -105,6 +105,13 @@ CostRule cost_rule(ir::OpCode code) {
       return CostRule::PerLane;
     case OpCode::ScSortKeyVal: return CostRule::Sort;
     case OpCode::DmaStart: return CostRule::Dma;
+    // GPU kernel primitives: the copies move bytes between global and shared memory; the
+    // synchronisation is free.
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: return CostRule::Dma;
+    case OpCode::GpuWgmma: return CostRule::Wgmma;
+    case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
+    case OpCode::GpuBarrierWait: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+      return CostRule::Free;
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
     case OpCode::RunScoped:
       return CostRule::Control;
@@ -236,6 +243,12 @@ class KernelCounter {
         int64_t k = 1;
         for (int64_t d : op.attrs.get_ints(AttrKey::LhsContracting)) k = sat_mul(k, lhs.shape.at(d));
         c.flops = sat_mul(sat_mul(2, result_size()), k);  // a multiply and an add per term
+        return c;
+      }
+      case CostRule::Wgmma: {
+        const ir::Type& acc = type(op.operands[0]);
+        const ir::Type& a = type(op.operands[1]);
+        c.flops = sat_mul(sat_mul(2, acc.size()), a.shape.back());
         return c;
       }
       case CostRule::Sort: {

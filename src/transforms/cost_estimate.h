@@ -13,6 +13,7 @@ enum class CostRule {
   PerLane,         // 1 flop per element of the largest array operand (SparseCore vector ops)
   IntegerPow,      // the multiplies of square-and-multiply per element
   Dot,             // 2 x result elements x contracted size
+  Wgmma,           // 2 x M x N x K (acc M x N, a M x K; all on chip)
   Reduce,          // input elements - output elements
   Scan,            // input elements
   Sort,            // n log n comparisons per row

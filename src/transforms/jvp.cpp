@@ -64,10 +64,13 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::SemaphoreSignal: case OpCode::SemaphoreWait: case OpCode::SemaphoreRead:
     case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
+    case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
+    case OpCode::GpuBarrierWait: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
       return JvpRule::kZeroTangent;
     // No rule yet: fine on integer data, an error once a tangent reaches them.
     case OpCode::Bitcast: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::DmaStart: case OpCode::DmaWait:
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWgmma:
       return JvpRule::kNotDifferentiable;
   }
   return JvpRule::kMissing;

@@ -12,6 +12,7 @@
 
 #include "ir/builder.h"
 #include "pallas/pallas.h"
+#include "pallas/gpu.h"
 #include "pallas/sparse_core.h"
 #include "pallas/tpu.h"
 
@@ -303,6 +304,27 @@ ir::Kernel sparse_core_kernel() {
       "sparse_core");
 }
 
+// The gpu::kernel primitives (barriers, copies, wgmma, waits, registers).
+ir::Kernel gpu_kernel() {
+  namespace plgpu = pallas::gpu;
+  return pl::trace_kernel(
+      [](pl::Ref x, pl::Ref o, pl::Ref a, pl::Ref b, pl::Ref acc, pl::Ref bars) {
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(0, 64)), a, bars.at(0));
+        plgpu::barrier_wait(bars.at(0));
+        plgpu::barrier_arrive(bars.at(1));
+        plgpu::set_max_registers(232, true);
+        plgpu::wgmma(acc, a, b);
+        plgpu::wgmma_wait(0);
+        plgpu::commit_smem();
+        plgpu::copy_smem_to_gmem(a, o);
+        plgpu::wait_smem_to_gmem(1, true);
+      },
+      {ref({128, 16}, pl::bf16, pl::MemorySpace::Gmem), ref({64, 16}, pl::bf16, pl::MemorySpace::Gmem),
+       ref({64, 16}, pl::bf16, pl::MemorySpace::GpuShared), ref({16, 32}, pl::bf16, pl::MemorySpace::GpuShared),
+       ref({64, 32}, pl::f32, pl::MemorySpace::GpuAcc), ref({2}, pl::DType::GpuBarrier, pl::MemorySpace::GpuShared)},
+      "gpu");
+}
+
 std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   std::vector<std::pair<std::string, ir::Kernel>> out;
   out.emplace_back("tpu", tpu_kernel());
@@ -315,6 +337,7 @@ std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   out.emplace_back("scalars", scalars_kernel());
   out.emplace_back("builder", builder_kernel());
   out.emplace_back("sparse_core", sparse_core_kernel());
+  out.emplace_back("gpu", gpu_kernel());
   return out;
 }
 

@@ -45,6 +45,7 @@ namespace pallas {
   X(Semaphore, "semaphore_mem") \
   X(Gmem, "gmem")               \
   X(GpuShared, "gpu_smem")      \
+  X(GpuAcc, "gpu_acc")          \
   X(Host, "host")
 
 enum class MemorySpace : uint8_t {
@@ -183,7 +184,8 @@ struct Indexer {
   X(AxisNames, "axis_names")             \
   X(HasCoreIndex, "has_core_index")      \
   X(Indirect, "indirect")                \
-  X(AddAttr, "add")
+  X(AddAttr, "add")                      \
+  X(ReadOnly, "read_only")
 
 enum class AttrKey : uint8_t {
 #define PALLAS_X(name, str) name,

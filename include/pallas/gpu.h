@@ -1,0 +1,131 @@
+// GPU kernels at the level of Mosaic GPU's `plgpu.kernel`: the body runs once per Pallas thread
+// (a warpgroup: 128 CUDA threads) of every CTA of an explicit grid (and cluster), sees its
+// inputs and outputs as whole-array Refs in global memory (GMEM), and moves data itself:
+// asynchronous copies into shared memory (SMEM) that complete on barriers, copies back, wgmma
+// on an accumulator, barriers between the warpgroups of a CTA.
+//
+//   namespace plgpu = pallas::gpu;
+//   auto call = plgpu::kernel(
+//       [](pl::Ref x, pl::Ref out, pl::Ref x_smem, pl::Ref bar) {
+//         auto b = pl::program_id(0);        // or plgpu::axis_index("b")
+//         plgpu::copy_gmem_to_smem(x.at(pl::ds(b * 128, 128)), x_smem, bar);
+//         plgpu::barrier_wait(bar);
+//         x_smem[pl::all] = x_smem[pl::all] * 2.0f;
+//         plgpu::commit_smem();
+//         plgpu::copy_smem_to_gmem(x_smem, out.at(pl::ds(b * 128, 128)));
+//         plgpu::wait_smem_to_gmem(0);
+//       },
+//       {pl::ShapeDtype({1024}, pl::f32)},
+//       plgpu::Mesh{.grid = {8}, .grid_names = {"b"}},
+//       {.scratch_shapes = {plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}}, .interpret = true});
+//
+// With `.interpret = true` the kernel runs in the interpreter (docs/GPU.md, "gpu::kernel"): the
+// Pallas threads of a cluster's CTAs run as cooperating threads that switch only where one must
+// wait, copies and wgmma complete when issued, and barrier misuse that hangs or races on a GPU
+// (a wait that nothing will complete, a phase completed twice before anyone waited for it) is a
+// pallas::Error naming the barrier, the thread and the line.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pallas/pallas_call.h"
+
+namespace pallas::gpu {
+
+// ---- Memory spaces and scratch --------------------------------------------------------------
+// GMEM: the GPU's global memory (where the kernel's operands live). SMEM: a CTA's shared memory,
+// shared by its Pallas threads. ACC: a wgmma accumulator (registers on the GPU).
+inline constexpr MemorySpace GMEM = MemorySpace::Gmem;
+inline constexpr MemorySpace SMEM_SPACE = MemorySpace::GpuShared;
+inline constexpr MemorySpace ACC_SPACE = MemorySpace::GpuAcc;
+
+inline ScratchShape SMEM(Shape shape, DType dtype) { return {std::move(shape), dtype, MemorySpace::GpuShared}; }
+inline ScratchShape ACC(Shape shape, DType dtype = DType::F32) {
+  return {std::move(shape), dtype, MemorySpace::GpuAcc};
+}
+
+// `num_barriers` mbarriers in shared memory (a Ref of shape {num_barriers}; pass one of them to
+// the barrier ops: bars.at(i), or the Ref itself when there is one). A phase completes after
+// `num_arrivals` arrivals: barrier_arrive calls, and one per copy_gmem_to_smem naming it.
+struct Barrier {
+  int num_arrivals = 1;
+  int num_barriers = 1;
+  operator ScratchShape() const;  // checks the counts (pallas::Error)
+};
+
+// ---- The mesh and the entry point -------------------------------------------------------------
+// The grid counts clusters: the CUDA grid is grid x cluster per dimension. Each CTA runs
+// `num_threads` Pallas threads (warpgroups; at most 16), numbered along `thread_name`. Every
+// axis name can be read with axis_index(name); pl::program_id(i) reads the i-th axis of
+// (grid..., cluster..., thread).
+struct Mesh {
+  std::vector<int64_t> grid;
+  std::vector<std::string> grid_names;
+  std::vector<int64_t> cluster;
+  std::vector<std::string> cluster_names;
+  std::optional<int> num_threads;
+  std::optional<std::string> thread_name;
+};
+
+// The largest shared-memory scratch a CTA may use: 227 KiB (Hopper's opt-in maximum per block).
+inline constexpr int64_t kMaxSharedMemoryBytes = 227 * 1024;
+// The bytes of shared memory a scratch list takes (arrays, then 8 bytes per barrier, each
+// barrier aligned to 8 bytes); ACC scratch lives in registers and is not counted.
+int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch);
+
+namespace detail {
+PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, const Mesh& mesh,
+                           CallOptions opts, const SourceLoc& loc);
+}  // namespace detail
+
+// plgpu.kernel: `body(inputs..., outputs..., scratch...)` on every Pallas thread of the mesh.
+// Options: scratch_shapes (SMEM, ACC, Barrier), input_output_aliases, name, debug,
+// debug_checks, and interpret (true: the interpreter; otherwise the GPU backend). No grid or
+// BlockSpecs: the mesh is the grid and operands are whole arrays in GMEM.
+template <class F>
+PallasCall kernel(F body, std::vector<ShapeDtype> out_shapes, Mesh mesh, CallOptions opts = {},
+                  Loc loc = Loc::current()) {
+  return detail::make_gpu_kernel(pallas::detail::make_kernel_fn(std::move(body)),
+                                 std::move(out_shapes), mesh, std::move(opts), SourceLoc::from(loc));
+}
+
+// The index along a named mesh axis (grid, cluster or thread axis).
+Value axis_index(const std::string& axis, Loc loc = Loc::current());
+
+// ---- Copies -----------------------------------------------------------------------------------
+// Copies `src` (a GMEM Ref, views allowed) into `dst` (an SMEM Ref of the same shape and dtype)
+// asynchronously (TMA on Hopper); when the data is in, the copy arrives once on `barrier`. Read
+// `dst` only after barrier_wait on that barrier.
+void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, Loc loc = Loc::current());
+// Copies `src` (SMEM) to `dst` (GMEM) asynchronously. Call commit_smem() after writing `src`
+// with ordinary stores and before the copy; wait_smem_to_gmem before reusing `src` or ending.
+void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc = Loc::current());
+// Waits until at most `n` of this thread's copy_smem_to_gmem copies are still in flight
+// (`wait_read_only`: only until they have read their source).
+void wait_smem_to_gmem(int n, bool wait_read_only = false, Loc loc = Loc::current());
+// Makes this thread's ordinary shared-memory stores visible to the asynchronous engines (copies
+// to GMEM, wgmma) and waits for the warpgroup.
+void commit_smem(Loc loc = Loc::current());
+
+// ---- Barriers ---------------------------------------------------------------------------------
+// One arrival on `barrier` (a single barrier: bars.at(i)).
+void barrier_arrive(const Ref& barrier, Loc loc = Loc::current());
+// Waits for the barrier's next phase: each thread's k-th wait on a barrier waits for its k-th
+// completed phase. A thread must wait for every phase (on the GPU the phase is one parity bit).
+void barrier_wait(const Ref& barrier, Loc loc = Loc::current());
+
+// ---- Tensor cores and registers -----------------------------------------------------------------
+// acc += a @ b on the tensor cores (wgmma): acc an ACC Ref (M x N, f32, or f16 for f16 inputs),
+// a (M x K) and b (K x N) SMEM Refs of f16, bf16 or f32 (tf32 on the GPU); M a multiple of 64,
+// N a multiple of 8 up to 256, K a multiple of 32 bytes' worth of elements. Read acc only after
+// wgmma_wait.
+void wgmma(const Ref& acc, const Ref& a, const Ref& b, Loc loc = Loc::current());
+// Waits until at most `n` of this thread's wgmmas are still running.
+void wgmma_wait(int n, Loc loc = Loc::current());
+// setmaxnreg: raises or lowers this warpgroup's registers per thread (24..256, a multiple of 8);
+// a hint for warp-specialized kernels, with no effect on results.
+void set_max_registers(int n, bool increase, Loc loc = Loc::current());
+
+}  // namespace pallas::gpu

@@ -1,0 +1,400 @@
+// gpu::kernel in the interpreter (.interpret = true): the semantics of Mosaic GPU's primitives
+// on the CPU.
+//
+// The mesh is (grid..., cluster..., thread). Clusters run one after another; inside a cluster,
+// every Pallas thread of every CTA is an OS thread, but they cooperate: exactly one runs at a
+// time, and it hands over only when it must wait (a barrier_wait whose phase has not completed)
+// or when it ends. Handing over goes round-robin to the next thread that can go on, so a run is
+// deterministic. When no thread can go on, the kernel would hang on a GPU: that is a
+// pallas::Error listing what every thread waits for.
+//
+// Memory: operands are whole arrays in GMEM, shared by all threads; each CTA gets fresh scratch
+// (SMEM and ACC arrays hold the uninitialized value; barriers start at phase 0) shared by its
+// threads. Copies and wgmma complete when issued (one valid timing of the asynchronous GPU
+// operations; their wait ops have nothing left to wait for). Barriers follow the mbarrier rules
+// that JAX's GPU interpret mode checks: a phase completes after num_arrivals arrivals; each
+// thread's k-th wait on a barrier waits for the barrier's k-th phase; completing a phase again
+// before any thread waited for the previous one, or waiting for a phase the barrier has already
+// passed, is an error (on the GPU the phase is one parity bit, so either loses a phase).
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/call.h"
+#include "ir/analysis.h"
+
+namespace pallas::interpret {
+namespace {
+
+using ir::AttrKey;
+using ir::OpCode;
+
+// Thrown in a waiting thread when another thread has failed: unwinds it quietly.
+struct Aborted {};
+
+struct BarrierState {
+  int num_arrivals = 1;
+  int arrivals = 0;           // in the current phase
+  int64_t phase = 0;          // completed phases
+  bool observed = true;       // some thread has waited for the latest completed phase
+  std::string name;           // "scratch[2][1] of CTA (0, 1)"
+  std::map<int, int64_t> next_phase;  // per thread of the cluster: the phase its next wait awaits
+};
+
+// The threads of one cluster, taking turns.
+class Turns {
+ public:
+  explicit Turns(std::vector<std::string> names) : names_(std::move(names)), threads_(names_.size()) {}
+
+  // Runs thread i's `body` when its turn comes; called on thread i.
+  void run(int i, const std::function<void()>& body) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return current_ == i || aborted_; });
+      if (aborted_) return;
+    }
+    try {
+      body();
+      std::lock_guard<std::mutex> lock(mu_);
+      threads_[i].state = State::Done;
+      if (!hand_over(i) && !all_done()) {
+        // The others all wait for what nobody left can do.
+        error_ = std::make_exception_ptr(Error(deadlock_message()));
+        aborted_ = true;
+        cv_.notify_all();
+      }
+    } catch (const Aborted&) {
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+      aborted_ = true;
+      cv_.notify_all();
+    }
+  }
+
+  // Called on thread i (during its turn): returns once `ready()` holds, letting the others run
+  // meanwhile. `what` describes the wait for a deadlock report.
+  void wait_until(int i, const std::function<bool()>& ready, const std::string& what) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (ready()) return;
+    threads_[i].state = State::Waiting;
+    threads_[i].ready = ready;
+    threads_[i].what = what;
+    if (!hand_over(i)) {
+      aborted_ = true;
+      cv_.notify_all();
+      throw Error(deadlock_message());
+    }
+    cv_.wait(lock, [&] { return current_ == i || aborted_; });
+    if (aborted_) throw Aborted{};
+    threads_[i].state = State::Ready;
+    threads_[i].ready = nullptr;
+  }
+
+  void rethrow_error() {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  enum class State { Ready, Waiting, Done };
+  struct Thread {
+    State state = State::Ready;
+    std::function<bool()> ready;
+    std::string what;
+  };
+  // Gives the turn to the next thread after i that can go on; false when none can (mu_ held).
+  bool hand_over(int i) {
+    const int n = static_cast<int>(threads_.size());
+    for (int k = 1; k < n; ++k) {
+      const int j = (i + k) % n;
+      Thread& t = threads_[j];
+      if (t.state == State::Ready || (t.state == State::Waiting && t.ready())) {
+        current_ = j;
+        cv_.notify_all();
+        return true;
+      }
+    }
+    return false;
+  }
+  bool all_done() const {
+    for (const Thread& t : threads_)
+      if (t.state != State::Done) return false;
+    return true;
+  }
+  std::string deadlock_message() const {
+    std::string msg = "gpu::kernel deadlock: no thread can go on (on a GPU the kernel would hang):";
+    for (size_t t = 0; t < threads_.size(); ++t)
+      msg += "\n  " + names_[t] + ": " +
+             (threads_[t].state == State::Done ? std::string("finished") : threads_[t].what);
+    return msg;
+  }
+
+  std::vector<std::string> names_;
+  std::vector<Thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int current_ = 0;
+  bool aborted_ = false;
+  std::exception_ptr error_;
+};
+
+// What the threads of a cluster share.
+struct Cluster {
+  std::map<const std::byte*, BarrierState> barriers;  // by the barrier's address
+  Turns* turns = nullptr;
+};
+
+class GpuThreadInterpreter : public eval::Interpreter {
+ public:
+  GpuThreadInterpreter(const TracedCall& call, int index) : Interpreter(call.kernel), call_(call), index_(index) {}
+  void start(Cluster* cluster, std::string name) {
+    cluster_ = cluster;
+    name_ = std::move(name);
+  }
+
+ protected:
+  bool eval_extension_op(const ir::Op& op) override {
+    switch (op.code) {
+      case OpCode::AxisIndex: {
+        const std::string& name = op.attrs.get_string(AttrKey::AxisNames);
+        const auto& names = call_.grid_mapping.grid_names;
+        for (size_t i = 0; i < names.size(); ++i)
+          if (names[i] == name) {
+            set(op.results[0], eval::constant(Scalar::of_int(grid_point().program_ids.at(i), DType::I32), {}));
+            return true;
+          }
+        std::string known;
+        for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+        throw Error("axis_index(\"" + name + "\"): the mesh has no such axis (axes: " + known + ")", op.loc);
+      }
+      case OpCode::GpuCopyGmemToSmem: {
+        eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
+        arrive(op, barrier(op, op.operands[2]));
+        return true;
+      }
+      case OpCode::GpuCopySmemToGmem:
+        eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
+        return true;
+      case OpCode::GpuBarrierArrive:
+        arrive(op, barrier(op, op.operands[0]));
+        return true;
+      case OpCode::GpuBarrierWait:
+        wait(op, barrier(op, op.operands[0]));
+        return true;
+      case OpCode::GpuWgmma:
+        wgmma(op);
+        return true;
+      case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuWgmmaWait:
+      case OpCode::GpuSetMaxRegisters:
+        return true;  // copies and wgmma have completed when issued; registers are not modelled
+      default:
+        return false;
+    }
+  }
+
+ private:
+  BarrierState& barrier(const ir::Op& op, ir::ValueId v) {
+    const eval::RefValue& r = ref(v);
+    auto it = cluster_->barriers.find(r.data);
+    if (it == cluster_->barriers.end())
+      throw NotSupportedError(std::string(op.info().name) +
+                                  " on a barrier that is not in the kernel's scratch_shapes (barriers "
+                                  "from run_scoped)",
+                              op.loc);
+    return it->second;
+  }
+
+  void arrive(const ir::Op& op, BarrierState& b) {
+    if (++b.arrivals < b.num_arrivals) return;
+    if (!b.observed)
+      throw Error(std::string(op.info().name) + ": barrier " + b.name + " completes phase " +
+                      std::to_string(b.phase + 1) + " before any thread waited for phase " +
+                      std::to_string(b.phase) + " (" + name_ +
+                      "); on a GPU the phase is one parity bit, so that completion is lost — wait "
+                      "for each phase before it completes again" + eval::at_grid_point(grid_point().program_ids),
+                  op.loc);
+    b.arrivals = 0;
+    ++b.phase;
+    b.observed = false;
+  }
+
+  void wait(const ir::Op& op, BarrierState& b) {
+    int64_t& next = b.next_phase.try_emplace(index_, 1).first->second;
+    const int64_t want = next;
+    auto missed = [&] {
+      return Error(std::string(op.info().name) + ": " + name_ + " waits for phase " +
+                       std::to_string(want) + " of barrier " + b.name + ", which has already completed " +
+                       std::to_string(b.phase) + " phases: this thread missed a completion (on a GPU "
+                       "the wait would return at the wrong phase or hang)",
+                   op.loc);
+    };
+    if (b.phase > want) throw missed();
+    std::ostringstream what;
+    what << "waits at " << op.loc.to_string() << " for phase " << want << " of barrier " << b.name
+         << " (" << b.phase << " phases completed, " << b.arrivals << " of " << b.num_arrivals
+         << " arrivals in the current one)";
+    BarrierState* bp = &b;
+    cluster_->turns->wait_until(index_, [bp, want] { return bp->phase >= want; }, what.str());
+    if (b.phase > want) throw missed();
+    b.observed = true;
+    next = want + 1;
+  }
+
+  void wgmma(const ir::Op& op) {
+    const eval::RefValue& acc_ref = ref(op.operands[0]);
+    const Array a = eval::convert(eval::read(ref(op.operands[1])), DType::F32);
+    const Array b = eval::convert(eval::read(ref(op.operands[2])), DType::F32);
+    Array acc = eval::convert(eval::read(acc_ref), DType::F32);
+    const int64_t m = acc.shape()[0], n = acc.shape()[1], k = a.shape()[1];
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* pc = acc.data<float>();
+    // The tensor cores' f32 accumulation: products of the inputs summed in f32 along K.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float s = 0.0f;
+        for (int64_t q = 0; q < k; ++q) s += pa[i * k + q] * pb[q * n + j];
+        pc[i * n + j] += s;
+      }
+    eval::write(acc_ref, eval::convert(acc, acc_ref.dtype));
+  }
+
+  const TracedCall& call_;
+  int index_;  // the thread's number within its cluster
+  Cluster* cluster_ = nullptr;
+  std::string name_;
+};
+
+std::string tuple(const std::vector<int64_t>& v, size_t from, size_t to) {
+  std::string s = "(";
+  for (size_t i = from; i < to; ++i) s += (i > from ? ", " : "") + std::to_string(v[i]);
+  return s + (to - from == 1 ? ",)" : ")");
+}
+
+// Row-major points of a box of sizes `dims`.
+std::vector<std::vector<int64_t>> points(const std::vector<int64_t>& dims) {
+  std::vector<std::vector<int64_t>> out;
+  int64_t total = 1;
+  for (int64_t d : dims) total *= d;
+  for (int64_t linear = 0; linear < total; ++linear) {
+    std::vector<int64_t> p(dims.size());
+    int64_t rest = linear;
+    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+      p[d] = rest % dims[d];
+      rest /= dims[d];
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Array>& args,
+                                  const std::vector<int64_t>& grid, std::ostream* debug_out) {
+  const GridMapping& gm = call.grid_mapping;
+  const gpu::KernelLayout& layout = *call.gpu_kernel;
+  const int num_in = gm.num_inputs, num_out = gm.num_outputs;
+  const std::vector<bool> written = ir::params_written(call.kernel);
+
+  // ---- Operands: whole arrays in GMEM.
+  std::map<int, int> input_of_output;
+  for (auto [i, o] : call.input_output_aliases) input_of_output[o] = i;
+  std::vector<Array> operands;
+  for (int i = 0; i < num_in; ++i) {
+    bool aliased = false;
+    for (auto [in, out] : call.input_output_aliases) aliased = aliased || in == i;
+    operands.push_back(written[i] && !aliased ? args[i].clone() : args[i]);
+  }
+  for (int o = 0; o < num_out; ++o) {
+    auto alias = input_of_output.find(o);
+    if (alias != input_of_output.end()) {
+      operands.push_back(operands[alias->second]);
+      continue;
+    }
+    const ShapeDtype& s = gm.block_mappings[num_in + o].array;
+    Array a = Array::uninitialized(s.shape, s.dtype);
+    eval::fill_uninitialized(a);
+    operands.push_back(a);
+  }
+
+  // ---- The mesh: clusters of CTAs of threads.
+  const size_t g_axes = static_cast<size_t>(layout.num_grid_axes);
+  const size_t c_axes = static_cast<size_t>(layout.num_cluster_axes);
+  std::vector<int64_t> grid_dims(grid.begin(), grid.begin() + g_axes);
+  std::vector<int64_t> cluster_dims(grid.begin() + g_axes, grid.begin() + g_axes + c_axes);
+  const int64_t num_threads = layout.has_thread_axis ? grid.back() : 1;
+  const std::vector<std::vector<int64_t>> ctas = points(cluster_dims);
+  const int threads_per_cluster = static_cast<int>(ctas.size() * num_threads);
+
+  std::vector<std::unique_ptr<GpuThreadInterpreter>> interps;
+  for (int t = 0; t < threads_per_cluster; ++t) {
+    interps.push_back(std::make_unique<GpuThreadInterpreter>(call, t));
+    interps.back()->set_debug_out(debug_out);
+    interps.back()->set_debug_checks(call.debug_checks);
+  }
+
+  for (const std::vector<int64_t>& cluster_index : points(grid_dims)) {
+    Cluster cluster;
+    std::vector<std::vector<Array>> scratch(ctas.size());
+    std::vector<std::vector<eval::RtValue>> params(threads_per_cluster);
+    std::vector<GridPoint> where(threads_per_cluster);
+    std::vector<std::string> names;
+    for (size_t c = 0; c < ctas.size(); ++c) {
+      std::vector<int64_t> cta = cluster_index;
+      cta.insert(cta.end(), ctas[c].begin(), ctas[c].end());
+      const std::string cta_name = cta.empty() ? "the CTA" : "CTA " + tuple(cta, 0, cta.size());
+      for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+        const ir::Type& t = gm.scratch_types[s];
+        Array a = Array::uninitialized(t.shape, t.dtype);
+        if (t.dtype == DType::GpuBarrier) {
+          std::memset(a.raw_data(), 0, static_cast<size_t>(a.size()) * 8);
+          for (int64_t k = 0; k < a.size(); ++k) {
+            BarrierState st;
+            st.num_arrivals = gm.scratch_barrier_arrivals.at(s);
+            st.name = "scratch[" + std::to_string(s) + "]" +
+                      (a.size() > 1 ? "[" + std::to_string(k) + "]" : std::string()) +
+                      (ctas.size() > 1 || !grid_dims.empty() ? " of " + cta_name : std::string());
+            cluster.barriers[static_cast<std::byte*>(a.raw_data()) + 8 * k] = st;
+          }
+        } else {
+          eval::fill_uninitialized(a);
+        }
+        scratch[c].push_back(a);
+      }
+      for (int64_t w = 0; w < num_threads; ++w) {
+        const int t = static_cast<int>(c * num_threads + w);
+        std::vector<eval::RtValue>& p = params[t];
+        for (Array& a : operands) p.push_back(eval::RefValue::of_array(a, MemorySpace::Gmem));
+        for (size_t s = 0; s < scratch[c].size(); ++s)
+          p.push_back(eval::RefValue::of_array(scratch[c][s], gm.scratch_types[s].space));
+        where[t].num_programs = grid;
+        where[t].program_ids = cta;
+        if (layout.has_thread_axis) where[t].program_ids.push_back(w);
+        names.push_back(layout.has_thread_axis ? "thread " + std::to_string(w) + " of " + cta_name : cta_name);
+      }
+    }
+    Turns turns(names);
+    cluster.turns = &turns;
+    for (int t = 0; t < threads_per_cluster; ++t) interps[t]->start(&cluster, names[t]);
+    auto body = [&](int t) { interps[t]->run(params[t], where[t]); };
+    if (threads_per_cluster == 1) {
+      turns.run(0, [&] { body(0); });
+    } else {
+      std::vector<std::thread> threads;
+      for (int t = 0; t < threads_per_cluster; ++t)
+        threads.emplace_back([&, t] { turns.run(t, [&] { body(t); }); });
+      for (std::thread& th : threads) th.join();
+    }
+    turns.rethrow_error();
+  }
+
+  std::vector<Array> out(operands.begin() + num_in, operands.end());
+  return out;
+}
+
+}  // namespace pallas::interpret

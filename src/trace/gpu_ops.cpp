@@ -1,0 +1,214 @@
+// Tracing of gpu::kernel and its primitives (include/pallas/gpu.h). The ops' type rules
+// (src/ir/type_rules.cpp) check shapes, dtypes and memory spaces at the user's line; the mesh
+// and scratch checks here follow Mosaic GPU's wording where it has one.
+#include "pallas/gpu.h"
+
+#include <set>
+
+#include "core/call.h"
+#include "pallas/tpu.h"
+#include "trace/context.h"
+
+namespace pallas::gpu {
+
+using ir::AttrKey;
+using ir::Attrs;
+using ir::OpCode;
+
+Barrier::operator ScratchShape() const {
+  if (num_arrivals < 1)
+    throw Error("gpu::Barrier: num_arrivals must be at least 1, got " + std::to_string(num_arrivals));
+  if (num_arrivals > 65535)
+    throw Error("gpu::Barrier: num_arrivals must be at most 65535 (an mbarrier's count), got " +
+                std::to_string(num_arrivals));
+  if (num_barriers < 1)
+    throw Error("gpu::Barrier: num_barriers must be at least 1, got " + std::to_string(num_barriers));
+  return ScratchShape{{num_barriers}, DType::GpuBarrier, MemorySpace::GpuShared, num_arrivals};
+}
+
+int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch) {
+  int64_t bytes = 0;
+  for (const ScratchShape& s : scratch) {
+    if (s.space != MemorySpace::GpuShared) continue;
+    if (s.dtype == DType::GpuBarrier) bytes = (bytes + 7) / 8 * 8;  // mbarriers are 8-byte aligned
+    bytes += num_elements(s.shape) * itemsize(s.dtype);
+  }
+  return bytes;
+}
+
+namespace detail {
+namespace {
+
+void check_names(const char* what, const std::vector<int64_t>& sizes,
+                 const std::vector<std::string>& names, const SourceLoc& loc) {
+  if (sizes.size() != names.size())
+    throw Error(std::string("gpu::Mesh: ") + what + "_names needs one name per " + what +
+                    " dimension: " + std::to_string(sizes.size()) + " sizes, " +
+                    std::to_string(names.size()) + " names",
+                loc);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] < 1)
+      throw Error(std::string("gpu::Mesh: ") + what + " dimension '" + names[i] + "' has size " +
+                      std::to_string(sizes[i]) + "; it needs at least 1",
+                  loc);
+}
+
+std::string describe_scratch(const std::vector<ScratchShape>& scratch) {
+  std::string s;
+  for (size_t i = 0; i < scratch.size(); ++i) {
+    if (scratch[i].space != MemorySpace::GpuShared) continue;
+    s += (s.empty() ? "" : ", ") + std::string("scratch[") + std::to_string(i) + "] " +
+         (scratch[i].dtype == DType::GpuBarrier ? "Barrier x" + std::to_string(num_elements(scratch[i].shape))
+                                                : ShapeDtype(scratch[i].shape, scratch[i].dtype).to_string()) +
+         " = " + std::to_string(num_elements(scratch[i].shape) * itemsize(scratch[i].dtype)) + " B";
+  }
+  return s;
+}
+
+}  // namespace
+
+PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, const Mesh& mesh,
+                           CallOptions opts, const SourceLoc& loc) {
+  check_names("grid", mesh.grid, mesh.grid_names, loc);
+  check_names("cluster", mesh.cluster, mesh.cluster_names, loc);
+  if (mesh.cluster.size() > 3)
+    throw Error("gpu::Mesh: a cluster has at most 3 dimensions, got " + std::to_string(mesh.cluster.size()), loc);
+  if (mesh.num_threads.has_value() != mesh.thread_name.has_value())
+    throw Error("gpu::Mesh: num_threads and thread_name go together: give both or neither", loc);
+  constexpr int kMaxThreads = 2048 / 128;  // a CTA has at most 2048 CUDA threads, 128 per warpgroup
+  if (mesh.num_threads && (*mesh.num_threads < 1 || *mesh.num_threads > kMaxThreads))
+    throw Error("gpu::Mesh: num_threads is " + std::to_string(*mesh.num_threads) +
+                    "; each Pallas thread is a warpgroup of 128 CUDA threads, so a CTA has 1 to " +
+                    std::to_string(kMaxThreads),
+                loc);
+  int64_t cluster_size = 1;
+  for (int64_t c : mesh.cluster) cluster_size *= c;
+  if (cluster_size > 16)
+    throw Error("gpu::Mesh: a cluster of " + std::to_string(cluster_size) +
+                    " CTAs; the GPU allows at most 16 (8 portably)",
+                loc);
+  std::vector<std::string> names = mesh.grid_names;
+  names.insert(names.end(), mesh.cluster_names.begin(), mesh.cluster_names.end());
+  if (mesh.thread_name) names.push_back(*mesh.thread_name);
+  std::set<std::string> seen;
+  for (const std::string& n : names) {
+    if (n.empty()) throw Error("gpu::Mesh: an axis name is empty", loc);
+    if (!seen.insert(n).second) throw Error("gpu::Mesh: the axis name '" + n + "' is used twice", loc);
+  }
+  if (!opts.grid.empty() || opts.grid_spec || opts.in_specs.given() || opts.out_specs.given())
+    throw Error("gpu::kernel takes no grid or BlockSpecs: the mesh is the grid, and the body sees "
+                "whole arrays in GMEM",
+                loc);
+  if (opts.interpret.tpu())
+    throw Error("gpu::kernel runs in the interpreter (.interpret = true) or on the GPU, not in the "
+                "TPU interpret mode",
+                loc);
+  for (size_t i = 0; i < opts.scratch_shapes.size(); ++i) {
+    const ScratchShape& s = opts.scratch_shapes[i];
+    const bool ok = s.space == MemorySpace::GpuShared || s.space == MemorySpace::GpuAcc;
+    if (!ok)
+      throw Error("scratch_shapes[" + std::to_string(i) + "] is in " +
+                      std::string(memory_space_name(s.space)) +
+                      "; a gpu::kernel's scratch is gpu::SMEM, gpu::ACC or gpu::Barrier",
+                  loc);
+    if ((s.dtype == DType::GpuBarrier) != (s.barrier_arrivals > 0))
+      throw Error("scratch_shapes[" + std::to_string(i) + "]: make barriers with gpu::Barrier{...}", loc);
+  }
+  const int64_t smem = shared_memory_bytes(opts.scratch_shapes);
+  if (smem > kMaxSharedMemoryBytes)
+    throw Error("gpu::kernel exceeds available shared memory: the scratch needs " +
+                    std::to_string(smem) + " bytes, a CTA may use at most " +
+                    std::to_string(kMaxSharedMemoryBytes) + " (227 KiB); shrink the SMEM scratch (" +
+                    describe_scratch(opts.scratch_shapes) +
+                    ") — smaller tiles or fewer pipeline slots",
+                loc);
+
+  KernelLayout layout;
+  layout.num_grid_axes = static_cast<int>(mesh.grid.size());
+  layout.num_cluster_axes = static_cast<int>(mesh.cluster.size());
+  layout.has_thread_axis = mesh.num_threads.has_value();
+  Grid grid;
+  std::vector<int64_t> shape;
+  auto add_axis = [&](int64_t size, const std::string& name) {
+    grid.dims.emplace_back(size);
+    grid.names.push_back(name);
+    shape.push_back(size);
+  };
+  for (size_t i = 0; i < mesh.grid.size(); ++i) add_axis(mesh.grid[i], mesh.grid_names[i]);
+  for (size_t i = 0; i < mesh.cluster.size(); ++i) add_axis(mesh.cluster[i], mesh.cluster_names[i]);
+  if (mesh.num_threads) add_axis(*mesh.num_threads, *mesh.thread_name);
+  opts.grid = grid;
+  opts.mesh_shape = shape;
+  opts.gpu_kernel = layout;
+  opts.default_memory_space = MemorySpace::Gmem;
+  // Compiled, every mesh axis is parallel: each point is its own CTA (or warpgroup).
+  {
+    CompilerParams params;
+    if (opts.compiler_params && std::holds_alternative<CompilerParams>(*opts.compiler_params)) {
+      params = std::get<CompilerParams>(*opts.compiler_params);
+      opts.compiler_params.reset();
+    }
+    auto given = opts.compiler_params_by_backend.find("mosaic_gpu");
+    if (given != opts.compiler_params_by_backend.end())
+      if (const auto* p = std::get_if<CompilerParams>(&given->second)) params = *p;
+    if (!params.dimension_semantics.empty())
+      throw Error("dimension_semantics cannot be given for a gpu::kernel: every mesh axis is parallel", loc);
+    params.dimension_semantics.assign(shape.size(), "parallel");
+    opts.compiler_params_by_backend["mosaic_gpu"] = params;
+  }
+  if (!opts.interpret.enabled() && !opts.backend) opts.backend = "mosaic_gpu";
+  if (opts.backend && *opts.backend != "mosaic_gpu" && *opts.backend != "gpu" &&
+      *opts.backend != "gpu_emulate" && *opts.backend != "reference")
+    throw Error("gpu::kernel runs on the GPU backend or in the interpreter (.interpret = true), "
+                "not on backend " + *opts.backend,
+                loc);
+  return pallas::detail::make_pallas_call(std::move(body), std::move(out_shapes), std::move(opts), loc);
+}
+
+}  // namespace detail
+
+Value axis_index(const std::string& axis, Loc loc) { return tpu::axis_index(axis, loc); }
+
+void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, Loc loc) {
+  trace::add_op(OpCode::GpuCopyGmemToSmem, {src.handle(), dst.handle(), barrier.handle()}, {}, loc);
+}
+
+void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {
+  trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, {}, loc);
+}
+
+void wait_smem_to_gmem(int n, bool wait_read_only, Loc loc) {
+  Attrs a;
+  a.set(AttrKey::N, int64_t{n});
+  a.set(AttrKey::ReadOnly, int64_t{wait_read_only});
+  trace::add_op(OpCode::GpuWaitSmemToGmem, {}, std::move(a), loc);
+}
+
+void commit_smem(Loc loc) { trace::add_op(OpCode::GpuCommitSmem, {}, {}, loc); }
+
+void barrier_arrive(const Ref& barrier, Loc loc) {
+  trace::add_op(OpCode::GpuBarrierArrive, {barrier.handle()}, {}, loc);
+}
+
+void barrier_wait(const Ref& barrier, Loc loc) {
+  trace::add_op(OpCode::GpuBarrierWait, {barrier.handle()}, {}, loc);
+}
+
+void wgmma(const Ref& acc, const Ref& a, const Ref& b, Loc loc) {
+  trace::add_op(OpCode::GpuWgmma, {acc.handle(), a.handle(), b.handle()}, {}, loc);
+}
+
+void wgmma_wait(int n, Loc loc) {
+  Attrs a;
+  a.set(AttrKey::N, int64_t{n});
+  trace::add_op(OpCode::GpuWgmmaWait, {}, std::move(a), loc);
+}
+
+void set_max_registers(int n, bool increase, Loc loc) {
+  Attrs a;
+  a.set(AttrKey::N, int64_t{n});
+  a.set(AttrKey::Kind, std::string(increase ? "increase" : "decrease"));
+  trace::add_op(OpCode::GpuSetMaxRegisters, {}, std::move(a), loc);
+}
+
+}  // namespace pallas::gpu

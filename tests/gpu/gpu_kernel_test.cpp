@@ -1,0 +1,301 @@
+// gpu::kernel (plgpu.kernel) in the interpreter: meshes of CTAs, clusters and Pallas threads,
+// copies through shared memory on barriers, warp-specialized producer/consumer pipelines, wgmma,
+// and the errors for misuse (deadlocks, lost barrier phases, shared memory, shapes). Values are
+// checked against plain C++ loops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "pallas/gpu.h"
+#include "pallas/pallas.h"
+#include "tests/test_util.h"
+
+namespace pl = pallas;
+namespace plgpu = pallas::gpu;
+using test_util::error_of;
+
+namespace {
+
+pl::Array random_f32(pl::Shape s, uint32_t seed) {
+  pl::Array a = pl::Array::zeros(s, pl::f32);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
+  return a;
+}
+
+pl::CallOptions interpreted(std::vector<pl::ScratchShape> scratch) {
+  pl::CallOptions o;
+  o.scratch_shapes = std::move(scratch);
+  o.interpret = true;
+  return o;
+}
+
+// out = 2 x, one 128-element chunk per CTA: copy in on a barrier, compute in SMEM, copy out.
+TEST(GpuKernel, CopiesThroughSharedMemoryOnBarriers) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar) {
+        pl::Value b = plgpu::axis_index("b");
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(b * 128, 128)), buf, bar);
+        plgpu::barrier_wait(bar);
+        buf[pl::all] = buf[pl::all] * 2.0f;
+        plgpu::commit_smem();
+        plgpu::copy_smem_to_gmem(buf, out.at(pl::ds(b * 128, 128)));
+        plgpu::wait_smem_to_gmem(0);
+      },
+      {pl::ShapeDtype({1024}, pl::f32)}, plgpu::Mesh{.grid = {8}, .grid_names = {"b"}},
+      interpreted({plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}}));
+  pl::Array x = random_f32({1024}, 1);
+  pl::Array out = call(x).at(0);
+  for (int64_t i = 0; i < 1024; ++i) EXPECT_EQ(out.data<float>()[i], 2.0f * x.data<float>()[i]) << i;
+}
+
+// Axis indices of grid, cluster and thread axes, and program_id in mesh-axis order.
+TEST(GpuKernel, AxisIndicesNameGridClusterAndThreadAxes) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out) {
+        pl::Value g = plgpu::axis_index("g"), c = plgpu::axis_index("c"), w = plgpu::axis_index("wg");
+        pl::Value flat = (g * 2 + c) * 3 + w;
+        out[flat] = g * 100 + c * 10 + w + pl::program_id(2) * 1000;
+      },
+      {pl::ShapeDtype({4 * 2 * 3}, pl::i32)},
+      plgpu::Mesh{.grid = {4}, .grid_names = {"g"}, .cluster = {2}, .cluster_names = {"c"},
+                  .num_threads = 3, .thread_name = "wg"},
+      interpreted({}));
+  pl::Array out = call().at(0);
+  for (int g = 0; g < 4; ++g)
+    for (int c = 0; c < 2; ++c)
+      for (int w = 0; w < 3; ++w)
+        EXPECT_EQ(out.data<int32_t>()[(g * 2 + c) * 3 + w], g * 100 + c * 10 + w + w * 1000);
+}
+
+// Warp specialization: thread 1 (the producer) streams row blocks of x into a ring of 2 SMEM
+// slots; thread 0 (the consumer) sums them. "full" barriers complete when a copy lands, "free"
+// barriers when the consumer is done with a slot.
+TEST(GpuKernel, ProducerConsumerPipelineOverARingOfSlots) {
+  constexpr int kSteps = 7, kSlots = 2, kRows = 8, kCols = 32;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref slots, pl::Ref acc, pl::Ref full, pl::Ref free) {
+        pl::Value wg = plgpu::axis_index("wg");
+        pl::when(wg == 1, [&] {  // producer
+          pl::fori_loop(0, kSteps, [&](pl::Value step) {
+            pl::Value slot = step % kSlots;
+            pl::when(step >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
+            plgpu::copy_gmem_to_smem(x.at(pl::ds(step * kRows, kRows)), slots.at(slot), full.at(slot));
+          });
+        });
+        pl::when(wg == 0, [&] {  // consumer
+          acc[pl::all] = pl::zeros({kRows, kCols}, pl::f32);
+          pl::fori_loop(0, kSteps, [&](pl::Value step) {
+            pl::Value slot = step % kSlots;
+            plgpu::barrier_wait(full.at(slot));
+            acc[pl::all] = acc[pl::all] + slots.at(slot)[pl::all];
+            plgpu::barrier_arrive(free.at(slot));
+          });
+          out[pl::all] = acc[pl::all];
+        });
+      },
+      {pl::ShapeDtype({kRows, kCols}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+      interpreted({plgpu::SMEM({kSlots, kRows, kCols}, pl::f32), plgpu::SMEM({kRows, kCols}, pl::f32),
+                   plgpu::Barrier{.num_barriers = kSlots}, plgpu::Barrier{.num_barriers = kSlots}}));
+  pl::Array x = random_f32({kSteps * kRows, kCols}, 2);
+  pl::Array out = call(x).at(0);
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kCols; ++c) {
+      float want = 0;
+      for (int s = 0; s < kSteps; ++s) want += x.data<float>()[(s * kRows + r) * kCols + c];
+      EXPECT_EQ(out.data<float>()[r * kCols + c], want) << r << "," << c;
+    }
+}
+
+// A bf16 matmul tile per CTA: K streamed in 16-wide steps through SMEM, wgmma into an f32
+// accumulator, then written out.
+TEST(GpuKernel, WgmmaAccumulatesBf16ProductsInF32) {
+  constexpr int M = 64, N = 32, K = 64, kStep = 16, kTiles = 2;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+        pl::Value t = plgpu::axis_index("t");
+        acc[pl::all] = pl::zeros({M, N}, pl::f32);
+        pl::fori_loop(0, K / kStep, [&](pl::Value k) {
+          plgpu::copy_gmem_to_smem(a.at(pl::ds(t * M, M), pl::ds(k * kStep, kStep)), a_s, bar);
+          plgpu::copy_gmem_to_smem(b.at(pl::ds(k * kStep, kStep), pl::all), b_s, bar);
+          plgpu::barrier_wait(bar);
+          plgpu::wgmma(acc, a_s, b_s);
+          plgpu::wgmma_wait(0);
+        });
+        out.at(pl::ds(t * M, M), pl::all)[pl::all] = acc[pl::all];
+      },
+      {pl::ShapeDtype({kTiles * M, N}, pl::f32)}, plgpu::Mesh{.grid = {kTiles}, .grid_names = {"t"}},
+      interpreted({plgpu::SMEM({M, kStep}, pl::bf16), plgpu::SMEM({kStep, N}, pl::bf16),
+                   plgpu::ACC({M, N}), plgpu::Barrier{.num_arrivals = 2}}));
+  pl::Array a = random_f32({kTiles * M, K}, 3).astype(pl::bf16);
+  pl::Array b = random_f32({K, N}, 4).astype(pl::bf16);
+  pl::Array out = call(a, b).at(0);
+  pl::Array af = a.astype(pl::f32), bf = b.astype(pl::f32);
+  for (int i = 0; i < kTiles * M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double want = 0;
+      for (int q = 0; q < K; ++q) want += double(af.data<float>()[i * K + q]) * bf.data<float>()[q * N + j];
+      EXPECT_NEAR(out.data<float>()[i * N + j], want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+    }
+}
+
+// A gpu::kernel without the primitives compiles: its grid axes become parallel CTAs. Here the
+// generated CUDA runs under host emulation (the same source NVRTC compiles for a GPU).
+TEST(GpuKernel, PlainKernelRunsCompiledUnderHostEmulation) {
+  pl::CallOptions o;
+  o.backend = "gpu_emulate";
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        pl::Value b = plgpu::axis_index("b");
+        out.at(pl::ds(b * 8, 8))[pl::all] = x.at(pl::ds(b * 8, 8))[pl::all] * 2.0f + b.astype(pl::f32);
+      },
+      {pl::ShapeDtype({32}, pl::f32)}, plgpu::Mesh{.grid = {4}, .grid_names = {"b"}}, o);
+  pl::Array x = random_f32({32}, 5);
+  pl::Array out = call(x).at(0);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out.data<float>()[i], x.data<float>()[i] * 2.0f + float(i / 8)) << i;
+}
+
+// ---- Errors ------------------------------------------------------------------------------------
+
+TEST(GpuKernelErrors, AWaitNothingWillCompleteIsADeadlockNamingTheLine) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref bar) {
+        out[0] = pl::full({}, pl::f32, 1.0);
+        plgpu::barrier_wait(bar);  // nobody arrives
+      },
+      {pl::ShapeDtype({1}, pl::f32)}, plgpu::Mesh{}, interpreted({plgpu::Barrier{}}));
+  std::string e = error_of([&] { call(); });
+  EXPECT_CONTAINS(e, "deadlock");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 5));
+  EXPECT_CONTAINS(e, "phase 1 of barrier scratch[0]");
+  EXPECT_CONTAINS(e, "0 of 1 arrivals");
+}
+
+TEST(GpuKernelErrors, TwoThreadsWaitingForEachOtherDeadlock) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref bars) {
+        pl::Value wg = plgpu::axis_index("wg");
+        plgpu::barrier_wait(bars.at(wg));          // each waits for the other's arrival...
+        plgpu::barrier_arrive(bars.at(1 - wg));    // ...which comes only after its own wait
+        out[wg] = wg;
+      },
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+      interpreted({plgpu::Barrier{.num_barriers = 2}}));
+  std::string e = error_of([&] { call(); });
+  EXPECT_CONTAINS(e, "deadlock");
+  EXPECT_CONTAINS(e, "thread 0 of the CTA");
+  EXPECT_CONTAINS(e, "thread 1 of the CTA");
+  EXPECT_CONTAINS(e, "barrier scratch[0][0]");
+  EXPECT_CONTAINS(e, "barrier scratch[0][1]");
+}
+
+TEST(GpuKernelErrors, APhaseCompletedTwiceBeforeAnyWaitIsLost) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref bar) {
+        plgpu::barrier_arrive(bar);
+        plgpu::barrier_arrive(bar);  // completes phase 2; nobody waited for phase 1
+        out[0] = 1;
+      },
+      {pl::ShapeDtype({1}, pl::i32)}, plgpu::Mesh{}, interpreted({plgpu::Barrier{}}));
+  std::string e = error_of([&] { call(); });
+  EXPECT_CONTAINS(e, "completes phase 2 before any thread waited for phase 1");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 6));
+}
+
+TEST(GpuKernelErrors, AThreadThatMissedAPhaseIsReported) {
+  // Thread 1 waits for phase 1, then thread 0 completes phase 2 and only then waits: its first
+  // wait is for phase 1, which it can no longer tell apart on a GPU.
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref bar, pl::Ref go) {
+        pl::Value wg = plgpu::axis_index("wg");
+        pl::when(wg == 1, [&] {
+          plgpu::barrier_wait(bar);
+          plgpu::barrier_arrive(go);
+        });
+        pl::when(wg == 0, [&] {
+          plgpu::barrier_arrive(bar);
+          plgpu::barrier_wait(go);
+          plgpu::barrier_arrive(bar);
+          plgpu::barrier_wait(bar);
+        });
+        out[wg] = wg;
+      },
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+      interpreted({plgpu::Barrier{}, plgpu::Barrier{}}));
+  std::string e = error_of([&] { call(); });
+  EXPECT_CONTAINS(e, "thread 0 of the CTA waits for phase 1 of barrier scratch[0], which has already completed 2 phases");
+}
+
+TEST(GpuKernelErrors, SharedMemoryBeyondTheLimitNamesTheBuffers) {
+  std::string e = error_of([&] {
+    plgpu::kernel([](pl::Ref, pl::Ref, pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, plgpu::Mesh{},
+                  interpreted({plgpu::SMEM({1024, 64}, pl::f32), plgpu::Barrier{}}));
+  });
+  EXPECT_CONTAINS(e, "exceeds available shared memory");
+  EXPECT_CONTAINS(e, "262152 bytes");
+  EXPECT_CONTAINS(e, "at most 232448");
+  EXPECT_CONTAINS(e, "scratch[0] f32[1024, 64] = 262144 B");
+  EXPECT_EQ(plgpu::shared_memory_bytes({plgpu::SMEM({3}, pl::f16), plgpu::Barrier{.num_barriers = 2},
+                                        plgpu::ACC({64, 64})}),
+            8 + 16);
+}
+
+TEST(GpuKernelErrors, MeshChecks) {
+  auto make = [](plgpu::Mesh m) {
+    plgpu::kernel([](pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, m, interpreted({}));
+  };
+  EXPECT_CONTAINS(error_of([&] { make({.num_threads = 2}); }), "num_threads and thread_name go together");
+  EXPECT_CONTAINS(error_of([&] { make({.num_threads = 17, .thread_name = "wg"}); }), "1 to 16");
+  EXPECT_CONTAINS(error_of([&] { make({.grid = {2, 2}, .grid_names = {"x"}}); }), "one name per grid dimension");
+  EXPECT_CONTAINS(error_of([&] { make({.cluster = {2, 1, 1, 1}, .cluster_names = {"a", "b", "c", "d"}}); }),
+                  "at most 3 dimensions");
+  EXPECT_CONTAINS(error_of([&] { make({.grid = {2}, .grid_names = {"x"}, .num_threads = 2, .thread_name = "x"}); }),
+                  "'x' is used twice");
+  EXPECT_CONTAINS(error_of([&] { (void)pl::ScratchShape(plgpu::Barrier{.num_arrivals = 0}); }),
+                  "num_arrivals must be at least 1");
+}
+
+TEST(GpuKernelErrors, PrimitivesCheckTheirOperandsAtTheUsersLine) {
+  auto run = [](std::function<void(pl::Ref, pl::Ref, pl::Ref, pl::Ref, pl::Ref)> body) {
+    pl::PallasCall call = plgpu::kernel(
+        [body](pl::Ref x, pl::Ref smem, pl::Ref acc, pl::Ref bars, pl::Ref b16) { body(x, smem, acc, bars, b16); },
+        {}, plgpu::Mesh{},
+        interpreted({plgpu::SMEM({64, 16}, pl::bf16), plgpu::ACC({32, 8}), plgpu::Barrier{.num_barriers = 2},
+                     plgpu::SMEM({16, 8}, pl::bf16)}));
+    call(pl::Array::zeros({64, 16}, pl::bf16));
+  };
+  EXPECT_CONTAINS(error_of([&] { run([](pl::Ref x, pl::Ref s, pl::Ref, pl::Ref bars, pl::Ref) {
+                    plgpu::copy_gmem_to_smem(x, s, bars);
+                  }); }),
+                  "the barrier must be a single barrier, got the array");
+  EXPECT_CONTAINS(error_of([&] { run([](pl::Ref x, pl::Ref s, pl::Ref, pl::Ref bars, pl::Ref) {
+                    plgpu::copy_gmem_to_smem(s, x, bars.at(0));
+                  }); }),
+                  "the source must be a Ref in gmem");
+  EXPECT_CONTAINS(error_of([&] { run([](pl::Ref x, pl::Ref s, pl::Ref, pl::Ref bars, pl::Ref) {
+                    plgpu::copy_gmem_to_smem(x.at(pl::ds(0, 32)), s, bars.at(0));
+                  }); }),
+                  "need the same shape and dtype");
+  std::string e = error_of([&] { run([](pl::Ref, pl::Ref s, pl::Ref acc, pl::Ref, pl::Ref b16) {
+                    plgpu::wgmma(acc, s.at(pl::ds(0, 32)), b16);
+                  }); });
+  EXPECT_CONTAINS(e, "M (acc rows) must be a multiple of 64");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 3));
+  EXPECT_CONTAINS(error_of([&] { run([](pl::Ref, pl::Ref, pl::Ref, pl::Ref, pl::Ref) {
+                    plgpu::set_max_registers(20, false);
+                  }); }),
+                  "multiple of 8 in [24, 256]");
+}
+
+TEST(GpuKernelErrors, CompilingSeveralThreadsPerCtaIsNotSupportedYet) {
+  pl::PallasCall call = plgpu::kernel([](pl::Ref out) { out[plgpu::axis_index("wg")] = 1; },
+                                      {pl::ShapeDtype({2}, pl::i32)},
+                                      plgpu::Mesh{.num_threads = 2, .thread_name = "wg"});
+  std::string e = error_of<pl::NotSupportedError>([&] { call(); });
+  EXPECT_CONTAINS(e, "2 Pallas threads per CTA");
+  EXPECT_CONTAINS(e, ".interpret = true");
+}
+
+}  // namespace
