@@ -132,7 +132,6 @@ void expect_space(const RuleContext& c, size_t i, MemorySpace space, const char*
 }
 
 std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
-  const Attrs& a = c.attrs;
   switch (c.code) {
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: {
       const bool to_smem = c.code == OpCode::GpuCopyGmemToSmem;
@@ -149,14 +148,14 @@ std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
     }
     case OpCode::GpuWaitSmemToGmem:
       c.expect_num_operands(0);
-      if (a.get_int(AttrKey::N) < 0)
-        c.fail("n (the copies that may stay in flight) must be >= 0, got " + std::to_string(a.get_int(AttrKey::N)));
-      (void)a.get_int(AttrKey::ReadOnly);
+      if (c.int_attr(AttrKey::N) < 0)
+        c.fail("n (the copies that may stay in flight) must be >= 0, got " + std::to_string(c.int_attr(AttrKey::N)));
+      (void)c.int_attr(AttrKey::ReadOnly);
       return {};
     case OpCode::GpuWgmmaWait:
       c.expect_num_operands(0);
-      if (a.get_int(AttrKey::N) < 0)
-        c.fail("n (the wgmmas that may stay in flight) must be >= 0, got " + std::to_string(a.get_int(AttrKey::N)));
+      if (c.int_attr(AttrKey::N) < 0)
+        c.fail("n (the wgmmas that may stay in flight) must be >= 0, got " + std::to_string(c.int_attr(AttrKey::N)));
       return {};
     case OpCode::GpuCommitSmem:
       c.expect_num_operands(0);
@@ -167,7 +166,7 @@ std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
       return {};
     case OpCode::GpuSetMaxRegisters: {
       c.expect_num_operands(0);
-      const int64_t n = a.get_int(AttrKey::N);
+      const int64_t n = c.int_attr(AttrKey::N);
       const std::string& kind = c.string_attr(AttrKey::Kind);
       if (kind != "increase" && kind != "decrease")
         c.fail("kind must be \"increase\" or \"decrease\", got \"" + kind + "\"");
