@@ -43,6 +43,17 @@ class PallasCallImpl {
 };
 
 namespace core {
+// Mesh entry points (core_map, SparseCore and GPU kernels): the mesh's (name, size) axes become
+// the call's named grid and its mesh shape. `who` names the entry point in the error raised when
+// the options also give a grid or BlockSpecs.
+void use_mesh_as_grid(CallOptions& opts, const std::vector<std::pair<std::string, int64_t>>& axes,
+                      const std::string& who, const SourceLoc& loc);
+// The grid axis called `name` (axis_index of a named grid axis); -1 when there is none.
+int named_grid_axis(const GridMapping& gm, const std::string& name);
+// The row-major multi-index of point `linear` of a box of sizes `dims`, into `out` (its size is
+// dims.size()): grid traversal in the interpreters.
+void unravel_row_major(int64_t linear, const std::vector<int64_t>& dims, std::vector<int64_t>& out);
+
 // Builds the grid mapping for these (non-dynamic-grid) argument shapes: traces every index map
 // and checks every BlockSpec. Throws pallas::Error with the seed's messages.
 GridMapping build_grid_mapping(const PallasCallImpl& call, const std::vector<ShapeDtype>& args);

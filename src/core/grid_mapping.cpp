@@ -243,5 +243,37 @@ void IndexMapEvaluator::eval(const GridPoint& grid, const std::vector<eval::RtVa
   for (const Array& a : res) out.push_back(a.scalar_at_flat(0).as_int64());
 }
 
+
+void use_mesh_as_grid(CallOptions& opts, const std::vector<std::pair<std::string, int64_t>>& axes,
+                      const std::string& who, const SourceLoc& loc) {
+  if (!opts.grid.empty() || opts.grid_spec || opts.in_specs.given() || opts.out_specs.given())
+    throw Error(who + " takes no grid or BlockSpecs: the mesh is the grid, and the body sees "
+                      "whole-array Refs",
+                loc);
+  Grid grid;
+  std::vector<int64_t> shape;
+  for (const auto& [name, size] : axes) {
+    grid.dims.emplace_back(size);
+    grid.names.push_back(name);
+    shape.push_back(size);
+  }
+  opts.grid = std::move(grid);
+  opts.mesh_shape = std::move(shape);
+}
+
+int named_grid_axis(const GridMapping& gm, const std::string& name) {
+  for (size_t i = 0; i < gm.grid_names.size(); ++i)
+    if (gm.grid_names[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+void unravel_row_major(int64_t linear, const std::vector<int64_t>& dims, std::vector<int64_t>& out) {
+  out.resize(dims.size());
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+    out[d] = linear % dims[d];
+    linear /= dims[d];
+  }
+}
+
 }  // namespace core
 }  // namespace pallas

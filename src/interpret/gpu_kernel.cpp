@@ -161,15 +161,14 @@ class GpuThreadInterpreter : public eval::Interpreter {
     switch (op.code) {
       case OpCode::AxisIndex: {
         const std::string& name = op.attrs.get_string(AttrKey::AxisNames);
-        const auto& names = call_.grid_mapping.grid_names;
-        for (size_t i = 0; i < names.size(); ++i)
-          if (names[i] == name) {
-            set(op.results[0], eval::constant(Scalar::of_int(grid_point().program_ids.at(i), DType::I32), {}));
-            return true;
-          }
-        std::string known;
-        for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-        throw Error("axis_index(\"" + name + "\"): the mesh has no such axis (axes: " + known + ")", op.loc);
+        const int axis = core::named_grid_axis(call_.grid_mapping, name);
+        if (axis < 0) {
+          std::string known;
+          for (const std::string& n : call_.grid_mapping.grid_names) known += (known.empty() ? "" : ", ") + n;
+          throw Error("axis_index(\"" + name + "\"): the mesh has no such axis (axes: " + known + ")", op.loc);
+        }
+        set(op.results[0], eval::constant(Scalar::of_int(grid_point().program_ids.at(axis), DType::I32), {}));
+        return true;
       }
       case OpCode::GpuCopyGmemToSmem: {
         eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
@@ -244,23 +243,19 @@ class GpuThreadInterpreter : public eval::Interpreter {
     next = want + 1;
   }
 
+  // acc += a @ b: the interpreters' dot with an f32 result (the tensor cores accumulate in f32),
+  // added to the accumulator in f32.
   void wgmma(const ir::Op& op) {
     const eval::RefValue& acc_ref = ref(op.operands[0]);
-    const Array a = eval::convert(eval::read(ref(op.operands[1])), DType::F32);
-    const Array b = eval::convert(eval::read(ref(op.operands[2])), DType::F32);
-    Array acc = eval::convert(eval::read(acc_ref), DType::F32);
-    const int64_t m = acc.shape()[0], n = acc.shape()[1], k = a.shape()[1];
-    const float* pa = a.data<float>();
-    const float* pb = b.data<float>();
-    float* pc = acc.data<float>();
-    // The tensor cores' f32 accumulation: products of the inputs summed in f32 along K.
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        float s = 0.0f;
-        for (int64_t q = 0; q < k; ++q) s += pa[i * k + q] * pb[q * n + j];
-        pc[i * n + j] += s;
-      }
-    eval::write(acc_ref, eval::convert(acc, acc_ref.dtype));
+    ir::Attrs dims;
+    dims.set(AttrKey::LhsContracting, ir::Ints{1});
+    dims.set(AttrKey::RhsContracting, ir::Ints{0});
+    dims.set(AttrKey::LhsBatch, ir::Ints{});
+    dims.set(AttrKey::RhsBatch, ir::Ints{});
+    dims.set(AttrKey::DTypeAttr, DType::F32);
+    const Array product = eval::dot_general(eval::read(ref(op.operands[1])), eval::read(ref(op.operands[2])), dims);
+    const Array sum = eval::binary(OpCode::Add, eval::convert(eval::read(acc_ref), DType::F32), product);
+    eval::write(acc_ref, eval::convert(sum, acc_ref.dtype));
   }
 
   const TracedCall& call_;
@@ -277,18 +272,10 @@ std::string tuple(const std::vector<int64_t>& v, size_t from, size_t to) {
 
 // Row-major points of a box of sizes `dims`.
 std::vector<std::vector<int64_t>> points(const std::vector<int64_t>& dims) {
-  std::vector<std::vector<int64_t>> out;
   int64_t total = 1;
   for (int64_t d : dims) total *= d;
-  for (int64_t linear = 0; linear < total; ++linear) {
-    std::vector<int64_t> p(dims.size());
-    int64_t rest = linear;
-    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
-      p[d] = rest % dims[d];
-      rest /= dims[d];
-    }
-    out.push_back(std::move(p));
-  }
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(total));
+  for (int64_t linear = 0; linear < total; ++linear) core::unravel_row_major(linear, dims, out[linear]);
   return out;
 }
 

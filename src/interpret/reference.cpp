@@ -165,11 +165,7 @@ std::vector<Array> run_reference(const TracedCall& call, const std::vector<Array
   }
 
   for (int64_t linear = 0; linear < total; ++linear) {
-    int64_t rest = linear;
-    for (int d = static_cast<int>(grid.size()) - 1; d >= 0; --d) {
-      point.program_ids[d] = rest % grid[d];
-      rest /= grid[d];
-    }
+    core::unravel_row_major(linear, grid, point.program_ids);
     for (int j = 0; j < num_in + num_out; ++j) {
       const BlockMapping& bm = gm.block_mappings[j];
       Operand& op = ops[j];

@@ -441,12 +441,10 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
     case OpCode::AxisIndex: {
       const std::string& name = op.attrs.get_string(AttrKey::AxisNames);
       const auto& grid_names = m_.call().grid_mapping.grid_names;
-      for (size_t i = 0; i < grid_names.size(); ++i)
-        if (grid_names[i] == name) {
-          set(op.results[0],
-              eval::constant(Scalar::of_int(grid_point().program_ids.at(i), DType::I32), {}));
-          return true;
-        }
+      if (const int axis = core::named_grid_axis(m_.call().grid_mapping, name); axis >= 0) {
+        set(op.results[0], eval::constant(Scalar::of_int(grid_point().program_ids.at(axis), DType::I32), {}));
+        return true;
+      }
       const tpu::Mesh& mesh = m_.config().mesh;
       for (size_t i = 0; i < mesh.axis_names.size(); ++i)
         if (mesh.axis_names[i] == name) {

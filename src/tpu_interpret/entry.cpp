@@ -198,12 +198,7 @@ PallasCall make_core_map(KernelFn body, std::vector<ShapeDtype> out_shapes,
                          const TensorCoreMesh& mesh, CallOptions opts, const SourceLoc& loc) {
   if (mesh.num_cores < 1)
     throw Error("TensorCoreMesh needs at least one core, got " + std::to_string(mesh.num_cores), loc);
-  if (!opts.grid.empty() || opts.grid_spec || opts.in_specs.given() || opts.out_specs.given())
-    throw Error("core_map takes no grid or BlockSpecs: the body runs once per core on whole-array "
-                "Refs",
-                loc);
-  opts.grid = Grid{{mesh.axis_name, static_cast<int64_t>(mesh.num_cores)}};
-  opts.mesh_shape = std::vector<int64_t>{mesh.num_cores};
+  core::use_mesh_as_grid(opts, {{mesh.axis_name, mesh.num_cores}}, "core_map", loc);
   opts.default_memory_space = MemorySpace::Any;
   if (!opts.interpret.tpu()) {
     if (opts.interpret.enabled() || opts.backend)

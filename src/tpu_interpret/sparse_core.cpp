@@ -33,11 +33,6 @@ PallasCall make(KernelFn body, std::vector<ShapeDtype> out_shapes, const char* m
                     "both are '" + axes[i].first + "'",
                     loc);
   }
-  if (!opts.grid.empty() || opts.grid_spec || opts.in_specs.given() || opts.out_specs.given())
-    throw Error(std::string("a kernel on a ") + mesh_name +
-                    " takes no grid or BlockSpecs: the body runs once per (sub)core on whole-array "
-                    "Refs in HBM",
-                loc);
   if (has_dimension_semantics(opts))
     throw Error(std::string("dimension_semantics cannot be given for a kernel on a ") + mesh_name +
                     ": its core (and subcore) axes are always parallel",
@@ -47,15 +42,8 @@ PallasCall make(KernelFn body, std::vector<ShapeDtype> out_shapes, const char* m
       throw Error("scratch_shapes[" + std::to_string(s) + "]: a ScalarSubcoreMesh kernel has no " +
                       "VMEM (the vector subcores' memory); use VMEM_SHARED or SMEM",
                   loc);
-  Grid grid;
-  std::vector<int64_t> shape;
-  for (const auto& [name, size] : axes) {
-    grid.dims.emplace_back(static_cast<int64_t>(size));
-    grid.names.push_back(name);
-    shape.push_back(size);
-  }
-  opts.grid = grid;
-  opts.mesh_shape = shape;
+  std::vector<std::pair<std::string, int64_t>> grid_axes(axes.begin(), axes.end());
+  core::use_mesh_as_grid(opts, grid_axes, std::string("a kernel on a ") + mesh_name, loc);
   opts.mesh_kind = kind;
   opts.default_memory_space = MemorySpace::Hbm;
   if (!opts.interpret.tpu()) {

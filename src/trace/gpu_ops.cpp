@@ -95,10 +95,6 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
     if (n.empty()) throw Error("gpu::Mesh: an axis name is empty", loc);
     if (!seen.insert(n).second) throw Error("gpu::Mesh: the axis name '" + n + "' is used twice", loc);
   }
-  if (!opts.grid.empty() || opts.grid_spec || opts.in_specs.given() || opts.out_specs.given())
-    throw Error("gpu::kernel takes no grid or BlockSpecs: the mesh is the grid, and the body sees "
-                "whole arrays in GMEM",
-                loc);
   if (opts.interpret.tpu())
     throw Error("gpu::kernel runs in the interpreter (.interpret = true) or on the GPU, not in the "
                 "TPU interpret mode",
@@ -127,18 +123,11 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
   layout.num_grid_axes = static_cast<int>(mesh.grid.size());
   layout.num_cluster_axes = static_cast<int>(mesh.cluster.size());
   layout.has_thread_axis = mesh.num_threads.has_value();
-  Grid grid;
-  std::vector<int64_t> shape;
-  auto add_axis = [&](int64_t size, const std::string& name) {
-    grid.dims.emplace_back(size);
-    grid.names.push_back(name);
-    shape.push_back(size);
-  };
-  for (size_t i = 0; i < mesh.grid.size(); ++i) add_axis(mesh.grid[i], mesh.grid_names[i]);
-  for (size_t i = 0; i < mesh.cluster.size(); ++i) add_axis(mesh.cluster[i], mesh.cluster_names[i]);
-  if (mesh.num_threads) add_axis(*mesh.num_threads, *mesh.thread_name);
-  opts.grid = grid;
-  opts.mesh_shape = shape;
+  std::vector<std::pair<std::string, int64_t>> axes;
+  for (size_t i = 0; i < mesh.grid.size(); ++i) axes.emplace_back(mesh.grid_names[i], mesh.grid[i]);
+  for (size_t i = 0; i < mesh.cluster.size(); ++i) axes.emplace_back(mesh.cluster_names[i], mesh.cluster[i]);
+  if (mesh.num_threads) axes.emplace_back(*mesh.thread_name, *mesh.num_threads);
+  core::use_mesh_as_grid(opts, axes, "gpu::kernel", loc);
   opts.gpu_kernel = layout;
   opts.default_memory_space = MemorySpace::Gmem;
   // Compiled, every mesh axis is parallel: each point is its own CTA (or warpgroup).
@@ -153,7 +142,7 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
       if (const auto* p = std::get_if<CompilerParams>(&given->second)) params = *p;
     if (!params.dimension_semantics.empty())
       throw Error("dimension_semantics cannot be given for a gpu::kernel: every mesh axis is parallel", loc);
-    params.dimension_semantics.assign(shape.size(), "parallel");
+    params.dimension_semantics.assign(axes.size(), "parallel");
     opts.compiler_params_by_backend["mosaic_gpu"] = params;
   }
   if (!opts.interpret.enabled() && !opts.backend) opts.backend = "mosaic_gpu";

@@ -438,11 +438,7 @@ std::vector<int64_t> count_block_changes(const GridMapping& gm, const std::vecto
   std::vector<std::vector<int64_t>> prev(n);
   std::vector<int64_t> indices, start, size;
   for (int64_t linear = 0; linear < total; ++linear) {
-    int64_t rest = linear;
-    for (int d = static_cast<int>(grid.size()) - 1; d >= 0; --d) {
-      point.program_ids[d] = rest % grid[d];
-      rest /= grid[d];
-    }
+    core::unravel_row_major(linear, grid, point.program_ids);
     for (size_t j = 0; j < n; ++j) {
       if (every_point[j]) {
         ++changes[j];
