@@ -39,10 +39,13 @@ struct Loaded {
 void check_compilable_kernel(const TracedCall& tc, const SourceLoc& loc) {
   const KernelLayout& layout = *tc.gpu_kernel;
   const std::vector<int64_t>& grid = tc.grid_mapping.grid;
-  if (layout.has_thread_axis && grid.back() > 1)
-    throw NotSupportedError("a gpu::kernel with " + std::to_string(grid.back()) +
-                                " Pallas threads per CTA compiled for the GPU (run it with .interpret = true)",
-                            loc);
+  // Each Pallas thread is a warpgroup; a CTA has at most 1024 threads.
+  constexpr int64_t kMaxGroups = 1024 / kWarpgroupThreads;
+  if (layout.has_thread_axis && grid.back() > kMaxGroups)
+    throw Error("a gpu::kernel compiled for the GPU has at most " + std::to_string(kMaxGroups) +
+                    " Pallas threads per CTA (each is a warpgroup of " + std::to_string(kWarpgroupThreads) +
+                    " threads, and a CTA has at most 1024), got " + std::to_string(grid.back()),
+                loc);
   int64_t cluster = 1;
   for (int a = 0; a < layout.num_cluster_axes; ++a) cluster *= grid.at(layout.num_grid_axes + a);
   if (cluster > 1)
@@ -122,7 +125,8 @@ std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& tc, con
   std::shared_ptr<const GeneratedKernel> k = kept_by_call<GeneratedKernel>(c, tc, grid, [&] {
     return std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, codegen_options(c.compiler_params)));
   });
-  return run_host_emulation(tc, *k, args, grid, 4);
+  // Two host threads per group at least, so the barriers the emitter placed are exercised.
+  return run_host_emulation(tc, *k, args, grid, k->num_groups > 1 ? 2 * k->num_groups : 4);
 }
 
 }  // namespace pallas::gpu

@@ -125,11 +125,6 @@ bool cuda_emitter_supports(ir::OpCode code) {
     case ir::OpCode::ScAllReduceFfs: case ir::OpCode::ScPack: case ir::OpCode::ScUnpack:
     case ir::OpCode::ScDynamicGather:
       return false;  // TPU SparseCore vector subcore operations
-    case ir::OpCode::GpuCopyGmemToSmem: case ir::OpCode::GpuCopySmemToGmem:
-    case ir::OpCode::GpuWaitSmemToGmem: case ir::OpCode::GpuCommitSmem: case ir::OpCode::GpuBarrierArrive:
-    case ir::OpCode::GpuBarrierWait: case ir::OpCode::GpuWgmma: case ir::OpCode::GpuWgmmaWait:
-    case ir::OpCode::GpuSetMaxRegisters:
-      return false;  // gpu::kernel primitives: interpreted only, so far (docs/GPU.md)
     default: return true;
   }
 }
@@ -154,6 +149,16 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       throw Error("dimension_semantics entries must be \"parallel\", \"arbitrary\" or \"sequential\", got \"" + s + "\"",
                   call.kernel.loc);
   split_axes(call, semantics, out.parallel_axes, out.sequential_axes);
+  // A gpu::kernel's thread axis is not spread over CTAs: each of its Pallas threads is a group of
+  // the CTA's threads (a warpgroup), which reads its index from pl_group().
+  const bool gpu_kernel = call.gpu_kernel.has_value();
+  const int thread_axis = gpu_kernel && call.gpu_kernel->has_thread_axis ? static_cast<int>(grid.size()) - 1 : -1;
+  if (thread_axis >= 0) {
+    std::erase(out.parallel_axes, thread_axis);
+    std::erase(out.sequential_axes, thread_axis);
+    out.num_groups = static_cast<int>(grid[static_cast<size_t>(thread_axis)]);
+  }
+  if (gpu_kernel) out.threads_per_cta = kWarpgroupThreads * out.num_groups;
 
   detail::Arena arena;
   std::ostringstream body;
@@ -165,6 +170,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.debug_checks = call.debug_checks;
   ctx.num_grid_dims = out.num_grid_dims;
   ctx.grid_names = gm.grid_names;
+  ctx.barriers = "pl_mbar";
+  ctx.phases = "pl_phase";
   const int G = std::max(1, out.num_grid_dims);
 
   // ---- Index maps: one function each, computing the block's start in the padded array.
@@ -204,16 +211,27 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     if (b.staged)
       b.offset = arena.alloc(std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype));
   }
+  // Barriers live apart, in static shared memory (an mbarrier must be in shared memory even when
+  // the arena is not): scratch_offsets of a barrier scratch is its first index in pl_mbar.
   std::vector<int64_t> scratch_offsets;
   for (const ir::Type& t : gm.scratch_types) {
+    if (t.dtype == DType::GpuBarrier) {
+      scratch_offsets.push_back(out.num_barriers);
+      out.num_barriers += std::max<int64_t>(1, t.size());
+      continue;
+    }
     if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
     scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype)));
   }
+  // Up to here the arena is the CTA's (scratch, staging); tiles come after it, one range per group.
+  const int64_t cta_bytes = arena.peak();
 
   // ---- One grid point: block indices, checks, block pointers, staging, the body.
   Emitter em(k, ctx, 1);
-  body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* arena) {\n";
+  body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
+          "[[maybe_unused]] pl_u32* pl_phase) {\n";
+  em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
   const size_t num_index = static_cast<size_t>(gm.num_index_operands);
   for (size_t i = 0; i < num_index; ++i) {
     const ir::Type& t = k.type(k.body.args[i]);
@@ -262,7 +280,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     } else {
       r.strides = detail::contiguous_strides(rt.shape);
       r.ptr = "blk" + std::to_string(j);
-      em.line(T + "* " + r.ptr + " = (" + T + "*)(arena + " + std::to_string(b.offset) + ");");
+      em.line(T + "* " + r.ptr + " = (" + T + "*)(cta_arena + " + std::to_string(b.offset) + ");");
     }
     em.bind_ref(k.body.args[num_index + j], r);
   }
@@ -299,9 +317,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   const size_t first_scratch = num_index + blocks.size();
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
-    em.bind_ref(k.body.args[first_scratch + s],
-                RefInfo{"((" + ctype(t.dtype) + "*)(arena + " + std::to_string(scratch_offsets[s]) + "))", t.dtype, t.shape,
-                        detail::contiguous_strides(t.shape)});
+    const std::string ptr = t.dtype == DType::GpuBarrier
+                                ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
+                                : "((" + ctype(t.dtype) + "*)(cta_arena + " + std::to_string(scratch_offsets[s]) + "))";
+    em.bind_ref(k.body.args[first_scratch + s], RefInfo{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)});
   }
   em.barrier();
   em.emit_region(k.body);
@@ -311,7 +330,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   em.barrier();
   em.line("return true;");
   body << "}\n";
-  out.arena_bytes = std::max<int64_t>(16, arena.peak());
+  const int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;
+  out.arena_bytes = std::max<int64_t>(16, arena.peak() + (out.num_groups - 1) * group_tile_bytes);
+  // Scratch is fresh for every CTA of a gpu::kernel (as in the interpreter), and barriers must
+  // start their phases with the phase bits each thread keeps: both are set up per parallel point.
+  const bool fresh_scratch_per_point = gpu_kernel || out.num_barriers > 0;
   out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes;
 
   // ---- The translation unit.
@@ -321,13 +344,21 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       << "; parallel axes " << axes(out.parallel_axes) << ", sequential axes " << axes(out.sequential_axes) << "; arena "
       << out.arena_bytes << " bytes per CTA in " << (out.arena_in_shared ? "shared" : "global") << " memory).\n"
       << "// Compile: nvcc -cubin -arch=sm_90a FILE.cu   (or NVRTC; no include path needed)\n";
+  src << "#define PL_NUM_GROUPS " << out.num_groups << "\n";
   src << device_runtime_source();
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
+  src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
+  if (out.num_barriers > 0) {
+    src << "#if PL_HOST_EMULATION\nstatic pl_u64 pl_mbar[" << out.num_barriers << "];\n#else\n__shared__ __align__(8) pl_u64 pl_mbar["
+        << out.num_barriers << "];\n#endif\n";
+  }
   src << maps.str() << body.str() << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
   src << "  const pl_i64* G = p.grid;\n  pl_i64 g[" << G << "] = {0};\n  pl_i64 rest = point;\n";
+  src << "  pl_u32 pl_phase[" << std::max<int64_t>(1, (out.num_barriers + 31) / 32) << "] = {0};\n";
+  if (thread_axis >= 0) src << "  g[" << thread_axis << "] = pl_group();\n";
   for (auto it = out.parallel_axes.rbegin(); it != out.parallel_axes.rend(); ++it)
     src << "  g[" << *it << "] = rest % G[" << *it << "]; rest /= G[" << *it << "];\n";
   std::string indent = "  ";
@@ -335,20 +366,34 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << indent << "for (g[" << a << "] = 0; g[" << a << "] < G[" << a << "]; ++g[" << a << "]) {\n";
     indent += "  ";
   }
-  src << indent << "if (!pl_grid_point(p, g, G, arena)) return;\n";
+  src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase)) return;\n";
   for (size_t i = 0; i < out.sequential_axes.size(); ++i) {
     indent.resize(indent.size() - 2);
     src << indent << "}\n";
   }
   src << "}\n\n";
   // Scratch starts as the uninitialized value, once per CTA (it persists across its points).
-  src << "PL_DEV void pl_init_scratch(char* arena) {\n";
+  src << "PL_DEV void pl_init_scratch([[maybe_unused]] char* arena) {\n";
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
-    src << "  for (pl_i64 e = pl_tid(); e < " << t.size() << "; e += pl_nthreads()) ((" << ctype(t.dtype) << "*)(arena + "
-        << scratch_offsets[s] << "))[e] = " << detail::uninitialized_literal(t.dtype) << ";\n";
+    if (t.dtype == DType::GpuBarrier) {
+      src << "  if (pl_cta_tid() == 0) for (int i = 0; i < " << std::max<int64_t>(1, t.size()) << "; ++i) pl_mbar_init(pl_mbar + "
+          << scratch_offsets[s] << " + i, " << gm.scratch_barrier_arrivals.at(s) << ");\n";
+      continue;
+    }
+    src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) ((" << ctype(t.dtype)
+        << "*)(arena + " << scratch_offsets[s] << "))[e] = " << detail::uninitialized_literal(t.dtype) << ";\n";
   }
-  src << "  pl_sync();\n}\n\n";
+  src << "  pl_cta_sync();\n}\n\n";
+  // After a point whose scratch is fresh: every thread is done with it before it is set up again.
+  src << "PL_DEV void pl_end_scratch() {\n  pl_cta_sync();\n";
+  if (out.num_barriers > 0)
+    src << "  if (pl_cta_tid() == 0) for (int i = 0; i < " << out.num_barriers << "; ++i) pl_mbar_inval(pl_mbar + i);\n"
+        << "  pl_cta_sync();\n";
+  src << "}\n\n";
+  const std::string point_body = fresh_scratch_per_point
+                                     ? "{ pl_init_scratch(arena); pl_cta(p, point, arena); pl_end_scratch(); }"
+                                     : "pl_cta(p, point, arena);";
   src << "#if !PL_HOST_EMULATION\n";
   if (out.arena_in_shared) src << "extern __shared__ __align__(16) char pl_smem[];\n";
   src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry << "(PlParams p) {\n";
@@ -356,15 +401,19 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "  char* arena = pl_smem;\n";
   else
     src << "  char* arena = p.workspace + (pl_i64)blockIdx.x * " << out.arena_bytes << "LL;\n";
-  src << "  pl_init_scratch(arena);\n";
-  src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) pl_cta(p, point, arena);\n}\n";
+  if (!fresh_scratch_per_point) src << "  pl_init_scratch(arena);\n";
+  src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) " << point_body << "\n}\n";
   src << "#else\n";
   // Host emulation: one CTA at a time, its threads host threads meeting at real barriers.
   src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words, int nthreads) {\n";
   src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n  char* arena = p.workspace;\n";
   src << "  std::barrier<> bar(nthreads);\n  pl_host_barrier = &bar;\n  pl_host_nthreads = nthreads;\n";
-  src << "  auto run = [&](int t) {\n    pl_host_tid = t;\n    pl_init_scratch(arena);\n";
-  src << "    for (pl_i64 point = 0; point < p.num_points; ++point) pl_cta(p, point, arena);\n  };\n";
+  src << "  std::vector<std::unique_ptr<std::barrier<>>> groups;\n";
+  src << "  for (int i = 0; i < PL_NUM_GROUPS; ++i) {\n    groups.push_back(std::make_unique<std::barrier<>>(nthreads / PL_NUM_GROUPS));\n"
+         "    pl_host_group_barrier[i] = groups.back().get();\n  }\n";
+  src << "  auto run = [&](int t) {\n    pl_host_tid = t;\n";
+  if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
+  src << "    for (pl_i64 point = 0; point < p.num_points; ++point) " << point_body << "\n  };\n";
   src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads; ++t) threads.emplace_back(run, t);\n";
   src << "  run(0);\n  for (std::thread& t : threads) t.join();\n}\n";
   src << "#endif\n";
@@ -389,6 +438,11 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     throw core::out_of_bounds_block_error(bm, site.operand < gm.num_inputs, indices, point, "", start, size, low);
   }
   const std::span<const int64_t> point(v, static_cast<size_t>(k.num_grid_dims));
+  if (site.kind == ErrorSite::Kind::BarrierWait)
+    throw Error(site.op_name + ": the barrier wait did not complete within the wait limit (20 s; "
+                    "$PALLAS_GPU_WAIT_TIMEOUT_MS under gpu_emulate): the kernel deadlocks — run it with "
+                    ".interpret = true to see what each thread waits for" + eval::at_grid_point(point),
+                site.loc);
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);
   // RefIndex: {program ids..., start}

@@ -45,11 +45,12 @@ struct CodegenOptions {
 // the failing grid point first, then, for BlockIndex, the block indices and, for RefIndex, the
 // index's start. What is known when generating the code stays here.
 struct ErrorSite {
-  enum class Kind { BlockIndex, RefIndex, DebugCheck };
+  // BarrierWait: a gpu::kernel's barrier wait that did not complete in the wait limit (a deadlock).
+  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
-  std::string op_name;   // RefIndex: the ref op; DebugCheck: the message
-  SourceLoc loc;         // RefIndex, DebugCheck: the user's line
+  std::string op_name;   // RefIndex, BarrierWait: the op; DebugCheck: the message
+  SourceLoc loc;         // RefIndex, DebugCheck, BarrierWait: the user's line
   // RefIndex: the checked (dynamic) index entry, its dimension and the indexed Ref's shape.
   int64_t dim = 0;
   bool is_slice = false;
@@ -62,6 +63,10 @@ struct GeneratedKernel {
   std::string entry;        // the __global__ function (extern "C")
   std::string host_entry;   // host emulation: void host_entry(const pl_u64* params, int threads)
   int threads_per_cta = 0;
+  // Groups of the CTA's threads, each running the body on its own (a gpu::kernel's Pallas
+  // threads); 1 for a pallas_call. The CTA's threads split evenly between them.
+  int num_groups = 1;
+  int64_t num_barriers = 0;  // mbarriers (gpu::Barrier scratch), in static shared memory
   std::vector<int> parallel_axes, sequential_axes;
   int64_t arena_bytes = 0;  // per CTA
   bool arena_in_shared = false;
@@ -79,6 +84,9 @@ int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& gr
 
 // The options a call's compiler params ask for (gpu::CompilerParams under "mosaic_gpu").
 CodegenOptions codegen_options(const CompilerParamsMap& params);
+
+// A gpu::kernel's Pallas thread is a warpgroup on the GPU, as in Mosaic GPU.
+inline constexpr int kWarpgroupThreads = 128;
 
 // Words of the error record the kernel writes (err[0] = 1 + site, err[1..] = values).
 inline constexpr int kErrorRecordWords = 32;

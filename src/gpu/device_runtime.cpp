@@ -23,6 +23,9 @@ const char* device_runtime_source() {
 #include <stdio.h>
 #include <string.h>
 #include <barrier>
+#include <memory>
+#include <chrono>
+#include <stdlib.h>
 #include <thread>
 #include <vector>
 #define PL_DEV static inline
@@ -45,22 +48,47 @@ typedef unsigned long long pl_u64;
 struct pl_f16 { pl_u16 bits; };
 struct pl_bf16 { pl_u16 bits; };
 
+// A CTA's threads form PL_NUM_GROUPS equal groups (a gpu::kernel's Pallas threads, one warpgroup
+// each on the GPU; 1 for a pallas_call). Tile ops are loops of one group's threads: pl_tid(),
+// pl_nthreads() and pl_sync() are relative to the calling thread's group; pl_cta_*() to the CTA.
+#ifndef PL_NUM_GROUPS
+#define PL_NUM_GROUPS 1
+#endif
 #if PL_HOST_EMULATION
 // The CTA's threads are host threads (one CTA at a time); pl_sync is a real barrier, so a
 // missing barrier shows up as a wrong result (or a ThreadSanitizer report) on the CPU too.
 static thread_local int pl_host_tid = 0;
 static int pl_host_nthreads = 1;
 static std::barrier<>* pl_host_barrier = nullptr;
-PL_DEV int pl_tid() { return pl_host_tid; }
-PL_DEV int pl_nthreads() { return pl_host_nthreads; }
-PL_DEV void pl_sync() {
+static std::barrier<>* pl_host_group_barrier[PL_NUM_GROUPS];
+PL_DEV int pl_cta_tid() { return pl_host_tid; }
+PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
+PL_DEV void pl_cta_sync() {
   if (pl_host_nthreads > 1) pl_host_barrier->arrive_and_wait();
+}
+PL_DEV int pl_nthreads() { return pl_host_nthreads / PL_NUM_GROUPS; }
+PL_DEV int pl_group() { return pl_host_tid / pl_nthreads(); }
+PL_DEV int pl_tid() { return pl_host_tid % pl_nthreads(); }
+PL_DEV void pl_sync() {
+  if (PL_NUM_GROUPS == 1) pl_cta_sync();
+  else if (pl_nthreads() > 1) pl_host_group_barrier[pl_group()]->arrive_and_wait();
 }
 #define PL_MATH(f) ::f
 #else
-PL_DEV int pl_tid() { return threadIdx.x; }
-PL_DEV int pl_nthreads() { return blockDim.x; }
-PL_DEV void pl_sync() { __syncthreads(); }
+PL_DEV int pl_cta_tid() { return threadIdx.x; }
+PL_DEV int pl_cta_nthreads() { return blockDim.x; }
+PL_DEV void pl_cta_sync() { __syncthreads(); }
+PL_DEV int pl_nthreads() { return blockDim.x / PL_NUM_GROUPS; }
+PL_DEV int pl_group() { return threadIdx.x / pl_nthreads(); }
+PL_DEV int pl_tid() { return threadIdx.x % pl_nthreads(); }
+PL_DEV void pl_sync() {
+#if PL_NUM_GROUPS == 1
+  __syncthreads();
+#else
+  // A named barrier per group (0 is __syncthreads'): groups branch independently.
+  asm volatile("bar.sync %0, %1;" ::"r"(pl_group() + 1), "r"(pl_nthreads()) : "memory");
+#endif
+}
 #define PL_MATH(f) ::f
 #endif
 // Byte copies and compares (no headers: NVRTC has no <cstring>); compilers turn them into moves.
@@ -349,6 +377,77 @@ PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
 #if !PL_HOST_EMULATION
   __threadfence_system();
 #endif
+}
+// ---- mbarriers (gpu::Barrier): a phase completes after its count of arrivals --------------------
+// Each thread keeps, per barrier, the parity of the phase its next wait awaits (a bit of
+// `phases`), as Mosaic GPU does; a wait returns once that phase has completed.
+#if PL_HOST_EMULATION
+// One 64-bit word: pending arrivals (bits 0-19), arrivals per phase (20-39), completed phases
+// (40-63), updated with atomics; waits spin on it, yielding.
+PL_DEV void pl_mbar_init(pl_u64* b, pl_u32 count) { __atomic_store_n(b, ((pl_u64)count << 20) | count, __ATOMIC_RELEASE); }
+PL_DEV void pl_mbar_inval(pl_u64*) {}
+PL_DEV void pl_mbar_arrive(pl_u64* b) {
+  pl_u64 old = __atomic_load_n(b, __ATOMIC_RELAXED), next;
+  do {
+    const pl_u64 pending = old & 0xFFFFFull, count = (old >> 20) & 0xFFFFFull, phase = old >> 40;
+    next = pending > 1 ? old - 1 : ((phase + 1) << 40) | (count << 20) | count;
+  } while (!__atomic_compare_exchange_n(b, &old, next, true, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+}
+PL_DEV bool pl_mbar_test(pl_u64* b, pl_u32 parity) {
+  return ((__atomic_load_n(b, __ATOMIC_ACQUIRE) >> 40) & 1u) != parity;
+}
+PL_DEV pl_u64 pl_now_ns() {
+  return (pl_u64)std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+PL_DEV void pl_backoff() { std::this_thread::yield(); }
+// How long a barrier wait may take before the kernel reports a deadlock instead of hanging.
+static pl_u64 pl_wait_limit_ns() {
+  const char* v = getenv("PALLAS_GPU_WAIT_TIMEOUT_MS");
+  return (v && *v ? (pl_u64)atoll(v) : 20000ull) * 1000000ull;
+}
+#else
+PL_DEV pl_u32 pl_smem_u32(const void* p) {
+  pl_u32 r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+PL_DEV void pl_mbar_init(pl_u64* b, pl_u32 count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(pl_smem_u32(b)), "r"(count) : "memory");
+}
+PL_DEV void pl_mbar_inval(pl_u64* b) {
+  asm volatile("mbarrier.inval.shared.b64 [%0];" ::"r"(pl_smem_u32(b)) : "memory");
+}
+PL_DEV void pl_mbar_arrive(pl_u64* b) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared.b64 st, [%0]; }" ::"r"(pl_smem_u32(b)) : "memory");
+}
+PL_DEV bool pl_mbar_test(pl_u64* b, pl_u32 parity) {
+  pl_u32 done;
+  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(done) : "r"(pl_smem_u32(b)), "r"(parity) : "memory");
+  return done != 0;
+}
+PL_DEV pl_u64 pl_now_ns() {
+  pl_u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+PL_DEV void pl_backoff() { asm volatile("nanosleep.u32 64;"); }
+PL_DEV pl_u64 pl_wait_limit_ns() { return 20000ull * 1000000ull; }
+#endif
+// Waits for the phase of barrier `i` (of the kernel's barriers at `b`) this thread awaits next;
+// false when it has not completed within the wait limit (a deadlock: the caller reports it).
+PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i) {
+  const pl_u32 parity = (phases[i >> 5] >> (i & 31)) & 1u;
+  if (!pl_mbar_test(b, parity)) {
+    const pl_u64 start = pl_now_ns(), limit = pl_wait_limit_ns();
+    while (!pl_mbar_test(b, parity)) {
+      if (pl_now_ns() - start > limit) return false;
+      pl_backoff();
+    }
+  }
+  phases[i >> 5] ^= 1u << (i & 31);
+  return true;
 }
 // ---- End of the Pallas device runtime --------------------------------------------------------------
 )PALLAS_RT";

@@ -37,6 +37,7 @@ std::string ctype(DType t) {
     case DType::BF16: return "pl_bf16";
     case DType::F32: return "float";
     case DType::F64: return "double";
+    case DType::GpuBarrier: return "pl_u64";  // an mbarrier
     default: break;
   }
   throw NotSupportedError("the dtype " + std::string(dtype_name(t)) + " on the GPU backend");
@@ -342,10 +343,8 @@ void Emitter::emit_op(const ir::Op& op) {
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
-      throw NotSupportedError(std::string(op.info().name) +
-                                  " compiled for the GPU (gpu::kernel primitives run in the "
-                                  "interpreter so far: .interpret = true)",
-                              op.loc);
+      emit_gpu_op(op);
+      return;
     case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:
     case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed: case OpCode::ScAddupdate:
     case OpCode::ScAddupdateCompressed: case OpCode::ScFetchAndAdd: case OpCode::ScMaskedScan:
@@ -612,6 +611,10 @@ void Emitter::emit_control(const ir::Op& op) {
       std::vector<std::pair<int64_t, int64_t>> scoped;
       for (ValueId a : body.args) {
         const ir::Type& t = type(a);
+        if (t.dtype == DType::GpuBarrier)
+          throw NotSupportedError("barriers from run_scoped on the GPU backend (declare them in the kernel's "
+                                  "scratch_shapes)",
+                                  op.loc);
         if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
           throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
         int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);

@@ -78,6 +78,8 @@ struct EmitContext {
   bool debug_checks = false;  // emit debug_check ops (TracedCall::debug_checks); else skip them
   int num_grid_dims = 0;      // entries of grid_ids (recorded by a failed debug_check)
   std::vector<std::string> grid_names;  // axis_index(name) of a named grid axis reads its program id
+  std::string barriers;  // the pl_u64 array of the kernel's mbarriers (gpu::Barrier scratch)
+  std::string phases;    // the pl_u32 bits of the phase parities this thread awaits next
 };
 
 class Emitter {
@@ -127,6 +129,7 @@ class Emitter {
   void emit_control(const ir::Op& op);
   void emit_debug_print(const ir::Op& op);
   void emit_debug_check(const ir::Op& op);
+  void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);

@@ -140,7 +140,9 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
     // The unit's emulation state (thread count, barrier) is global to its library: one run at a time.
     static std::mutex run_mu;
     std::lock_guard<std::mutex> lock(run_mu);
-    entry(words.data(), std::max(1, threads));
+    // Every group gets the same number of host threads.
+    const int groups = std::max(1, k.num_groups);
+    entry(words.data(), (std::max(1, threads) + groups - 1) / groups * groups);
   }
   if (err[0] != 0) throw_kernel_error(call, k, err);
   return outputs;

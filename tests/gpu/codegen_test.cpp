@@ -89,10 +89,7 @@ TEST(GpuCodegen, EveryNonTpuOpHasACudaRule) {
     const ir::OpInfo& info = ir::op_info(code);
     bool tpu = info.name.find("dma") != std::string::npos || info.name.find("semaphore") != std::string::npos ||
                info.name == "subcore_barrier" || info.name.starts_with("sc_");
-    // gpu::kernel's primitives (barriers, async copies, wgmma) run in the interpreter so far;
-    // their CUDA lowering is listed as not done in docs/GPU.md.
-    bool interpreted_only = info.name.starts_with("gpu_");
-    EXPECT_EQ(gpu::cuda_emitter_supports(code), !tpu && !interpreted_only) << info.name;
+    EXPECT_EQ(gpu::cuda_emitter_supports(code), !tpu) << info.name;
   }
 }
 

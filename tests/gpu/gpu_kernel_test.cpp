@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
+#include "core/call.h"
+#include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
 #include "tests/test_util.h"
@@ -32,8 +36,22 @@ pl::CallOptions interpreted(std::vector<pl::ScratchShape> scratch) {
   return o;
 }
 
+// The kernels that both run in the interpreter and compile: "interpret", or "gpu_emulate" (the
+// generated CUDA compiled as C++ and run on the CPU, two host threads per Pallas thread).
+pl::CallOptions run_on(const std::string& how, std::vector<pl::ScratchShape> scratch) {
+  if (how == "interpret") return interpreted(std::move(scratch));
+  pl::CallOptions o;
+  o.scratch_shapes = std::move(scratch);
+  o.backend = how;
+  return o;
+}
+
+class GpuKernelBoth : public testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Backends, GpuKernelBoth, testing::Values("interpret", "gpu_emulate"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
 // out = 2 x, one 128-element chunk per CTA: copy in on a barrier, compute in SMEM, copy out.
-TEST(GpuKernel, CopiesThroughSharedMemoryOnBarriers) {
+TEST_P(GpuKernelBoth, CopiesThroughSharedMemoryOnBarriers) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar) {
         pl::Value b = plgpu::axis_index("b");
@@ -45,7 +63,7 @@ TEST(GpuKernel, CopiesThroughSharedMemoryOnBarriers) {
         plgpu::wait_smem_to_gmem(0);
       },
       {pl::ShapeDtype({1024}, pl::f32)}, plgpu::Mesh{.grid = {8}, .grid_names = {"b"}},
-      interpreted({plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}}));
+      run_on(GetParam(), {plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}}));
   pl::Array x = random_f32({1024}, 1);
   pl::Array out = call(x).at(0);
   for (int64_t i = 0; i < 1024; ++i) EXPECT_EQ(out.data<float>()[i], 2.0f * x.data<float>()[i]) << i;
@@ -73,7 +91,7 @@ TEST(GpuKernel, AxisIndicesNameGridClusterAndThreadAxes) {
 // Warp specialization: thread 1 (the producer) streams row blocks of x into a ring of 2 SMEM
 // slots; thread 0 (the consumer) sums them. "full" barriers complete when a copy lands, "free"
 // barriers when the consumer is done with a slot.
-TEST(GpuKernel, ProducerConsumerPipelineOverARingOfSlots) {
+TEST_P(GpuKernelBoth, ProducerConsumerPipelineOverARingOfSlots) {
   constexpr int kSteps = 7, kSlots = 2, kRows = 8, kCols = 32;
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref x, pl::Ref out, pl::Ref slots, pl::Ref acc, pl::Ref full, pl::Ref free) {
@@ -97,7 +115,7 @@ TEST(GpuKernel, ProducerConsumerPipelineOverARingOfSlots) {
         });
       },
       {pl::ShapeDtype({kRows, kCols}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
-      interpreted({plgpu::SMEM({kSlots, kRows, kCols}, pl::f32), plgpu::SMEM({kRows, kCols}, pl::f32),
+      run_on(GetParam(), {plgpu::SMEM({kSlots, kRows, kCols}, pl::f32), plgpu::SMEM({kRows, kCols}, pl::f32),
                    plgpu::Barrier{.num_barriers = kSlots}, plgpu::Barrier{.num_barriers = kSlots}}));
   pl::Array x = random_f32({kSteps * kRows, kCols}, 2);
   pl::Array out = call(x).at(0);
@@ -111,7 +129,7 @@ TEST(GpuKernel, ProducerConsumerPipelineOverARingOfSlots) {
 
 // A bf16 matmul tile per CTA: K streamed in 16-wide steps through SMEM, wgmma into an f32
 // accumulator, then written out.
-TEST(GpuKernel, WgmmaAccumulatesBf16ProductsInF32) {
+TEST_P(GpuKernelBoth, WgmmaAccumulatesBf16ProductsInF32) {
   constexpr int M = 64, N = 32, K = 64, kStep = 16, kTiles = 2;
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
@@ -127,7 +145,7 @@ TEST(GpuKernel, WgmmaAccumulatesBf16ProductsInF32) {
         out.at(pl::ds(t * M, M), pl::all)[pl::all] = acc[pl::all];
       },
       {pl::ShapeDtype({kTiles * M, N}, pl::f32)}, plgpu::Mesh{.grid = {kTiles}, .grid_names = {"t"}},
-      interpreted({plgpu::SMEM({M, kStep}, pl::bf16), plgpu::SMEM({kStep, N}, pl::bf16),
+      run_on(GetParam(), {plgpu::SMEM({M, kStep}, pl::bf16), plgpu::SMEM({kStep, N}, pl::bf16),
                    plgpu::ACC({M, N}), plgpu::Barrier{.num_arrivals = 2}}));
   pl::Array a = random_f32({kTiles * M, K}, 3).astype(pl::bf16);
   pl::Array b = random_f32({K, N}, 4).astype(pl::bf16);
@@ -289,13 +307,125 @@ TEST(GpuKernelErrors, PrimitivesCheckTheirOperandsAtTheUsersLine) {
                   "multiple of 8 in [24, 256]");
 }
 
-TEST(GpuKernelErrors, CompilingSeveralThreadsPerCtaIsNotSupportedYet) {
-  pl::PallasCall call = plgpu::kernel([](pl::Ref out) { out[plgpu::axis_index("wg")] = 1; },
-                                      {pl::ShapeDtype({2}, pl::i32)},
-                                      plgpu::Mesh{.num_threads = 2, .thread_name = "wg"});
-  std::string e = error_of<pl::NotSupportedError>([&] { call(); });
-  EXPECT_CONTAINS(e, "2 Pallas threads per CTA");
+TEST(GpuKernelErrors, CompiledCtasHoldAtMostEightWarpgroupsAndNoClustersYet) {
+  pl::PallasCall nine = plgpu::kernel([](pl::Ref out) { out[plgpu::axis_index("wg")] = 1; },
+                                      {pl::ShapeDtype({9}, pl::i32)},
+                                      plgpu::Mesh{.num_threads = 9, .thread_name = "wg"});
+  std::string e = error_of([&] { nine(); });
+  EXPECT_CONTAINS(e, "at most 8 Pallas threads per CTA");
+  EXPECT_CONTAINS(e, "got 9");
+  pl::PallasCall clustered = plgpu::kernel([](pl::Ref out) { out[plgpu::axis_index("c")] = 1; },
+                                           {pl::ShapeDtype({2}, pl::i32)},
+                                           plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}});
+  e = error_of<pl::NotSupportedError>([&] { clustered(); });
+  EXPECT_CONTAINS(e, "clusters of 2 CTAs");
   EXPECT_CONTAINS(e, ".interpret = true");
+}
+
+// A deadlock in the compiled kernel does not hang: the wait gives up after the wait limit (here
+// shortened for the test) and the call raises an error naming the wait's line.
+TEST(GpuKernelErrors, ACompiledDeadlockIsReportedAfterTheWaitLimit) {
+  setenv("PALLAS_GPU_WAIT_TIMEOUT_MS", "200", 1);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref bars) {
+        pl::Value wg = plgpu::axis_index("wg");
+        plgpu::barrier_wait(bars.at(wg));
+        plgpu::barrier_arrive(bars.at(1 - wg));
+        out[wg] = wg;
+      },
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+      run_on("gpu_emulate", {plgpu::Barrier{.num_barriers = 2}}));
+  std::string e = error_of([&] { call(); });
+  unsetenv("PALLAS_GPU_WAIT_TIMEOUT_MS");
+  EXPECT_CONTAINS(e, "gpu_barrier_wait: the barrier wait did not complete");
+  EXPECT_CONTAINS(e, "deadlocks");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 10));
+}
+
+// ---- Compiled ----------------------------------------------------------------------------------
+
+// Grid and thread axes of a compiled kernel: the grid spreads over CTAs, the threads are the
+// CTA's warpgroups.
+TEST(GpuKernel, CompiledAxisIndicesOfGridAndThreadAxes) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out) {
+        pl::Value g = plgpu::axis_index("g"), w = plgpu::axis_index("wg");
+        out[g * 3 + w] = g * 100 + w + pl::program_id(1) * 1000;
+      },
+      {pl::ShapeDtype({4 * 3}, pl::i32)},
+      plgpu::Mesh{.grid = {4}, .grid_names = {"g"}, .num_threads = 3, .thread_name = "wg"},
+      run_on("gpu_emulate", {}));
+  pl::Array out = call().at(0);
+  for (int g = 0; g < 4; ++g)
+    for (int w = 0; w < 3; ++w) EXPECT_EQ(out.data<int32_t>()[g * 3 + w], g * 100 + w + w * 1000);
+}
+
+// Mosaic GPU's warp specialization: one producer warpgroup streams K-steps of a and b into a ring
+// of slots; two consumer warpgroups each accumulate half of the output columns with wgmma and
+// release a slot when both are done with it (the "free" barriers count 2 arrivals).
+pl::PallasCall warp_specialized_matmul(const std::string& how) {
+  constexpr int M = 64, N = 32, K = 96, kStep = 32, kSlots = 2, kHalf = N / 2;
+  return plgpu::kernel(
+      [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref full, pl::Ref free) {
+        pl::Value wg = plgpu::axis_index("wg");
+        pl::when(wg == 2, [&] {
+          plgpu::set_max_registers(40, /*increase=*/false);
+          pl::fori_loop(0, K / kStep, [&](pl::Value k) {
+            pl::Value slot = k % kSlots;
+            pl::when(k >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
+            plgpu::copy_gmem_to_smem(a.at(pl::all, pl::ds(k * kStep, kStep)), a_s.at(slot), full.at(slot));
+            plgpu::copy_gmem_to_smem(b.at(pl::ds(k * kStep, kStep), pl::all), b_s.at(slot), full.at(slot));
+          });
+        });
+        pl::when(wg < 2, [&] {
+          plgpu::set_max_registers(232, /*increase=*/true);
+          pl::Ref my_acc = acc.at(wg);
+          my_acc[pl::all] = pl::zeros({M, kHalf}, pl::f32);
+          pl::fori_loop(0, K / kStep, [&](pl::Value k) {
+            pl::Value slot = k % kSlots;
+            plgpu::barrier_wait(full.at(slot));
+            plgpu::wgmma(my_acc, a_s.at(slot), b_s.at(slot, pl::all, pl::ds(wg * kHalf, kHalf)));
+            plgpu::wgmma_wait(0);
+            plgpu::barrier_arrive(free.at(slot));
+          });
+          out.at(pl::all, pl::ds(wg * kHalf, kHalf))[pl::all] = my_acc[pl::all];
+        });
+      },
+      {pl::ShapeDtype({M, N}, pl::f32)}, plgpu::Mesh{.num_threads = 3, .thread_name = "wg"},
+      run_on(how, {plgpu::SMEM({kSlots, M, kStep}, pl::bf16), plgpu::SMEM({kSlots, kStep, N}, pl::bf16),
+                   plgpu::ACC({2, M, kHalf}), plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots},
+                   plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots}}));
+}
+
+TEST_P(GpuKernelBoth, WarpSpecializedMatmulWithOneProducerAndTwoConsumers) {
+  pl::Array a = random_f32({64, 96}, 11).astype(pl::bf16);
+  pl::Array b = random_f32({96, 32}, 12).astype(pl::bf16);
+  pl::Array out = warp_specialized_matmul(GetParam())(a, b).at(0);
+  pl::Array af = a.astype(pl::f32), bf = b.astype(pl::f32);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 32; ++j) {
+      double want = 0;
+      for (int q = 0; q < 96; ++q) want += double(af.data<float>()[i * 96 + q]) * bf.data<float>()[q * 32 + j];
+      EXPECT_NEAR(out.data<float>()[i * 32 + j], want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+    }
+}
+
+// The generated CUDA of the primitives (mbarrier PTX, named barriers per warpgroup) is valid for
+// the GPUs: NVRTC compiles it to a cubin for Hopper and Ampere.
+TEST(GpuKernel, PrimitivesCompileWithNvrtcForHopperAndAmpere) {
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  pl::PallasCall call = warp_specialized_matmul("mosaic_gpu");
+  std::shared_ptr<const pl::TracedCall> tc =
+      call.trace({pl::ShapeDtype({64, 96}, pl::bf16), pl::ShapeDtype({96, 32}, pl::bf16)});
+  pl::gpu::GeneratedKernel k = pl::gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.threads_per_cta, 3 * 128);
+  EXPECT_EQ(k.num_barriers, 4);
+  EXPECT_CONTAINS(k.source, "mbarrier.test_wait.parity");
+  EXPECT_CONTAINS(k.source, "bar.sync");
+  for (const char* arch : {"sm_90a", "sm_80"}) {
+    pl::gpu::CompiledKernel c = pl::gpu::Nvrtc::get().compile(k.source, "warp_specialized.cu", arch);
+    EXPECT_TRUE(c.is_cubin) << arch;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,112 @@
+// The CUDA rules of gpu::kernel's primitives (copies through shared memory, mbarriers, wgmma).
+//
+// Each Pallas thread is a group of the CTA's threads (a warpgroup), and a primitive is what that
+// group does together:
+//  * copy_gmem_to_smem: the group copies the elements, syncs, and one of its threads arrives on
+//    the barrier — one arrival per copy, as the interpreter (and Mosaic GPU's expect-tx arrival)
+//    counts it. The copy has landed when the barrier's phase completes, as on the GPU; it is a
+//    plain copy by the group's threads, not yet a TMA bulk copy.
+//  * copy_smem_to_gmem: the group copies; wait_smem_to_gmem then has nothing left to wait for.
+//  * barrier_arrive: the group syncs (its writes happen before the arrival), one thread arrives.
+//    barrier_wait: every thread of the group waits for the phase it awaits next (a parity bit
+//    per barrier and thread), with a time limit that turns a deadlock into an error.
+//  * wgmma: acc += a @ b by the group's threads, products summed in f32 (the interpreter's
+//    order: the sum of the products, then added to the accumulator) — CUDA cores, not yet the
+//    wgmma instruction, which needs the swizzled shared-memory layouts Mosaic GPU's transforms set.
+//  * commit_smem syncs the group; wgmma_wait has nothing left to wait for; set_max_registers is
+//    a hint that is not emitted (setmaxnreg.inc waits for registers the kernel may not have).
+#include "gpu/emitter.h"
+#include "pallas/error.h"
+
+namespace pallas::gpu::detail {
+
+using ir::OpCode;
+using ir::ValueId;
+
+namespace {
+const RefInfo& ref_operand(const Emitter& em, const ir::Op& op, size_t i) {
+  const ValueInfo& v = em.info(op.operands[i]);
+  if (v.kind != ValueInfo::Kind::Ref)
+    throw NotSupportedError(std::string(op.info().name) + " on an operand that is not a Ref, on the GPU backend",
+                            op.loc);
+  return v.ref;
+}
+}  // namespace
+
+void Emitter::emit_gpu_op(const ir::Op& op) {
+  auto barrier_index = [&](const RefInfo& b) { return "(" + b.ptr + " - " + ctx_.barriers + ")"; };
+  switch (op.code) {
+    case OpCode::GpuCopyGmemToSmem:
+    case OpCode::GpuCopySmemToGmem: {
+      const RefInfo& src = ref_operand(*this, op, 0);
+      const RefInfo& dst = ref_operand(*this, op, 1);
+      before_mem_read();
+      before_mem_write();
+      const int64_t n = num_elements(src.shape);
+      open_thread_loop(n);
+      line(dst.ptr + "[" + offset_of(dst.shape, dst.strides, "e") + "] = " + src.ptr + "[" +
+           offset_of(src.shape, src.strides, "e") + "];");
+      close_loop();
+      after_mem_read();
+      after_mem_write();
+      if (op.code == OpCode::GpuCopyGmemToSmem) {
+        barrier();
+        line("if (pl_tid() == 0) pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ");");
+      }
+      return;
+    }
+    case OpCode::GpuBarrierArrive:
+      barrier();
+      line("if (pl_tid() == 0) pl_mbar_arrive(" + ref_operand(*this, op, 0).ptr + ");");
+      return;
+    case OpCode::GpuBarrierWait: {
+      const RefInfo& b = ref_operand(*this, op, 0);
+      const int site = static_cast<int>(ctx_.error_sites->size());
+      ErrorSite s;
+      s.kind = ErrorSite::Kind::BarrierWait;
+      s.op_name = std::string(op.info().name);
+      s.loc = op.loc;
+      ctx_.error_sites->push_back(s);
+      line("if (!pl_mbar_wait(" + b.ptr + ", " + ctx_.phases + ", " + barrier_index(b) + ")) " +
+           record_failure(site, {}));
+      return;
+    }
+    case OpCode::GpuCommitSmem:
+      barrier();
+      return;
+    case OpCode::GpuWaitSmemToGmem:
+    case OpCode::GpuWgmmaWait:
+      line("// complete: the group's copies and products are done when issued");
+      return;
+    case OpCode::GpuSetMaxRegisters:
+      line("// setmaxnreg." + std::string(op.attrs.get_string(ir::AttrKey::Kind) == "increase" ? "inc" : "dec") + " " +
+           std::to_string(op.attrs.get_int(ir::AttrKey::N)) + ": a hint, not emitted");
+      return;
+    case OpCode::GpuWgmma: {
+      const RefInfo& acc = ref_operand(*this, op, 0);
+      const RefInfo& a = ref_operand(*this, op, 1);
+      const RefInfo& b = ref_operand(*this, op, 2);
+      const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
+      before_mem_read();
+      before_mem_write();
+      open_thread_loop(m * n);
+      line("const pl_i64 i = e / " + std::to_string(n) + ", j = e % " + std::to_string(n) + ";");
+      line("float s = 0;");
+      line("for (pl_i64 k = 0; k < " + std::to_string(k) + "; ++k) s += (float)" +
+           widen(a.dtype, a.ptr + "[i * " + std::to_string(a.strides[0]) + " + k * " + std::to_string(a.strides[1]) + "]") +
+           " * (float)" +
+           widen(b.dtype, b.ptr + "[k * " + std::to_string(b.strides[0]) + " + j * " + std::to_string(b.strides[1]) + "]") +
+           ";");
+      const std::string c = acc.ptr + "[i * " + std::to_string(acc.strides[0]) + " + j * " + std::to_string(acc.strides[1]) + "]";
+      line(c + " = " + narrow(acc.dtype, "(float)" + widen(acc.dtype, c) + " + s") + ";");
+      close_loop();
+      after_mem_read();
+      after_mem_write();
+      return;
+    }
+    default: break;
+  }
+  throw InternalError("gpu emitter: " + std::string(op.info().name) + " is not a gpu::kernel primitive");
+}
+
+}  // namespace pallas::gpu::detail
