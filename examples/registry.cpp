@@ -44,7 +44,7 @@ const std::vector<Example>& all() {
         dma_matmul::example(),   right_permute::example(), all_gather::example(),
         all_reduce::example(),   reduce_scatter::example(), core_map_pipeline::example(),
         racy::example(),         deadlock::example(),      embedding_bag::example(),
-        segment_sum::example(),  lane_sort::example(),
+        segment_sum::example(),  lane_sort::example(),     ws_matmul::example(),
     };
     for (Example& e : list) e = with_common_checks(std::move(e));
     return list;

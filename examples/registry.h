@@ -24,4 +24,5 @@ namespace deadlock { Example example(); }
 namespace embedding_bag { Example example(); }
 namespace segment_sum { Example example(); }
 namespace lane_sort { Example example(); }
+namespace ws_matmul { Example example(); }
 }  // namespace pallas::examples

@@ -153,11 +153,15 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // the CTA's threads (a warpgroup), which reads its index from pl_group().
   const bool gpu_kernel = call.gpu_kernel.has_value();
   const int thread_axis = gpu_kernel && call.gpu_kernel->has_thread_axis ? static_cast<int>(grid.size()) - 1 : -1;
-  if (thread_axis >= 0) {
-    std::erase(out.parallel_axes, thread_axis);
-    std::erase(out.sequential_axes, thread_axis);
-    out.num_groups = static_cast<int>(grid[static_cast<size_t>(thread_axis)]);
+  if (gpu_kernel) {
+    // Every mesh axis is parallel: each CTA has its own scratch and barriers, as in the interpreter
+    // (the whole-array blocks would otherwise make them "accumulating" axes).
+    out.parallel_axes.clear();
+    out.sequential_axes.clear();
+    for (int a = 0; a < static_cast<int>(grid.size()); ++a)
+      if (a != thread_axis) out.parallel_axes.push_back(a);
   }
+  if (thread_axis >= 0) out.num_groups = static_cast<int>(grid[static_cast<size_t>(thread_axis)]);
   if (gpu_kernel) out.threads_per_cta = kWarpgroupThreads * out.num_groups;
 
   detail::Arena arena;
@@ -407,10 +411,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // Host emulation: one CTA at a time, its threads host threads meeting at real barriers.
   src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words, int nthreads) {\n";
   src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n  char* arena = p.workspace;\n";
-  src << "  std::barrier<> bar(nthreads);\n  pl_host_barrier = &bar;\n  pl_host_nthreads = nthreads;\n";
-  src << "  std::vector<std::unique_ptr<std::barrier<>>> groups;\n";
-  src << "  for (int i = 0; i < PL_NUM_GROUPS; ++i) {\n    groups.push_back(std::make_unique<std::barrier<>>(nthreads / PL_NUM_GROUPS));\n"
-         "    pl_host_group_barrier[i] = groups.back().get();\n  }\n";
+  src << "  pl_host_start(nthreads, p.err);\n";
   src << "  auto run = [&](int t) {\n    pl_host_tid = t;\n";
   if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
   src << "    for (pl_i64 point = 0; point < p.num_points; ++point) " << point_body << "\n  };\n";

@@ -22,7 +22,7 @@ const char* device_runtime_source() {
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <barrier>
+#include <atomic>
 #include <memory>
 #include <chrono>
 #include <stdlib.h>
@@ -57,21 +57,60 @@ struct pl_bf16 { pl_u16 bits; };
 #if PL_HOST_EMULATION
 // The CTA's threads are host threads (one CTA at a time); pl_sync is a real barrier, so a
 // missing barrier shows up as a wrong result (or a ThreadSanitizer report) on the CPU too.
+// Once the kernel has recorded an error (pl_host_err), barriers stop waiting, so threads that
+// left early (a failed check, a barrier wait that gave up) cannot leave the others stuck.
 static thread_local int pl_host_tid = 0;
 static int pl_host_nthreads = 1;
-static std::barrier<>* pl_host_barrier = nullptr;
-static std::barrier<>* pl_host_group_barrier[PL_NUM_GROUPS];
+static pl_i64* pl_host_err = nullptr;
+struct pl_host_barrier_t {
+  std::atomic<int> arrived{0};
+  std::atomic<unsigned> generation{0};
+  int count = 1;
+};
+static pl_host_barrier_t pl_host_cta_barrier, pl_host_group_barrier[PL_NUM_GROUPS];
+PL_DEV bool pl_host_failed() { return pl_host_err && __atomic_load_n(pl_host_err, __ATOMIC_ACQUIRE) != 0; }
+PL_DEV void pl_host_wait(pl_host_barrier_t& b) {
+  if (b.count <= 1) return;
+  const unsigned g = b.generation.load(std::memory_order_acquire);
+  if (b.arrived.fetch_add(1, std::memory_order_acq_rel) == b.count - 1) {
+    b.arrived.store(0, std::memory_order_relaxed);
+    b.generation.fetch_add(1, std::memory_order_release);
+    b.generation.notify_all();
+    return;
+  }
+  while (b.generation.load(std::memory_order_acquire) == g && !pl_host_failed()) b.generation.wait(g);
+}
+// After an error: wakes every thread waiting at a barrier.
+PL_DEV void pl_host_release_all() {
+  for (pl_host_barrier_t* b = pl_host_group_barrier; b != pl_host_group_barrier + PL_NUM_GROUPS; ++b) {
+    b->generation.fetch_add(1, std::memory_order_release);
+    b->generation.notify_all();
+  }
+  pl_host_cta_barrier.generation.fetch_add(1, std::memory_order_release);
+  pl_host_cta_barrier.generation.notify_all();
+}
+PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
+  pl_host_nthreads = nthreads;
+  pl_host_err = err;
+  pl_host_cta_barrier.count = nthreads;
+  for (pl_host_barrier_t& b : pl_host_group_barrier) b.count = nthreads / PL_NUM_GROUPS;
+}
 PL_DEV int pl_cta_tid() { return pl_host_tid; }
 PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
-PL_DEV void pl_cta_sync() {
-  if (pl_host_nthreads > 1) pl_host_barrier->arrive_and_wait();
-}
+PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier); }
 PL_DEV int pl_nthreads() { return pl_host_nthreads / PL_NUM_GROUPS; }
 PL_DEV int pl_group() { return pl_host_tid / pl_nthreads(); }
 PL_DEV int pl_tid() { return pl_host_tid % pl_nthreads(); }
-PL_DEV void pl_sync() {
-  if (PL_NUM_GROUPS == 1) pl_cta_sync();
-  else if (pl_nthreads() > 1) pl_host_group_barrier[pl_group()]->arrive_and_wait();
+PL_DEV void pl_sync() { pl_host_wait(PL_NUM_GROUPS == 1 ? pl_host_cta_barrier : pl_host_group_barrier[pl_group()]); }
+// Whether `ok` holds on every thread of the caller's group (a barrier of the group).
+PL_DEV bool pl_group_all(bool ok) {
+  if (!ok && pl_host_err) {
+    pl_i64 zero = 0;  // a reason the caller records next; any nonzero value stops the barriers
+    __atomic_compare_exchange_n(pl_host_err, &zero, -1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    pl_host_release_all();
+  }
+  pl_sync();
+  return ok && !pl_host_failed();
 }
 #define PL_MATH(f) ::f
 #else
@@ -87,6 +126,17 @@ PL_DEV void pl_sync() {
 #else
   // A named barrier per group (0 is __syncthreads'): groups branch independently.
   asm volatile("bar.sync %0, %1;" ::"r"(pl_group() + 1), "r"(pl_nthreads()) : "memory");
+#endif
+}
+// Whether `ok` holds on every thread of the caller's group (bar.red.and on the group's barrier).
+PL_DEV bool pl_group_all(bool ok) {
+#if PL_NUM_GROUPS == 1
+  return __syncthreads_and(ok) != 0;
+#else
+  pl_u32 all;
+  asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; bar.red.and.pred q, %2, %3, p; selp.u32 %0, 1, 0, q; }"
+               : "=r"(all) : "r"((pl_u32)ok), "r"(pl_group() + 1), "r"(pl_nthreads()) : "memory");
+  return all != 0;
 #endif
 }
 #define PL_MATH(f) ::f
@@ -368,8 +418,12 @@ template <class T, class F> PL_DEV T pl_atomic_update(T* p, F f) {
 // err[0]: 0 = ok, else 1 + the failing site's number; err[1..]: the site's values.
 PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
 #if PL_HOST_EMULATION
-  pl_i64 zero = 0;
-  if (!__atomic_compare_exchange_n((pl_i64*)err, &zero, site + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
+  // -1: pl_group_all's placeholder for a reason its caller records now.
+  pl_i64 expected = __atomic_load_n(err, __ATOMIC_SEQ_CST);
+  do {
+    if (expected > 0) return;
+  } while (!__atomic_compare_exchange_n((pl_i64*)err, &expected, site + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  pl_host_release_all();
 #else
   if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)(site + 1)) != 0ull) return;
 #endif
@@ -436,12 +490,18 @@ PL_DEV void pl_backoff() { asm volatile("nanosleep.u32 64;"); }
 PL_DEV pl_u64 pl_wait_limit_ns() { return 20000ull * 1000000ull; }
 #endif
 // Waits for the phase of barrier `i` (of the kernel's barriers at `b`) this thread awaits next;
-// false when it has not completed within the wait limit (a deadlock: the caller reports it).
-PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i) {
+// false when it has not completed within the wait limit (a deadlock: the caller reports it), or
+// when another thread has recorded an error meanwhile (it may be the one this wait needs).
+PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err) {
   const pl_u32 parity = (phases[i >> 5] >> (i & 31)) & 1u;
   if (!pl_mbar_test(b, parity)) {
     const pl_u64 start = pl_now_ns(), limit = pl_wait_limit_ns();
     while (!pl_mbar_test(b, parity)) {
+#if PL_HOST_EMULATION
+      if (__atomic_load_n(err, __ATOMIC_ACQUIRE) != 0) return false;
+#else
+      if (*(const volatile pl_i64*)err != 0) return false;
+#endif
       if (pl_now_ns() - start > limit) return false;
       pl_backoff();
     }

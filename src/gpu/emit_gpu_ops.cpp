@@ -67,8 +67,10 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       s.op_name = std::string(op.info().name);
       s.loc = op.loc;
       ctx_.error_sites->push_back(s);
-      line("if (!pl_mbar_wait(" + b.ptr + ", " + ctx_.phases + ", " + barrier_index(b) + ")) " +
-           record_failure(site, {}));
+      // The group decides together: a thread whose wait gave up takes its whole group out, so no
+      // thread is left at a group barrier the others never reach.
+      line("if (!pl_group_all(pl_mbar_wait(" + b.ptr + ", " + ctx_.phases + ", " + barrier_index(b) + ", " +
+           ctx_.params + ".err))) " + record_failure(site, {}));
       return;
     }
     case OpCode::GpuCommitSmem:

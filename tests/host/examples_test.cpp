@@ -19,20 +19,28 @@ int64_t small_size(const std::string& name) {
   if (name == "add") return 100;     // (100, 137) in (64, 128) blocks: both edges padded
   if (name == "gather") return 32;   // 4 blocks of 8 rows
   if (name == "inplace") return 24;  // whole blocks: see InplaceWithPaddedBlocks below
+  if (name == "ws_matmul") return 256;  // 2 x 4 CTAs, 8 K-steps through 2 slots
   return 20;                         // 3 row blocks of 8, the last one padded
 }
 
-// The examples that run on every backend (the others need the TPU interpret mode).
+// Whether building `name` with `backend` is refused with a UsageError containing `why`.
+bool refused(const ex::Example& e, const std::string& backend, const std::string& why) {
+  try {
+    e.build({.size = small_size(e.name), .backend = backend});
+  } catch (const ex::UsageError& err) {
+    if (std::string(err.what()).find(why) != std::string::npos) return true;
+    throw;
+  }
+  return false;
+}
+
+// The examples that run on every backend (the others need the TPU interpret mode, or are
+// gpu::kernels, which the TPU interpret mode does not run).
 std::vector<std::string> example_names() {
   std::vector<std::string> names;
   for (const ex::Example& e : ex::all()) {
-    try {
-      e.build({.size = small_size(e.name)});
-    } catch (const ex::UsageError& err) {
-      if (std::string(err.what()).find("needs the TPU interpret mode") != std::string::npos)
-        continue;
-      throw;
-    }
+    if (refused(e, "reference", "needs the TPU interpret mode")) continue;
+    if (refused(e, "tpu-interpret", "is a gpu::kernel")) continue;
     names.push_back(e.name);
   }
   return names;
@@ -112,7 +120,7 @@ TEST(Examples, RegistryHasEveryExampleOnceWithADescription) {
                                           "inplace", "dma_matmul", "right_permute", "all_gather",
                                           "all_reduce", "reduce_scatter", "core_map_pipeline",
                                           "racy", "deadlock", "embedding_bag", "segment_sum",
-                                          "lane_sort"}));
+                                          "lane_sort", "ws_matmul"}));
   EXPECT_EQ(example_names(), (std::vector<std::string>{"add", "matmul", "softmax", "layer_norm",
                                                        "gather", "inplace"}));
 }
@@ -182,4 +190,22 @@ TEST(Examples, InplaceWithPaddedBlocksStillUpdatesTheInput) {
   ex::Problem p = ex::find("inplace").build({.size = 20});  // 20 rows in blocks of 8
   ex::Outcome o = ex::run(p);
   EXPECT_TRUE(o.ok) << o.message;
+}
+
+// The warp-specialized gpu::kernel example on the GPU interpreter and compiled (host emulation;
+// the GPU itself in scripts/gpu_validate.sh), and the options it refuses.
+TEST(Examples, WsMatmulRunsInterpretedAndCompiled) {
+  for (const char* backend : {"reference", "gpu-emulate"})
+    for (pl::DType t : {pl::bf16, pl::f16, pl::f32}) {
+      SCOPED_TRACE(std::string(backend) + " " + std::string(pl::dtype_name(t)));
+      ex::Problem p = ex::find("ws_matmul").build({.seed = 5, .size = 256, .dtype = t, .backend = backend});
+      ex::Outcome o = ex::run(p);
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  ex::Problem p = ex::find("ws_matmul").build({.seed = 5, .size = 128});
+  std::vector<pl::Array> outputs = p.call(p.inputs);
+  outputs[0].set_flat(77, outputs[0].get_flat(77) + 1);
+  EXPECT_FALSE(ex::compare(p, p.inputs, outputs, p.reference(p.inputs)).ok);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 200}), ex::UsageError);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .backend = "tpu-interpret"}), ex::UsageError);
 }

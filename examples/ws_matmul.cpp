@@ -1,0 +1,113 @@
+// Example `ws_matmul`: a warp-specialized matmul written with gpu::kernel (Mosaic GPU's
+// plgpu.kernel), the structure of Hopper matmul kernels. Each CTA computes a (128, 64) tile of
+// the output with three Pallas threads (warpgroups): thread 2, the producer, streams K-steps of
+// x and y into a ring of shared-memory slots; threads 0 and 1, the consumers, each accumulate 64
+// rows of the tile with wgmma into an f32 accumulator and hand the slot back. A slot's "full"
+// barrier completes when both of its copies have landed, its "free" barrier when both consumers
+// are done with it.
+#include <cblas.h>
+
+#include "examples/registry.h"
+#include "examples/support.h"
+#include "pallas/gpu.h"
+
+namespace pallas::examples::ws_matmul {
+namespace {
+
+namespace pl = ::pallas;
+namespace plgpu = ::pallas::gpu;
+
+constexpr int64_t kDefaultSize = 256;
+constexpr int64_t kTileM = 128, kTileN = 64, kStepK = 32, kSlots = 2;
+constexpr int64_t kConsumerRows = kTileM / 2;
+
+void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
+            const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& full, const pl::Ref& free) {
+  pl::Value i = plgpu::axis_index("i"), j = plgpu::axis_index("j"), wg = plgpu::axis_index("wg");
+  pl::when(wg == 2, [&] {  // the producer
+    pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
+      pl::Value slot = k % kSlots;
+      // The slot's previous contents must have been consumed (not on the first pass).
+      pl::when(k >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
+      plgpu::copy_gmem_to_smem(x.at(pl::ds(i * kTileM, kTileM), pl::ds(k * kStepK, kStepK)), x_s.at(slot),
+                               full.at(slot));
+      plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * kTileN, kTileN)), y_s.at(slot),
+                               full.at(slot));
+    });
+  });
+  pl::when(wg < 2, [&] {  // a consumer: rows wg * 64 ... of the tile
+    pl::Ref my_acc = acc.at(wg);
+    my_acc[pl::all] = pl::zeros({kConsumerRows, kTileN}, pl::f32);
+    pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
+      pl::Value slot = k % kSlots;
+      plgpu::barrier_wait(full.at(slot));
+      plgpu::wgmma(my_acc, x_s.at(slot, pl::ds(wg * kConsumerRows, kConsumerRows), pl::all), y_s.at(slot));
+      plgpu::wgmma_wait(0);
+      plgpu::barrier_arrive(free.at(slot));
+    });
+    z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * kTileN, kTileN))[pl::all] =
+        my_acc[pl::all];
+  });
+}
+
+// BLAS on f32 copies of the inputs (bf16 and f16 values are exact in f32).
+std::vector<Array> reference(const std::vector<Array>& in) {
+  const Array x = in[0].astype(DType::F32), y = in[1].astype(DType::F32);
+  const int m = static_cast<int>(x.dim(0)), k = static_cast<int>(x.dim(1)), n = static_cast<int>(y.dim(1));
+  Array z({m, n}, DType::F32);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data<float>(), k, y.data<float>(), n,
+              0.0f, z.data<float>(), n);
+  return {z};
+}
+
+Problem build(const RunOptions& opts) {
+  require_dtype("ws_matmul", opts, {DType::F32, DType::BF16, DType::F16});
+  if (opts.backend == "tpu-interpret")
+    throw UsageError("ws_matmul is a gpu::kernel (warpgroups, barriers, wgmma): run it with --backend "
+                     "reference (the GPU interpreter), gpu or gpu-emulate, not tpu-interpret");
+  const int64_t n = size_or_default("ws_matmul", opts, kDefaultSize);
+  if (n <= 0 || n % kTileM != 0)
+    throw UsageError("ws_matmul: size must be a positive multiple of " + std::to_string(kTileM) +
+                     " (the CTA's tile), got " + std::to_string(n));
+  const int64_t k_steps = n / kStepK;
+  pl::CallOptions options = on_backend(
+      {.scratch_shapes = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
+                          plgpu::SMEM({kSlots, kStepK, kTileN}, opts.dtype), plgpu::ACC({2, kConsumerRows, kTileN}),
+                          plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots},
+                          plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots}},
+       .name = "ws_matmul"},
+      opts);
+  pl::PallasCall call = plgpu::kernel(
+      [k_steps](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref full, pl::Ref free) {
+        kernel(k_steps, x, y, z, x_s, y_s, acc, full, free);
+      },
+      {pl::ShapeDtype({n, n}, pl::f32)},
+      plgpu::Mesh{.grid = {n / kTileM, n / kTileN}, .grid_names = {"i", "j"}, .num_threads = 3, .thread_name = "wg"},
+      options);
+  const int64_t item = itemsize(opts.dtype);
+  return Problem{
+      .name = "ws_matmul",
+      .signature = std::string(dtype_name(opts.dtype)) + dims({n, n}) + "x" + dims({n, n}),
+      .backend = opts.backend,
+      .call = call,
+      .inputs = {Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
+                 Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))},
+      .reference = reference,
+      // f32 sums of exact products in another order than BLAS: slack proportional to K.
+      .tolerance = {1e-4, 4e-6 * static_cast<double>(n)},
+      .flops = 2 * n * n * n,
+      .bytes = 2 * n * n * item + n * n * 4,
+      .throughput = Throughput::Flops,
+  };
+}
+
+}  // namespace
+
+Example example() {
+  return {"ws_matmul",
+          "warp-specialized gpu::kernel matmul: a producer warpgroup streams K-steps into SMEM slots on "
+          "barriers, two consumer warpgroups wgmma into f32",
+          build};
+}
+
+}  // namespace pallas::examples::ws_matmul
