@@ -14,19 +14,19 @@ BUILD=${BUILD:-build-gpu}
 scripts/build.sh "$BUILD" >"$OUT/build.log" 2>&1 || { log "BUILD FAILED (see build.log)"; exit 1; }
 nvidia-smi -L 2>&1 | tee -a "$REPORT"
 status=0
-examples="add matmul softmax layer_norm gather inplace"
+examples="add matmul softmax layer_norm gather inplace ws_matmul"
 for e in $examples; do
   for seed in 1 2; do
     if out=$("$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
   done
 done
 if out=$("$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    $out"; else log "FAIL  $out"; status=1; fi
-"$BUILD/pallas_tests" --gtest_filter='CudaLibs*:GpuCodegen*:KernelCache*:Examples.Gpu*' >"$OUT/tests.log" 2>&1 \
+"$BUILD/pallas_tests" --gtest_filter='CudaLibs*:GpuCodegen*:KernelCache*:Examples.Gpu*:*GpuKernel*' >"$OUT/tests.log" 2>&1 \
   && log "ok    GPU tests" || { log "FAIL  GPU tests (tests.log)"; status=1; }
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then
   for tool in memcheck racecheck; do
-    for e in add matmul softmax; do
+    for e in add matmul softmax ws_matmul; do
       if "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run "$e" --backend gpu --size 128 >"$OUT/$tool-$e.log" 2>&1; then
         log "ok    compute-sanitizer $tool $e"
       else

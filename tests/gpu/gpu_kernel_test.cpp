@@ -36,8 +36,9 @@ pl::CallOptions interpreted(std::vector<pl::ScratchShape> scratch) {
   return o;
 }
 
-// The kernels that both run in the interpreter and compile: "interpret", or "gpu_emulate" (the
-// generated CUDA compiled as C++ and run on the CPU, two host threads per Pallas thread).
+// The kernels that both run in the interpreter and compile: "interpret", "gpu_emulate" (the
+// generated CUDA compiled as C++ and run on the CPU, two host threads per Pallas thread), or
+// "mosaic_gpu" (a GPU: skipped, saying why, where there is none; scripts/gpu_validate.sh).
 pl::CallOptions run_on(const std::string& how, std::vector<pl::ScratchShape> scratch) {
   if (how == "interpret") return interpreted(std::move(scratch));
   pl::CallOptions o;
@@ -46,8 +47,14 @@ pl::CallOptions run_on(const std::string& how, std::vector<pl::ScratchShape> scr
   return o;
 }
 
-class GpuKernelBoth : public testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Backends, GpuKernelBoth, testing::Values("interpret", "gpu_emulate"),
+class GpuKernelBoth : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() != "mosaic_gpu") return;
+    if (std::string why = pl::gpu::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Backends, GpuKernelBoth, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // out = 2 x, one 128-element chunk per CTA: copy in on a barrier, compute in SMEM, copy out.
