@@ -16,7 +16,19 @@
 // thread's k-th wait on a barrier waits for the barrier's k-th phase; completing a phase again
 // before any thread waited for the previous one, or waiting for a phase the barrier has already
 // passed, is an error (on the GPU the phase is one parity bit, so either loses a phase).
+//
+// Races: copies and wgmma complete eagerly here, but on a GPU they run asynchronously until their
+// barrier phase, wait_smem_to_gmem or wgmma_wait; the interpreter checks that the kernel does not
+// depend on that timing. Every access (loads and stores of the threads; the reads and writes of
+// each copy and wgmma, each its own actor, as the TPU machine does with DMAs) is checked for
+// happens-before with vector clocks (tpu_interpret/races.h): a thread's arrival releases its
+// clock into the barrier's phase, a wait for that phase acquires it; a copy to SMEM releases
+// into its barrier; the waits for copies to GMEM and for wgmma acquire those operations' clocks;
+// wgmmas of one thread are ordered among themselves (they chain on the accumulator). Two
+// conflicting accesses not ordered that way are a pallas::Error naming both lines. Races between
+// clusters (which only GMEM could carry) are not checked.
 #include <condition_variable>
+#include <deque>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -26,12 +38,14 @@
 
 #include "core/call.h"
 #include "ir/analysis.h"
+#include "tpu_interpret/races.h"
 
 namespace pallas::interpret {
 namespace {
 
 using ir::AttrKey;
 using ir::OpCode;
+using tpu_interpret::VectorClock;
 
 // Thrown in a waiting thread when another thread has failed: unwinds it quietly.
 struct Aborted {};
@@ -43,6 +57,8 @@ struct BarrierState {
   bool observed = true;       // some thread has waited for the latest completed phase
   std::string name;           // "scratch[2][1] of CTA (0, 1)"
   std::map<int, int64_t> next_phase;  // per thread of the cluster: the phase its next wait awaits
+  VectorClock arrived;                 // races: what the current phase's arrivals released
+  std::map<int64_t, VectorClock> released;  // races: what each completed phase released
 };
 
 // The threads of one cluster, taking turns.
@@ -142,18 +158,37 @@ class Turns {
   std::exception_ptr error_;
 };
 
+// The memory a cluster's accesses may touch (operands, its CTAs' scratch), for race reports.
+struct Buffer {
+  const std::byte* base = nullptr;
+  int64_t bytes = 0;
+  Shape shape;
+  std::string name;  // "input 0", "scratch[1] of CTA (0,)"
+};
+
 // What the threads of a cluster share.
 struct Cluster {
   std::map<const std::byte*, BarrierState> barriers;  // by the barrier's address
   Turns* turns = nullptr;
+  std::map<const std::byte*, Buffer> buffers;  // by base address
+  tpu_interpret::RaceDetector races;
+  int next_actor = 0;  // threads are actors 0 .. n-1; each copy and wgmma gets the next one
 };
 
 class GpuThreadInterpreter : public eval::Interpreter {
  public:
-  GpuThreadInterpreter(const TracedCall& call, int index) : Interpreter(call.kernel), call_(call), index_(index) {}
+  GpuThreadInterpreter(const TracedCall& call, int index) : Interpreter(call.kernel), call_(call), index_(index) {
+    access_hooks_ = true;
+  }
   void start(Cluster* cluster, std::string name) {
     cluster_ = cluster;
     name_ = std::move(name);
+    clock_.clear();
+    tpu_interpret::tick(clock_, index_);
+    last_wgmma_.clear();
+    copies_read_.clear();
+    copies_written_.clear();
+    wgmmas_.clear();
   }
 
  protected:
@@ -171,25 +206,49 @@ class GpuThreadInterpreter : public eval::Interpreter {
         return true;
       }
       case OpCode::GpuCopyGmemToSmem: {
+        BarrierState& b = barrier(op, op.operands[2]);
+        const Actor copy = new_actor(clock_, "the copy to SMEM");
+        record(op, ref(op.operands[0]), false, copy);
+        record(op, ref(op.operands[1]), true, copy);
         eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
-        arrive(op, barrier(op, op.operands[2]));
+        arrive(op, b, copy.clock);
         return true;
       }
-      case OpCode::GpuCopySmemToGmem:
+      case OpCode::GpuCopySmemToGmem: {
+        // Its reads of SMEM and its writes to GMEM complete separately (wait_smem_to_gmem's
+        // read_only waits for the reads only).
+        const Actor reads = new_actor(clock_, "the copy to GMEM (its reads)");
+        const Actor writes = new_actor(clock_, "the copy to GMEM (its writes)");
+        record(op, ref(op.operands[0]), false, reads);
+        record(op, ref(op.operands[1]), true, writes);
         eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
+        copies_read_.push_back(reads.clock);
+        copies_written_.push_back(writes.clock);
         return true;
-      case OpCode::GpuBarrierArrive:
-        arrive(op, barrier(op, op.operands[0]));
+      }
+      case OpCode::GpuWaitSmemToGmem: {
+        const size_t n = static_cast<size_t>(op.attrs.get_int(AttrKey::N));
+        acquire_all_but(copies_read_, n);
+        if (op.attrs.get_int(AttrKey::ReadOnly) == 0) acquire_all_but(copies_written_, n);
         return true;
+      }
+      case OpCode::GpuBarrierArrive: {
+        BarrierState& b = barrier(op, op.operands[0]);
+        arrive(op, b, clock_);
+        tpu_interpret::tick(clock_, index_);  // later accesses are not covered by this release
+        return true;
+      }
       case OpCode::GpuBarrierWait:
         wait(op, barrier(op, op.operands[0]));
         return true;
       case OpCode::GpuWgmma:
         wgmma(op);
         return true;
-      case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuWgmmaWait:
-      case OpCode::GpuSetMaxRegisters:
-        return true;  // copies and wgmma have completed when issued; registers are not modelled
+      case OpCode::GpuWgmmaWait:
+        acquire_all_but(wgmmas_, static_cast<size_t>(op.attrs.get_int(AttrKey::N)));
+        return true;
+      case OpCode::GpuCommitSmem: case OpCode::GpuSetMaxRegisters:
+        return true;  // the thread's own stores are in program order here; registers are not modelled
       default:
         return false;
     }
@@ -207,7 +266,9 @@ class GpuThreadInterpreter : public eval::Interpreter {
     return it->second;
   }
 
-  void arrive(const ir::Op& op, BarrierState& b) {
+  // An arrival releasing `released` (the thread's clock, or a copy's).
+  void arrive(const ir::Op& op, BarrierState& b, const VectorClock& released) {
+    tpu_interpret::merge_into(b.arrived, released);
     if (++b.arrivals < b.num_arrivals) return;
     if (!b.observed)
       throw Error(std::string(op.info().name) + ": barrier " + b.name + " completes phase " +
@@ -219,6 +280,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
     b.arrivals = 0;
     ++b.phase;
     b.observed = false;
+    b.released[b.phase] = std::move(b.arrived);
+    b.arrived.clear();
   }
 
   void wait(const ir::Op& op, BarrierState& b) {
@@ -241,12 +304,21 @@ class GpuThreadInterpreter : public eval::Interpreter {
     if (b.phase > want) throw missed();
     b.observed = true;
     next = want + 1;
+    tpu_interpret::merge_into(clock_, b.released.at(want));
   }
 
   // acc += a @ b: the interpreters' dot with an f32 result (the tensor cores accumulate in f32),
   // added to the accumulator in f32.
   void wgmma(const ir::Op& op) {
     const eval::RefValue& acc_ref = ref(op.operands[0]);
+    VectorClock after = clock_;
+    tpu_interpret::merge_into(after, last_wgmma_);  // wgmmas chain on the accumulator in order
+    const Actor mma = new_actor(after, "the wgmma");
+    record(op, ref(op.operands[1]), false, mma);
+    record(op, ref(op.operands[2]), false, mma);
+    record(op, acc_ref, true, mma);
+    last_wgmma_ = mma.clock;
+    wgmmas_.push_back(mma.clock);
     ir::Attrs dims;
     dims.set(AttrKey::LhsContracting, ir::Ints{1});
     dims.set(AttrKey::RhsContracting, ir::Ints{0});
@@ -258,10 +330,52 @@ class GpuThreadInterpreter : public eval::Interpreter {
     eval::write(acc_ref, eval::convert(sum, acc_ref.dtype));
   }
 
+  // ---- Races.
+  struct Actor {
+    int id;
+    std::string name;
+    VectorClock clock;
+  };
+  // An asynchronous operation issued now, knowing what `known` knows.
+  Actor new_actor(const VectorClock& known, const std::string& what) {
+    Actor a{cluster_->next_actor++, what + " issued by " + name_, known};
+    tpu_interpret::tick(a.clock, a.id);
+    tpu_interpret::tick(clock_, index_);  // the issuer's later accesses are not covered by it
+    return a;
+  }
+  void begin_access(const ir::Op& op, const eval::RefValue& view) override {
+    record(op, view, op.code != OpCode::Load, Actor{index_, name_, clock_});
+  }
+  // Checks an access against the cluster's earlier ones; a race is an error at the user's line.
+  void record(const ir::Op& op, const eval::RefValue& view, bool is_write, const Actor& who) {
+    auto it = cluster_->buffers.upper_bound(view.data);
+    if (it == cluster_->buffers.begin()) return;
+    const Buffer& b = std::prev(it)->second;
+    if (view.data >= b.base + b.bytes) return;
+    const tpu_interpret::Region region = tpu_interpret::region_of(view, b.base, b.shape);
+    if (cluster_->races.access(b.base, b.name, b.shape, region, is_write, who.clock,
+                               {who.id, who.name, std::string(op.info().name), op.loc}) > 0)
+      throw Error("gpu::kernel data race (on a GPU the result would depend on timing): " +
+                      cluster_->races.reports().back().to_string() +
+                      "order them with a barrier (copies to SMEM complete at their barrier's phase), "
+                      "wait_smem_to_gmem or wgmma_wait",
+                  op.loc);
+  }
+  // Joins the clocks of all but the `keep` most recent operations of `pending` (then forgotten).
+  void acquire_all_but(std::deque<VectorClock>& pending, size_t keep) {
+    while (pending.size() > keep) {
+      tpu_interpret::merge_into(clock_, pending.front());
+      pending.pop_front();
+    }
+  }
+
   const TracedCall& call_;
   int index_;  // the thread's number within its cluster
   Cluster* cluster_ = nullptr;
   std::string name_;
+  VectorClock clock_;
+  VectorClock last_wgmma_;
+  std::deque<VectorClock> copies_read_, copies_written_, wgmmas_;  // in flight, oldest first
 };
 
 std::string tuple(const std::vector<int64_t>& v, size_t from, size_t to) {
@@ -365,6 +479,26 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
         names.push_back(layout.has_thread_axis ? "thread " + std::to_string(w) + " of " + cta_name : cta_name);
       }
     }
+    for (size_t i = 0; i < operands.size(); ++i) {
+      Array& a = operands[i];
+      const bool is_input = static_cast<int>(i) < num_in;
+      const auto* base = static_cast<const std::byte*>(a.raw_data());
+      if (cluster.buffers.count(base)) continue;  // an aliased input and output
+      cluster.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(),
+                               is_input ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in)};
+    }
+    for (size_t c = 0; c < ctas.size(); ++c)
+      for (size_t s = 0; s < scratch[c].size(); ++s) {
+        Array& a = scratch[c][s];
+        if (gm.scratch_types[s].dtype == DType::GpuBarrier) continue;
+        const auto* base = static_cast<const std::byte*>(a.raw_data());
+        std::vector<int64_t> cta = cluster_index;
+        cta.insert(cta.end(), ctas[c].begin(), ctas[c].end());
+        cluster.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(),
+                                 "scratch[" + std::to_string(s) + "]" +
+                                     (cta.empty() ? std::string() : " of CTA " + tuple(cta, 0, cta.size()))};
+      }
+    cluster.next_actor = threads_per_cluster;
     Turns turns(names);
     cluster.turns = &turns;
     for (int t = 0; t < threads_per_cluster; ++t) interps[t]->start(&cluster, names[t]);

@@ -253,6 +253,106 @@ TEST(GpuKernelErrors, AThreadThatMissedAPhaseIsReported) {
   EXPECT_CONTAINS(e, "thread 0 of the CTA waits for phase 1 of barrier scratch[0], which has already completed 2 phases");
 }
 
+// ---- Races: asynchronous copies and wgmma may not be relied on before their waits --------------
+
+TEST(GpuKernelErrors, ReadingACopysDestinationBeforeItsBarrierIsARace) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(x, buf, bar);
+        out[pl::all] = buf[pl::all];  // the copy may not have landed yet
+        plgpu::barrier_wait(bar);
+      },
+      {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{}, interpreted({plgpu::SMEM({16}, pl::f32), plgpu::Barrier{}}));
+  std::string e = error_of([&] { call(random_f32({16}, 1)); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "on scratch[0] [16], elements [0:16]");
+  EXPECT_CONTAINS(e, "write by the copy to SMEM issued by the CTA (gpu_copy_gmem_to_smem) at gpu_kernel_test.cpp:" +
+                         std::to_string(__LINE__ - 9));
+  EXPECT_CONTAINS(e, "read by the CTA (load) at gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 9));
+}
+
+// The producer refills a slot without waiting for the consumer to release it: its second copy is
+// not ordered after the first (nor after the consumer's reads).
+TEST(GpuKernelErrors, RefillingASlotWithoutWaitingForItsReleaseIsARace) {
+  auto make = [](bool wait_for_free) {
+    return plgpu::kernel(
+        [wait_for_free](pl::Ref x, pl::Ref out, pl::Ref slot, pl::Ref full, pl::Ref free) {
+          pl::Value wg = plgpu::axis_index("wg");
+          pl::when(wg == 1, [&] {
+            pl::fori_loop(0, 2, [&](pl::Value k) {
+              if (wait_for_free) pl::when(k > 0, [&] { plgpu::barrier_wait(free); });
+              plgpu::copy_gmem_to_smem(x.at(pl::ds(k * 8, 8)), slot, full);
+            });
+          });
+          pl::when(wg == 0, [&] {
+            pl::fori_loop(0, 2, [&](pl::Value k) {
+              plgpu::barrier_wait(full);
+              out.at(pl::ds(k * 8, 8))[pl::all] = slot[pl::all];
+              plgpu::barrier_arrive(free);
+            });
+          });
+        },
+        {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+        interpreted({plgpu::SMEM({8}, pl::f32), plgpu::Barrier{}, plgpu::Barrier{}}));
+  };
+  pl::Array x = random_f32({16}, 2);
+  pl::Array out = make(true)(x).at(0);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(out.data<float>()[i], x.data<float>()[i]);
+  std::string e = error_of([&] { make(false)(x); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "write by the copy to SMEM issued by thread 1 of the CTA (gpu_copy_gmem_to_smem) at "
+                     "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 20));
+}
+
+TEST(GpuKernelErrors, ReadingTheAccumulatorBeforeWgmmaWaitIsARace) {
+  auto make = [](bool wait) {
+    return plgpu::kernel(
+        [wait](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+          plgpu::copy_gmem_to_smem(a, a_s, bar);
+          plgpu::copy_gmem_to_smem(b, b_s, bar);
+          plgpu::barrier_wait(bar);
+          acc[pl::all] = pl::zeros({64, 8}, pl::f32);
+          plgpu::wgmma(acc, a_s, b_s);
+          if (wait) plgpu::wgmma_wait(0);
+          out[pl::all] = acc[pl::all];
+        },
+        {pl::ShapeDtype({64, 8}, pl::f32)}, plgpu::Mesh{},
+        interpreted({plgpu::SMEM({64, 16}, pl::bf16), plgpu::SMEM({16, 8}, pl::bf16), plgpu::ACC({64, 8}),
+                     plgpu::Barrier{.num_arrivals = 2}}));
+  };
+  pl::Array a = random_f32({64, 16}, 3).astype(pl::bf16), b = random_f32({16, 8}, 4).astype(pl::bf16);
+  EXPECT_NO_THROW(make(true)(a, b));
+  std::string e = error_of([&] { make(false)(a, b); });
+  EXPECT_CONTAINS(e, "write by the wgmma issued by the CTA (gpu_wgmma)");
+  EXPECT_CONTAINS(e, "read by the CTA (load)");
+}
+
+// Overwriting the source of a copy to GMEM before waiting for its reads; wait_smem_to_gmem with
+// read_only is enough to reuse the buffer.
+TEST(GpuKernelErrors, ReusingACopysSourceBeforeWaitSmemToGmemIsARace) {
+  auto make = [](int mode) {  // 0: no wait, 1: read_only wait, 2: full wait
+    return plgpu::kernel(
+        [mode](pl::Ref out, pl::Ref buf) {
+          buf[pl::all] = pl::full({8}, pl::f32, 1.0);
+          plgpu::commit_smem();
+          plgpu::copy_smem_to_gmem(buf, out.at(pl::ds(0, 8)));
+          if (mode > 0) plgpu::wait_smem_to_gmem(0, /*wait_read_only=*/mode == 1);
+          buf[pl::all] = pl::full({8}, pl::f32, 2.0);
+          plgpu::commit_smem();
+          plgpu::copy_smem_to_gmem(buf, out.at(pl::ds(8, 8)));
+          plgpu::wait_smem_to_gmem(0);
+        },
+        {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{}, interpreted({plgpu::SMEM({8}, pl::f32)}));
+  };
+  for (int mode : {1, 2}) {
+    pl::Array out = make(mode)().at(0);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(out.data<float>()[i], i < 8 ? 1.0f : 2.0f) << mode;
+  }
+  std::string e = error_of([&] { make(0)(); });
+  EXPECT_CONTAINS(e, "read by the copy to GMEM (its reads) issued by the CTA");
+  EXPECT_CONTAINS(e, "write by the CTA (store)");
+}
+
 TEST(GpuKernelErrors, SharedMemoryBeyondTheLimitNamesTheBuffers) {
   std::string e = error_of([&] {
     plgpu::kernel([](pl::Ref, pl::Ref, pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, plgpu::Mesh{},
