@@ -344,17 +344,19 @@ class GpuThreadInterpreter : public eval::Interpreter {
     return a;
   }
   void begin_access(const ir::Op& op, const eval::RefValue& view) override {
-    record(op, view, op.code != OpCode::Load, Actor{index_, name_, clock_});
+    // Atomic read-modify-writes never race with each other, only with plain accesses.
+    const bool atomic = op.code == OpCode::AtomicRmw || op.code == OpCode::AtomicCas;
+    record(op, view, op.code != OpCode::Load, Actor{index_, name_, clock_}, atomic);
   }
   // Checks an access against the cluster's earlier ones; a race is an error at the user's line.
-  void record(const ir::Op& op, const eval::RefValue& view, bool is_write, const Actor& who) {
+  void record(const ir::Op& op, const eval::RefValue& view, bool is_write, const Actor& who, bool atomic = false) {
     auto it = cluster_->buffers.upper_bound(view.data);
     if (it == cluster_->buffers.begin()) return;
     const Buffer& b = std::prev(it)->second;
     if (view.data >= b.base + b.bytes) return;
     const tpu_interpret::Region region = tpu_interpret::region_of(view, b.base, b.shape);
     if (cluster_->races.access(b.base, b.name, b.shape, region, is_write, who.clock,
-                               {who.id, who.name, std::string(op.info().name), op.loc}) > 0)
+                               {who.id, who.name, std::string(op.info().name), op.loc}, atomic) > 0)
       throw Error("gpu::kernel data race (on a GPU the result would depend on timing): " +
                       cluster_->races.reports().back().to_string() +
                       "order them with a barrier (copies to SMEM complete at their barrier's phase), "

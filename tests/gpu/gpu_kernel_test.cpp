@@ -253,6 +253,25 @@ TEST(GpuKernelErrors, AThreadThatMissedAPhaseIsReported) {
   EXPECT_CONTAINS(e, "thread 0 of the CTA waits for phase 1 of barrier scratch[0], which has already completed 2 phases");
 }
 
+// Atomic adds to one GMEM counter from every thread of every CTA: they never race with each
+// other. The counter is an input aliased to the output, holding 0.
+TEST_P(GpuKernelBoth, AtomicAddsFromEveryThreadSum) {
+  pl::CallOptions o = run_on(GetParam(), {});
+  o.input_output_aliases = {{0, 0}};
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref, pl::Ref counter) {
+        pl::Value g = plgpu::axis_index("g"), w = plgpu::axis_index("wg");
+        counter.atomic_add({0}, g * 10 + w + 1);
+      },
+      {pl::ShapeDtype({1}, pl::i32)},
+      plgpu::Mesh{.grid = {4}, .grid_names = {"g"}, .num_threads = 2, .thread_name = "wg"}, o);
+  pl::Array out = call(pl::Array::zeros({1}, pl::i32)).at(0);
+  int want = 0;
+  for (int g = 0; g < 4; ++g)
+    for (int w = 0; w < 2; ++w) want += g * 10 + w + 1;
+  EXPECT_EQ(out.data<int32_t>()[0], want);
+}
+
 // ---- Races: asynchronous copies and wgmma may not be relied on before their waits --------------
 
 TEST(GpuKernelErrors, ReadingACopysDestinationBeforeItsBarrierIsARace) {
