@@ -1,7 +1,5 @@
 // Example `matmul`: a blocked (size x size) @ (size x size) matmul over a 3-D grid (i, j, k),
 // accumulating in an f32 VMEM scratch across the K axis — the canonical Pallas TPU matmul.
-#include <cblas.h>
-
 #include <algorithm>
 
 #include "examples/registry.h"
@@ -22,17 +20,6 @@ void kernel(const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref&
   pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = 0.0f; });
   acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.preferred = pl::f32});
   pl::when(pl::program_id(2) == pl::num_programs(2) - 1, [&] { z[pl::all] = acc[pl::all]; });
-}
-
-// BLAS on f32 copies of the inputs (bf16 values are exact in f32).
-std::vector<Array> reference(const std::vector<Array>& in) {
-  const Array x = in[0].astype(DType::F32), y = in[1].astype(DType::F32);
-  const int m = static_cast<int>(x.dim(0)), k = static_cast<int>(x.dim(1)),
-            n = static_cast<int>(y.dim(1));
-  Array z({m, n}, DType::F32);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data<float>(), k,
-              y.data<float>(), n, 0.0f, z.data<float>(), n);
-  return {z};
 }
 
 // The kernel and BLAS sum the K products in different orders (f32 either way): the difference
@@ -70,7 +57,7 @@ Problem build(const RunOptions& opts) {
       .call = call,
       .inputs = {Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
                  Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))},
-      .reference = reference,
+      .reference = blas_matmul_reference,
       .tolerance = tolerance(opts.dtype, n),
       .flops = 2 * n * n * n,
       .bytes = 2 * n * n * item + n * n * 4,

@@ -1,5 +1,7 @@
 #include "examples/support.h"
 
+#include <cblas.h>
+
 #include <cstring>
 
 namespace pallas::examples {
@@ -104,6 +106,15 @@ void require_dtype(const std::string& example, const RunOptions& opts,
   }
   throw UsageError(example + ": dtype " + std::string(dtype_name(opts.dtype)) +
                    " is not supported (supported: " + names + ")");
+}
+
+std::vector<Array> blas_matmul_reference(const std::vector<Array>& in) {
+  const Array x = in.at(0).astype(DType::F32), y = in.at(1).astype(DType::F32);
+  const int m = static_cast<int>(x.dim(0)), k = static_cast<int>(x.dim(1)), n = static_cast<int>(y.dim(1));
+  Array z({m, n}, DType::F32);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data<float>(), k, y.data<float>(), n, 0.0f,
+              z.data<float>(), n);
+  return {z};
 }
 
 std::string dims(const Shape& shape) {

@@ -50,6 +50,10 @@ int64_t size_or_default(const std::string& example, const RunOptions& opts, int6
 void require_dtype(const std::string& example, const RunOptions& opts,
                    std::initializer_list<DType> supported);
 
+// {x @ y} by BLAS on f32 copies of the two inputs (bf16 and f16 values are exact in f32): the
+// matmul examples' reference.
+std::vector<Array> blas_matmul_reference(const std::vector<Array>& in);
+
 // "[512,512]": shapes in signatures, compact like the CLI's one-line report.
 std::string dims(const Shape& shape);
 

@@ -5,8 +5,6 @@
 // rows of the tile with wgmma into an f32 accumulator and hand the slot back. A slot's "full"
 // barrier completes when both of its copies have landed, its "free" barrier when both consumers
 // are done with it.
-#include <cblas.h>
-
 #include "examples/registry.h"
 #include "examples/support.h"
 #include "pallas/gpu.h"
@@ -50,16 +48,6 @@ void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& 
   });
 }
 
-// BLAS on f32 copies of the inputs (bf16 and f16 values are exact in f32).
-std::vector<Array> reference(const std::vector<Array>& in) {
-  const Array x = in[0].astype(DType::F32), y = in[1].astype(DType::F32);
-  const int m = static_cast<int>(x.dim(0)), k = static_cast<int>(x.dim(1)), n = static_cast<int>(y.dim(1));
-  Array z({m, n}, DType::F32);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data<float>(), k, y.data<float>(), n,
-              0.0f, z.data<float>(), n);
-  return {z};
-}
-
 Problem build(const RunOptions& opts) {
   require_dtype("ws_matmul", opts, {DType::F32, DType::BF16, DType::F16});
   if (opts.backend == "tpu-interpret")
@@ -92,7 +80,7 @@ Problem build(const RunOptions& opts) {
       .call = call,
       .inputs = {Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
                  Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))},
-      .reference = reference,
+      .reference = blas_matmul_reference,
       // f32 sums of exact products in another order than BLAS: slack proportional to K.
       .tolerance = {1e-4, 4e-6 * static_cast<double>(n)},
       .flops = 2 * n * n * n,

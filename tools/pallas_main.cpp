@@ -21,7 +21,7 @@ CLI::App* add_example_command(CLI::App& app, const std::string& name, const std:
   cmd->add_option("name", args.name, "the example (see `pallas list`)")->required();
   cmd->add_option("--size", args.size, "problem size (0: the example's default)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--dtype", args.dtype, "input dtype")->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--dtype", args.dtype, "input dtype")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   return cmd;
 }
 
