@@ -89,11 +89,16 @@ PL_DEV void pl_host_release_all() {
   pl_host_cta_barrier.generation.fetch_add(1, std::memory_order_release);
   pl_host_cta_barrier.generation.notify_all();
 }
+// Before a run: a run that failed may have left threads counted at a barrier.
 PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_nthreads = nthreads;
   pl_host_err = err;
   pl_host_cta_barrier.count = nthreads;
-  for (pl_host_barrier_t& b : pl_host_group_barrier) b.count = nthreads / PL_NUM_GROUPS;
+  pl_host_cta_barrier.arrived.store(0);
+  for (pl_host_barrier_t& b : pl_host_group_barrier) {
+    b.count = nthreads / PL_NUM_GROUPS;
+    b.arrived.store(0);
+  }
 }
 PL_DEV int pl_cta_tid() { return pl_host_tid; }
 PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
