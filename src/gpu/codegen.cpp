@@ -412,7 +412,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words, int nthreads) {\n";
   src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n  char* arena = p.workspace;\n";
   src << "  pl_host_start(nthreads, p.err);\n";
-  src << "  auto run = [&](int t) {\n    pl_host_tid = t;\n";
+  src << "  auto run = [&](int t) {\n    pl_host_set_tid(t);\n";
   if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
   src << "    for (pl_i64 point = 0; point < p.num_points; ++point) " << point_body << "\n  };\n";
   src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads; ++t) threads.emplace_back(run, t);\n";

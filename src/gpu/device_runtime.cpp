@@ -23,6 +23,7 @@ const char* device_runtime_source() {
 #include <stdio.h>
 #include <string.h>
 #include <atomic>
+#include <pthread.h>
 #include <memory>
 #include <chrono>
 #include <stdlib.h>
@@ -59,7 +60,16 @@ struct pl_bf16 { pl_u16 bits; };
 // missing barrier shows up as a wrong result (or a ThreadSanitizer report) on the CPU too.
 // Once the kernel has recorded an error (pl_host_err), barriers stop waiting, so threads that
 // left early (a failed check, a barrier wait that gave up) cannot leave the others stuck.
-static thread_local int pl_host_tid = 0;
+// The thread's index lives in a pthread key, not a thread_local: LeakSanitizer crashes scanning
+// the dynamic TLS of a dlopen'ed kernel (GCC 12's libsanitizer), which the tests run under.
+static pthread_key_t pl_host_tid_key;
+static pthread_once_t pl_host_tid_once = PTHREAD_ONCE_INIT;
+static void pl_host_make_tid_key() { pthread_key_create(&pl_host_tid_key, nullptr); }
+PL_DEV void pl_host_set_tid(int t) {
+  pthread_once(&pl_host_tid_once, pl_host_make_tid_key);
+  pthread_setspecific(pl_host_tid_key, (void*)(pl_i64)t);
+}
+PL_DEV int pl_host_tid() { return (int)(pl_i64)pthread_getspecific(pl_host_tid_key); }
 static int pl_host_nthreads = 1;
 static pl_i64* pl_host_err = nullptr;
 struct pl_host_barrier_t {
@@ -100,12 +110,12 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
     b.arrived.store(0);
   }
 }
-PL_DEV int pl_cta_tid() { return pl_host_tid; }
+PL_DEV int pl_cta_tid() { return pl_host_tid(); }
 PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
 PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier); }
 PL_DEV int pl_nthreads() { return pl_host_nthreads / PL_NUM_GROUPS; }
-PL_DEV int pl_group() { return pl_host_tid / pl_nthreads(); }
-PL_DEV int pl_tid() { return pl_host_tid % pl_nthreads(); }
+PL_DEV int pl_group() { return pl_host_tid() / pl_nthreads(); }
+PL_DEV int pl_tid() { return pl_host_tid() % pl_nthreads(); }
 PL_DEV void pl_sync() { pl_host_wait(PL_NUM_GROUPS == 1 ? pl_host_cta_barrier : pl_host_group_barrier[pl_group()]); }
 // Whether `ok` holds on every thread of the caller's group (a barrier of the group).
 PL_DEV bool pl_group_all(bool ok) {
