@@ -320,8 +320,6 @@ void Emitter::emit_op(const ir::Op& op) {
   line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()));
   const uint32_t cat = op.info().categories;
   switch (op.code) {
-    case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
-    case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
     case OpCode::AxisIndex: {
       // A named grid axis (gpu::kernel's mesh axes, a pallas_call's grid names): its program id.
       const std::string& name = op.attrs.get_string(ir::AttrKey::AxisNames);
@@ -335,6 +333,8 @@ void Emitter::emit_op(const ir::Op& op) {
                                   ".interpret = pltpu::InterpretParams{})",
                               op.loc);
     }
+    case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
+    case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
     case OpCode::SubcoreBarrier:
       throw NotSupportedError(std::string(op.info().name) +
                                   " on the GPU backend (a TPU operation: run the kernel with "

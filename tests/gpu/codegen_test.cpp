@@ -10,6 +10,7 @@
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
 #include "gpu/host_emulation.h"
+#include "pallas/tpu.h"
 
 namespace pallas {
 namespace {
@@ -81,6 +82,20 @@ TEST(GpuCodegen, TpuOnlyExamplesAreRejectedByName) {
     } catch (const NotSupportedError& e) {
       EXPECT_NE(std::string(e.what()).find("on the GPU backend"), std::string::npos) << e.what();
     }
+  }
+}
+
+// TPU operations that need no scratch reach the emitter itself: each is refused by its name.
+TEST(GpuCodegen, TpuOperationsInTheBodyAreRefusedByName) {
+  PallasCall call = pallas_call(
+      [](Ref out) { out[0] = tpu::semaphore_read(tpu::get_barrier_semaphore()); },
+      ShapeDtype({1}, DType::I32), CallOptions{.backend = "mosaic_gpu", .name = "tpu_ops"});
+  std::shared_ptr<const TracedCall> tc = call.trace({});
+  try {
+    gpu::generate_cuda(*tc, static_grid(*tc));
+    ADD_FAILURE() << "generated CUDA";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("get_barrier_semaphore on the GPU backend"), std::string::npos) << e.what();
   }
 }
 
