@@ -49,20 +49,7 @@ Problem build(const RunOptions& opts) {
            .scratch_shapes = {{{b, b}, pl::f32, pl::MemorySpace::Vmem}},
            .name = "matmul"},
           opts));
-  const int64_t item = itemsize(opts.dtype);
-  return Problem{
-      .name = "matmul",
-      .signature = std::string(dtype_name(opts.dtype)) + dims({n, n}) + "x" + dims({n, n}),
-      .backend = opts.backend,
-      .call = call,
-      .inputs = {Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
-                 Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))},
-      .reference = blas_matmul_reference,
-      .tolerance = tolerance(opts.dtype, n),
-      .flops = 2 * n * n * n,
-      .bytes = 2 * n * n * item + n * n * 4,
-      .throughput = Throughput::Flops,
-  };
+  return square_matmul_problem("matmul", opts, n, call, tolerance(opts.dtype, n));
 }
 
 }  // namespace

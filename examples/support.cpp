@@ -108,13 +108,29 @@ void require_dtype(const std::string& example, const RunOptions& opts,
                    " is not supported (supported: " + names + ")");
 }
 
-std::vector<Array> blas_matmul_reference(const std::vector<Array>& in) {
-  const Array x = in.at(0).astype(DType::F32), y = in.at(1).astype(DType::F32);
-  const int m = static_cast<int>(x.dim(0)), k = static_cast<int>(x.dim(1)), n = static_cast<int>(y.dim(1));
-  Array z({m, n}, DType::F32);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data<float>(), k, y.data<float>(), n, 0.0f,
-              z.data<float>(), n);
-  return {z};
+Problem square_matmul_problem(const std::string& name, const RunOptions& opts, int64_t n, PallasCall call,
+                              Tolerance tolerance) {
+  auto blas = [](const std::vector<Array>& in) -> std::vector<Array> {
+    const Array x = in.at(0).astype(DType::F32), y = in.at(1).astype(DType::F32);
+    const int m = static_cast<int>(x.dim(0)), k = static_cast<int>(x.dim(1)), cols = static_cast<int>(y.dim(1));
+    Array z({m, cols}, DType::F32);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, cols, k, 1.0f, x.data<float>(), k, y.data<float>(), cols,
+                0.0f, z.data<float>(), cols);
+    return {z};
+  };
+  return Problem{
+      .name = name,
+      .signature = std::string(dtype_name(opts.dtype)) + dims({n, n}) + "x" + dims({n, n}),
+      .backend = opts.backend,
+      .call = std::move(call),
+      .inputs = {Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
+                 Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))},
+      .reference = blas,
+      .tolerance = tolerance,
+      .flops = 2 * n * n * n,
+      .bytes = 2 * n * n * itemsize(opts.dtype) + n * n * 4,
+      .throughput = Throughput::Flops,
+  };
 }
 
 std::string dims(const Shape& shape) {

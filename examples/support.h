@@ -50,9 +50,10 @@ int64_t size_or_default(const std::string& example, const RunOptions& opts, int6
 void require_dtype(const std::string& example, const RunOptions& opts,
                    std::initializer_list<DType> supported);
 
-// {x @ y} by BLAS on f32 copies of the two inputs (bf16 and f16 values are exact in f32): the
-// matmul examples' reference.
-std::vector<Array> blas_matmul_reference(const std::vector<Array>& in);
+// The matmul examples' problem: `call` computes f32[n, n] = x @ y for N(0, 1) inputs x, y of
+// (n, n) in opts.dtype, checked against BLAS on f32 copies (bf16 and f16 values are exact in f32).
+Problem square_matmul_problem(const std::string& name, const RunOptions& opts, int64_t n, PallasCall call,
+                              Tolerance tolerance);
 
 // "[512,512]": shapes in signatures, compact like the CLI's one-line report.
 std::string dims(const Shape& shape);

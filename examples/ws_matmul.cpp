@@ -72,21 +72,8 @@ Problem build(const RunOptions& opts) {
       {pl::ShapeDtype({n, n}, pl::f32)},
       plgpu::Mesh{.grid = {n / kTileM, n / kTileN}, .grid_names = {"i", "j"}, .num_threads = 3, .thread_name = "wg"},
       options);
-  const int64_t item = itemsize(opts.dtype);
-  return Problem{
-      .name = "ws_matmul",
-      .signature = std::string(dtype_name(opts.dtype)) + dims({n, n}) + "x" + dims({n, n}),
-      .backend = opts.backend,
-      .call = call,
-      .inputs = {Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
-                 Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))},
-      .reference = blas_matmul_reference,
-      // f32 sums of exact products in another order than BLAS: slack proportional to K.
-      .tolerance = {1e-4, 4e-6 * static_cast<double>(n)},
-      .flops = 2 * n * n * n,
-      .bytes = 2 * n * n * item + n * n * 4,
-      .throughput = Throughput::Flops,
-  };
+  // f32 sums of exact products in another order than BLAS: slack proportional to K.
+  return square_matmul_problem("ws_matmul", opts, n, call, {1e-4, 4e-6 * static_cast<double>(n)});
 }
 
 }  // namespace

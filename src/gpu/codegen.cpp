@@ -148,21 +148,20 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     if (s != "parallel" && s != "arbitrary" && s != "sequential")
       throw Error("dimension_semantics entries must be \"parallel\", \"arbitrary\" or \"sequential\", got \"" + s + "\"",
                   call.kernel.loc);
-  split_axes(call, semantics, out.parallel_axes, out.sequential_axes);
-  // A gpu::kernel's thread axis is not spread over CTAs: each of its Pallas threads is a group of
-  // the CTA's threads (a warpgroup), which reads its index from pl_group().
   const bool gpu_kernel = call.gpu_kernel.has_value();
   const int thread_axis = gpu_kernel && call.gpu_kernel->has_thread_axis ? static_cast<int>(grid.size()) - 1 : -1;
   if (gpu_kernel) {
-    // Every mesh axis is parallel: each CTA has its own scratch and barriers, as in the interpreter
-    // (the whole-array blocks would otherwise make them "accumulating" axes).
-    out.parallel_axes.clear();
-    out.sequential_axes.clear();
+    // Every mesh axis is a parallel CTA axis, so each CTA has its own scratch and barriers, as in
+    // the interpreter (split_axes would take the whole-array blocks for accumulating ones) — but
+    // the thread axis: each of its Pallas threads is a group of the CTA's threads (a warpgroup),
+    // which reads its index from pl_group().
     for (int a = 0; a < static_cast<int>(grid.size()); ++a)
       if (a != thread_axis) out.parallel_axes.push_back(a);
+    if (thread_axis >= 0) out.num_groups = static_cast<int>(grid[static_cast<size_t>(thread_axis)]);
+    out.threads_per_cta = kWarpgroupThreads * out.num_groups;
+  } else {
+    split_axes(call, semantics, out.parallel_axes, out.sequential_axes);
   }
-  if (thread_axis >= 0) out.num_groups = static_cast<int>(grid[static_cast<size_t>(thread_axis)]);
-  if (gpu_kernel) out.threads_per_cta = kWarpgroupThreads * out.num_groups;
 
   detail::Arena arena;
   std::ostringstream body;

@@ -24,7 +24,6 @@ const char* device_runtime_source() {
 #include <string.h>
 #include <atomic>
 #include <pthread.h>
-#include <memory>
 #include <chrono>
 #include <stdlib.h>
 #include <thread>
@@ -92,12 +91,12 @@ PL_DEV void pl_host_wait(pl_host_barrier_t& b) {
 }
 // After an error: wakes every thread waiting at a barrier.
 PL_DEV void pl_host_release_all() {
-  for (pl_host_barrier_t* b = pl_host_group_barrier; b != pl_host_group_barrier + PL_NUM_GROUPS; ++b) {
-    b->generation.fetch_add(1, std::memory_order_release);
-    b->generation.notify_all();
-  }
-  pl_host_cta_barrier.generation.fetch_add(1, std::memory_order_release);
-  pl_host_cta_barrier.generation.notify_all();
+  auto wake = [](pl_host_barrier_t& b) {
+    b.generation.fetch_add(1, std::memory_order_release);
+    b.generation.notify_all();
+  };
+  for (pl_host_barrier_t& b : pl_host_group_barrier) wake(b);
+  wake(pl_host_cta_barrier);
 }
 // Before a run: a run that failed may have left threads counted at a barrier.
 PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
@@ -448,6 +447,9 @@ PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
 #endif
 }
 // ---- mbarriers (gpu::Barrier): a phase completes after its count of arrivals --------------------
+// How long a barrier wait may take before the kernel reports a deadlock instead of hanging (host
+// emulation: $PALLAS_GPU_WAIT_TIMEOUT_MS overrides it, so tests need not wait that long).
+#define PL_WAIT_LIMIT_MS 20000ull
 // Each thread keeps, per barrier, the parity of the phase its next wait awaits (a bit of
 // `phases`), as Mosaic GPU does; a wait returns once that phase has completed.
 #if PL_HOST_EMULATION
@@ -470,10 +472,9 @@ PL_DEV pl_u64 pl_now_ns() {
              std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 PL_DEV void pl_backoff() { std::this_thread::yield(); }
-// How long a barrier wait may take before the kernel reports a deadlock instead of hanging.
 static pl_u64 pl_wait_limit_ns() {
   const char* v = getenv("PALLAS_GPU_WAIT_TIMEOUT_MS");
-  return (v && *v ? (pl_u64)atoll(v) : 20000ull) * 1000000ull;
+  return (v && *v ? (pl_u64)atoll(v) : PL_WAIT_LIMIT_MS) * 1000000ull;
 }
 #else
 PL_DEV pl_u32 pl_smem_u32(const void* p) {
@@ -502,7 +503,7 @@ PL_DEV pl_u64 pl_now_ns() {
   return t;
 }
 PL_DEV void pl_backoff() { asm volatile("nanosleep.u32 64;"); }
-PL_DEV pl_u64 pl_wait_limit_ns() { return 20000ull * 1000000ull; }
+PL_DEV pl_u64 pl_wait_limit_ns() { return PL_WAIT_LIMIT_MS * 1000000ull; }
 #endif
 // Waits for the phase of barrier `i` (of the kernel's barriers at `b`) this thread awaits next;
 // false when it has not completed within the wait limit (a deadlock: the caller reports it), or

@@ -21,7 +21,6 @@
 namespace pallas::gpu::detail {
 
 using ir::OpCode;
-using ir::ValueId;
 
 namespace {
 const RefInfo& ref_operand(const Emitter& em, const ir::Op& op, size_t i) {

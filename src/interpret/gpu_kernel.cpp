@@ -346,17 +346,21 @@ class GpuThreadInterpreter : public eval::Interpreter {
   void begin_access(const ir::Op& op, const eval::RefValue& view) override {
     // Atomic read-modify-writes never race with each other, only with plain accesses.
     const bool atomic = op.code == OpCode::AtomicRmw || op.code == OpCode::AtomicCas;
-    record(op, view, op.code != OpCode::Load, Actor{index_, name_, clock_}, atomic);
+    record(op, view, op.code != OpCode::Load, index_, name_, clock_, atomic);
+  }
+  void record(const ir::Op& op, const eval::RefValue& view, bool is_write, const Actor& who) {
+    record(op, view, is_write, who.id, who.name, who.clock, false);
   }
   // Checks an access against the cluster's earlier ones; a race is an error at the user's line.
-  void record(const ir::Op& op, const eval::RefValue& view, bool is_write, const Actor& who, bool atomic = false) {
+  void record(const ir::Op& op, const eval::RefValue& view, bool is_write, int actor, const std::string& actor_name,
+              const VectorClock& clock, bool atomic) {
     auto it = cluster_->buffers.upper_bound(view.data);
     if (it == cluster_->buffers.begin()) return;
     const Buffer& b = std::prev(it)->second;
     if (view.data >= b.base + b.bytes) return;
     const tpu_interpret::Region region = tpu_interpret::region_of(view, b.base, b.shape);
-    if (cluster_->races.access(b.base, b.name, b.shape, region, is_write, who.clock,
-                               {who.id, who.name, std::string(op.info().name), op.loc}, atomic) > 0)
+    if (cluster_->races.access(b.base, b.name, b.shape, region, is_write, clock,
+                               {actor, actor_name, std::string(op.info().name), op.loc}, atomic) > 0)
       throw Error("gpu::kernel data race (on a GPU the result would depend on timing): " +
                       cluster_->races.reports().back().to_string() +
                       "order them with a barrier (copies to SMEM complete at their barrier's phase), "
