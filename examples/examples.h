@@ -47,6 +47,12 @@ struct RunOptions {
   // may pass its own.
   std::shared_ptr<std::vector<tpu::RaceReport>> races;
 
+  // The GPU backends' on-device profiler (gpu, gpu-emulate only; elsewhere a UsageError): the
+  // directory each run writes its Chrome trace to, and the region events each Pallas thread may
+  // record per CTA (gpu::CompilerParams::profile_dir / profile_space).
+  std::string profile_dir;
+  int profile_space = 256;
+
   bool uses_tpu_interpret_options() const {
     return devices != 0 || cores != 0 || !dma_mode.empty() || detect_races;
   }

@@ -25,6 +25,24 @@ CallOptions on_backend(CallOptions opts, const RunOptions& run) {
   } else {
     throw UsageError("unknown backend '" + backend + "' (known: reference, tpu-interpret, gpu, gpu-emulate)");
   }
+  if (!run.profile_dir.empty()) {
+    if (backend != "gpu" && backend != "gpu-emulate")
+      throw UsageError("--profile needs --backend gpu or gpu-emulate (the on-device profiler), got '" + backend + "'");
+    // The GPU params the example gave (if any), with the profiler switched on.
+    gpu::CompilerParams params;
+    if (opts.compiler_params) {
+      if (const auto* p = std::get_if<gpu::CompilerParams>(&*opts.compiler_params))
+        params = *p;
+      else
+        opts.compiler_params_by_backend[compiler_params_backend(*opts.compiler_params)] = *opts.compiler_params;
+      opts.compiler_params.reset();
+    } else if (auto it = opts.compiler_params_by_backend.find("mosaic_gpu"); it != opts.compiler_params_by_backend.end()) {
+      params = std::get<gpu::CompilerParams>(it->second);
+    }
+    params.profile_dir = run.profile_dir;
+    params.profile_space = run.profile_space;
+    opts.compiler_params_by_backend["mosaic_gpu"] = params;
+  }
   return opts;
 }
 

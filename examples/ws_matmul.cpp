@@ -22,8 +22,10 @@ constexpr int64_t kConsumerRows = kTileM / 2;
 void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
             const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& full, const pl::Ref& free) {
   pl::Value i = plgpu::axis_index("i"), j = plgpu::axis_index("j"), wg = plgpu::axis_index("wg");
+  // Named regions (gpu::named_region) show in the trace of `pallas run ws_matmul --backend
+  // gpu-emulate --profile DIR`; they change nothing else.
   pl::when(wg == 2, [&] {  // the producer
-    pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
+    plgpu::named_region("produce", [&] { pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
       pl::Value slot = k % kSlots;
       // The slot's previous contents must have been consumed (not on the first pass).
       pl::when(k >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
@@ -31,20 +33,22 @@ void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& 
                                full.at(slot));
       plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * kTileN, kTileN)), y_s.at(slot),
                                full.at(slot));
-    });
+    }); });
   });
   pl::when(wg < 2, [&] {  // a consumer: rows wg * 64 ... of the tile
     pl::Ref my_acc = acc.at(wg);
     my_acc[pl::all] = pl::zeros({kConsumerRows, kTileN}, pl::f32);
-    pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
+    plgpu::named_region("mainloop", [&] { pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
       pl::Value slot = k % kSlots;
       plgpu::barrier_wait(full.at(slot));
       plgpu::wgmma(my_acc, x_s.at(slot, pl::ds(wg * kConsumerRows, kConsumerRows), pl::all), y_s.at(slot));
       plgpu::wgmma_wait(0);
       plgpu::barrier_arrive(free.at(slot));
+    }); });
+    plgpu::named_region("epilogue", [&] {
+      z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * kTileN, kTileN))[pl::all] =
+          my_acc[pl::all];
     });
-    z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * kTileN, kTileN))[pl::all] =
-        my_acc[pl::all];
   });
 }
 

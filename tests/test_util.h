@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <stdexcept>
 #include <string>
 
 #include "pallas/error.h"
@@ -27,6 +30,27 @@ template <class E = pallas::Error, class F> std::string error_of(F&& fn) {
   ADD_FAILURE() << "no error raised";
   return "";
 }
+
+// A fresh directory under the system temp dir ("<prefix>XXXXXX"), removed with its contents
+// afterwards.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "pallas_test_") {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace test_util
 

@@ -21,6 +21,9 @@ struct ExampleArgs {
   int cores = 0;
   std::string dma_mode;
   bool detect_races = false;
+  // The GPU backends' on-device profiler (`pallas run --profile DIR`).
+  std::string profile_dir;
+  int profile_space = 256;
   // `pallas cuda`: the target arch, and whether to compile the unit with NVRTC as a check.
   std::string arch = "sm_90a";
   bool compile = false;

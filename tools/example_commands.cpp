@@ -1,8 +1,9 @@
 // `pallas list`, `pallas run`, `pallas ir`: the bundled examples from the command line.
 #include <algorithm>
-#include <iostream>
-
 #include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <set>
 
 #include "core/call.h"
 #include "examples/examples.h"
@@ -23,6 +24,16 @@ std::string with_newline(std::string text) {
   return text;
 }
 
+// The profile traces in `dir` ("": none).
+std::set<std::string> profile_traces(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_directory(dir, ec)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().string().ends_with("-trace.json")) out.insert(e.path().string());
+  return out;
+}
+
 }  // namespace
 
 int list() {
@@ -35,6 +46,7 @@ int list() {
 
 int run(const ExampleArgs& args) {
   const ex::Problem p = ex::find(args.name).build(run_options(args));
+  const std::set<std::string> traces_before = profile_traces(args.profile_dir);
   ex::Outcome o;
   try {
     o = ex::run(p);
@@ -42,6 +54,8 @@ int run(const ExampleArgs& args) {
     std::cout << headline(p) << ": DEADLOCK\n" << with_newline(e.what());
     return kExitDeadlock;
   }
+  for (const std::string& t : profile_traces(args.profile_dir))
+    if (!traces_before.count(t)) std::cout << "profile trace: " << t << "\n";
   // Races first: with a race, the values (right or wrong) prove nothing.
   if (!o.races.empty()) {
     std::cout << headline(p) << ": " << o.races.size() << " race(s) detected\n";

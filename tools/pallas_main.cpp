@@ -58,6 +58,12 @@ int main(int argc, char** argv) {
                   "random seed for the inputs (tpu-interpret: also orders parallel grid steps)");
   add_backend_option(run, args);
   add_tpu_interpret_options(run, args, /*races=*/true);
+  CLI::Option* profile = run->add_option(
+      "--profile", args.profile_dir,
+      "gpu, gpu-emulate: write a Chrome/Perfetto trace of the kernel's named regions into this directory");
+  run->add_option("--profile-space", args.profile_space, "region events each Pallas thread may record per CTA")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(profile);
   CLI::App* ir = add_example_command(app, "ir", "print an example's traced kernel IR and grid mapping", args);
   // The TPU-only examples trace only for that backend, and the collectives' IR depends on
   // the number of devices.

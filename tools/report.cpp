@@ -12,7 +12,9 @@ examples::RunOptions run_options(const ExampleArgs& args) {
           .devices = args.devices,
           .cores = args.cores,
           .dma_mode = args.dma_mode,
-          .detect_races = args.detect_races};
+          .detect_races = args.detect_races,
+          .profile_dir = args.profile_dir,
+          .profile_space = args.profile_space};
 }
 
 std::string headline(const examples::Problem& p) {

@@ -128,4 +128,22 @@ void wgmma_wait(int n, Loc loc = Loc::current());
 // a hint for warp-specialized kernels, with no effect on results.
 void set_max_registers(int n, bool increase, Loc loc = Loc::current());
 
+// ---- Profiling ----------------------------------------------------------------------------------
+namespace detail {
+void named_region_begin(const std::string& name, const Loc& loc);
+void named_region_end(const std::string& name, const Loc& loc);
+}  // namespace detail
+// Traces `body` as a region named `name` (regions nest). With gpu::CompilerParams{.profile_space
+// = N, .profile_dir = "dir"} the GPU backend (and gpu_emulate) records when each Pallas thread —
+// a warpgroup of a gpu::kernel, a pallas_call's CTA — enters and leaves every region, up to N
+// events per thread and CTA, and after the call writes a Chrome/Perfetto trace JSON into dir
+// (docs/GPU.md, "Profiling"). Usable in any kernel: the interpreters run the body and record
+// nothing.
+template <class F>
+void named_region(const std::string& name, F&& body, Loc loc = Loc::current()) {
+  detail::named_region_begin(name, loc);
+  std::forward<F>(body)();
+  detail::named_region_end(name, loc);
+}
+
 }  // namespace pallas::gpu

@@ -303,6 +303,11 @@ struct CompilerParams {
   std::vector<std::string> dimension_semantics;
   int max_concurrent_steps = 1;
   std::optional<std::vector<int64_t>> cluster;
+  // The on-device profiler (gpu::named_region, docs/GPU.md "Profiling"): how many region events
+  // (an entry or an exit each) every Pallas thread may record per CTA — 0 turns it off — and the
+  // directory each call's Chrome/Perfetto trace JSON is written to. Set both or neither.
+  int profile_space = 0;
+  std::string profile_dir;
 };
 }  // namespace gpu
 namespace triton {

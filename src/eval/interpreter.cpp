@@ -279,6 +279,8 @@ void Interpreter::eval_op(const ir::Op& op) {
   if (op.results.size() == 1 && fusions_.skip[static_cast<size_t>(op.results[0])]) return;
   if (eval_extension_op(op)) return;
   const uint32_t cat = op.info().categories;
+  // Named regions only annotate the kernel for the GPU backend's profiler.
+  if (op.code == OpCode::NamedRegionBegin || op.code == OpCode::NamedRegionEnd) return;
   if ((cat & ir::kSideEffect && op.code != OpCode::DebugPrint && op.code != OpCode::DebugCheck) ||
       op.code == OpCode::AxisIndex)
     throw NotSupportedError(std::string(op.info().name) +

@@ -94,11 +94,13 @@ int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& gr
 }
 
 std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<uint64_t>& operand_ptrs,
-                                  uint64_t workspace, uint64_t error_record, const std::vector<int64_t>& grid) {
+                                  uint64_t workspace, uint64_t error_record, uint64_t profile,
+                                  const std::vector<int64_t>& grid) {
   std::vector<uint64_t> words(operand_ptrs);
   if (words.empty()) words.push_back(0);
   words.push_back(workspace);
   words.push_back(error_record);
+  words.push_back(profile);
   for (int64_t g : grid) words.push_back(static_cast<uint64_t>(g));
   if (grid.empty()) words.push_back(0);
   words.push_back(static_cast<uint64_t>(parallel_points(k, grid)));
@@ -108,7 +110,12 @@ std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<ui
 CodegenOptions codegen_options(const CompilerParamsMap& params) {
   CodegenOptions o;
   auto it = params.find("mosaic_gpu");
-  if (it != params.end()) o.dimension_semantics = std::get<gpu::CompilerParams>(it->second).dimension_semantics;
+  if (it != params.end()) {
+    const auto& p = std::get<gpu::CompilerParams>(it->second);
+    o.dimension_semantics = p.dimension_semantics;
+    o.profile_space = p.profile_space;
+    o.profile_dir = p.profile_dir;
+  }
   return o;
 }
 
@@ -148,6 +155,18 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     if (s != "parallel" && s != "arbitrary" && s != "sequential")
       throw Error("dimension_semantics entries must be \"parallel\", \"arbitrary\" or \"sequential\", got \"" + s + "\"",
                   call.kernel.loc);
+  if (opts.profile_space < 0)
+    throw Error("profile_space must be >= 0 (the region events each Pallas thread may record), got " +
+                    std::to_string(opts.profile_space),
+                call.kernel.loc);
+  if ((opts.profile_space > 0) != !opts.profile_dir.empty())
+    throw Error(opts.profile_space > 0
+                    ? "profile_space is set but profile_dir is empty: name the directory the trace goes to"
+                    : "profile_dir is set but profile_space is 0: say how many region events each Pallas "
+                      "thread may record",
+                call.kernel.loc);
+  out.profile_space = opts.profile_space;
+  out.profile_dir = opts.profile_dir;
   const bool gpu_kernel = call.gpu_kernel.has_value();
   const int thread_axis = gpu_kernel && call.gpu_kernel->has_thread_axis ? static_cast<int>(grid.size()) - 1 : -1;
   if (gpu_kernel) {
@@ -191,6 +210,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       RefInfo r{"((" + ctype(t.dtype) + "*)p.op[" + std::to_string(i) + "])", t.dtype, t.shape, detail::contiguous_strides(t.shape)};
       em.bind_ref(bm.index_map.body.args[grid.size() + static_cast<size_t>(i)], r);
     }
+    mctx.region_names = nullptr;  // regions are the kernel body's
     std::vector<ir::ValueId> ys = em.emit_region(bm.index_map.body);
     for (size_t d = 0; d < ys.size(); ++d) em.line("out[" + std::to_string(d) + "] = (pl_i64)" + em.info(ys[d]).name + ";");
     em.line("return true;");
@@ -231,9 +251,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   const int64_t cta_bytes = arena.peak();
 
   // ---- One grid point: block indices, checks, block pointers, staging, the body.
+  if (out.profile_space > 0) ctx.region_names = &out.region_names;
   Emitter em(k, ctx, 1);
   body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
-          "[[maybe_unused]] pl_u32* pl_phase) {\n";
+          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof) {\n";
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
   const size_t num_index = static_cast<size_t>(gm.num_index_operands);
   for (size_t i = 0; i < num_index; ++i) {
@@ -348,8 +369,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       << out.arena_bytes << " bytes per CTA in " << (out.arena_in_shared ? "shared" : "global") << " memory).\n"
       << "// Compile: nvcc -cubin -arch=sm_90a FILE.cu   (or NVRTC; no include path needed)\n";
   src << "#define PL_NUM_GROUPS " << out.num_groups << "\n";
+  if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
   src << device_runtime_source();
-  src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_i64 grid["
+  src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
   if (out.num_barriers > 0) {
@@ -362,6 +384,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "  const pl_i64* G = p.grid;\n  pl_i64 g[" << G << "] = {0};\n  pl_i64 rest = point;\n";
   src << "  pl_u32 pl_phase[" << std::max<int64_t>(1, (out.num_barriers + 31) / 32) << "] = {0};\n";
   if (thread_axis >= 0) src << "  g[" << thread_axis << "] = pl_group();\n";
+  // This Pallas thread's profile slot for the point (see pl_prof_record).
+  if (out.profile_space > 0)
+    src << "  pl_u64* pl_prof = p.prof + (point * PL_NUM_GROUPS + pl_group()) * (1 + 2 * PL_PROF_SPACE);\n";
+  else
+    src << "  pl_u64* pl_prof = 0;\n";
   for (auto it = out.parallel_axes.rbegin(); it != out.parallel_axes.rend(); ++it)
     src << "  g[" << *it << "] = rest % G[" << *it << "]; rest /= G[" << *it << "];\n";
   std::string indent = "  ";
@@ -369,7 +396,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << indent << "for (g[" << a << "] = 0; g[" << a << "] < G[" << a << "]; ++g[" << a << "]) {\n";
     indent += "  ";
   }
-  src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase)) return;\n";
+  src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof)) return;\n";
   for (size_t i = 0; i < out.sequential_axes.size(); ++i) {
     indent.resize(indent.size() - 2);
     src << indent << "}\n";

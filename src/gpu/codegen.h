@@ -38,6 +38,9 @@ struct CodegenOptions {
   // gpu::CompilerParams::dimension_semantics: "parallel" axes go to CTAs, "arbitrary" (or
   // "sequential") ones run in order inside each CTA. Empty: inferred (see split in codegen.cpp).
   std::vector<std::string> dimension_semantics;
+  // The on-device profiler (gpu::CompilerParams::profile_space / profile_dir; gpu/profiler.h).
+  int profile_space = 0;
+  std::string profile_dir;
 };
 
 // A run-time check of the generated kernel. When it fails the kernel stores 1 + the site's
@@ -72,13 +75,19 @@ struct GeneratedKernel {
   bool arena_in_shared = false;
   std::vector<ErrorSite> error_sites;
   int num_grid_dims = 0;
+  // Profiling: events per Pallas thread and parallel point (0: off), the named regions (an
+  // event's region number indexes them) and where the trace goes.
+  int profile_space = 0;
+  std::vector<std::string> region_names;
+  std::string profile_dir;
 };
 
 // The kernel's parameter block (its PlParams struct: one 8-byte word per field, arrays padded to
-// one entry at least): operands (prefetch, inputs, outputs), workspace, error record, grid sizes,
-// number of parallel points.
+// one entry at least): operands (prefetch, inputs, outputs), workspace, error record, profile
+// buffer (0 when not profiling), grid sizes, number of parallel points.
 std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<uint64_t>& operand_ptrs,
-                                  uint64_t workspace, uint64_t error_record, const std::vector<int64_t>& grid);
+                                  uint64_t workspace, uint64_t error_record, uint64_t profile,
+                                  const std::vector<int64_t>& grid);
 // The points of the kernel's parallel axes (one per CTA iteration).
 int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& grid);
 

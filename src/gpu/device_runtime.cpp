@@ -525,6 +525,22 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
   phases[i >> 5] ^= 1u << (i & 31);
   return true;
 }
+// ---- The on-device profiler (gpu::named_region) ---------------------------------------------------
+// Each Pallas thread has a slot per parallel point (when profiling): word 0 counts the events its
+// thread 0 recorded, then PL_PROF_SPACE events of two words: 2 * region (+1 for the exit) and
+// the time in ns (%globaltimer). Events past the space are counted but not written.
+#ifndef PL_PROF_SPACE
+#define PL_PROF_SPACE 0
+#endif
+PL_DEV void pl_prof_record(pl_u64* slot, pl_u64 tag) {
+  if (pl_tid() != 0) return;
+  const pl_u64 n = slot[0];
+  if (n < PL_PROF_SPACE) {
+    slot[1 + 2 * n] = tag;
+    slot[2 + 2 * n] = pl_now_ns();
+  }
+  slot[0] = n + 1;
+}
 // ---- End of the Pallas device runtime --------------------------------------------------------------
 )PALLAS_RT";
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gpu/cuda_libs.h"
+#include "gpu/profiler.h"
 #include "pallas/error.h"
 
 namespace pallas::gpu {
@@ -164,7 +165,13 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   DeviceBuffer workspace(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
   DeviceBuffer err(kErrorRecordWords * sizeof(int64_t));
   d.check(api.MemsetD8Async(err.ptr(), 0, kErrorRecordWords * sizeof(int64_t), stream), "cuMemsetD8Async");
-  std::vector<uint64_t> words = pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), grid);
+  prepare_profile_dir(k, call.kernel.loc);
+  const size_t profile_words = profile_buffer_words(k, grid);
+  DeviceBuffer profile(std::max<size_t>(8, profile_words * sizeof(uint64_t)));
+  if (profile_words > 0)
+    d.check(api.MemsetD8Async(profile.ptr(), 0, profile_words * sizeof(uint64_t), stream), "cuMemsetD8Async");
+  std::vector<uint64_t> words =
+      pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), profile_words > 0 ? profile.ptr() : 0, grid);
   void* params[] = {words.data()};
   CUlaunchConfig cfg{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
                      static_cast<unsigned>(k.arena_in_shared ? k.arena_bytes : 0), stream, nullptr, 0};
@@ -173,6 +180,12 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   err.download(record, sizeof record, stream);
   d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
   if (record[0] != 0) throw_kernel_error(call, k, record);
+  if (profile_words > 0) {
+    std::vector<uint64_t> events(profile_words);
+    profile.download(events.data(), profile_words * sizeof(uint64_t), stream);
+    d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the profile)");
+    write_profile_trace(call, k, grid, events.data());
+  }
 }
 
 }  // namespace pallas::gpu

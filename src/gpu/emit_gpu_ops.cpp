@@ -15,6 +15,10 @@
 //    wgmma instruction, which needs the swizzled shared-memory layouts Mosaic GPU's transforms set.
 //  * commit_smem syncs the group; wgmma_wait has nothing left to wait for; set_max_registers is
 //    a hint that is not emitted (setmaxnreg.inc waits for registers the kernel may not have).
+//  * named_region begin/end (any kernel): when profiling, thread 0 of the group records the
+//    region's number and the time into the thread's profile slot (gpu/profiler.h).
+#include <algorithm>
+
 #include "gpu/emitter.h"
 #include "pallas/error.h"
 
@@ -52,6 +56,20 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         barrier();
         line("if (pl_tid() == 0) pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ");");
       }
+      return;
+    }
+    case OpCode::NamedRegionBegin:
+    case OpCode::NamedRegionEnd: {
+      if (!ctx_.region_names) return;  // not profiling
+      std::vector<std::string>& names = *ctx_.region_names;
+      const std::string& name = op.attrs.get_string(ir::AttrKey::Name);
+      const size_t id = static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+      if (id == names.size()) names.push_back(name);
+      const bool exit = op.code == OpCode::NamedRegionEnd;
+      // A region ends when the whole group is done with its work (tile ops are loops of the
+      // group's threads), so its exit time covers them all.
+      if (exit) barrier();
+      line("pl_prof_record(" + ctx_.profile_slot + ", " + std::to_string(2 * id + (exit ? 1 : 0)) + "ull);");
       return;
     }
     case OpCode::GpuBarrierArrive:

@@ -343,6 +343,7 @@ void Emitter::emit_op(const ir::Op& op) {
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+    case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
       emit_gpu_op(op);
       return;
     case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:

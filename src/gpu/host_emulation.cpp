@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 
+#include "gpu/profiler.h"
 #include "ir/analysis.h"
 #include "pallas/error.h"
 
@@ -134,8 +135,11 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   for (Array& a : outputs) ptrs.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
   std::vector<uint64_t> arena(static_cast<size_t>(k.arena_bytes) / 8 + 2);  // 8-byte aligned: the widest element
   int64_t err[kErrorRecordWords] = {};
+  prepare_profile_dir(k, call.kernel.loc);
+  std::vector<uint64_t> profile(profile_buffer_words(k, grid));
   std::vector<uint64_t> words = pack_params(k, ptrs, reinterpret_cast<uint64_t>(arena.data()),
-                                            reinterpret_cast<uint64_t>(err), grid);
+                                            reinterpret_cast<uint64_t>(err),
+                                            reinterpret_cast<uint64_t>(profile.empty() ? nullptr : profile.data()), grid);
   {
     // The unit's emulation state (thread count, barrier) is global to its library: one run at a time.
     static std::mutex run_mu;
@@ -145,6 +149,7 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
     entry(words.data(), (std::max(1, threads) + groups - 1) / groups * groups);
   }
   if (err[0] != 0) throw_kernel_error(call, k, err);
+  if (!profile.empty()) write_profile_trace(call, k, grid, profile.data());
   return outputs;
 }
 

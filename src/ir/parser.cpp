@@ -83,6 +83,7 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::Kind:
     case AttrKey::DeviceIdType:
     case AttrKey::AxisNames:
+    case AttrKey::Name:
     case AttrKey::Format: return AttrKind::String;
   }
   return AttrKind::Int;

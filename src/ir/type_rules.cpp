@@ -1025,6 +1025,10 @@ std::vector<Type> rule(const RuleContext& c) {
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
       return gpu_kernel_rule(c);
+    case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
+      c.expect_num_operands(0);
+      if (c.string_attr(AttrKey::Name).empty()) c.fail("needs a region name");
+      return {};
     case OpCode::DebugCheck: {
       const Type& t = c.tensor(0);
       if (!t.is_scalar() || t.dtype != DType::Bool)

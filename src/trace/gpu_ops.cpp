@@ -193,6 +193,20 @@ void wgmma_wait(int n, Loc loc) {
   trace::add_op(OpCode::GpuWgmmaWait, {}, std::move(a), loc);
 }
 
+namespace detail {
+void named_region_begin(const std::string& name, const Loc& loc) {
+  if (name.empty()) throw Error("named_region: the region needs a name", SourceLoc::from(loc));
+  Attrs a;
+  a.set(AttrKey::Name, name);
+  trace::add_op(OpCode::NamedRegionBegin, {}, std::move(a), loc);
+}
+void named_region_end(const std::string& name, const Loc& loc) {
+  Attrs a;
+  a.set(AttrKey::Name, name);
+  trace::add_op(OpCode::NamedRegionEnd, {}, std::move(a), loc);
+}
+}  // namespace detail
+
 void set_max_registers(int n, bool increase, Loc loc) {
   Attrs a;
   a.set(AttrKey::N, int64_t{n});

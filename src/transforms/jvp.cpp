@@ -66,6 +66,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
     case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
     case OpCode::GpuBarrierWait: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+    case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
       return JvpRule::kZeroTangent;
     // No rule yet: fine on integer data, an error once a tangent reaches them.
     case OpCode::Bitcast: case OpCode::AtomicRmw: case OpCode::AtomicCas:

@@ -135,6 +135,19 @@ for e in add softmax; do
   check "emulate_$e" 0 "$PALLAS" run "$e" --backend gpu-emulate --size "${size[$e]}" --seed 3
   expect "emulate_${e}_line" "^$e .* backend=gpu-emulate: .*  ok$"
 done
+# The on-device profiler: a trace file per run, named on stdout; only with the GPU backends.
+tmp=$(mktemp -d)
+check profile_ws_matmul 0 "$PALLAS" run ws_matmul --backend gpu-emulate --size 128 --profile "$tmp/prof"
+expect profile_ws_matmul_path "^profile trace: $tmp/prof/ws_matmul-[0-9]+-trace.json$"
+expect profile_ws_matmul_line "^ws_matmul .* backend=gpu-emulate: .*  ok$"
+trace=$(ls "$tmp"/prof/*-trace.json 2>/dev/null | head -1)
+out=$(cat "$trace" 2>/dev/null)
+expect profile_ws_matmul_regions '"name": "produce", "pid": 1, "tid": 2'
+expect profile_ws_matmul_epilogue '"name": "epilogue", "pid": 1, "tid": 1'
+rm -rf "$tmp"
+check profile_on_reference 2 "$PALLAS" run ws_matmul --profile /tmp/unused-pallas-profile
+expect profile_on_reference_msg "^error: --profile needs --backend gpu or gpu-emulate"
+check profile_space_alone 2 "$PALLAS" run ws_matmul --backend gpu-emulate --profile-space 4
 check cuda_tpu_only 2 "$PALLAS" cuda dma_matmul
 expect cuda_tpu_only_msg "needs the TPU interpret mode"
 exit $fail

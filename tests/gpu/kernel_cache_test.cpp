@@ -16,6 +16,7 @@
 
 #include "gpu/kernel_cache.h"
 #include "pallas/error.h"
+#include "tests/test_util.h"
 
 namespace pl = pallas;
 namespace gpu = pallas::gpu;
@@ -23,22 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "pallas_kernel_cache_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+struct TempDir : test_util::TempDir {
+  TempDir() : test_util::TempDir("pallas_kernel_cache_") {}
 };
 
 // Counts its calls; the "image" is derived from the request so a wrong entry would show.

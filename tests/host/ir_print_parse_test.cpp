@@ -304,7 +304,7 @@ ir::Kernel sparse_core_kernel() {
       "sparse_core");
 }
 
-// The gpu::kernel primitives (barriers, copies, wgmma, waits, registers).
+// The gpu::kernel primitives (barriers, copies, wgmma, waits, registers, named regions).
 ir::Kernel gpu_kernel() {
   namespace plgpu = pallas::gpu;
   return pl::trace_kernel(
@@ -315,7 +315,7 @@ ir::Kernel gpu_kernel() {
         plgpu::set_max_registers(232, true);
         plgpu::wgmma(acc, a, b);
         plgpu::wgmma_wait(0);
-        plgpu::commit_smem();
+        plgpu::named_region("store \"out\"", [&] { plgpu::commit_smem(); });
         plgpu::copy_smem_to_gmem(a, o);
         plgpu::wait_smem_to_gmem(1, true);
       },

@@ -185,7 +185,8 @@ struct Indexer {
   X(HasCoreIndex, "has_core_index")      \
   X(Indirect, "indirect")                \
   X(AddAttr, "add")                      \
-  X(ReadOnly, "read_only")
+  X(ReadOnly, "read_only")               \
+  X(Name, "name")
 
 enum class AttrKey : uint8_t {
 #define PALLAS_X(name, str) name,
