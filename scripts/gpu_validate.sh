@@ -21,7 +21,7 @@ for e in $examples; do
   done
 done
 if out=$("$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    $out"; else log "FAIL  $out"; status=1; fi
-"$BUILD/pallas_tests" --gtest_filter='CudaLibs*:GpuCodegen*:KernelCache*:Examples.Gpu*:*GpuKernel*:*GpuProfiler*' >"$OUT/tests.log" 2>&1 \
+"$BUILD/pallas_tests" --gtest_filter='CudaLibs*:GpuCodegen*:KernelCache*:Examples.Gpu*:*GpuKernel*:*GpuProfiler*:*DeviceArrays*' >"$OUT/tests.log" 2>&1 \
   && log "ok    GPU tests" || { log "FAIL  GPU tests (tests.log)"; status=1; }
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then

@@ -1,5 +1,5 @@
 // DLPack (v0.6) export and zero-copy import of host arrays.
-#include <dlpack/dlpack.h>
+#include "array/dlpack_layout.h"
 
 #include "pallas/array.h"
 
@@ -10,6 +10,9 @@ namespace {
 // as kDLUInt/8 (what 0.6-era frameworks did) and accept code 6 on import for newer producers.
 constexpr uint8_t kDLBoolCode = 6;
 
+}  // namespace
+
+namespace detail {
 DLDataType to_dl_dtype(DType t) {
   DLDataType d;
   d.lanes = 1;
@@ -70,7 +73,7 @@ DType from_dl_dtype(DLDataType d) {
               "); supported: int/uint 8-64, float 16/32/64, bfloat 16, bool 8");
 }
 
-std::string device_name(int type) {
+std::string dlpack_device_name(int type) {
   switch (type) {
     case kDLCPU: return "CPU";
     case kDLCUDA: return "CUDA";
@@ -86,6 +89,38 @@ std::string device_name(int type) {
     default: return "unknown";
   }
 }
+
+DlpackLayout dlpack_layout(const DLTensor& t) {
+  DlpackLayout l;
+  l.dtype = from_dl_dtype(t.dtype);
+  if (t.ndim < 0) throw Error("from_dlpack: negative ndim " + std::to_string(t.ndim));
+  if (t.ndim > 0 && t.shape == nullptr) throw Error("from_dlpack: null shape with ndim > 0");
+  l.shape = Shape(t.shape, t.shape + t.ndim);
+  for (int64_t d : l.shape)
+    if (d < 0) throw Error("from_dlpack: negative dimension in shape " + shape_to_string(l.shape));
+  const int64_t size = num_elements(l.shape);
+  if (t.strides != nullptr && size > 0) {
+    // Row-major contiguous; a dimension of size 1 may carry any stride (it is never stepped).
+    const std::vector<int64_t> expected = row_major_strides(l.shape);
+    for (int i = 0; i < t.ndim; ++i) {
+      if (l.shape[i] != 1 && t.strides[i] != expected[i]) {
+        throw Error("from_dlpack: strides " + shape_to_string(Shape(t.strides, t.strides + t.ndim)) +
+                    " for shape " + shape_to_string(l.shape) + " are not row-major contiguous (expected " +
+                    shape_to_string(expected) + "); make the tensor contiguous first");
+      }
+    }
+  }
+  if (t.data == nullptr && size > 0) throw Error("from_dlpack: null data pointer");
+  l.data = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.byte_offset;
+  if (reinterpret_cast<uintptr_t>(l.data) % static_cast<uintptr_t>(itemsize(l.dtype)) != 0)
+    throw Error("from_dlpack: data pointer is not aligned to the " + std::to_string(itemsize(l.dtype)) +
+                "-byte element size of " + std::string(dtype_name(l.dtype)));
+  return l;
+}
+}  // namespace detail
+
+namespace {
+using detail::to_dl_dtype;
 
 // Owns everything an exported tensor points to: a handle on the array (keeping its buffer
 // alive) and the shape / strides arrays. The DLManagedTensor lives inside it too, so the
@@ -127,34 +162,10 @@ Array Array::from_dlpack(DLManagedTensor* tensor) {
   const DLTensor& t = tensor->dl_tensor;
   if (t.device.device_type != kDLCPU)
     throw Error("from_dlpack: tensor is on device type " + std::to_string(t.device.device_type) +
-                " (" + device_name(t.device.device_type) + "); host Arrays need kDLCPU");
-  const DType dtype = from_dl_dtype(t.dtype);
-  if (t.ndim < 0) throw Error("from_dlpack: negative ndim " + std::to_string(t.ndim));
-  if (t.ndim > 0 && t.shape == nullptr) throw Error("from_dlpack: null shape with ndim > 0");
-  Shape shape(t.shape, t.shape + t.ndim);
-  for (int64_t d : shape)
-    if (d < 0) throw Error("from_dlpack: negative dimension in shape " + shape_to_string(shape));
-  const int64_t size = num_elements(shape);
-  if (t.strides != nullptr && size > 0) {
-    // Row-major contiguous; a dimension of size 1 may carry any stride (it is never stepped).
-    const std::vector<int64_t> expected = row_major_strides(shape);
-    for (int i = 0; i < t.ndim; ++i) {
-      if (shape[i] != 1 && t.strides[i] != expected[i]) {
-        throw Error("from_dlpack: strides " +
-                    shape_to_string(Shape(t.strides, t.strides + t.ndim)) + " for shape " +
-                    shape_to_string(shape) + " are not row-major contiguous (expected " +
-                    shape_to_string(expected) + "); make the tensor contiguous first");
-      }
-    }
-  }
-  if (t.data == nullptr && size > 0) throw Error("from_dlpack: null data pointer");
-  void* data = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.byte_offset;
-  if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(itemsize(dtype)) != 0)
-    throw Error("from_dlpack: data pointer is not aligned to the " +
-                std::to_string(itemsize(dtype)) + "-byte element size of " +
-                std::string(dtype_name(dtype)));
+                " (" + detail::dlpack_device_name(t.device.device_type) + "); host Arrays need kDLCPU");
+  const detail::DlpackLayout l = detail::dlpack_layout(t);
   // From here on we own the tensor: its deleter runs when the last handle dies.
-  return wrap(data, std::move(shape), dtype, [tensor] {
+  return wrap(l.data, l.shape, l.dtype, [tensor] {
     if (tensor->deleter != nullptr) tensor->deleter(tensor);
   });
 }

@@ -1,6 +1,8 @@
 // The GPU backend of pallas_call (backend "mosaic_gpu"): generate CUDA for the traced call,
 // compile it for the device's arch (cached), move the operands to the device, launch, bring the
 // outputs back. Aliased inputs are updated in place, as in the interpreters.
+#include "gpu/backend.h"
+
 #include <map>
 #include <mutex>
 
@@ -30,10 +32,6 @@ std::shared_ptr<const T> kept_by_call(PallasCallImpl& c, const TracedCall& tc, c
   return fresh;
 }
 
-struct Loaded {
-  GeneratedKernel kernel;
-  void* function = nullptr;  // the loaded entry (its module stays loaded)
-};
 }  // namespace
 
 void check_compilable_kernel(const TracedCall& tc, const SourceLoc& loc) {
@@ -54,10 +52,10 @@ void check_compilable_kernel(const TracedCall& tc, const SourceLoc& loc) {
                             loc);
 }
 
-std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
-                           const std::vector<int64_t>& grid) {
-  std::shared_ptr<const Loaded> loaded = kept_by_call<Loaded>(c, tc, grid, [&] {
-    auto fresh = std::make_shared<Loaded>();
+std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const TracedCall& tc,
+                                                  const std::vector<int64_t>& grid) {
+  return kept_by_call<LoadedKernel>(c, tc, grid, [&] {
+    auto fresh = std::make_shared<LoadedKernel>();
     // Generate first: a kernel the GPU cannot run is reported as such even without a GPU.
     CodegenOptions opts = codegen_options(c.compiler_params);
     fresh->kernel = generate_cuda(tc, grid, opts);
@@ -75,6 +73,20 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
     fresh->function = load_function(image->image, k);
     return fresh;
   });
+}
+
+std::shared_ptr<const GeneratedKernel> emulated_kernel(PallasCallImpl& c, const TracedCall& tc,
+                                                       const std::vector<int64_t>& grid) {
+  return kept_by_call<GeneratedKernel>(c, tc, grid, [&] {
+    return std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, codegen_options(c.compiler_params)));
+  });
+}
+
+int emulation_threads(const GeneratedKernel& k) { return k.num_groups > 1 ? 2 * k.num_groups : 4; }
+
+std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
+                           const std::vector<int64_t>& grid) {
+  std::shared_ptr<const LoadedKernel> loaded = loaded_kernel(c, tc, grid);
   const GeneratedKernel& k = loaded->kernel;
   Device& device = Device::get();
 
@@ -122,11 +134,8 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
 
 std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
                                     const std::vector<int64_t>& grid) {
-  std::shared_ptr<const GeneratedKernel> k = kept_by_call<GeneratedKernel>(c, tc, grid, [&] {
-    return std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, codegen_options(c.compiler_params)));
-  });
-  // Two host threads per group at least, so the barriers the emitter placed are exercised.
-  return run_host_emulation(tc, *k, args, grid, k->num_groups > 1 ? 2 * k->num_groups : 4);
+  std::shared_ptr<const GeneratedKernel> k = emulated_kernel(c, tc, grid);
+  return run_host_emulation(tc, *k, args, grid, emulation_threads(*k));
 }
 
 }  // namespace pallas::gpu

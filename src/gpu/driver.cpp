@@ -43,6 +43,7 @@ struct DriverApi {
   CUresult (*MemFree)(CUdeviceptr);
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
   CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*StreamSynchronize)(CUstream);
   CUresult (*GetErrorString)(CUresult, const char**);
@@ -73,6 +74,7 @@ Device& Device::get() {
     PALLAS_SYM(MemFree, "cuMemFree_v2");
     PALLAS_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     PALLAS_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    PALLAS_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     PALLAS_SYM(MemsetD8Async, "cuMemsetD8Async");
     PALLAS_SYM(StreamSynchronize, "cuStreamSynchronize");
     PALLAS_SYM(GetErrorString, "cuGetErrorString");
@@ -138,6 +140,20 @@ void DeviceBuffer::upload(const void* src, size_t bytes, void* stream) {
 void DeviceBuffer::download(void* dst, size_t bytes, void* stream) const {
   Device& d = Device::get();
   d.check(d.api().MemcpyDtoHAsync(dst, ptr_, bytes, stream), "cuMemcpyDtoHAsync");
+}
+
+void DeviceBuffer::copy_from(uint64_t src, size_t bytes, void* stream) {
+  copy_device_to_device(ptr_, src, bytes, stream);
+}
+
+void copy_device_to_host(void* dst, uint64_t src, size_t bytes, void* stream) {
+  Device& d = Device::get();
+  d.check(d.api().MemcpyDtoHAsync(dst, src, bytes, stream), "cuMemcpyDtoHAsync");
+}
+
+void copy_device_to_device(uint64_t dst, uint64_t src, size_t bytes, void* stream) {
+  Device& d = Device::get();
+  d.check(d.api().MemcpyDtoDAsync(dst, src, bytes, stream), "cuMemcpyDtoDAsync");
 }
 
 void* load_function(const std::vector<char>& image, const GeneratedKernel& k) {

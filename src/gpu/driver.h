@@ -56,11 +56,18 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
   void upload(const void* src, size_t bytes, void* stream = nullptr);
   void download(void* dst, size_t bytes, void* stream = nullptr) const;
+  // Copies `bytes` from device address `src` (stream-ordered).
+  void copy_from(uint64_t src, size_t bytes, void* stream = nullptr);
 
  private:
   uint64_t ptr_ = 0;
   size_t bytes_ = 0;
 };
+
+// Stream-ordered copies from device address `src` (device memory not owned by a DeviceBuffer,
+// e.g. imported with DLPack).
+void copy_device_to_host(void* dst, uint64_t src, size_t bytes, void* stream);
+void copy_device_to_device(uint64_t dst, uint64_t src, size_t bytes, void* stream);
 
 // Loads a compiled image (a cubin of `k`'s unit) into the current context and returns its entry
 // function, with the dynamic shared memory limit raised when the arena needs more than 48 KiB.

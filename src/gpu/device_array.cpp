@@ -1,0 +1,224 @@
+// Device arrays (include/pallas/device_array.h): GPU memory (or the emulated device's host
+// memory), DLPack both ways, and pallas_calls run on them with no host round trip.
+#include "pallas/device_array.h"
+
+#include <dlpack/dlpack.h>
+
+#include <map>
+#include <set>
+
+#include "array/dlpack_layout.h"
+#include "core/call.h"
+#include "gpu/backend.h"
+#include "gpu/driver.h"
+#include "gpu/host_emulation.h"
+#include "ir/analysis.h"
+
+namespace pallas::gpu {
+
+// Exactly one of the three owns the memory.
+struct DeviceArray::Storage {
+  DeviceBuffer gpu;                      // allocated here, on the GPU
+  Array host;                            // the emulated device's memory
+  DLManagedTensor* imported = nullptr;   // from DLPack: its deleter runs with the last handle
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (imported && imported->deleter) imported->deleter(imported);
+  }
+};
+
+namespace {
+
+// Keeps the exported memory alive and owns the tensor's shape and strides.
+struct ExportContext {
+  DeviceArray array;
+  std::vector<int64_t> shape, strides;
+  DLManagedTensor tensor{};
+};
+
+}  // namespace
+
+DeviceArray DeviceArray::uninitialized(const ShapeDtype& s, bool on_gpu) {
+  DeviceArray d;
+  d.storage_ = std::make_shared<Storage>();
+  d.shape_ = s.shape;
+  d.dtype_ = s.dtype;
+  d.on_gpu_ = on_gpu;
+  if (on_gpu) {
+    d.storage_->gpu = DeviceBuffer(static_cast<size_t>(d.nbytes()));
+    d.ptr_ = d.storage_->gpu.ptr();
+  } else {
+    d.storage_->host = Array::uninitialized(s.shape, s.dtype);
+    d.ptr_ = reinterpret_cast<uint64_t>(d.storage_->host.raw_data());
+  }
+  return d;
+}
+
+DeviceArray DeviceArray::to_gpu(const Array& a, void* stream) {
+  DeviceArray d = uninitialized(a.shape_dtype(), true);
+  if (d.nbytes() > 0) d.storage_->gpu.upload(a.raw_data(), static_cast<size_t>(d.nbytes()), stream);
+  return d;
+}
+
+DeviceArray DeviceArray::emulated(const Array& a) {
+  DeviceArray d;
+  d.storage_ = std::make_shared<Storage>();
+  d.storage_->host = a.clone();
+  d.shape_ = a.shape();
+  d.dtype_ = a.dtype();
+  d.ptr_ = reinterpret_cast<uint64_t>(d.storage_->host.raw_data());
+  return d;
+}
+
+Array DeviceArray::emulated_memory() const {
+  if (!storage_) throw Error("DeviceArray: an empty (default-constructed) device array has no memory");
+  if (on_gpu_) throw Error("DeviceArray::emulated_memory: the array is in GPU memory (use to_host)");
+  if (storage_->host.size() == size() && storage_->host.raw_data() == reinterpret_cast<void*>(ptr_))
+    return storage_->host;
+  return Array::wrap(reinterpret_cast<void*>(ptr_), shape_, dtype_, [keep = storage_] {});
+}
+
+Array DeviceArray::to_host(void* stream) const {
+  if (!storage_) throw Error("DeviceArray::to_host: an empty (default-constructed) device array");
+  if (!on_gpu_) return emulated_memory().clone();
+  Array out = Array::uninitialized(shape_, dtype_);
+  if (nbytes() > 0) {
+    copy_device_to_host(out.raw_data(), ptr_, static_cast<size_t>(nbytes()), stream);
+    Device::get().synchronize(stream);
+  }
+  return out;
+}
+
+DLManagedTensor* DeviceArray::to_dlpack() const {
+  if (!storage_) throw Error("DeviceArray::to_dlpack: an empty (default-constructed) device array");
+  auto ctx = std::make_unique<ExportContext>();
+  ctx->array = *this;
+  ctx->shape = shape_;
+  ctx->strides = row_major_strides(shape_);
+  DLTensor& t = ctx->tensor.dl_tensor;
+  t.data = reinterpret_cast<void*>(ptr_);
+  t.device = on_gpu_ ? DLDevice{kDLCUDA, 0} : DLDevice{kDLCPU, 0};
+  t.ndim = static_cast<int32_t>(shape_.size());
+  t.dtype = detail::to_dl_dtype(dtype_);
+  t.shape = ctx->shape.data();
+  t.strides = ctx->strides.data();
+  t.byte_offset = 0;
+  ctx->tensor.manager_ctx = ctx.get();
+  ctx->tensor.deleter = [](DLManagedTensor* self) { delete static_cast<ExportContext*>(self->manager_ctx); };
+  return &ctx.release()->tensor;
+}
+
+DeviceArray DeviceArray::from_dlpack(DLManagedTensor* tensor) {
+  // Until the end nothing takes ownership: on an error the caller still owns `tensor`.
+  if (tensor == nullptr) throw Error("DeviceArray::from_dlpack: null tensor");
+  const DLTensor& t = tensor->dl_tensor;
+  const int type = t.device.device_type;
+  if (type != kDLCUDA && type != kDLCPU)
+    throw Error("DeviceArray::from_dlpack: tensor is on device type " + std::to_string(type) + " (" +
+                detail::dlpack_device_name(type) + "); device arrays take kDLCUDA (or kDLCPU: emulated)");
+  if (type == kDLCUDA && t.device.device_id != 0)
+    throw Error("DeviceArray::from_dlpack: tensor is on CUDA device " + std::to_string(t.device.device_id) +
+                "; the GPU backend runs on device 0");
+  const detail::DlpackLayout l = detail::dlpack_layout(t);
+  DeviceArray d;
+  d.storage_ = std::make_shared<Storage>();
+  d.storage_->imported = tensor;
+  d.shape_ = l.shape;
+  d.dtype_ = l.dtype;
+  d.on_gpu_ = type == kDLCUDA;
+  d.ptr_ = reinterpret_cast<uint64_t>(l.data);
+  return d;
+}
+
+std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vector<DeviceArray>& args, void* stream) {
+  PallasCallImpl& c = *call.impl();
+  const std::string who = "call_on_device(" + c.func_src_info() + ")";
+  if (c.backend != "mosaic_gpu" && c.backend != "gpu_emulate")
+    throw Error(who + ": device arrays run on the GPU backend (backend \"mosaic_gpu\") or its emulation "
+                      "(\"gpu_emulate\"); this call's backend is \"" + c.backend + "\"",
+                c.loc);
+  if (c.vmap) throw NotSupportedError(who + ": a vmapped call on device arrays", c.loc);
+  std::vector<int64_t> grid;
+  for (const GridDim& d : c.grid_spec.grid.dims) {
+    if (d.is_dynamic())
+      throw NotSupportedError(who + ": dynamic grid sizes on device arrays (they are host scalars: call with "
+                                    "host arrays)",
+                              c.loc);
+    grid.push_back(d.size());
+  }
+  const bool gpu = c.backend == "mosaic_gpu";
+  std::vector<ShapeDtype> sig;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].storage_)
+      throw Error(who + ": argument " + std::to_string(i) + " is an empty (default-constructed) device array", c.loc);
+    if (args[i].on_gpu() != gpu)
+      throw Error(who + ": argument " + std::to_string(i) + " is in " +
+                      (args[i].on_gpu() ? "GPU memory" : "the emulated device's (host) memory") +
+                      " but the call runs " + (gpu ? "on the GPU (backend mosaic_gpu)" : "emulated (backend gpu_emulate)"),
+                  c.loc);
+    sig.push_back(args[i].shape_dtype());
+  }
+  std::shared_ptr<const TracedCall> tc = c.trace(sig);
+  if (tc->gpu_kernel) check_compilable_kernel(*tc, c.loc);
+  const GridMapping& gm = tc->grid_mapping;
+  std::map<int, int> alias_of_output;
+  for (auto [i, o] : tc->input_output_aliases) alias_of_output[o] = i;
+
+  if (!gpu) {
+    std::vector<Array> host_args;
+    for (const DeviceArray& a : args) host_args.push_back(a.emulated_memory());
+    std::shared_ptr<const GeneratedKernel> k = emulated_kernel(c, *tc, grid);
+    std::vector<Array> outs = run_host_emulation(*tc, *k, host_args, grid, emulation_threads(*k));
+    std::vector<DeviceArray> result;
+    for (int o = 0; o < gm.num_outputs; ++o) {
+      auto alias = alias_of_output.find(o);
+      if (alias != alias_of_output.end()) {
+        result.push_back(args[static_cast<size_t>(alias->second)]);  // updated in place
+        continue;
+      }
+      DeviceArray d;
+      d.storage_ = std::make_shared<DeviceArray::Storage>();
+      d.storage_->host = outs[static_cast<size_t>(o)];
+      d.shape_ = d.storage_->host.shape();
+      d.dtype_ = d.storage_->host.dtype();
+      d.ptr_ = reinterpret_cast<uint64_t>(d.storage_->host.raw_data());
+      result.push_back(std::move(d));
+    }
+    return result;
+  }
+
+  std::shared_ptr<const LoadedKernel> loaded = loaded_kernel(c, *tc, grid);
+  // An input the kernel writes (and does not alias to an output) gets a private copy, as with
+  // host arrays: the caller's array is not changed.
+  const std::vector<bool> written = ir::params_written(tc->kernel);
+  std::set<int> aliased_inputs;
+  for (auto [i, o] : tc->input_output_aliases) aliased_inputs.insert(i);
+  std::vector<DeviceArray> private_copies;
+  std::vector<uint64_t> ptrs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i < written.size() && written[i] && !aliased_inputs.count(static_cast<int>(i))) {
+      private_copies.push_back(DeviceArray::uninitialized(args[i].shape_dtype(), true));
+      if (args[i].nbytes() > 0)
+        private_copies.back().storage_->gpu.copy_from(args[i].data_ptr(), static_cast<size_t>(args[i].nbytes()), stream);
+      ptrs.push_back(private_copies.back().data_ptr());
+    } else {
+      ptrs.push_back(args[i].data_ptr());
+    }
+  }
+  std::vector<DeviceArray> result;
+  for (int o = 0; o < gm.num_outputs; ++o) {
+    auto alias = alias_of_output.find(o);
+    if (alias != alias_of_output.end()) {
+      result.push_back(args[static_cast<size_t>(alias->second)]);
+    } else {
+      result.push_back(DeviceArray::uninitialized(gm.block_mappings[static_cast<size_t>(gm.num_inputs + o)].array, true));
+    }
+    ptrs.push_back(result.back().data_ptr());
+  }
+  launch_generated(*tc, loaded->kernel, loaded->function, ptrs, grid, stream);
+  return result;
+}
+
+}  // namespace pallas::gpu

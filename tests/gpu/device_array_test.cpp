@@ -1,0 +1,195 @@
+// Device arrays (pallas/device_array.h): calls chained on device-resident operands, in-place
+// aliasing, private copies of written inputs, DLPack both ways, and the errors. Values are
+// checked against plain C++. Each case runs emulated (gpu_emulate: the device's memory is host
+// memory) and, where there is a GPU, on it.
+#include <gtest/gtest.h>
+
+#include <dlpack/dlpack.h>
+
+#include "gpu/cuda_libs.h"
+#include "pallas/device_array.h"
+#include "pallas/pallas.h"
+#include "tests/test_util.h"
+
+namespace pl = pallas;
+namespace plgpu = pallas::gpu;
+using test_util::error_of;
+
+namespace {
+
+class DeviceArrays : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() != "mosaic_gpu") return;
+    if (std::string why = pl::gpu::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
+  }
+  bool gpu() const { return GetParam() == "mosaic_gpu"; }
+  plgpu::DeviceArray put(const pl::Array& a) const {
+    return gpu() ? plgpu::DeviceArray::to_gpu(a) : plgpu::DeviceArray::emulated(a);
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceArrays, testing::Values("gpu_emulate", "mosaic_gpu"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// o = x * a + 1, in blocks of 128.
+pl::PallasCall affine(const std::string& backend, float a, std::map<int, int> aliases = {}) {
+  pl::CallOptions o;
+  o.grid = {4};
+  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.backend = backend;
+  o.input_output_aliases = std::move(aliases);
+  return pl::pallas_call([a](pl::Ref x, pl::Ref out) { out[pl::all] = x[pl::all] * a + 1.0f; },
+                         pl::ShapeDtype({512}, pl::f32), o);
+}
+
+pl::Array ramp(int64_t n) {
+  pl::Array a = pl::Array::zeros({n}, pl::f32);
+  for (int64_t i = 0; i < n; ++i) a.data<float>()[i] = static_cast<float>(i % 37) - 11.0f;
+  return a;
+}
+
+TEST_P(DeviceArrays, CallsChainOnDeviceResidentOperands) {
+  pl::Array x = ramp(512);
+  plgpu::DeviceArray dx = put(x);
+  EXPECT_EQ(dx.shape(), (pl::Shape{512}));
+  EXPECT_EQ(dx.on_gpu(), gpu());
+  pl::PallasCall twice = affine(GetParam(), 2.0f), thrice = affine(GetParam(), 3.0f);
+  plgpu::DeviceArray y = plgpu::call_on_device(twice, {dx}).at(0);
+  plgpu::DeviceArray z = plgpu::call_on_device(thrice, {y}).at(0);
+  EXPECT_FALSE(z.shares_buffer_with(y));
+  pl::Array out = z.to_host();
+  for (int64_t i = 0; i < 512; ++i) {
+    const float v = x.data<float>()[i];
+    ASSERT_EQ(out.data<float>()[i], (v * 2.0f + 1.0f) * 3.0f + 1.0f) << i;
+  }
+  // The operands are unchanged, and the host array was copied, not shared.
+  pl::Array back = dx.to_host();
+  for (int64_t i = 0; i < 512; ++i) ASSERT_EQ(back.data<float>()[i], x.data<float>()[i]) << i;
+}
+
+TEST_P(DeviceArrays, AnAliasedOutputIsItsInputUpdatedInPlace) {
+  pl::Array x = ramp(512);
+  plgpu::DeviceArray dx = put(x);
+  plgpu::DeviceArray out = plgpu::call_on_device(affine(GetParam(), 5.0f, {{0, 0}}), {dx}).at(0);
+  EXPECT_TRUE(out.shares_buffer_with(dx));
+  EXPECT_EQ(out.data_ptr(), dx.data_ptr());
+  pl::Array got = dx.to_host();
+  for (int64_t i = 0; i < 512; ++i) ASSERT_EQ(got.data<float>()[i], x.data<float>()[i] * 5.0f + 1.0f) << i;
+}
+
+// A kernel that writes its input without aliasing it works on a private copy, as with host arrays.
+TEST_P(DeviceArrays, AWrittenInputThatIsNotAliasedStaysUnchanged) {
+  pl::CallOptions o;
+  o.backend = GetParam();
+  pl::PallasCall call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref out) {
+        x[pl::all] = x[pl::all] + 100.0f;
+        out[pl::all] = x[pl::all] * 2.0f;
+      },
+      pl::ShapeDtype({64}, pl::f32), o);
+  pl::Array x = ramp(64);
+  plgpu::DeviceArray dx = put(x);
+  pl::Array out = plgpu::call_on_device(call, {dx}).at(0).to_host();
+  pl::Array after = dx.to_host();
+  for (int64_t i = 0; i < 64; ++i) {
+    ASSERT_EQ(out.data<float>()[i], (x.data<float>()[i] + 100.0f) * 2.0f) << i;
+    ASSERT_EQ(after.data<float>()[i], x.data<float>()[i]) << i;
+  }
+}
+
+// DLPack: export shares the memory and keeps it alive; import takes ownership and runs the
+// producer's deleter once, when the last handle is gone.
+TEST_P(DeviceArrays, DlpackRoundTripSharesMemory) {
+  pl::Array x = ramp(512);
+  DLManagedTensor* t = nullptr;
+  uint64_t address = 0;
+  {
+    plgpu::DeviceArray dx = put(x);
+    address = dx.data_ptr();
+    t = dx.to_dlpack();
+  }  // the export keeps the memory alive
+  EXPECT_EQ(t->dl_tensor.device.device_type, gpu() ? kDLCUDA : kDLCPU);
+  EXPECT_EQ(t->dl_tensor.device.device_id, 0);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(t->dl_tensor.data), address);
+  EXPECT_EQ(t->dl_tensor.ndim, 1);
+  EXPECT_EQ(t->dl_tensor.shape[0], 512);
+  EXPECT_EQ(t->dl_tensor.dtype.code, kDLFloat);
+  EXPECT_EQ(t->dl_tensor.dtype.bits, 32);
+  plgpu::DeviceArray imported = plgpu::DeviceArray::from_dlpack(t);
+  EXPECT_EQ(imported.data_ptr(), address);
+  EXPECT_EQ(imported.on_gpu(), gpu());
+  pl::Array out = plgpu::call_on_device(affine(GetParam(), 2.0f), {imported}).at(0).to_host();
+  for (int64_t i = 0; i < 512; ++i) ASSERT_EQ(out.data<float>()[i], x.data<float>()[i] * 2.0f + 1.0f) << i;
+}
+
+// A foreign producer's tensor: its deleter runs exactly once, after the last handle.
+TEST(DeviceArraysEmulated, ImportedTensorsDeleterRunsOnceAtTheEnd) {
+  static int deleted = 0;
+  deleted = 0;
+  std::vector<float> data(512);
+  for (int i = 0; i < 512; ++i) data[static_cast<size_t>(i)] = static_cast<float>(i);
+  int64_t shape[1] = {512};
+  DLManagedTensor t{};
+  t.dl_tensor.data = data.data();
+  t.dl_tensor.device = {kDLCPU, 0};
+  t.dl_tensor.ndim = 1;
+  t.dl_tensor.dtype = {kDLFloat, 32, 1};
+  t.dl_tensor.shape = shape;
+  t.deleter = [](DLManagedTensor*) { ++deleted; };
+  {
+    plgpu::DeviceArray d = plgpu::DeviceArray::from_dlpack(&t);
+    plgpu::DeviceArray y = plgpu::call_on_device(affine("gpu_emulate", 1.0f, {{0, 0}}), {d}).at(0);
+    d = plgpu::DeviceArray();
+    EXPECT_EQ(deleted, 0);  // y still holds the memory
+    EXPECT_EQ(y.to_host().data<float>()[7], 8.0f);
+  }
+  EXPECT_EQ(deleted, 1);
+  EXPECT_EQ(data[7], 8.0f);  // updated in the producer's memory: no copy was made
+}
+
+TEST(DeviceArraysEmulated, MisuseIsReportedClearly) {
+  pl::Array x = ramp(512);
+  plgpu::DeviceArray dx = plgpu::DeviceArray::emulated(x);
+  // The call runs elsewhere than its operands.
+  EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(affine("reference", 2.0f), {dx}); }),
+                  "device arrays run on the GPU backend (backend \"mosaic_gpu\") or its emulation");
+  if (!pl::gpu::driver_unavailable_reason().empty()) {
+    EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(affine("mosaic_gpu", 2.0f), {dx}); }),
+                    "argument 0 is in the emulated device's (host) memory but the call runs on the GPU");
+    EXPECT_CONTAINS(error_of([&] { plgpu::DeviceArray::to_gpu(x); }), "the GPU backend needs an NVIDIA GPU");
+  }
+  // Shapes are checked as for host arrays.
+  plgpu::DeviceArray small = plgpu::DeviceArray::emulated(ramp(100));
+  EXPECT_FALSE(error_of([&] { plgpu::call_on_device(affine("gpu_emulate", 2.0f), {small}); }).empty());
+  EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(affine("gpu_emulate", 2.0f), {plgpu::DeviceArray()}); }),
+                  "argument 0 is an empty (default-constructed) device array");
+  // Imports: device type, device id and layout.
+  float data[6] = {};
+  int64_t shape[2] = {2, 3}, strides[2] = {1, 2};
+  DLManagedTensor t{};
+  t.dl_tensor.data = data;
+  t.dl_tensor.device = {kDLROCM, 0};
+  t.dl_tensor.ndim = 2;
+  t.dl_tensor.dtype = {kDLFloat, 32, 1};
+  t.dl_tensor.shape = shape;
+  EXPECT_CONTAINS(error_of([&] { plgpu::DeviceArray::from_dlpack(&t); }), "device type 10 (ROCM)");
+  t.dl_tensor.device = {kDLCUDA, 1};
+  EXPECT_CONTAINS(error_of([&] { plgpu::DeviceArray::from_dlpack(&t); }),
+                  "tensor is on CUDA device 1; the GPU backend runs on device 0");
+  t.dl_tensor.device = {kDLCUDA, 0};
+  t.dl_tensor.strides = strides;
+  EXPECT_CONTAINS(error_of([&] { plgpu::DeviceArray::from_dlpack(&t); }), "are not row-major contiguous");
+  // Dynamic grid sizes are host scalars.
+  pl::CallOptions o;
+  o.grid = pl::Grid{pl::dynamic};
+  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.backend = "gpu_emulate";
+  pl::PallasCall dynamic =
+      pl::pallas_call([](pl::Ref a, pl::Ref b) { b[pl::all] = a[pl::all]; }, pl::ShapeDtype({512}, pl::f32), o);
+  EXPECT_CONTAINS(error_of<pl::NotSupportedError>([&] { plgpu::call_on_device(dynamic, {dx}); }),
+                  "dynamic grid sizes on device arrays");
+}
+
+}  // namespace
