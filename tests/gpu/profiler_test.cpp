@@ -18,6 +18,7 @@
 #include "gpu/cuda_libs.h"
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
+#include "pallas/tpu.h"
 #include "tests/test_util.h"
 
 namespace pl = pallas;
@@ -423,6 +424,31 @@ TEST(GpuProfilerEmulated, RegionsChangeNothingElse) {
   EXPECT_CONTAINS(profiled_k.source, "pl_prof_record(pl_prof, 0ull);");  // "all" entered
   EXPECT_CONTAINS(profiled_k.source, "pl_prof_record(pl_prof, 5ull);");  // "compute" left
   EXPECT_EQ(profiled_k.region_names, (std::vector<std::string>{"all", "load", "compute"}));
+}
+
+// In a pallas_call on the reference interpreter and the TPU interpret mode, a region is its body.
+TEST(GpuProfilerEmulated, NamedRegionsRunInEveryInterpreter) {
+  for (int mode = 0; mode < 2; ++mode) {
+    pl::CallOptions o;
+    o.grid = {2};
+    o.in_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::Indices{i}; })};
+    o.out_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::Indices{i}; })};
+    if (mode == 0)
+      o.interpret = true;
+    else
+      o.interpret = pl::tpu::InterpretParams{.detect_races = true};
+    pl::PallasCall call = pl::pallas_call(
+        [](pl::Ref x, pl::Ref out) {
+          plgpu::named_region("outer", [&] {
+            plgpu::named_region("inner", [&] { out[pl::all] = x[pl::all] * 2.0f; });
+            out[pl::all] = out[pl::all] - 1.0f;
+          });
+        },
+        pl::ShapeDtype({16}, pl::f32), o);
+    pl::Array x = iota_f32(16);
+    pl::Array out = call(x).at(0);
+    for (int64_t i = 0; i < 16; ++i) ASSERT_EQ(out.data<float>()[i], 2.0f * x.data<float>()[i] - 1.0f) << mode;
+  }
 }
 
 // The profiled kernel is valid CUDA for the GPUs (%globaltimer, the slot arithmetic).
