@@ -183,9 +183,11 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   d.check(api.MemsetD8Async(err.ptr(), 0, kErrorRecordWords * sizeof(int64_t), stream), "cuMemsetD8Async");
   prepare_profile_dir(k, call.kernel.loc);
   const size_t profile_words = profile_buffer_words(k, grid);
-  DeviceBuffer profile(std::max<size_t>(8, profile_words * sizeof(uint64_t)));
-  if (profile_words > 0)
+  DeviceBuffer profile;  // only when profiling: every allocation adds to the launch overhead
+  if (profile_words > 0) {
+    profile = DeviceBuffer(profile_words * sizeof(uint64_t));
     d.check(api.MemsetD8Async(profile.ptr(), 0, profile_words * sizeof(uint64_t), stream), "cuMemsetD8Async");
+  }
   std::vector<uint64_t> words =
       pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), profile_words > 0 ? profile.ptr() : 0, grid);
   void* params[] = {words.data()};
