@@ -62,6 +62,8 @@ class DeviceArray {
 
  private:
   friend std::vector<DeviceArray> call_on_device(const PallasCall&, const std::vector<DeviceArray>&, void*);
+  // An emulated array whose memory is `memory` (no copy).
+  static DeviceArray over_host_memory(Array memory);
   std::shared_ptr<Storage> storage_;
   Shape shape_{0};
   DType dtype_ = DType::F32;

@@ -120,39 +120,38 @@ DlpackLayout dlpack_layout(const DLTensor& t) {
 }  // namespace detail
 
 namespace {
-using detail::to_dl_dtype;
-
-// Owns everything an exported tensor points to: a handle on the array (keeping its buffer
-// alive) and the shape / strides arrays. The DLManagedTensor lives inside it too, so the
-// deleter frees all of it at once.
+// Owns everything an exported tensor points to: what keeps the memory alive and the shape /
+// strides arrays. The DLManagedTensor lives inside it too, so the deleter frees all of it at once.
 struct ExportContext {
-  Array array;
+  std::shared_ptr<const void> keep_alive;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
   DLManagedTensor tensor{};
 };
-
 }  // namespace
 
-DLManagedTensor* Array::to_dlpack() const {
-  const DLDataType dl_dtype = to_dl_dtype(dtype_);
+DLManagedTensor* detail::export_dlpack(std::shared_ptr<const void> keep_alive, void* data, DLDevice device,
+                                       const Shape& shape, DType dtype) {
+  const DLDataType dl_dtype = to_dl_dtype(dtype);
   auto ctx = std::make_unique<ExportContext>();
-  ctx->array = *this;
-  ctx->shape = shape_;
-  ctx->strides = row_major_strides(shape_);  // explicit: some consumers require strides
+  ctx->keep_alive = std::move(keep_alive);
+  ctx->shape = shape;
+  ctx->strides = row_major_strides(shape);  // explicit: some consumers require strides
   DLTensor& t = ctx->tensor.dl_tensor;
-  t.data = data_;  // DLPack has no const; consumers writing through it write into this Array
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = rank();
+  t.data = data;  // DLPack has no const; consumers writing through it write into the memory
+  t.device = device;
+  t.ndim = static_cast<int32_t>(shape.size());
   t.dtype = dl_dtype;
   t.shape = ctx->shape.data();
   t.strides = ctx->strides.data();
   t.byte_offset = 0;
   ctx->tensor.manager_ctx = ctx.get();
-  ctx->tensor.deleter = [](DLManagedTensor* self) {
-    delete static_cast<ExportContext*>(self->manager_ctx);
-  };
+  ctx->tensor.deleter = [](DLManagedTensor* self) { delete static_cast<ExportContext*>(self->manager_ctx); };
   return &ctx.release()->tensor;
+}
+
+DLManagedTensor* Array::to_dlpack() const {
+  return detail::export_dlpack(std::make_shared<const Array>(*this), data_, DLDevice{kDLCPU, 0}, shape_, dtype_);
 }
 
 Array Array::from_dlpack(DLManagedTensor* tensor) {

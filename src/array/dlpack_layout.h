@@ -4,6 +4,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <memory>
 #include <string>
 
 #include "pallas/array.h"
@@ -23,5 +24,10 @@ struct DlpackLayout {
   void* data = nullptr;  // data + byte_offset
 };
 DlpackLayout dlpack_layout(const DLTensor& t);
+
+// A row-major tensor over `data` on `device` for a consumer, who owns it and calls its deleter;
+// `keep_alive` holds the memory until then.
+DLManagedTensor* export_dlpack(std::shared_ptr<const void> keep_alive, void* data, DLDevice device,
+                               const Shape& shape, DType dtype);
 
 }  // namespace pallas::detail

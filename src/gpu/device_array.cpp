@@ -29,30 +29,25 @@ struct DeviceArray::Storage {
   }
 };
 
-namespace {
-
-// Keeps the exported memory alive and owns the tensor's shape and strides.
-struct ExportContext {
-  DeviceArray array;
-  std::vector<int64_t> shape, strides;
-  DLManagedTensor tensor{};
-};
-
-}  // namespace
+DeviceArray DeviceArray::over_host_memory(Array memory) {
+  DeviceArray d;
+  d.storage_ = std::make_shared<Storage>();
+  d.storage_->host = std::move(memory);
+  d.shape_ = d.storage_->host.shape();
+  d.dtype_ = d.storage_->host.dtype();
+  d.ptr_ = reinterpret_cast<uint64_t>(d.storage_->host.raw_data());
+  return d;
+}
 
 DeviceArray DeviceArray::uninitialized(const ShapeDtype& s, bool on_gpu) {
+  if (!on_gpu) return over_host_memory(Array::uninitialized(s.shape, s.dtype));
   DeviceArray d;
   d.storage_ = std::make_shared<Storage>();
   d.shape_ = s.shape;
   d.dtype_ = s.dtype;
-  d.on_gpu_ = on_gpu;
-  if (on_gpu) {
-    d.storage_->gpu = DeviceBuffer(static_cast<size_t>(d.nbytes()));
-    d.ptr_ = d.storage_->gpu.ptr();
-  } else {
-    d.storage_->host = Array::uninitialized(s.shape, s.dtype);
-    d.ptr_ = reinterpret_cast<uint64_t>(d.storage_->host.raw_data());
-  }
+  d.on_gpu_ = true;
+  d.storage_->gpu = DeviceBuffer(static_cast<size_t>(d.nbytes()));
+  d.ptr_ = d.storage_->gpu.ptr();
   return d;
 }
 
@@ -62,21 +57,12 @@ DeviceArray DeviceArray::to_gpu(const Array& a, void* stream) {
   return d;
 }
 
-DeviceArray DeviceArray::emulated(const Array& a) {
-  DeviceArray d;
-  d.storage_ = std::make_shared<Storage>();
-  d.storage_->host = a.clone();
-  d.shape_ = a.shape();
-  d.dtype_ = a.dtype();
-  d.ptr_ = reinterpret_cast<uint64_t>(d.storage_->host.raw_data());
-  return d;
-}
+DeviceArray DeviceArray::emulated(const Array& a) { return over_host_memory(a.clone()); }
 
 Array DeviceArray::emulated_memory() const {
   if (!storage_) throw Error("DeviceArray: an empty (default-constructed) device array has no memory");
   if (on_gpu_) throw Error("DeviceArray::emulated_memory: the array is in GPU memory (use to_host)");
-  if (storage_->host.size() == size() && storage_->host.raw_data() == reinterpret_cast<void*>(ptr_))
-    return storage_->host;
+  if (!storage_->imported) return storage_->host;
   return Array::wrap(reinterpret_cast<void*>(ptr_), shape_, dtype_, [keep = storage_] {});
 }
 
@@ -93,21 +79,8 @@ Array DeviceArray::to_host(void* stream) const {
 
 DLManagedTensor* DeviceArray::to_dlpack() const {
   if (!storage_) throw Error("DeviceArray::to_dlpack: an empty (default-constructed) device array");
-  auto ctx = std::make_unique<ExportContext>();
-  ctx->array = *this;
-  ctx->shape = shape_;
-  ctx->strides = row_major_strides(shape_);
-  DLTensor& t = ctx->tensor.dl_tensor;
-  t.data = reinterpret_cast<void*>(ptr_);
-  t.device = on_gpu_ ? DLDevice{kDLCUDA, 0} : DLDevice{kDLCPU, 0};
-  t.ndim = static_cast<int32_t>(shape_.size());
-  t.dtype = detail::to_dl_dtype(dtype_);
-  t.shape = ctx->shape.data();
-  t.strides = ctx->strides.data();
-  t.byte_offset = 0;
-  ctx->tensor.manager_ctx = ctx.get();
-  ctx->tensor.deleter = [](DLManagedTensor* self) { delete static_cast<ExportContext*>(self->manager_ctx); };
-  return &ctx.release()->tensor;
+  return detail::export_dlpack(storage_, reinterpret_cast<void*>(ptr_),
+                               on_gpu_ ? DLDevice{kDLCUDA, 0} : DLDevice{kDLCPU, 0}, shape_, dtype_);
 }
 
 DeviceArray DeviceArray::from_dlpack(DLManagedTensor* tensor) {
@@ -178,13 +151,7 @@ std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vecto
         result.push_back(args[static_cast<size_t>(alias->second)]);  // updated in place
         continue;
       }
-      DeviceArray d;
-      d.storage_ = std::make_shared<DeviceArray::Storage>();
-      d.storage_->host = outs[static_cast<size_t>(o)];
-      d.shape_ = d.storage_->host.shape();
-      d.dtype_ = d.storage_->host.dtype();
-      d.ptr_ = reinterpret_cast<uint64_t>(d.storage_->host.raw_data());
-      result.push_back(std::move(d));
+      result.push_back(DeviceArray::over_host_memory(outs[static_cast<size_t>(o)]));
     }
     return result;
   }

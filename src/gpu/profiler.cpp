@@ -48,21 +48,19 @@ std::string micros(uint64_t ns) {
   return buf;
 }
 
-// "b=1, c=0" (named axes) or "(1, 0)": the parallel point's program ids.
+// "CTA b=1, c=0" (named axes) or "CTA 1, 0": the program ids of a parallel point (numbered
+// row-major over the parallel axes, as the generated pl_cta decodes it).
 std::string point_label(const TracedCall& call, const GeneratedKernel& k, const std::vector<int64_t>& grid,
                         int64_t point) {
-  std::vector<int64_t> ids(grid.size(), 0);
-  for (auto it = k.parallel_axes.rbegin(); it != k.parallel_axes.rend(); ++it) {
-    const size_t a = static_cast<size_t>(*it);
-    ids[a] = point % grid[a];
-    point /= grid[a];
-  }
+  std::vector<int64_t> sizes, ids;
+  for (int a : k.parallel_axes) sizes.push_back(grid[static_cast<size_t>(a)]);
+  core::unravel_row_major(point, sizes, ids);
   const std::vector<std::string>& names = call.grid_mapping.grid_names;
   std::string s;
-  for (int a : k.parallel_axes) {
-    const size_t i = static_cast<size_t>(a);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    const size_t a = static_cast<size_t>(k.parallel_axes[j]);
     if (!s.empty()) s += ", ";
-    s += (i < names.size() && !names[i].empty() ? names[i] + "=" : "") + std::to_string(ids[i]);
+    s += (a < names.size() && !names[a].empty() ? names[a] + "=" : "") + std::to_string(ids[j]);
   }
   return s.empty() ? "the only CTA" : "CTA " + s;
 }

@@ -9,6 +9,7 @@
 #include "gpu/cuda_libs.h"
 #include "pallas/device_array.h"
 #include "pallas/pallas.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
 namespace pl = pallas;
@@ -17,19 +18,15 @@ using test_util::error_of;
 
 namespace {
 
-class DeviceArrays : public testing::TestWithParam<std::string> {
+class DeviceArrays : public test_util::OnGpuBackends {
  protected:
-  void SetUp() override {
-    if (GetParam() != "mosaic_gpu") return;
-    if (std::string why = pl::gpu::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
-  }
   bool gpu() const { return GetParam() == "mosaic_gpu"; }
   plgpu::DeviceArray put(const pl::Array& a) const {
     return gpu() ? plgpu::DeviceArray::to_gpu(a) : plgpu::DeviceArray::emulated(a);
   }
 };
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceArrays, testing::Values("gpu_emulate", "mosaic_gpu"),
-                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+                         test_util::backend_name);
 
 // o = x * a + 1, in blocks of 128.
 pl::PallasCall affine(const std::string& backend, float a, std::map<int, int> aliases = {}) {

@@ -13,6 +13,7 @@
 #include "gpu/cuda_libs.h"
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
 namespace pl = pallas;
@@ -47,15 +48,9 @@ pl::CallOptions run_on(const std::string& how, std::vector<pl::ScratchShape> scr
   return o;
 }
 
-class GpuKernelBoth : public testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (GetParam() != "mosaic_gpu") return;
-    if (std::string why = pl::gpu::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
-  }
-};
+class GpuKernelBoth : public test_util::OnGpuBackends {};
 INSTANTIATE_TEST_SUITE_P(Backends, GpuKernelBoth, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
-                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+                         test_util::backend_name);
 
 // out = 2 x, one 128-element chunk per CTA: copy in on a barrier, compute in SMEM, copy out.
 TEST_P(GpuKernelBoth, CopiesThroughSharedMemoryOnBarriers) {

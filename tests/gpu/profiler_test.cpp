@@ -19,6 +19,7 @@
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
 #include "pallas/tpu.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
 namespace pl = pallas;
@@ -253,15 +254,9 @@ pl::Array iota_f32(int64_t n) {
   return a;
 }
 
-class GpuProfiler : public testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (GetParam() != "mosaic_gpu") return;
-    if (std::string why = pl::gpu::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
-  }
-};
+class GpuProfiler : public test_util::OnGpuBackends {};
 INSTANTIATE_TEST_SUITE_P(Backends, GpuProfiler, testing::Values("gpu_emulate", "mosaic_gpu"),
-                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+                         test_util::backend_name);
 
 TEST_P(GpuProfiler, EveryWarpgroupOfEveryCtaRecordsItsNestedRegions) {
   TempDir dir;
