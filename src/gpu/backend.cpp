@@ -3,6 +3,7 @@
 // outputs back. Aliased inputs are updated in place, as in the interpreters.
 #include "gpu/backend.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -82,7 +83,12 @@ std::shared_ptr<const GeneratedKernel> emulated_kernel(PallasCallImpl& c, const 
   });
 }
 
-int emulation_threads(const GeneratedKernel& k) { return k.num_groups > 1 ? 2 * k.num_groups : 4; }
+int emulation_threads(const GeneratedKernel& k) {
+  // A warp per group where tensor-core dots need whole warps (fewer threads take the CUDA-core
+  // fallback, leaving the mma path unexercised).
+  if (k.tensor_core_dots > 0) return 32 * std::max(1, k.num_groups);
+  return k.num_groups > 1 ? 2 * k.num_groups : 4;
+}
 
 std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
                            const std::vector<int64_t>& grid) {

@@ -23,7 +23,8 @@ std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const Trace
 // The generated unit that host emulation compiles (gpu_emulate).
 std::shared_ptr<const GeneratedKernel> emulated_kernel(PallasCallImpl& c, const TracedCall& tc,
                                                        const std::vector<int64_t>& grid);
-// Host threads per emulated CTA: two per group at least, so the emitted barriers are exercised.
+// Host threads per emulated CTA: two per group at least, so the emitted barriers are exercised,
+// and a whole warp per group when the kernel has tensor-core dots.
 int emulation_threads(const GeneratedKernel& k);
 
 }  // namespace pallas::gpu

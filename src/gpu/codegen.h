@@ -75,6 +75,9 @@ struct GeneratedKernel {
   bool arena_in_shared = false;
   std::vector<ErrorSite> error_sites;
   int num_grid_dims = 0;
+  // Matrix products emitted for the tensor cores (pl_mma_dot; each falls back to CUDA-core loops
+  // at run time when its operands' memory does not suit ldmatrix).
+  int tensor_core_dots = 0;
   // Profiling: events per Pallas thread and parallel point (0: off), the named regions (an
   // event's region number indexes them) and where the trace goes.
   int profile_space = 0;

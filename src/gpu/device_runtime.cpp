@@ -77,6 +77,10 @@ struct pl_host_barrier_t {
   int count = 1;
 };
 static pl_host_barrier_t pl_host_cta_barrier, pl_host_group_barrier[PL_NUM_GROUPS];
+// The warp-wide mma.sync instructions the last run executed (the tests check the tensor-core
+// path ran; run_host_emulation's stats).
+static std::atomic<pl_u64> pl_host_mma_count{0};
+extern "C" pl_u64 pl_host_mma_instructions() { return pl_host_mma_count.load(); }
 PL_DEV bool pl_host_failed() { return pl_host_err && __atomic_load_n(pl_host_err, __ATOMIC_ACQUIRE) != 0; }
 PL_DEV void pl_host_wait(pl_host_barrier_t& b) {
   if (b.count <= 1) return;
@@ -102,6 +106,7 @@ PL_DEV void pl_host_release_all() {
 PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_nthreads = nthreads;
   pl_host_err = err;
+  pl_host_mma_count.store(0);
   pl_host_cta_barrier.count = nthreads;
   pl_host_cta_barrier.arrived.store(0);
   for (pl_host_barrier_t& b : pl_host_group_barrier) {
@@ -525,6 +530,141 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
   phases[i >> 5] ^= 1u << (i & 31);
   return true;
 }
+// ---- Tensor cores: mma.sync (sm_80 and later) ------------------------------------------------------
+// A 2-D dot of bf16 or f16 tiles (f32 accumulation) runs on mma.sync.m16n8k16: the group's warps
+// take 16x8 blocks of the result in turn and load their fragments from shared memory with
+// ldmatrix. Host emulation runs the same loop with ldmatrix and mma emulated from their PTX
+// definitions (each lane is a host thread; a warp's registers meet in memory at the group's
+// barriers), so a fragment index that disagrees with the instructions fails on the CPU too.
+#if PL_HOST_EMULATION || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
+#define PL_HAS_MMA 1
+#else
+#define PL_HAS_MMA 0
+#endif
+#if PL_HAS_MMA
+PL_DEV void pl_put(float* p, float v) { *p = v; }
+PL_DEV void pl_put(pl_bf16* p, float v) { *p = pl_to_bf16(v); }
+PL_DEV void pl_put(pl_f16* p, float v) { *p = pl_to_f16(v); }
+#if PL_HOST_EMULATION
+// Six words per lane of each warp of the CTA: what the lanes hand each other.
+static pl_u64 pl_host_warp_words[32][32][6];
+PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_cta_tid() >> 5][lane]; }
+PL_DEV bool pl_is_shared(const void*) { return true; }
+// ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16: lane 8j + r holds the address of row r of
+// 8x8 matrix j; lane i receives in register j, low half first, row i/4 columns 2(i%4) and
+// 2(i%4)+1 of matrix j (.trans: column i/4, rows 2(i%4) and 2(i%4)+1).
+template <int N, bool Trans> PL_DEV void pl_ldmatrix(pl_u32* regs, const void* row) {
+  const int lane = pl_tid() & 31;
+  pl_host_lane_words(lane)[0] = (pl_u64)row;
+  pl_sync();
+  for (int j = 0; j < N; ++j) {
+    pl_u32 halves[2];
+    for (int h = 0; h < 2; ++h) {
+      const int r = Trans ? 2 * (lane % 4) + h : lane / 4, c = Trans ? lane / 4 : 2 * (lane % 4) + h;
+      halves[h] = ((const pl_u16*)pl_host_lane_words(8 * j + r)[0])[c];
+    }
+    regs[j] = halves[0] | (halves[1] << 16);
+  }
+  pl_sync();
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: d = A B + c (A 16x16, B 16x8, c and d 16x8
+// f32). Lane 4g + t holds A[g][2t], A[g][2t+1] in a0; rows g+8 in a1; columns 8 on in a2, a3;
+// B[2t][g], B[2t+1][g] in b0, rows 8 on in b1; C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
+// d may be c.
+template <class In> PL_DEV void pl_mma_16816(float* d, const pl_u32* a, const pl_u32* b, const float* c, In) {
+  const int lane = pl_tid() & 31;
+  pl_u64* mine = pl_host_lane_words(lane);
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  mine[4] = b[0];
+  mine[5] = b[1];
+  if (lane == 0) pl_host_mma_count.fetch_add(1);
+  pl_sync();
+  auto half = [](pl_u64 word, int h) { In x; x.bits = (pl_u16)(word >> (16 * h)); return pl_widen(x); };
+  // Where element (row, k) of A and (k, col) of B live: the lane, the register, the half.
+  auto A = [&](int r, int k) { return half(pl_host_lane_words(4 * (r % 8) + (k % 8) / 2)[r / 8 + 2 * (k / 8)], k % 2); };
+  auto B = [&](int k, int col) { return half(pl_host_lane_words(4 * col + (k % 8) / 2)[4 + k / 8], k % 2); };
+  for (int i = 0; i < 4; ++i) {
+    const int r = lane / 4 + 8 * (i / 2), col = 2 * (lane % 4) + i % 2;
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) acc += A(r, k) * B(k, col);
+    d[i] = acc;
+  }
+  pl_sync();
+}
+#else
+PL_DEV bool pl_is_shared(const void* p) {
+  pl_u32 r;
+  asm("{ .reg .pred q; isspacep.shared q, %1; selp.u32 %0, 1, 0, q; }" : "=r"(r) : "l"(p));
+  return r != 0;
+}
+template <int N, bool Trans> PL_DEV void pl_ldmatrix(pl_u32* regs, const void* row);
+template <> PL_DEV void pl_ldmatrix<4, false>(pl_u32* r, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(pl_smem_u32(row)) : "memory");
+}
+template <> PL_DEV void pl_ldmatrix<2, false>(pl_u32* r, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(pl_smem_u32(row)) : "memory");
+}
+template <> PL_DEV void pl_ldmatrix<2, true>(pl_u32* r, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(pl_smem_u32(row)) : "memory");
+}
+#define PL_MMA_16816(In, ptx)                                                                               \
+  PL_DEV void pl_mma_16816(float* d, const pl_u32* a, const pl_u32* b, const float* c, In) {                 \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ptx "." ptx ".f32 {%0, %1, %2, %3}, "             \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"                                         \
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                            \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),   \
+                   "f"(c[2]), "f"(c[3]));                                                                    \
+  }
+PL_MMA_16816(pl_bf16, "bf16")
+PL_MMA_16816(pl_f16, "f16")
+#undef PL_MMA_16816
+#endif
+// d (M x N, row stride ldd) = a (M x K, row stride lda) . b, or d += it when `accumulate`: b is
+// K x N with row stride ldb, or (BNK) N x K. M % 16 == N % 8 == K % 16 == 0 (the emitter checks).
+// False, having done nothing, when ldmatrix cannot read a or b (not in shared memory, or rows not
+// 16-byte aligned) or the group is not whole warps (host emulation may run fewer threads): the
+// caller computes the product on the CUDA cores instead.
+template <bool BNK, class In, class Out>
+PL_DEV bool pl_mma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
+                       bool accumulate) {
+  if (pl_nthreads() % 32 != 0 || !pl_is_shared(a) || !pl_is_shared(b) || ((pl_u64)a & 15) != 0 || ((pl_u64)b & 15) != 0 || lda % 8 != 0 ||
+      ldb % 8 != 0)
+    return false;
+  const int lane = pl_tid() & 31, warp = pl_tid() >> 5, warps = pl_nthreads() >> 5;
+  const int blocks_n = N / 8, blocks = (M / 16) * blocks_n;
+  for (int first = 0; first < blocks; first += warps) {
+    // Every warp takes part in every round (host emulation meets at the group's barriers): one
+    // past the last block redoes that block and stores nothing.
+    const bool mine = first + warp < blocks;
+    const int blk = mine ? first + warp : blocks - 1;
+    const int m0 = blk / blocks_n * 16, n0 = blk % blocks_n * 8, g = lane >> 2, t = lane & 3;
+    float c[4] = {0, 0, 0, 0};
+    if (accumulate)
+      for (int i = 0; i < 4; ++i) c[i] = (float)pl_ld(d[(m0 + g + 8 * (i / 2)) * ldd + n0 + 2 * t + i % 2]);
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      pl_u32 fa[4], fb[2];
+      pl_ldmatrix<4, false>(fa, a + (m0 + (lane & 7) + (lane & 8)) * lda + k0 + (lane >> 4) * 8);
+      if (BNK) pl_ldmatrix<2, false>(fb, b + (n0 + (lane & 7)) * ldb + k0 + (lane & 8));
+      else pl_ldmatrix<2, true>(fb, b + (k0 + (lane & 7) + (lane & 8)) * ldb + n0);
+      pl_mma_16816(c, fa, fb, c, In());
+    }
+    if (mine)
+      for (int i = 0; i < 4; ++i) pl_put(&d[(m0 + g + 8 * (i / 2)) * ldd + n0 + 2 * t + i % 2], c[i]);
+  }
+  // The emitter assumes a tile's element e was written by thread e % pl_nthreads(); these were
+  // not, so every thread waits until all of d is written.
+  pl_sync();
+  return true;
+}
+#else
+template <bool BNK, class In, class Out>
+PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, int, int, bool) {
+  return false;  // before sm_80: no bf16 mma.sync
+}
+#endif
 // ---- The on-device profiler (gpu::named_region) ---------------------------------------------------
 // Each Pallas thread has a slot per parallel point (when profiling): word 0 counts the events its
 // thread 0 recorded, then PL_PROF_SPACE events of two words: 2 * region (+1 for the exit) and

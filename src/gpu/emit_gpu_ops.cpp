@@ -108,6 +108,25 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
       before_mem_read();
       before_mem_write();
+      // On tensor cores (mma.sync) when the layouts allow: row-major a and acc, b row-major or
+      // a transposed view; else (and when the memory does not suit ldmatrix) the loop below.
+      std::string mma;
+      const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
+      if (a.strides.at(1) == 1 && acc.strides.at(1) == 1 && (b_kn || b_nk)) {
+        MmaProduct p;
+        p.d = acc.ptr, p.a = a.ptr, p.b = b.ptr;
+        p.ldd = acc.strides[0], p.lda = a.strides[0], p.ldb = b_nk ? b.strides[1] : b.strides[0];
+        p.b_nk = b_nk;
+        p.d_dtype = acc.dtype, p.a_dtype = a.dtype, p.b_dtype = b.dtype;
+        p.m = m, p.n = n, p.k = k;
+        p.accumulate = true;
+        mma = mma_dot_call(p);
+      }
+      if (!mma.empty()) {
+        if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
+        line("if (!" + mma + ") {");
+        ++indent_;
+      }
       open_thread_loop(m * n);
       line("const pl_i64 i = e / " + std::to_string(n) + ", j = e % " + std::to_string(n) + ";");
       line("float s = 0;");
@@ -119,6 +138,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const std::string c = acc.ptr + "[i * " + std::to_string(acc.strides[0]) + " + j * " + std::to_string(acc.strides[1]) + "]";
       line(c + " = " + narrow(acc.dtype, "(float)" + widen(acc.dtype, c) + " + s") + ";");
       close_loop();
+      if (!mma.empty()) close_loop();
       after_mem_read();
       after_mem_write();
       return;

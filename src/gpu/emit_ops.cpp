@@ -474,6 +474,25 @@ void Emitter::emit_pure(const ir::Op& op) {
       if (is_float(xt)) A = (xt == DType::F64 || R == DType::F64) ? "double" : "float";
       else A = is_float(R) ? "pl_i64" : ctype(R);
       out = begin_result(res);
+      // A plain matrix product (lhs m x k, rhs k x n or n x k) goes to the tensor cores when it
+      // can; the loop below is its fallback, and every other dot.
+      std::string mma;
+      if (lt.shape.size() == 2 && rtt.shape.size() == 2 && lb.empty() && lc == ir::Ints{1} &&
+          (rc == ir::Ints{0} || rc == ir::Ints{1})) {
+        const bool b_nk = rc[0] == 1;
+        MmaProduct p;
+        p.d = out, p.a = info(l).name, p.b = info(r).name;
+        p.m = lt.shape[0], p.k = lt.shape[1], p.n = rtt.shape[b_nk ? 0 : 1];
+        p.ldd = p.n, p.lda = p.k, p.ldb = b_nk ? p.k : p.n;
+        p.b_nk = b_nk;
+        p.d_dtype = R, p.a_dtype = xt, p.b_dtype = rtt.dtype;
+        mma = mma_dot_call(p);
+      }
+      if (!mma.empty()) {
+        if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
+        line("if (!" + mma + ") {");
+        ++indent_;
+      }
       open_thread_loop(std::max<int64_t>(1, rt.size()));
       const std::vector<std::string> oi = index_exprs(rt.shape, "e");
       line("pl_i64 lo = " + sum_of(oi, lstr) + ", ro = " + sum_of(oi, rstr) + ";");
@@ -500,12 +519,25 @@ void Emitter::emit_pure(const ir::Op& op) {
       else result = "(" + ctype(R) + ")acc";
       line(out + "[e] = " + result + ";");
       close_loop();
+      if (!mma.empty()) close_loop();
       end_result(res);
       return;
     }
     default: break;
   }
   throw NotSupportedError(std::string(op.info().name) + " on the GPU backend", op.loc);
+}
+
+std::string mma_dot_call(const MmaProduct& p) {
+  const bool half_inputs = p.a_dtype == p.b_dtype && (p.a_dtype == DType::BF16 || p.a_dtype == DType::F16);
+  const bool result_ok = p.d_dtype == DType::F32 || p.d_dtype == DType::BF16 || p.d_dtype == DType::F16;
+  if (!half_inputs || !result_ok || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m % 16 != 0 || p.n % 8 != 0 ||
+      p.k % 16 != 0 || p.lda % 8 != 0 || p.ldb % 8 != 0)
+    return "";
+  auto s = [](int64_t v) { return std::to_string(v); };
+  return std::string("pl_mma_dot<") + (p.b_nk ? "true" : "false") + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a + ", " +
+         s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ", " +
+         (p.accumulate ? "true" : "false") + ")";
 }
 
 }  // namespace pallas::gpu::detail

@@ -33,6 +33,22 @@ std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
 std::vector<int64_t> contiguous_strides(const Shape& s);
 std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
 
+// A matrix product d (+)= a . b for the runtime's pl_mma_dot (mma.sync tensor cores): row-major
+// operands given by pointer expressions and row strides in elements; b is k x n, or n x k when
+// b_nk (a transposed view).
+struct MmaProduct {
+  std::string d, a, b;
+  int64_t ldd = 0, lda = 0, ldb = 0;
+  bool b_nk = false;
+  DType d_dtype = DType::F32, a_dtype = DType::F32, b_dtype = DType::F32;
+  int64_t m = 0, n = 0, k = 0;
+  bool accumulate = false;
+};
+// The call (a bool expression: false when the operands' memory does not suit it at run time), or
+// "" when tensor cores cannot compute the product: f32 accumulation of bf16 or f16 inputs into an
+// f32, bf16 or f16 result, m % 16 == n % 8 == k % 16 == 0, 8-element-aligned row strides.
+std::string mma_dot_call(const MmaProduct& p);
+
 // Per-CTA memory for tiles and scratch: first-fit over freed ranges. A freed range becomes
 // reusable only after the next barrier, so no thread overwrites a tile another is still reading.
 class Arena {
@@ -85,6 +101,8 @@ struct EmitContext {
   // profiling, named regions emit nothing.
   std::vector<std::string>* region_names = nullptr;
   std::string profile_slot = "pl_prof";  // the pl_u64* slot of this Pallas thread and point
+  // Counts the products emitted for the tensor cores (GeneratedKernel::tensor_core_dots).
+  int* tensor_core_dots = nullptr;
 };
 
 class Emitter {

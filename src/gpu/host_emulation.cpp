@@ -23,11 +23,13 @@ namespace pallas::gpu {
 namespace {
 
 using EntryFn = void (*)(const uint64_t*, int);
+using MmaCountFn = uint64_t (*)();
 
 // Compiled units stay loaded for the life of the process, one per distinct source.
 struct Loaded {
   void* handle = nullptr;
   EntryFn entry = nullptr;
+  MmaCountFn mma_count = nullptr;
 };
 
 std::string run_command(const std::string& cmd, int& status) {
@@ -44,12 +46,12 @@ std::string run_command(const std::string& cmd, int& status) {
   return out;
 }
 
-EntryFn load(const GeneratedKernel& k) {
+Loaded load(const GeneratedKernel& k) {
   static std::mutex mu;
   static std::map<std::string, Loaded> loaded;
   std::lock_guard<std::mutex> lock(mu);
   auto it = loaded.find(k.source);
-  if (it != loaded.end()) return it->second.entry;
+  if (it != loaded.end()) return it->second;
 
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -84,9 +86,10 @@ EntryFn load(const GeneratedKernel& k) {
   if (!h) throw Error(std::string("host emulation: cannot load the compiled kernel: ") + dlerror());
   auto entry = reinterpret_cast<EntryFn>(dlsym(h, k.host_entry.c_str()));
   if (!entry) throw Error("host emulation: the compiled kernel has no " + k.host_entry);
+  auto mma_count = reinterpret_cast<MmaCountFn>(dlsym(h, "pl_host_mma_instructions"));
+  if (!mma_count) throw Error("host emulation: the compiled kernel has no pl_host_mma_instructions");
   fs::remove_all(work, ec);  // the library stays mapped
-  loaded[k.source] = {h, entry};
-  return entry;
+  return loaded[k.source] = {h, entry, mma_count};
 }
 
 }  // namespace
@@ -99,12 +102,12 @@ std::string host_compiler() {
 
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
                                       const std::vector<Array>& args, const std::vector<int64_t>& grid,
-                                      int threads) {
+                                      int threads, HostEmulationStats* stats) {
   const GridMapping& gm = call.grid_mapping;
   const int num_index = gm.num_index_operands, num_in = gm.num_inputs, num_out = gm.num_outputs;
   if (static_cast<int>(args.size()) != num_index + num_in)
     throw InternalError("host emulation: wrong argument count");
-  EntryFn entry = load(k);
+  const Loaded kernel = load(k);
 
   // Operands: inputs the kernel may write (and does not alias to an output) are private copies,
   // as in the interpreters; an aliased input is the output.
@@ -146,7 +149,8 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
     std::lock_guard<std::mutex> lock(run_mu);
     // Every group gets the same number of host threads.
     const int groups = std::max(1, k.num_groups);
-    entry(words.data(), (std::max(1, threads) + groups - 1) / groups * groups);
+    kernel.entry(words.data(), (std::max(1, threads) + groups - 1) / groups * groups);
+    if (stats) stats->mma_instructions = static_cast<int64_t>(kernel.mma_count());
   }
   if (err[0] != 0) throw_kernel_error(call, k, err);
   if (!profile.empty()) write_profile_trace(call, k, grid, profile.data());

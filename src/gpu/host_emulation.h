@@ -23,8 +23,12 @@ std::string host_compiler();
 // `threads`: the CTA's threads (host threads meeting at real barriers); 1 runs the kernel
 // single-threaded. Under ThreadSanitizer builds the kernel is compiled with it too, so a missing
 // barrier in generated code is reported as a data race.
+// What the emulated hardware did during one run (the tests check that a path was taken).
+struct HostEmulationStats {
+  int64_t mma_instructions = 0;  // warp-wide mma.sync instructions (tensor-core dots)
+};
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
                                       const std::vector<Array>& args, const std::vector<int64_t>& grid,
-                                      int threads = 1);
+                                      int threads = 1, HostEmulationStats* stats = nullptr);
 
 }  // namespace pallas::gpu

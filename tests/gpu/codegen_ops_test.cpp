@@ -8,6 +8,7 @@
 
 #include "core/call.h"
 #include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
 #include "gpu/host_emulation.h"
 #include "pallas/pallas.h"
 #include "tests/test_util.h"
@@ -184,6 +185,84 @@ TEST(GpuCodegenOps, DotGeneralLayoutsAndDtypes) {
     expect_same(call, {Array::random_normal({16, 16}, dt, 9, 0, sd), Array::random_normal({16, 12}, dt, 10, 0, sd)},
                 dt == DType::I32 ? 0 : 1e-5, dt == DType::I32 ? 0 : 1e-5);
   }
+}
+
+// bf16 / f16 matrix products go to the tensor cores (mma.sync.m16n8k16 fed by ldmatrix; host
+// emulation executes both from their PTX definitions, lane by lane). Checked against a plain C++
+// product of the same inputs, for both rhs layouts, f32 and bf16 results, and warp counts that
+// split the 16x8 blocks evenly and unevenly; the emulator's count of mma instructions shows the
+// tensor-core path ran (and that 4 threads, not a whole warp, fall back to the CUDA-core loop).
+TEST(GpuCodegenOps, TensorCoreDotsMatchThePlainProduct) {
+  const int64_t M = 32, N = 24, K = 48;
+  struct Case { DType in, out; bool b_nk; };
+  for (Case c : {Case{DType::BF16, DType::F32, false}, Case{DType::BF16, DType::BF16, true},
+                 Case{DType::F16, DType::F32, true}, Case{DType::F16, DType::BF16, false}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.in)) + " -> " + std::string(dtype_name(c.out)) +
+                 (c.b_nk ? ", rhs n x k" : ", rhs k x n"));
+    auto kernel = [&](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+      o[pl::all] = c.b_nk ? pl::dot_general(x[pl::all], y[pl::all], pl::DotDims{{1}, {1}, {}, {}}, c.out)
+                          : pl::dot(x[pl::all], y[pl::all], {.preferred = c.out});
+    };
+    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({M, N}, c.out)}, opts({}, {}, {}));
+    const Array x = Array::random_normal({M, K}, c.in, 21);
+    const Array y = c.b_nk ? Array::random_normal({N, K}, c.in, 22) : Array::random_normal({K, N}, c.in, 22);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    const std::vector<int64_t> grid = tc->grid_mapping.grid;
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid);
+    EXPECT_EQ(k.tensor_core_dots, 1);
+    // 96 threads: 3 warps share the 6 blocks evenly; 128: the second round has 2 idle warps.
+    for (int threads : {4, 96, 128}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      gpu::HostEmulationStats stats;
+      std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, grid, threads, &stats);
+      const int64_t warps = threads / 32, blocks = (M / 16) * (N / 8);
+      EXPECT_EQ(stats.mma_instructions, warps == 0 ? 0 : (blocks + warps - 1) / warps * warps * (K / 16));
+      int bad = 0;
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          double want = 0, magnitude = 0;
+          for (int64_t kk = 0; kk < K; ++kk) {
+            const double t = x.get({i, kk}) * (c.b_nk ? y.get({j, kk}) : y.get({kk, j}));
+            want += t;
+            magnitude += std::fabs(t);
+          }
+          // f32 accumulation of exact products (in any order), then the result's rounding.
+          const double tol = static_cast<double>(K) * std::ldexp(magnitude, -23) +
+                             (c.out == DType::BF16 ? std::ldexp(std::fabs(want), -8) : 0);
+          const double v = got[0].get({i, j});
+          if (!(std::fabs(v - want) <= tol) && bad++ < 5)
+            ADD_FAILURE() << "element (" << i << ", " << j << "): got " << v << ", want " << want << " within " << tol;
+        }
+      }
+    }
+  }
+}
+
+// The tensor-core path is real PTX for the GPUs: ptxas accepts it for Hopper and Ampere (cubins),
+// the PTX for sm_80 has the ldmatrix and mma.sync instructions, and sm_75 (no bf16 mma.sync)
+// compiles the CUDA-core loop alone.
+TEST(GpuCodegenOps, TensorCoreDotsCompileWithNvrtc) {
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& o2) {
+    o[pl::all] = pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+    o2[pl::all] = pl::dot_general(x[pl::all], pl::transpose(y[pl::all], {1, 0}), pl::DotDims{{1}, {1}, {}, {}}, DType::BF16);
+  };
+  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({32, 16}, DType::F32), ShapeDtype({32, 16}, DType::BF16)}, opts({}, {}, {}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({32, 64}, DType::BF16), ShapeDtype({64, 16}, DType::BF16)});
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.tensor_core_dots, 2);
+  const gpu::Nvrtc& nvrtc = gpu::Nvrtc::get();
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_TRUE(nvrtc.compile(k.source, "mma.cu", arch).is_cubin) << arch;
+  auto ptx = [&](const char* arch) {
+    gpu::CompiledKernel c = nvrtc.compile(k.source, "mma.cu", arch);
+    return std::string(c.image.begin(), c.image.end());
+  };
+  const std::string ampere = ptx("compute_80"), turing = ptx("compute_75");
+  EXPECT_CONTAINS(ampere, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
+  EXPECT_CONTAINS(ampere, "ldmatrix.sync.aligned.m8n8.x4.shared.b16");
+  EXPECT_CONTAINS(ampere, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16");  // rhs k x n
+  EXPECT_CONTAINS(ampere, "ldmatrix.sync.aligned.m8n8.x2.shared.b16");        // rhs n x k
+  EXPECT_EQ(turing.find("mma.sync"), std::string::npos);
 }
 
 TEST(GpuCodegenOps, SortIsStableOverSeveralKeysAndDescending) {

@@ -11,6 +11,7 @@
 #include "core/call.h"
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
+#include "gpu/host_emulation.h"
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -28,6 +29,19 @@ pl::Array random_f32(pl::Shape s, uint32_t seed) {
   std::normal_distribution<float> d;
   for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
   return a;
+}
+
+// out (m x n, f32) is the product of a (m x k) and b (k x n): a plain double-precision loop over
+// the inputs' values.
+void expect_product_of(const pl::Array& a, const pl::Array& b, const pl::Array& out) {
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  ASSERT_EQ(out.shape(), pl::Shape({m, n}));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t q = 0; q < k; ++q) want += a.get({i, q}) * b.get({q, j});
+      EXPECT_NEAR(out.get({i, j}), want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+    }
 }
 
 pl::CallOptions interpreted(std::vector<pl::ScratchShape> scratch) {
@@ -151,14 +165,7 @@ TEST_P(GpuKernelBoth, WgmmaAccumulatesBf16ProductsInF32) {
                    plgpu::ACC({M, N}), plgpu::Barrier{.num_arrivals = 2}}));
   pl::Array a = random_f32({kTiles * M, K}, 3).astype(pl::bf16);
   pl::Array b = random_f32({K, N}, 4).astype(pl::bf16);
-  pl::Array out = call(a, b).at(0);
-  pl::Array af = a.astype(pl::f32), bf = b.astype(pl::f32);
-  for (int i = 0; i < kTiles * M; ++i)
-    for (int j = 0; j < N; ++j) {
-      double want = 0;
-      for (int q = 0; q < K; ++q) want += double(af.data<float>()[i * K + q]) * bf.data<float>()[q * N + j];
-      EXPECT_NEAR(out.data<float>()[i * N + j], want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
-    }
+  expect_product_of(a, b, call(a, b).at(0));
 }
 
 // A gpu::kernel without the primitives compiles: its grid axes become parallel CTAs. Here the
@@ -524,14 +531,23 @@ pl::PallasCall warp_specialized_matmul(const std::string& how) {
 TEST_P(GpuKernelBoth, WarpSpecializedMatmulWithOneProducerAndTwoConsumers) {
   pl::Array a = random_f32({64, 96}, 11).astype(pl::bf16);
   pl::Array b = random_f32({96, 32}, 12).astype(pl::bf16);
-  pl::Array out = warp_specialized_matmul(GetParam())(a, b).at(0);
-  pl::Array af = a.astype(pl::f32), bf = b.astype(pl::f32);
-  for (int i = 0; i < 64; ++i)
-    for (int j = 0; j < 32; ++j) {
-      double want = 0;
-      for (int q = 0; q < 96; ++q) want += double(af.data<float>()[i * 96 + q]) * bf.data<float>()[q * 32 + j];
-      EXPECT_NEAR(out.data<float>()[i * 32 + j], want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
-    }
+  expect_product_of(a, b, warp_specialized_matmul(GetParam())(a, b).at(0));
+}
+
+// wgmma on the tensor cores: with whole warpgroups (128 host threads each, as on the GPU) the
+// consumers' products run as mma.sync instructions, emulated lane by lane from their PTX
+// definitions; each of the 3 wgmmas per consumer is 8 blocks of 16x8 over 4 warps, 2 k-steps.
+TEST(GpuKernel, WgmmaRunsOnTensorCoresWithWholeWarpgroupsUnderHostEmulation) {
+  pl::PallasCall call = warp_specialized_matmul("gpu_emulate");
+  pl::Array a = random_f32({64, 96}, 13).astype(pl::bf16);
+  pl::Array b = random_f32({96, 32}, 14).astype(pl::bf16);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({a.shape_dtype(), b.shape_dtype()});
+  pl::gpu::GeneratedKernel k = pl::gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.tensor_core_dots, 1);
+  pl::gpu::HostEmulationStats stats;
+  pl::Array out = pl::gpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 3 * 128, &stats).at(0);
+  EXPECT_EQ(stats.mma_instructions, 2 * 3 * (2 * 4 * 2));
+  expect_product_of(a, b, out);
 }
 
 // The generated CUDA of the primitives (mbarrier PTX, named barriers per warpgroup) is valid for
