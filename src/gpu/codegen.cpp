@@ -370,6 +370,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       << out.arena_bytes << " bytes per CTA in " << (out.arena_in_shared ? "shared" : "global") << " memory).\n"
       << "// Compile: nvcc -cubin -arch=sm_90a FILE.cu   (or NVRTC; no include path needed)\n";
   src << "#define PL_NUM_GROUPS " << out.num_groups << "\n";
+  src << "#define PL_ARENA_IN_SHARED " << (out.arena_in_shared ? 1 : 0) << "\n";
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
   src << device_runtime_source();
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["

@@ -75,8 +75,8 @@ struct GeneratedKernel {
   bool arena_in_shared = false;
   std::vector<ErrorSite> error_sites;
   int num_grid_dims = 0;
-  // Matrix products emitted for the tensor cores (pl_mma_dot; each falls back to CUDA-core loops
-  // at run time when its operands' memory does not suit ldmatrix).
+  // Matrix products emitted for the tensor cores (pl_mma_dot; each falls back to a CUDA-core
+  // loop at run time only when the group is not whole warps, as host emulation may run it).
   int tensor_core_dots = 0;
   // Profiling: events per Pallas thread and parallel point (0: off), the named regions (an
   // event's region number indexes them) and where the trace goes.

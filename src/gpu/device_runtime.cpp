@@ -542,6 +542,9 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
 #define PL_HAS_MMA 0
 #endif
 #if PL_HAS_MMA
+#ifndef PL_ARENA_IN_SHARED
+#define PL_ARENA_IN_SHARED 1
+#endif
 PL_DEV void pl_put(float* p, float v) { *p = v; }
 PL_DEV void pl_put(pl_bf16* p, float v) { *p = pl_to_bf16(v); }
 PL_DEV void pl_put(pl_f16* p, float v) { *p = pl_to_f16(v); }
@@ -549,7 +552,9 @@ PL_DEV void pl_put(pl_f16* p, float v) { *p = pl_to_f16(v); }
 // Six words per lane of each warp of the CTA: what the lanes hand each other.
 static pl_u64 pl_host_warp_words[32][32][6];
 PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_cta_tid() >> 5][lane]; }
-PL_DEV bool pl_is_shared(const void*) { return true; }
+// Where the GPU's arena would be: the emulated tiles and scratch all live in it (a global-memory
+// operand of wgmma would be misjudged here; it only changes how fragments load, not the result).
+PL_DEV bool pl_is_shared(const void*) { return PL_ARENA_IN_SHARED != 0; }
 // ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16: lane 8j + r holds the address of row r of
 // 8x8 matrix j; lane i receives in register j, low half first, row i/4 columns 2(i%4) and
 // 2(i%4)+1 of matrix j (.trans: column i/4, rows 2(i%4) and 2(i%4)+1).
@@ -622,17 +627,34 @@ PL_MMA_16816(pl_bf16, "bf16")
 PL_MMA_16816(pl_f16, "f16")
 #undef PL_MMA_16816
 #endif
+// The fragments of the 16x16 block of a at (m0, k0) and the 16x8 block of b at (k0, n0) loaded
+// element by element from any memory (where ldmatrix cannot read): lane 4g + t's registers as
+// the mma's definition above lays them out.
+template <bool BNK, class In>
+PL_DEV void pl_mma_fragments(pl_u32* fa, pl_u32* fb, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0,
+                             int n0, int k0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    const In* p = a + (m0 + g + 8 * (i & 1)) * lda + k0 + 2 * t + 8 * (i >> 1);
+    fa[i] = (pl_u32)p[0].bits | ((pl_u32)p[1].bits << 16);
+  }
+  for (int j = 0; j < 2; ++j) {
+    const int k = k0 + 2 * t + 8 * j, n = n0 + g;
+    const In lo = BNK ? b[n * ldb + k] : b[k * ldb + n], hi = BNK ? b[n * ldb + k + 1] : b[(k + 1) * ldb + n];
+    fb[j] = (pl_u32)lo.bits | ((pl_u32)hi.bits << 16);
+  }
+}
 // d (M x N, row stride ldd) = a (M x K, row stride lda) . b, or d += it when `accumulate`: b is
 // K x N with row stride ldb, or (BNK) N x K. M % 16 == N % 8 == K % 16 == 0 (the emitter checks).
-// False, having done nothing, when ldmatrix cannot read a or b (not in shared memory, or rows not
-// 16-byte aligned) or the group is not whole warps (host emulation may run fewer threads): the
-// caller computes the product on the CUDA cores instead.
+// Fragments come through ldmatrix when a and b are in shared memory with 16-byte aligned rows,
+// else straight from memory. False, having done nothing, when the group is not whole warps (host
+// emulation may run fewer threads): the caller computes the product on the CUDA cores instead.
 template <bool BNK, class In, class Out>
 PL_DEV bool pl_mma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                        bool accumulate) {
-  if (pl_nthreads() % 32 != 0 || !pl_is_shared(a) || !pl_is_shared(b) || ((pl_u64)a & 15) != 0 || ((pl_u64)b & 15) != 0 || lda % 8 != 0 ||
-      ldb % 8 != 0)
-    return false;
+  if (pl_nthreads() % 32 != 0) return false;
+  const bool by_ldmatrix = pl_is_shared(a) && pl_is_shared(b) && ((pl_u64)a & 15) == 0 && ((pl_u64)b & 15) == 0 &&
+                           lda % 8 == 0 && ldb % 8 == 0;
   const int lane = pl_tid() & 31, warp = pl_tid() >> 5, warps = pl_nthreads() >> 5;
   const int blocks_n = N / 8, blocks = (M / 16) * blocks_n;
   for (int first = 0; first < blocks; first += warps) {
@@ -646,9 +668,14 @@ PL_DEV bool pl_mma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
       for (int i = 0; i < 4; ++i) c[i] = (float)pl_ld(d[(m0 + g + 8 * (i / 2)) * ldd + n0 + 2 * t + i % 2]);
     for (int k0 = 0; k0 < K; k0 += 16) {
       pl_u32 fa[4], fb[2];
-      pl_ldmatrix<4, false>(fa, a + (m0 + (lane & 7) + (lane & 8)) * lda + k0 + (lane >> 4) * 8);
-      if (BNK) pl_ldmatrix<2, false>(fb, b + (n0 + (lane & 7)) * ldb + k0 + (lane & 8));
-      else pl_ldmatrix<2, true>(fb, b + (k0 + (lane & 7) + (lane & 8)) * ldb + n0);
+      if (!by_ldmatrix) {
+        pl_mma_fragments<BNK>(fa, fb, a, lda, b, ldb, m0, n0, k0, lane);
+      } else {
+        // Lane 8j + r gives row r of 8x8 matrix j: a's four quadrants, b's two k-halves.
+        pl_ldmatrix<4, false>(fa, a + (m0 + (lane & 7) + (lane & 8)) * lda + k0 + (lane >> 4) * 8);
+        if (BNK) pl_ldmatrix<2, false>(fb, b + (n0 + (lane & 7)) * ldb + k0 + (lane & 8));
+        else pl_ldmatrix<2, true>(fb, b + (k0 + (lane & 7) + (lane & 8)) * ldb + n0);
+      }
       pl_mma_16816(c, fa, fb, c, In());
     }
     if (mine)

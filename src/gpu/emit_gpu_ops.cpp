@@ -109,7 +109,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       before_mem_read();
       before_mem_write();
       // On tensor cores (mma.sync) when the layouts allow: row-major a and acc, b row-major or
-      // a transposed view; else (and when the memory does not suit ldmatrix) the loop below.
+      // a transposed view; else (and for a group that is not whole warps) the loop below.
       std::string mma;
       const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
       if (a.strides.at(1) == 1 && acc.strides.at(1) == 1 && (b_kn || b_nk)) {

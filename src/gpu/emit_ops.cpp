@@ -532,7 +532,7 @@ std::string mma_dot_call(const MmaProduct& p) {
   const bool half_inputs = p.a_dtype == p.b_dtype && (p.a_dtype == DType::BF16 || p.a_dtype == DType::F16);
   const bool result_ok = p.d_dtype == DType::F32 || p.d_dtype == DType::BF16 || p.d_dtype == DType::F16;
   if (!half_inputs || !result_ok || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m % 16 != 0 || p.n % 8 != 0 ||
-      p.k % 16 != 0 || p.lda % 8 != 0 || p.ldb % 8 != 0)
+      p.k % 16 != 0)
     return "";
   auto s = [](int64_t v) { return std::to_string(v); };
   return std::string("pl_mma_dot<") + (p.b_nk ? "true" : "false") + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a + ", " +

@@ -44,9 +44,9 @@ struct MmaProduct {
   int64_t m = 0, n = 0, k = 0;
   bool accumulate = false;
 };
-// The call (a bool expression: false when the operands' memory does not suit it at run time), or
-// "" when tensor cores cannot compute the product: f32 accumulation of bf16 or f16 inputs into an
-// f32, bf16 or f16 result, m % 16 == n % 8 == k % 16 == 0, 8-element-aligned row strides.
+// The call (a bool expression: false when the group is not whole warps at run time), or "" when
+// tensor cores cannot compute the product: they take f32 accumulation of bf16 or f16 inputs into
+// an f32, bf16 or f16 result with m % 16 == n % 8 == k % 16 == 0.
 std::string mma_dot_call(const MmaProduct& p);
 
 // Per-CTA memory for tiles and scratch: first-fit over freed ranges. A freed range becomes

@@ -190,8 +190,9 @@ TEST(GpuCodegenOps, DotGeneralLayoutsAndDtypes) {
 // bf16 / f16 matrix products go to the tensor cores (mma.sync.m16n8k16 fed by ldmatrix; host
 // emulation executes both from their PTX definitions, lane by lane). Checked against a plain C++
 // product of the same inputs, for both rhs layouts, f32 and bf16 results, and warp counts that
-// split the 16x8 blocks evenly and unevenly; the emulator's count of mma instructions shows the
-// tensor-core path ran (and that 4 threads, not a whole warp, fall back to the CUDA-core loop).
+// split the 16x8 blocks evenly and unevenly, fragments through ldmatrix (shared memory) and
+// straight from global memory; the emulator's count of mma instructions shows the tensor-core
+// path ran (and that 4 threads, not a whole warp, fall back to the CUDA-core loop).
 TEST(GpuCodegenOps, TensorCoreDotsMatchThePlainProduct) {
   const int64_t M = 32, N = 24, K = 48;
   struct Case { DType in, out; bool b_nk; };
@@ -208,11 +209,17 @@ TEST(GpuCodegenOps, TensorCoreDotsMatchThePlainProduct) {
     const Array y = c.b_nk ? Array::random_normal({N, K}, c.in, 22) : Array::random_normal({K, N}, c.in, 22);
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
     const std::vector<int64_t> grid = tc->grid_mapping.grid;
-    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid);
-    EXPECT_EQ(k.tensor_core_dots, 1);
     // 96 threads: 3 warps share the 6 blocks evenly; 128: the second round has 2 idle warps.
-    for (int threads : {4, 96, 128}) {
-      SCOPED_TRACE(std::to_string(threads) + " threads");
+    // With the arena in global memory the fragments load without ldmatrix.
+    struct Run { bool arena_in_shared; int threads; };
+    for (Run run : {Run{true, 4}, Run{true, 96}, Run{true, 128}, Run{false, 96}}) {
+      const int threads = run.threads;
+      SCOPED_TRACE(std::to_string(threads) + " threads, arena in " + (run.arena_in_shared ? "shared" : "global") + " memory");
+      gpu::CodegenOptions options;
+      if (!run.arena_in_shared) options.max_shared_arena_bytes = 0;
+      gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, options);
+      EXPECT_EQ(k.tensor_core_dots, 1);
+      EXPECT_EQ(k.arena_in_shared, run.arena_in_shared);
       gpu::HostEmulationStats stats;
       std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, grid, threads, &stats);
       const int64_t warps = threads / 32, blocks = (M / 16) * (N / 8);
