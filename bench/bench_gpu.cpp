@@ -18,10 +18,17 @@ void bench_gpu(std::ostream& report) {
          << "| example | source lines | codegen ms | NVRTC sm_90a ms | NVRTC sm_80 ms | cubin bytes |\n"
          << "|---|---|---|---|---|---|\n";
   const bool nvrtc = gpu::Nvrtc::unavailable_reason().empty();
-  for (const char* name : {"add", "matmul", "softmax", "layer_norm", "gather", "inplace"}) {
+  // "matmul bf16": the same example with bf16 inputs, its dot on tensor cores (mma.sync).
+  struct Row { const char* name; pallas::DType dtype; const char* label; };
+  for (Row row : {Row{"add", pallas::DType::F32, "add"}, Row{"matmul", pallas::DType::F32, "matmul"},
+                  Row{"matmul", pallas::DType::BF16, "matmul bf16"}, Row{"softmax", pallas::DType::F32, "softmax"},
+                  Row{"layer_norm", pallas::DType::F32, "layer_norm"}, Row{"gather", pallas::DType::F32, "gather"},
+                  Row{"inplace", pallas::DType::F32, "inplace"}}) {
+    const char* name = row.label;
     ex::RunOptions o;
     o.backend = "gpu";
-    ex::Problem p = ex::find(name).build(o);
+    o.dtype = row.dtype;
+    ex::Problem p = ex::find(row.name).build(o);
     auto tc = p.call.trace(p.arg_shapes());
     gpu::GeneratedKernel k;
     double gen = bench::median_seconds(3, [&] {
@@ -47,11 +54,16 @@ void bench_gpu(std::ostream& report) {
   }
   report << "\nOn the GPU (median of 10 calls, host arrays in and out, so transfers included):\n\n"
          << "| example | size | ms per call | GB/s or GFLOP/s (incl. transfers) |\n|---|---|---|---|\n";
-  for (auto [name, size] : {std::pair{"add", 4096}, std::pair{"matmul", 2048}, std::pair{"softmax", 8192}}) {
+  struct Sized { const char* name; int64_t size; pallas::DType dtype; };
+  for (Sized row : {Sized{"add", 4096, pallas::DType::F32}, Sized{"matmul", 2048, pallas::DType::F32},
+                    Sized{"matmul", 2048, pallas::DType::BF16}, Sized{"softmax", 8192, pallas::DType::F32}}) {
+    const std::string name = std::string(row.name) + (row.dtype == pallas::DType::F32 ? "" : " bf16");
+    const int64_t size = row.size;
     ex::RunOptions o;
     o.backend = "gpu";
     o.size = size;
-    ex::Problem p = ex::find(name).build(o);
+    o.dtype = row.dtype;
+    ex::Problem p = ex::find(row.name).build(o);
     double t = bench::median_seconds(10, [&] { ex::execute(p); });
     double rate = p.throughput == ex::Throughput::Flops ? p.flops / t / 1e9 : p.bytes / t / 1e9;
     report << "| " << name << " | " << size << " | " << t * 1e3 << " | " << rate << " |\n";

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 
 #include "gpu/cuda_libs.h"
 #include "gpu/profiler.h"
@@ -169,6 +171,53 @@ void* load_function(const std::vector<char>& image, const GeneratedKernel& k) {
   return fn;
 }
 
+namespace {
+
+// What a launch needs besides its operands: the global-memory arena (16 bytes when the arena is
+// in shared memory) and the error record. A cuMemAlloc / cuMemFree pair per call for each would
+// cost more than the whole warm-launch budget, so launches borrow them from a pool: a set per
+// launch in flight (calls from several host threads get their own), growing the arena when a
+// kernel needs more. The pool lives as long as the process and is never destroyed (its device
+// memory goes with the context; a static destructor could run after libcuda is gone).
+struct LaunchBuffers {
+  DeviceBuffer workspace, err;
+};
+
+class LaunchBufferPool {
+ public:
+  static LaunchBufferPool& get() {
+    static LaunchBufferPool* pool = new LaunchBufferPool;
+    return *pool;
+  }
+  std::unique_ptr<LaunchBuffers> take(size_t workspace_bytes) {
+    std::unique_ptr<LaunchBuffers> b;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        b = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (!b) {
+      b = std::make_unique<LaunchBuffers>();
+      b->err = DeviceBuffer(kErrorRecordWords * sizeof(int64_t));
+    }
+    if (b->workspace.bytes() < workspace_bytes) b->workspace = DeviceBuffer(workspace_bytes);
+    return b;
+  }
+  // Only after the launch's stream has synchronized: nothing on the device uses them any more.
+  void give_back(std::unique_ptr<LaunchBuffers> b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(b));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<LaunchBuffers>> free_;
+};
+
+}  // namespace
+
 void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
                       const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream) {
   Device& d = Device::get();
@@ -178,8 +227,11 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   // A grid-stride loop over the parallel points: a few CTAs per SM, so a global-memory arena
   // stays bounded by the CTAs in flight, not by the grid.
   const int64_t ctas = std::min<int64_t>(points, static_cast<int64_t>(d.multiprocessors()) * 4);
-  DeviceBuffer workspace(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
-  DeviceBuffer err(kErrorRecordWords * sizeof(int64_t));
+  // Dropped (freed) instead of given back when anything below throws before the stream syncs.
+  std::unique_ptr<LaunchBuffers> buffers =
+      LaunchBufferPool::get().take(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
+  const DeviceBuffer& workspace = buffers->workspace;
+  DeviceBuffer& err = buffers->err;
   d.check(api.MemsetD8Async(err.ptr(), 0, kErrorRecordWords * sizeof(int64_t), stream), "cuMemsetD8Async");
   prepare_profile_dir(k, call.kernel.loc);
   const size_t profile_words = profile_buffer_words(k, grid);
@@ -197,6 +249,7 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   int64_t record[kErrorRecordWords] = {};
   err.download(record, sizeof record, stream);
   d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
+  LaunchBufferPool::get().give_back(std::move(buffers));
   if (record[0] != 0) throw_kernel_error(call, k, record);
   if (profile_words > 0) {
     std::vector<uint64_t> events(profile_words);
