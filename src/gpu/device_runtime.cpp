@@ -652,7 +652,7 @@ PL_DEV void pl_mma_fragments(pl_u32* fa, pl_u32* fb, const In* a, pl_i64 lda, co
 template <bool BNK, class In, class Out>
 PL_DEV bool pl_mma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                        bool accumulate) {
-  if (pl_nthreads() % 32 != 0) return false;
+  if (pl_nthreads() % 32 != 0 || pl_cta_nthreads() > 1024) return false;  // (emulation's warp slots)
   const bool by_ldmatrix = pl_is_shared(a) && pl_is_shared(b) && ((pl_u64)a & 15) == 0 && ((pl_u64)b & 15) == 0 &&
                            lda % 8 == 0 && ldb % 8 == 0;
   const int lane = pl_tid() & 31, warp = pl_tid() >> 5, warps = pl_nthreads() >> 5;
