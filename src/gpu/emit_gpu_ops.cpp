@@ -110,7 +110,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       before_mem_write();
       // On tensor cores (mma.sync) when the layouts allow: row-major a and acc, b row-major or
       // a transposed view; else (and for a group that is not whole warps) the loop below.
-      std::string mma;
+      bool on_tensor_cores = false;
       const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
       if (a.strides.at(1) == 1 && acc.strides.at(1) == 1 && (b_kn || b_nk)) {
         MmaProduct p;
@@ -120,12 +120,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         p.d_dtype = acc.dtype, p.a_dtype = a.dtype, p.b_dtype = b.dtype;
         p.m = m, p.n = n, p.k = k;
         p.accumulate = true;
-        mma = mma_dot_call(p);
-      }
-      if (!mma.empty()) {
-        if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
-        line("if (!" + mma + ") {");
-        ++indent_;
+        on_tensor_cores = open_tensor_core_product(p);
       }
       open_thread_loop(m * n);
       line("const pl_i64 i = e / " + std::to_string(n) + ", j = e % " + std::to_string(n) + ";");
@@ -138,7 +133,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const std::string c = acc.ptr + "[i * " + std::to_string(acc.strides[0]) + " + j * " + std::to_string(acc.strides[1]) + "]";
       line(c + " = " + narrow(acc.dtype, "(float)" + widen(acc.dtype, c) + " + s") + ";");
       close_loop();
-      if (!mma.empty()) close_loop();
+      if (on_tensor_cores) close_loop();
       after_mem_read();
       after_mem_write();
       return;

@@ -476,7 +476,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       out = begin_result(res);
       // A plain matrix product (lhs m x k, rhs k x n or n x k) goes to the tensor cores when it
       // can; the loop below is its fallback, and every other dot.
-      std::string mma;
+      bool on_tensor_cores = false;
       if (lt.shape.size() == 2 && rtt.shape.size() == 2 && lb.empty() && lc == ir::Ints{1} &&
           (rc == ir::Ints{0} || rc == ir::Ints{1})) {
         const bool b_nk = rc[0] == 1;
@@ -486,12 +486,7 @@ void Emitter::emit_pure(const ir::Op& op) {
         p.ldd = p.n, p.lda = p.k, p.ldb = b_nk ? p.k : p.n;
         p.b_nk = b_nk;
         p.d_dtype = R, p.a_dtype = xt, p.b_dtype = rtt.dtype;
-        mma = mma_dot_call(p);
-      }
-      if (!mma.empty()) {
-        if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
-        line("if (!" + mma + ") {");
-        ++indent_;
+        on_tensor_cores = open_tensor_core_product(p);
       }
       open_thread_loop(std::max<int64_t>(1, rt.size()));
       const std::vector<std::string> oi = index_exprs(rt.shape, "e");
@@ -519,7 +514,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       else result = "(" + ctype(R) + ")acc";
       line(out + "[e] = " + result + ";");
       close_loop();
-      if (!mma.empty()) close_loop();
+      if (on_tensor_cores) close_loop();
       end_result(res);
       return;
     }
@@ -528,16 +523,20 @@ void Emitter::emit_pure(const ir::Op& op) {
   throw NotSupportedError(std::string(op.info().name) + " on the GPU backend", op.loc);
 }
 
-std::string mma_dot_call(const MmaProduct& p) {
+bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   const bool half_inputs = p.a_dtype == p.b_dtype && (p.a_dtype == DType::BF16 || p.a_dtype == DType::F16);
   const bool result_ok = p.d_dtype == DType::F32 || p.d_dtype == DType::BF16 || p.d_dtype == DType::F16;
   if (!half_inputs || !result_ok || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m % 16 != 0 || p.n % 8 != 0 ||
       p.k % 16 != 0)
-    return "";
+    return false;
+  if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
   auto s = [](int64_t v) { return std::to_string(v); };
-  return std::string("pl_mma_dot<") + (p.b_nk ? "true" : "false") + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a + ", " +
-         s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ", " +
-         (p.accumulate ? "true" : "false") + ")";
+  // pl_mma_dot is false only for a group that is not whole warps (host emulation): the loop runs.
+  line(std::string("if (!pl_mma_dot<") + (p.b_nk ? "true" : "false") + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
+       ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ", " +
+       (p.accumulate ? "true" : "false") + ")) {");
+  ++indent_;
+  return true;
 }
 
 }  // namespace pallas::gpu::detail

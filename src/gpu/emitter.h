@@ -44,10 +44,6 @@ struct MmaProduct {
   int64_t m = 0, n = 0, k = 0;
   bool accumulate = false;
 };
-// The call (a bool expression: false when the group is not whole warps at run time), or "" when
-// tensor cores cannot compute the product: they take f32 accumulation of bf16 or f16 inputs into
-// an f32, bf16 or f16 result with m % 16 == n % 8 == k % 16 == 0.
-std::string mma_dot_call(const MmaProduct& p);
 
 // Per-CTA memory for tiles and scratch: first-fit over freed ranges. A freed range becomes
 // reusable only after the next barrier, so no thread overwrites a tile another is still reading.
@@ -153,6 +149,10 @@ class Emitter {
   void emit_debug_print(const ir::Op& op);
   void emit_debug_check(const ir::Op& op);
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
+  // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can
+  // compute the product (f32 accumulation of bf16 or f16 inputs into an f32, bf16 or f16 result,
+  // m % 16 == n % 8 == k % 16 == 0), and counts it; the caller closes it when this returned true.
+  bool open_tensor_core_product(const MmaProduct& p);  // emit_ops.cpp
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);
