@@ -24,6 +24,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# cuobjdump for the SASS test, when the CUDA toolkit lacks it (best effort; never fails the build).
+scripts/get_cuda_tools.sh || true
+
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja "$@" >/dev/null
 fi

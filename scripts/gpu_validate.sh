@@ -37,12 +37,21 @@ if [ -x "$SAN" ]; then
 else
   log "SKIP  compute-sanitizer (not installed)"
 fi
-"$BUILD/pallas" cuda matmul --size 1024 > "$OUT/matmul.cu" 2>/dev/null
-NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-if [ -x "$NVCC" ]; then
-  "$NVCC" -cubin -arch=sm_90a -diag-suppress 177 -o "$OUT/matmul.cubin" "$OUT/matmul.cu" && \
-    cuobjdump -sass "$OUT/matmul.cubin" > "$OUT/matmul.sass" 2>&1
-  log "sass  matmul: $(grep -c HGMMA "$OUT/matmul.sass" 2>/dev/null || echo 0) HGMMA instructions (tensor cores not used yet: expected 0)"
+# The machine code NVRTC makes for the bf16 matmul on this GPU's arch: HGMMA (wgmma) on sm_90a.
+# (The device machine may have no network: carry .tools/ there, fetched by scripts/get_cuda_tools.sh.)
+CUOBJDUMP=""
+for c in "$(command -v cuobjdump)" .tools/cuobjdump /usr/local/cuda/bin/cuobjdump; do
+  if [ -n "$c" ] && [ -x "$c" ]; then CUOBJDUMP=$c; break; fi
+done
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d . | sed 's/^90$/90a/')
+if [ -n "$CUOBJDUMP" ] && "$BUILD/pallas" cuda matmul --dtype bf16 --size 1024 --compile --arch "sm_${ARCH:-90a}" \
+     --image "$OUT/matmul.cubin" > "$OUT/matmul.cu" 2>>"$OUT/build.log"; then
+  "$CUOBJDUMP" -sass "$OUT/matmul.cubin" > "$OUT/matmul.sass" 2>&1
+  hgmma=$(grep -c HGMMA "$OUT/matmul.sass" 2>/dev/null); hmma=$(grep -c HMMA "$OUT/matmul.sass" 2>/dev/null)
+  log "sass  matmul bf16 (sm_${ARCH:-90a}): ${hgmma:-0} HGMMA, ${hmma:-0} HMMA instruction lines (matmul.sass)"
+  if [ "${ARCH:-90a}" = 90a ] && [ "${hgmma:-0}" -eq 0 ]; then log "FAIL  no HGMMA in the sm_90a matmul"; status=1; fi
+else
+  log "SKIP  sass (no cuobjdump: scripts/get_cuda_tools.sh; or the compile failed: build.log)"
 fi
 "$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: none or failed"
 log "status $status"

@@ -27,6 +27,7 @@ struct ExampleArgs {
   // `pallas cuda`: the target arch, and whether to compile the unit with NVRTC as a check.
   std::string arch = "sm_90a";
   bool compile = false;
+  std::string image_path;  // --image: where --compile writes the cubin / PTX
 };
 
 // Exit codes beyond 0 (ok), 1 (failed) and 2 (usage error).

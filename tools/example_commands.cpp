@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 
@@ -96,6 +97,11 @@ int cuda(const ExampleArgs& args) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::cerr << "compiled with NVRTC for " << args.arch << ": " << c.image.size() << " bytes of "
               << (c.is_cubin ? "cubin" : "PTX") << " in " << ms << " ms\n";
+    if (!args.image_path.empty()) {
+      std::ofstream f(args.image_path, std::ios::binary);
+      f.write(c.image.data(), static_cast<std::streamsize>(c.image.size()));
+      if (!f) throw Error("cannot write the compiled image to '" + args.image_path + "'");
+    }
   }
   return 0;
 }

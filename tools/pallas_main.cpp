@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
   CLI::App* cuda = add_example_command(app, "cuda", "print the CUDA C++ the GPU backend generates for an example", args);
   cuda->add_option("--arch", args.arch, "the target of --compile (sm_90a, sm_80, compute_90a, ...)");
   cuda->add_flag("--compile", args.compile, "also compile it with NVRTC (reports size and time on stderr)");
+  cuda->add_option("--image", args.image_path,
+                   "with --compile: write the cubin (or PTX) there, e.g. for `cuobjdump -sass`");
 
   try {
     app.parse(argc, argv);

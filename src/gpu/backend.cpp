@@ -61,9 +61,11 @@ std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const Trace
     CodegenOptions opts = codegen_options(c.compiler_params);
     fresh->kernel = generate_cuda(tc, grid, opts);
     Device& device = Device::get();
-    if (fresh->kernel.arena_in_shared && fresh->kernel.arena_bytes > device.max_shared_per_block()) {
-      // A device with less shared memory than the default budget: keep the arena in global memory.
-      opts.max_shared_arena_bytes = device.max_shared_per_block();
+    if (device.max_shared_per_block() != opts.max_shared_bytes) {
+      // The device's budget, not H100's (a device with less shared memory than the default arena
+      // budget keeps the arena in global memory).
+      opts.max_shared_bytes = device.max_shared_per_block();
+      opts.max_shared_arena_bytes = std::min(opts.max_shared_arena_bytes, opts.max_shared_bytes);
       fresh->kernel = generate_cuda(tc, grid, opts);
     }
     const GeneratedKernel& k = fresh->kernel;

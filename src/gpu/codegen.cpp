@@ -361,6 +361,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // start their phases with the phase bits each thread keeps: both are set up per parallel point.
   const bool fresh_scratch_per_point = gpu_kernel || out.num_barriers > 0;
   out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes;
+  // wgmma stages its operands in static shared memory, a stage per warpgroup, when there is room
+  // beside the arena and the barriers; else sm_90a takes the mma.sync path too.
+  if (out.tensor_core_dots > 0 && out.threads_per_cta % 128 == 0) {
+    const int64_t staging = wgmma_stage_bytes() * (out.threads_per_cta / 128);
+    const int64_t used = 8 * out.num_barriers + (out.arena_in_shared ? out.arena_bytes : 0);
+    if (used + staging <= opts.max_shared_bytes) out.wgmma_staging_bytes = staging;
+  }
 
   // ---- The translation unit.
   std::ostringstream src;
@@ -372,6 +379,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "#define PL_NUM_GROUPS " << out.num_groups << "\n";
   src << "#define PL_ARENA_IN_SHARED " << (out.arena_in_shared ? 1 : 0) << "\n";
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
+  if (out.wgmma_staging_bytes > 0)
+    src << "#define PL_WGMMA_STAGES " << out.wgmma_staging_bytes / wgmma_stage_bytes() << "\n#define PL_WG_KC "
+        << kWgmmaStepK << "\n#define PL_WG_STAGE_BYTES " << wgmma_stage_bytes() << "\n#define PL_WGMMA_STAGING_OFFSET "
+        << out.wgmma_staging_offset() << "\n";
   src << device_runtime_source();
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
@@ -427,7 +438,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                      ? "{ pl_init_scratch(arena); pl_cta(p, point, arena); pl_end_scratch(); }"
                                      : "pl_cta(p, point, arena);";
   src << "#if !PL_HOST_EMULATION\n";
-  if (out.arena_in_shared) src << "extern __shared__ __align__(16) char pl_smem[];\n";
+  if (out.arena_in_shared) src << "extern __shared__ __align__(128) char pl_smem[];\n";
   src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry << "(PlParams p) {\n";
   if (out.arena_in_shared)
     src << "  char* arena = pl_smem;\n";

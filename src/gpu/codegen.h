@@ -31,10 +31,19 @@ namespace pallas::gpu {
 // The runtime every generated unit begins with (also useful to inspect: `pallas cuda --runtime`).
 const char* device_runtime_source();
 
+// wgmma's operand staging (sm_90a; see the device runtime): each warpgroup copies a 64-row slice
+// of a and a slice of up to 128 rows of b, kWgmmaStepK columns each, into shared memory of its own
+// in the instruction's layout.
+constexpr int64_t kWgmmaStepK = 32;
+constexpr int64_t wgmma_stage_bytes() { return (64 + 128) * kWgmmaStepK * 2; }
+
 struct CodegenOptions {
   int threads_per_cta = 256;
   // An arena up to this size lives in dynamic shared memory; a larger one in global memory.
   int64_t max_shared_arena_bytes = 96 * 1024;
+  // The shared memory a CTA may use in all (the device's opt-in limit; H100's by default): bounds
+  // what is added beside the arena (wgmma's staging).
+  int64_t max_shared_bytes = 227 * 1024;
   // gpu::CompilerParams::dimension_semantics: "parallel" axes go to CTAs, "arbitrary" (or
   // "sequential") ones run in order inside each CTA. Empty: inferred (see split in codegen.cpp).
   std::vector<std::string> dimension_semantics;
@@ -75,9 +84,19 @@ struct GeneratedKernel {
   bool arena_in_shared = false;
   std::vector<ErrorSite> error_sites;
   int num_grid_dims = 0;
-  // Matrix products emitted for the tensor cores (pl_mma_dot; each falls back to a CUDA-core
+  // Matrix products emitted for the tensor cores (pl_tc_dot; each falls back to a CUDA-core
   // loop at run time only when the group is not whole warps, as host emulation may run it).
   int tensor_core_dots = 0;
+  // Shared memory for wgmma's operand staging (0: none — no tensor-core dots, the CTA is not
+  // whole warpgroups, or no room beside the arena — and sm_90a runs mma.sync too). It follows
+  // the arena in the dynamic shared memory of launches on sm_90 devices only.
+  int64_t wgmma_staging_bytes = 0;
+  int64_t wgmma_staging_offset() const { return arena_in_shared ? (arena_bytes + 127) / 128 * 128 : 0; }
+  // The dynamic shared memory a launch asks for (`wgmma`: on a device that runs the sm_90a code).
+  int64_t dynamic_shared_bytes(bool wgmma) const {
+    if (wgmma && wgmma_staging_bytes > 0) return wgmma_staging_offset() + wgmma_staging_bytes;
+    return arena_in_shared ? arena_bytes : 0;
+  }
   // Profiling: events per Pallas thread and parallel point (0: off), the named regions (an
   // event's region number indexes them) and where the trace goes.
   int profile_space = 0;

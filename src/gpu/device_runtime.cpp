@@ -11,7 +11,29 @@
 
 namespace pallas::gpu {
 
-const char* device_runtime_source() {
+namespace {
+
+// The wgmma.mma_async wrappers for each instruction width the runtime uses: an m64nNk16 operation
+// names all N/2 accumulator registers of the thread, too many to write out by hand.
+std::string wgmma_instructions() {
+  std::string s;
+  for (int n : {8, 16, 32, 64, 128}) {
+    for (const char* ty : {"bf16", "f16"}) {
+      const int regs = n / 2;
+      auto reg = [](int i) { return "%" + std::to_string(i); };
+      s += "template <> PL_DEV void pl_wgmma_async<" + std::to_string(n) + ", pl_" + ty +
+           ">(float* d, pl_u64 da, pl_u64 db) {\n  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " + reg(regs + 2) +
+           ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + ty + "." + ty + " {";
+      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + reg(i);
+      s += "}, " + reg(regs) + ", " + reg(regs + 1) + ", p, 1, 1, 0, 0; }\"\n               : ";
+      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
+      s += "\n               : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n";
+    }
+  }
+  return s;
+}
+
+const char* runtime_template() {
   return R"PALLAS_RT(// ---- Pallas device runtime -------------------------------------------------------------------
 #if defined(__CUDACC__)
 #define PL_DEV __device__ __forceinline__
@@ -81,6 +103,9 @@ static pl_host_barrier_t pl_host_cta_barrier, pl_host_group_barrier[PL_NUM_GROUP
 // path ran; run_host_emulation's stats).
 static std::atomic<pl_u64> pl_host_mma_count{0};
 extern "C" pl_u64 pl_host_mma_instructions() { return pl_host_mma_count.load(); }
+// The same for warpgroup-wide wgmma instructions.
+static std::atomic<pl_u64> pl_host_wgmma_count{0};
+extern "C" pl_u64 pl_host_wgmma_instructions() { return pl_host_wgmma_count.load(); }
 PL_DEV bool pl_host_failed() { return pl_host_err && __atomic_load_n(pl_host_err, __ATOMIC_ACQUIRE) != 0; }
 PL_DEV void pl_host_wait(pl_host_barrier_t& b) {
   if (b.count <= 1) return;
@@ -107,6 +132,7 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_nthreads = nthreads;
   pl_host_err = err;
   pl_host_mma_count.store(0);
+  pl_host_wgmma_count.store(0);
   pl_host_cta_barrier.count = nthreads;
   pl_host_cta_barrier.arrived.store(0);
   for (pl_host_barrier_t& b : pl_host_group_barrier) {
@@ -692,6 +718,175 @@ PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, 
   return false;  // before sm_80: no bf16 mma.sync
 }
 #endif
+// ---- Tensor cores: wgmma (sm_90a) -----------------------------------------------------------------
+// On Hopper a warpgroup (4 warps, 128 threads) multiplies 64xN by Nx16 in one asynchronous
+// wgmma.mma_async, reading both operands from shared memory through 64-bit matrix descriptors.
+// The operands must be in one of the instruction's canonical layouts, which a plain row-major tile
+// is not, so each warpgroup first copies the slices it needs into a staging area of its own in
+// the no-swizzle "interleaved" K-major layout: 8x8 "core matrices" (8 rows of 16 bytes, 128
+// contiguous bytes), K-adjacent core matrices 128 bytes apart (the leading byte offset) and each
+// next 8 rows PL_WG_KC * 16 bytes on (the stride byte offset). The staging is shared memory the
+// codegen reserves when the kernel has tensor-core dots and room for it (codegen.h's
+// kWgmmaStepK and wgmma_stage_bytes(), defined as PL_WG_KC and PL_WG_STAGE_BYTES: a 64-row slice
+// of a and a slice of up to 128 rows of b, PL_WG_KC columns each, for each of PL_WGMMA_STAGES
+// warpgroups). Host emulation executes the same loop and emulates wgmma from the descriptor
+// (start address, both byte offsets, no swizzle), each thread computing its own accumulator
+// fragment; the descriptors' addresses there are offsets into the emulated staging.
+#if defined(PL_WGMMA_STAGES) && \
+    (PL_HOST_EMULATION || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)))
+#define PL_HAS_WGMMA 1
+#else
+#define PL_HAS_WGMMA 0
+#endif
+#if PL_HAS_WGMMA
+#define PL_WGMMA_STAGING_BYTES (PL_WGMMA_STAGES * PL_WG_STAGE_BYTES)
+#if PL_HOST_EMULATION
+alignas(128) static pl_u8 pl_wgmma_staging[PL_WGMMA_STAGING_BYTES];
+PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_wgmma_staging); }
+PL_DEV void pl_wgmma_fence() {}
+PL_DEV void pl_wgmma_commit_and_wait() {}
+PL_DEV void pl_fence_proxy_async() {}
+// Element (r, k) of a K-major no-swizzle operand described by `desc`.
+template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k) {
+  if ((desc >> 62) != 0) abort();  // a swizzled layout: not emulated (never emitted)
+  const pl_u64 start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4, sbo = ((desc >> 32) & 0x3FFF) << 4;
+  const pl_u8* p = pl_wgmma_staging + start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2;
+  In x;
+  x.bits = *(const pl_u16*)p;
+  return pl_widen(x);
+}
+// wgmma.mma_async.sync.aligned.m64n{NC}k16.f32.{bf16,f16} d, a-desc, b-desc (scale-d 1, no
+// negation, both operands K-major), stated as where each element of the 64 x NC result lives
+// (the ISA's figure for the m64nNk16 accumulator): element (r, c) is in thread
+// 32 (r / 16) + 4 (r % 8) + (c % 8) / 2 of the warpgroup, register 4 (c / 8) + 2 ((r % 16) / 8) + c % 2.
+// (pl_wgmma_dot_n loads and stores the registers by the inverse map, written independently.)
+template <int NC, class In> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
+  const int me = pl_tid() & 127;
+  if (me == 0) pl_host_wgmma_count.fetch_add(1);
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < NC; ++c) {
+      if (32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2 != me) continue;
+      float acc = 0;
+      for (int k = 0; k < 16; ++k) acc += pl_wgmma_operand<In>(da, r, k) * pl_wgmma_operand<In>(db, c, k);
+      d[4 * (c / 8) + 2 * ((r % 16) / 8) + c % 2] += acc;
+    }
+  }
+}
+#else
+// After the arena in the dynamic shared memory (launches on other GPUs leave it out).
+extern __shared__ __align__(128) char pl_smem[];
+#define pl_wgmma_staging ((pl_u8*)pl_smem + PL_WGMMA_STAGING_OFFSET)
+PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return pl_smem_u32(p); }
+PL_DEV void pl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+PL_DEV void pl_wgmma_commit_and_wait() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+// Makes this thread's ordinary stores to shared memory visible to wgmma's (async proxy) reads.
+PL_DEV void pl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+template <int NC, class In> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db);
+// @@WGMMA_INSTRUCTIONS@@
+#endif
+// The descriptor of a K-major, no-swizzle operand at p (16-byte aligned, in the staging).
+PL_DEV pl_u64 pl_wgmma_desc(const void* p) {
+  const pl_u64 lbo = 128, sbo = PL_WG_KC * 16;
+  return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32);
+}
+// Copies rows [r0, r0 + rows) x columns [k0, k0 + kc) of a K-contiguous matrix (row stride ld)
+// — or, with `transposed`, of the transpose of a row-major (K x rows) matrix — into the staging
+// layout, a warpgroup's thread t taking 16-byte chunks t, t + 128, ...: consecutive threads write
+// consecutive chunks (no bank conflicts).
+template <class In>
+PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed, int r0, int rows, int k0, int kc,
+                           int t) {
+  const bool vec = !transposed && ((pl_u64)src & 15) == 0 && ld % 8 == 0;
+  const int chunks = rows * (PL_WG_KC / 8);
+  for (int c = t; c < chunks; c += 128) {
+    // c = (r % 8) + 8 * (kq + (PL_WG_KC / 8) * (r / 8)): the byte offset in the layout is 16 c.
+    const int kq = (c >> 3) % (PL_WG_KC / 8), r = (c & 7) + 8 * ((c >> 3) / (PL_WG_KC / 8));
+    if (8 * kq >= kc) continue;
+    pl_u32* out = (pl_u32*)(dst + 16 * c);
+    const pl_i64 k = k0 + 8 * kq;
+    if (vec) {
+      const pl_u32* in = (const pl_u32*)(src + (r0 + r) * ld + k);
+      for (int w = 0; w < 4; ++w) out[w] = in[w];
+    } else {
+      for (int w = 0; w < 4; ++w) {
+        const In lo = transposed ? src[(k + 2 * w) * ld + r0 + r] : src[(r0 + r) * ld + k + 2 * w];
+        const In hi = transposed ? src[(k + 2 * w + 1) * ld + r0 + r] : src[(r0 + r) * ld + k + 2 * w + 1];
+        out[w] = (pl_u32)lo.bits | ((pl_u32)hi.bits << 16);
+      }
+    }
+  }
+}
+// d (M x N) = a . b (or d += it), as pl_mma_dot, on wgmma with NC columns per instruction. The
+// group's warpgroups take 64 x NC blocks of d in rounds; one past the last block redoes it and
+// stores nothing (every warpgroup meets at the group's barriers).
+template <int NC, bool BNK, class In, class Out>
+PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
+                           bool accumulate) {
+  const int t = pl_tid() & 127, wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7;
+  const int lane = t & 31, warp = t >> 5;
+  pl_u8* stage_a = pl_wgmma_staging + (pl_cta_tid() >> 7) * PL_WG_STAGE_BYTES;
+  pl_u8* stage_b = stage_a + 64 * PL_WG_KC * 2;
+  const int blocks_n = N / NC, blocks = (M / 64) * blocks_n;
+  for (int first = 0; first < blocks; first += wgs) {
+    const bool mine = first + wg < blocks;
+    const int blk = mine ? first + wg : blocks - 1;
+    const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
+    float acc[NC / 2];
+    for (int i = 0; i < NC / 2; ++i) {
+      const int r = m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1), col = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+      acc[i] = accumulate ? (float)pl_ld(d[r * ldd + col]) : 0.0f;
+    }
+    for (int k0 = 0; k0 < K; k0 += PL_WG_KC) {
+      const int kc = K - k0 < PL_WG_KC ? K - k0 : PL_WG_KC;
+      pl_sync();  // the previous step's wgmma have read the staging
+      pl_wgmma_stage(stage_a, a, lda, false, m0, 64, k0, kc, t);
+      pl_wgmma_stage(stage_b, b, ldb, !BNK, n0, NC, k0, kc, t);
+      pl_fence_proxy_async();
+      pl_sync();
+      pl_wgmma_fence();
+      for (int ks = 0; ks < kc; ks += 16)  // the next 16 columns: two core matrices on
+        pl_wgmma_async<NC, In>(acc, pl_wgmma_desc(stage_a + ks * 16), pl_wgmma_desc(stage_b + ks * 16));
+      pl_wgmma_commit_and_wait();
+#if !PL_HOST_EMULATION
+      for (int i = 0; i < NC / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read after the wait
+#endif
+    }
+    if (mine)
+      for (int i = 0; i < NC / 2; ++i) {
+        const int r = m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1), col = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+        pl_put(&d[r * ldd + col], acc[i]);
+      }
+  }
+  pl_sync();
+}
+// False, having done nothing, unless the product fits wgmma (M % 64 == 0) and the group is whole
+// warpgroups with staging for each (host emulation may run fewer threads).
+template <bool BNK, class In, class Out>
+PL_DEV bool pl_wgmma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
+                         bool accumulate) {
+  if (M % 64 != 0 || pl_nthreads() % 128 != 0 || (pl_cta_nthreads() >> 7) * PL_WG_STAGE_BYTES > PL_WGMMA_STAGING_BYTES)
+    return false;
+  if (N % 128 == 0) pl_wgmma_dot_n<128, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  else if (N % 64 == 0) pl_wgmma_dot_n<64, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  else if (N % 32 == 0) pl_wgmma_dot_n<32, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  else if (N % 16 == 0) pl_wgmma_dot_n<16, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  else pl_wgmma_dot_n<8, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  return true;
+}
+#endif
+// A 2-D bf16 / f16 product on the best tensor-core instruction the target has: wgmma, else
+// mma.sync; false when neither applies (the caller's CUDA-core loop runs).
+template <bool BNK, class In, class Out>
+PL_DEV bool pl_tc_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
+                      bool accumulate) {
+#if PL_HAS_WGMMA
+  if (pl_wgmma_dot<BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate)) return true;
+#endif
+  return pl_mma_dot<BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+}
 // ---- The on-device profiler (gpu::named_region) ---------------------------------------------------
 // Each Pallas thread has a slot per parallel point (when profiling): word 0 counts the events its
 // thread 0 recorded, then PL_PROF_SPACE events of two words: 2 * region (+1 for the exit) and
@@ -702,7 +897,7 @@ PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, 
 PL_DEV void pl_prof_record(pl_u64* slot, pl_u64 tag) {
   if (pl_tid() != 0) return;
   const pl_u64 n = slot[0];
-  if (n < PL_PROF_SPACE) {
+  if ((pl_i64)n < (pl_i64)PL_PROF_SPACE) {  // (signed: no "pointless comparison" warning at 0)
     slot[1 + 2 * n] = tag;
     slot[2 + 2 * n] = pl_now_ns();
   }
@@ -710,6 +905,18 @@ PL_DEV void pl_prof_record(pl_u64* slot, pl_u64 tag) {
 }
 // ---- End of the Pallas device runtime --------------------------------------------------------------
 )PALLAS_RT";
+}
+
+}  // namespace
+
+const char* device_runtime_source() {
+  static const std::string text = [] {
+    std::string s = runtime_template();
+    const std::string marker = "// @@WGMMA_INSTRUCTIONS@@\n";
+    s.replace(s.find(marker), marker.size(), wgmma_instructions());
+    return s;
+  }();
+  return text.c_str();
 }
 
 }  // namespace pallas::gpu

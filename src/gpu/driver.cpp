@@ -165,8 +165,10 @@ void* load_function(const std::vector<char>& image, const GeneratedKernel& k) {
   CUfunction fn = nullptr;
   d.check(api.ModuleLoadData(&mod, image.data()), "cuModuleLoadData");
   d.check(api.ModuleGetFunction(&fn, mod, k.entry.c_str()), "cuModuleGetFunction");
-  if (k.arena_in_shared && k.arena_bytes > 48 * 1024)
-    d.check(api.FuncSetAttribute(fn, kFuncAttrMaxDynamicSmem, static_cast<int>(k.arena_bytes)),
+  // Above 48 KiB in all (the mbarriers are static shared memory) a kernel must opt in.
+  const int64_t dynamic = k.dynamic_shared_bytes(d.runs_wgmma());
+  if (dynamic + 8 * k.num_barriers > 48 * 1024)
+    d.check(api.FuncSetAttribute(fn, kFuncAttrMaxDynamicSmem, static_cast<int>(dynamic)),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   return fn;
 }
@@ -244,7 +246,7 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
       pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), profile_words > 0 ? profile.ptr() : 0, grid);
   void* params[] = {words.data()};
   CUlaunchConfig cfg{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
-                     static_cast<unsigned>(k.arena_in_shared ? k.arena_bytes : 0), stream, nullptr, 0};
+                     static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), stream, nullptr, 0};
   d.check(api.LaunchKernelEx(&cfg, function, params, nullptr), "cuLaunchKernelEx");
   int64_t record[kErrorRecordWords] = {};
   err.download(record, sizeof record, stream);

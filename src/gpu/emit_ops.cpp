@@ -531,8 +531,9 @@ bool Emitter::open_tensor_core_product(const MmaProduct& p) {
     return false;
   if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
   auto s = [](int64_t v) { return std::to_string(v); };
-  // pl_mma_dot is false only for a group that is not whole warps (host emulation): the loop runs.
-  line(std::string("if (!pl_mma_dot<") + (p.b_nk ? "true" : "false") + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
+  // pl_tc_dot (wgmma, else mma.sync) is false only for a group that is not whole warps (host
+  // emulation): the loop runs.
+  line(std::string("if (!pl_tc_dot<") + (p.b_nk ? "true" : "false") + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
        ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ", " +
        (p.accumulate ? "true" : "false") + ")) {");
   ++indent_;

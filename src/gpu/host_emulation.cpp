@@ -23,13 +23,13 @@ namespace pallas::gpu {
 namespace {
 
 using EntryFn = void (*)(const uint64_t*, int);
-using MmaCountFn = uint64_t (*)();
+using CountFn = uint64_t (*)();
 
 // Compiled units stay loaded for the life of the process, one per distinct source.
 struct Loaded {
   void* handle = nullptr;
   EntryFn entry = nullptr;
-  MmaCountFn mma_count = nullptr;
+  CountFn mma_count = nullptr, wgmma_count = nullptr;
 };
 
 std::string run_command(const std::string& cmd, int& status) {
@@ -86,10 +86,14 @@ Loaded load(const GeneratedKernel& k) {
   if (!h) throw Error(std::string("host emulation: cannot load the compiled kernel: ") + dlerror());
   auto entry = reinterpret_cast<EntryFn>(dlsym(h, k.host_entry.c_str()));
   if (!entry) throw Error("host emulation: the compiled kernel has no " + k.host_entry);
-  auto mma_count = reinterpret_cast<MmaCountFn>(dlsym(h, "pl_host_mma_instructions"));
-  if (!mma_count) throw Error("host emulation: the compiled kernel has no pl_host_mma_instructions");
+  auto counter = [&](const char* name) {
+    auto f = reinterpret_cast<CountFn>(dlsym(h, name));
+    if (!f) throw Error(std::string("host emulation: the compiled kernel has no ") + name);
+    return f;
+  };
+  Loaded l{h, entry, counter("pl_host_mma_instructions"), counter("pl_host_wgmma_instructions")};
   fs::remove_all(work, ec);  // the library stays mapped
-  return loaded[k.source] = {h, entry, mma_count};
+  return loaded[k.source] = l;
 }
 
 }  // namespace
@@ -150,7 +154,10 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
     // Every group gets the same number of host threads.
     const int groups = std::max(1, k.num_groups);
     kernel.entry(words.data(), (std::max(1, threads) + groups - 1) / groups * groups);
-    if (stats) stats->mma_instructions = static_cast<int64_t>(kernel.mma_count());
+    if (stats) {
+      stats->mma_instructions = static_cast<int64_t>(kernel.mma_count());
+      stats->wgmma_instructions = static_cast<int64_t>(kernel.wgmma_count());
+    }
   }
   if (err[0] != 0) throw_kernel_error(call, k, err);
   if (!profile.empty()) write_profile_trace(call, k, grid, profile.data());

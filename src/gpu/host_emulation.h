@@ -25,7 +25,8 @@ std::string host_compiler();
 // barrier in generated code is reported as a data race.
 // What the emulated hardware did during one run (the tests check that a path was taken).
 struct HostEmulationStats {
-  int64_t mma_instructions = 0;  // warp-wide mma.sync instructions (tensor-core dots)
+  int64_t mma_instructions = 0;    // warp-wide mma.sync instructions (tensor-core dots)
+  int64_t wgmma_instructions = 0;  // warpgroup-wide wgmma.mma_async instructions
 };
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
                                       const std::vector<Array>& args, const std::vector<int64_t>& grid,

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include "core/call.h"
 #include "gpu/codegen.h"
@@ -187,6 +191,37 @@ TEST(GpuCodegenOps, DotGeneralLayoutsAndDtypes) {
   }
 }
 
+// Every element of `got` (M x N) against a double-precision C++ product of x (M x K) and y (K x N,
+// or N x K when b_nk): f32 accumulation of exact products in any order, then the result's rounding.
+void expect_plain_product(const Array& x, const Array& y, bool b_nk, DType out, const Array& got) {
+  const int64_t M = x.shape()[0], K = x.shape()[1], N = got.shape()[1];
+  int bad = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0, magnitude = 0;
+      for (int64_t kk = 0; kk < K; ++kk) {
+        const double t = x.get({i, kk}) * (b_nk ? y.get({j, kk}) : y.get({kk, j}));
+        want += t;
+        magnitude += std::fabs(t);
+      }
+      const double tol = static_cast<double>(K) * std::ldexp(magnitude, -23) +
+                         (out == DType::BF16 ? std::ldexp(std::fabs(want), -8) : 0);
+      const double v = got.get({i, j});
+      if (!(std::fabs(v - want) <= tol) && bad++ < 5)
+        ADD_FAILURE() << "element (" << i << ", " << j << "): got " << v << ", want " << want << " within " << tol;
+    }
+  }
+}
+
+// A pallas_call of one product: o = x . y, or x . y^T (dot_general contracting the rhs's dim 1).
+PallasCall tensor_core_product(DType out, bool b_nk, int64_t M, int64_t N) {
+  auto kernel = [out, b_nk](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+    o[pl::all] = b_nk ? pl::dot_general(x[pl::all], y[pl::all], pl::DotDims{{1}, {1}, {}, {}}, out)
+                      : pl::dot(x[pl::all], y[pl::all], {.preferred = out});
+  };
+  return pl::pallas_call(kernel, {ShapeDtype({M, N}, out)}, opts({}, {}, {}));
+}
+
 // bf16 / f16 matrix products go to the tensor cores (mma.sync.m16n8k16 fed by ldmatrix; host
 // emulation executes both from their PTX definitions, lane by lane). Checked against a plain C++
 // product of the same inputs, for both rhs layouts, f32 and bf16 results, and warp counts that
@@ -200,11 +235,7 @@ TEST(GpuCodegenOps, TensorCoreDotsMatchThePlainProduct) {
                  Case{DType::F16, DType::F32, true}, Case{DType::F16, DType::BF16, false}}) {
     SCOPED_TRACE(std::string(dtype_name(c.in)) + " -> " + std::string(dtype_name(c.out)) +
                  (c.b_nk ? ", rhs n x k" : ", rhs k x n"));
-    auto kernel = [&](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
-      o[pl::all] = c.b_nk ? pl::dot_general(x[pl::all], y[pl::all], pl::DotDims{{1}, {1}, {}, {}}, c.out)
-                          : pl::dot(x[pl::all], y[pl::all], {.preferred = c.out});
-    };
-    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({M, N}, c.out)}, opts({}, {}, {}));
+    PallasCall call = tensor_core_product(c.out, c.b_nk, M, N);
     const Array x = Array::random_normal({M, K}, c.in, 21);
     const Array y = c.b_nk ? Array::random_normal({N, K}, c.in, 22) : Array::random_normal({K, N}, c.in, 22);
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
@@ -224,24 +255,44 @@ TEST(GpuCodegenOps, TensorCoreDotsMatchThePlainProduct) {
       std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, grid, threads, &stats);
       const int64_t warps = threads / 32, blocks = (M / 16) * (N / 8);
       EXPECT_EQ(stats.mma_instructions, warps == 0 ? 0 : (blocks + warps - 1) / warps * warps * (K / 16));
-      int bad = 0;
-      for (int64_t i = 0; i < M; ++i) {
-        for (int64_t j = 0; j < N; ++j) {
-          double want = 0, magnitude = 0;
-          for (int64_t kk = 0; kk < K; ++kk) {
-            const double t = x.get({i, kk}) * (c.b_nk ? y.get({j, kk}) : y.get({kk, j}));
-            want += t;
-            magnitude += std::fabs(t);
-          }
-          // f32 accumulation of exact products (in any order), then the result's rounding.
-          const double tol = static_cast<double>(K) * std::ldexp(magnitude, -23) +
-                             (c.out == DType::BF16 ? std::ldexp(std::fabs(want), -8) : 0);
-          const double v = got[0].get({i, j});
-          if (!(std::fabs(v - want) <= tol) && bad++ < 5)
-            ADD_FAILURE() << "element (" << i << ", " << j << "): got " << v << ", want " << want << " within " << tol;
-        }
-      }
+      EXPECT_EQ(stats.wgmma_instructions, 0);  // m = 32: not a wgmma shape
+      expect_plain_product(x, y, c.b_nk, c.out, got[0]);
     }
+  }
+}
+
+// With whole warpgroups the same products run on wgmma (sm_90a): each warpgroup stages its 64-row
+// slice of x and its slice of y in the instruction's shared-memory layout and issues m64nNk16
+// operations on descriptors; host emulation executes them from the descriptors. Shapes cover
+// each instruction width the runtime picks (N = 24 -> n8, 64 -> n64, 256 -> n128), a K that
+// leaves a 16-column last stage, one and two warpgroups (with an idle one redoing a block), both
+// rhs layouts, bf16 and f16 into f32 and bf16, and operands in shared and in global memory.
+TEST(GpuCodegenOps, TensorCoreDotsRunOnWgmmaWithWholeWarpgroups) {
+  struct Case { DType in, out; bool b_nk; int64_t M, N, K; int threads; bool arena_in_shared; };
+  for (Case c : {Case{DType::BF16, DType::F32, false, 64, 24, 48, 128, true},
+                 Case{DType::F16, DType::BF16, true, 128, 64, 32, 256, true},
+                 Case{DType::BF16, DType::F32, true, 192, 256, 16, 256, false},
+                 Case{DType::F16, DType::F32, false, 192, 32, 80, 256, true}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.in)) + " -> " + std::string(dtype_name(c.out)) + (c.b_nk ? ", rhs n x k" : ", rhs k x n") +
+                 ", " + std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + ", " +
+                 std::to_string(c.threads) + " threads");
+    PallasCall call = tensor_core_product(c.out, c.b_nk, c.M, c.N);
+    const Array x = Array::random_normal({c.M, c.K}, c.in, 31);
+    const Array y = c.b_nk ? Array::random_normal({c.N, c.K}, c.in, 32) : Array::random_normal({c.K, c.N}, c.in, 32);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    gpu::CodegenOptions options;
+    options.threads_per_cta = c.threads;
+    if (!c.arena_in_shared) options.max_shared_arena_bytes = 64 * 1024;  // room for the staging only
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    EXPECT_EQ(k.arena_in_shared, c.arena_in_shared);
+    EXPECT_EQ(k.wgmma_staging_bytes, c.threads / 128 * gpu::wgmma_stage_bytes());
+    gpu::HostEmulationStats stats;
+    std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, c.threads, &stats);
+    const int64_t nc = c.N % 128 == 0 ? 128 : c.N % 64 == 0 ? 64 : c.N % 32 == 0 ? 32 : c.N % 16 == 0 ? 16 : 8;
+    const int64_t blocks = c.M / 64 * (c.N / nc), groups = c.threads / 128;
+    EXPECT_EQ(stats.wgmma_instructions, (blocks + groups - 1) / groups * groups * (c.K / 16));
+    EXPECT_EQ(stats.mma_instructions, 0);
+    expect_plain_product(x, y, c.b_nk, c.out, got[0]);
   }
 }
 
@@ -254,8 +305,8 @@ TEST(GpuCodegenOps, TensorCoreDotsCompileWithNvrtc) {
     o[pl::all] = pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
     o2[pl::all] = pl::dot_general(x[pl::all], pl::transpose(y[pl::all], {1, 0}), pl::DotDims{{1}, {1}, {}, {}}, DType::BF16);
   };
-  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({32, 16}, DType::F32), ShapeDtype({32, 16}, DType::BF16)}, opts({}, {}, {}));
-  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({32, 64}, DType::BF16), ShapeDtype({64, 16}, DType::BF16)});
+  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({64, 16}, DType::F32), ShapeDtype({64, 16}, DType::BF16)}, opts({}, {}, {}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({64, 64}, DType::BF16), ShapeDtype({64, 16}, DType::BF16)});
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_EQ(k.tensor_core_dots, 2);
   const gpu::Nvrtc& nvrtc = gpu::Nvrtc::get();
@@ -270,6 +321,51 @@ TEST(GpuCodegenOps, TensorCoreDotsCompileWithNvrtc) {
   EXPECT_CONTAINS(ampere, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16");  // rhs k x n
   EXPECT_CONTAINS(ampere, "ldmatrix.sync.aligned.m8n8.x2.shared.b16");        // rhs n x k
   EXPECT_EQ(turing.find("mma.sync"), std::string::npos);
+  // Hopper's PTX also has the wgmma path (n = 16 for these 16-wide results); Ampere's not.
+  const std::string hopper = ptx("compute_90a");
+  EXPECT_CONTAINS(hopper, "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16");
+  EXPECT_CONTAINS(hopper, "fence.proxy.async.shared::cta");
+  EXPECT_EQ(ampere.find("wgmma"), std::string::npos);
+}
+
+// The machine code: NVRTC's sm_90a cubin of a bf16 matmul has HGMMA (wgmma) instructions, its
+// sm_80 cubin HMMA (mma.sync) and none. Needs cuobjdump (the CUDA toolkit's, or the one
+// scripts/get_cuda_tools.sh fetches into .tools/, as scripts/build.sh does).
+std::string find_cuobjdump() {
+  std::vector<std::string> places;
+  if (const char* env = std::getenv("PALLAS_CUOBJDUMP")) places.emplace_back(env);
+  places.emplace_back(std::string(PALLAS_SOURCE_DIR) + "/.tools/cuobjdump");
+  places.emplace_back("/usr/local/cuda/bin/cuobjdump");
+  for (const std::string& p : places)
+    if (!p.empty() && std::filesystem::exists(p)) return p;
+  return std::system("command -v cuobjdump >/dev/null 2>&1") == 0 ? "cuobjdump" : "";
+}
+
+TEST(GpuCodegenOps, SassShowsTheTensorCoreInstructions) {
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
+  PallasCall call = tensor_core_product(DType::F32, false, 128, 128);
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({128, 64}, DType::BF16), ShapeDtype({64, 128}, DType::BF16)});
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  ASSERT_GT(k.wgmma_staging_bytes, 0);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pallas_sass_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto sass = [&](const char* arch) {
+    gpu::CompiledKernel c = gpu::Nvrtc::get().compile(k.source, "wgmma.cu", arch);
+    const std::filesystem::path cubin = dir / (std::string(arch) + ".cubin"), text = dir / (std::string(arch) + ".sass");
+    std::ofstream(cubin, std::ios::binary).write(c.image.data(), static_cast<std::streamsize>(c.image.size()));
+    const std::string cmd = "'" + cuobjdump + "' -sass '" + cubin.string() + "' > '" + text.string() + "' 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream in(text);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string hopper = sass("sm_90a"), ampere = sass("sm_80");
+  std::filesystem::remove_all(dir);
+  EXPECT_CONTAINS(hopper, "HGMMA.64x128x16.F32.BF16");  // the 128-wide block of this product
+  EXPECT_CONTAINS(hopper, "WARPGROUP.DEPBAR");          // wgmma.wait_group
+  EXPECT_CONTAINS(ampere, "HMMA.16816.F32.BF16");
+  EXPECT_EQ(ampere.find("HGMMA"), std::string::npos);
 }
 
 TEST(GpuCodegenOps, SortIsStableOverSeveralKeysAndDescending) {

@@ -535,8 +535,8 @@ TEST_P(GpuKernelBoth, WarpSpecializedMatmulWithOneProducerAndTwoConsumers) {
 }
 
 // wgmma on the tensor cores: with whole warpgroups (128 host threads each, as on the GPU) the
-// consumers' products run as mma.sync instructions, emulated lane by lane from their PTX
-// definitions; each of the 3 wgmmas per consumer is 8 blocks of 16x8 over 4 warps, 2 k-steps.
+// consumers' products run as wgmma instructions (emulated from their shared-memory descriptors):
+// each of the 3 wgmmas per consumer is one 64x16 block over 32 k-columns, 2 m64n16k16 steps.
 TEST(GpuKernel, WgmmaRunsOnTensorCoresWithWholeWarpgroupsUnderHostEmulation) {
   pl::PallasCall call = warp_specialized_matmul("gpu_emulate");
   pl::Array a = random_f32({64, 96}, 13).astype(pl::bf16);
@@ -546,7 +546,8 @@ TEST(GpuKernel, WgmmaRunsOnTensorCoresWithWholeWarpgroupsUnderHostEmulation) {
   EXPECT_EQ(k.tensor_core_dots, 1);
   pl::gpu::HostEmulationStats stats;
   pl::Array out = pl::gpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 3 * 128, &stats).at(0);
-  EXPECT_EQ(stats.mma_instructions, 2 * 3 * (2 * 4 * 2));
+  EXPECT_EQ(stats.wgmma_instructions, 2 * 3 * 2);
+  EXPECT_EQ(stats.mma_instructions, 0);
   expect_product_of(a, b, out);
 }
 
