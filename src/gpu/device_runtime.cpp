@@ -863,27 +863,24 @@ PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In
   pl_sync();
 }
 // False, having done nothing, unless the product fits wgmma (M % 64 == 0) and the group is whole
-// warpgroups with staging for each (host emulation may run fewer threads).
-template <bool BNK, class In, class Out>
+// warpgroups with staging for each (host emulation may run fewer threads). NC: the instruction's
+// width, the emitter's choice (the widest of 128, 64, 32, 16, 8 dividing N).
+template <bool BNK, int NC, class In, class Out>
 PL_DEV bool pl_wgmma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                          bool accumulate) {
   if (M % 64 != 0 || pl_nthreads() % 128 != 0 || (pl_cta_nthreads() >> 7) * PL_WG_STAGE_BYTES > PL_WGMMA_STAGING_BYTES)
     return false;
-  if (N % 128 == 0) pl_wgmma_dot_n<128, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
-  else if (N % 64 == 0) pl_wgmma_dot_n<64, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
-  else if (N % 32 == 0) pl_wgmma_dot_n<32, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
-  else if (N % 16 == 0) pl_wgmma_dot_n<16, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
-  else pl_wgmma_dot_n<8, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  pl_wgmma_dot_n<NC, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
   return true;
 }
 #endif
 // A 2-D bf16 / f16 product on the best tensor-core instruction the target has: wgmma, else
 // mma.sync; false when neither applies (the caller's CUDA-core loop runs).
-template <bool BNK, class In, class Out>
+template <bool BNK, int NC, class In, class Out>
 PL_DEV bool pl_tc_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                       bool accumulate) {
 #if PL_HAS_WGMMA
-  if (pl_wgmma_dot<BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate)) return true;
+  if (pl_wgmma_dot<BNK, NC>(d, ldd, a, lda, b, ldb, M, N, K, accumulate)) return true;
 #endif
   return pl_mma_dot<BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
 }

@@ -533,7 +533,11 @@ bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   auto s = [](int64_t v) { return std::to_string(v); };
   // pl_tc_dot (wgmma, else mma.sync) is false only for a group that is not whole warps (host
   // emulation): the loop runs.
-  line(std::string("if (!pl_tc_dot<") + (p.b_nk ? "true" : "false") + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
+  // wgmma's instruction width: the widest that tiles N (one instantiation per product keeps
+  // NVRTC's compile short).
+  int64_t nc = 128;
+  while (p.n % nc != 0) nc /= 2;
+  line(std::string("if (!pl_tc_dot<") + (p.b_nk ? "true" : "false") + ", " + s(nc) + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
        ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ", " +
        (p.accumulate ? "true" : "false") + ")) {");
   ++indent_;
