@@ -10,9 +10,10 @@
 //  * barrier_arrive: the group syncs (its writes happen before the arrival), one thread arrives.
 //    barrier_wait: every thread of the group waits for the phase it awaits next (a parity bit
 //    per barrier and thread), with a time limit that turns a deadlock into an error.
-//  * wgmma: acc += a @ b by the group's threads, products summed in f32 (the interpreter's
-//    order: the sum of the products, then added to the accumulator) — CUDA cores, not yet the
-//    wgmma instruction, which needs the swizzled shared-memory layouts Mosaic GPU's transforms set.
+//  * wgmma: acc += a @ b. bf16 / f16 operands go to the tensor cores (pl_tc_dot: the wgmma
+//    instruction on sm_90a, each warpgroup staging its operands in wgmma's shared-memory layout;
+//    mma.sync on sm_80); otherwise the group's threads sum the products in f32 (the
+//    interpreter's order: the sum of the products, then added to the accumulator).
 //  * commit_smem syncs the group; wgmma_wait has nothing left to wait for; set_max_registers is
 //    a hint that is not emitted (setmaxnreg.inc waits for registers the kernel may not have).
 //  * named_region begin/end (any kernel): when profiling, thread 0 of the group records the
@@ -108,8 +109,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
       before_mem_read();
       before_mem_write();
-      // On tensor cores (mma.sync) when the layouts allow: row-major a and acc, b row-major or
-      // a transposed view; else (and for a group that is not whole warps) the loop below.
+      // On tensor cores (wgmma / mma.sync) when the layouts allow: row-major a and acc, b
+      // row-major or (n, k) strides; else (and for a group that is not whole warps) the loop below.
       bool on_tensor_cores = false;
       const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
       if (a.strides.at(1) == 1 && acc.strides.at(1) == 1 && (b_kn || b_nk)) {

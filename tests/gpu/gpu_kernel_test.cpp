@@ -551,6 +551,39 @@ TEST(GpuKernel, WgmmaRunsOnTensorCoresWithWholeWarpgroupsUnderHostEmulation) {
   expect_product_of(a, b, out);
 }
 
+// wgmma's staging reads a view of a that starts one column in (not 16-byte aligned: element by
+// element, not in 16-byte chunks) and b's (k, n) rows (transposed into the K-major staging). One
+// warpgroup of 128 host threads; values against C++, and the instruction count (one 64x32 block
+// over 32 k-columns: 2 instructions).
+TEST(GpuKernel, WgmmaStagesAMisalignedView) {
+  constexpr int M = 64, K = 32, N = 32;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(a, a_s, bar.at(0));
+        plgpu::copy_gmem_to_smem(b, b_s, bar.at(0));
+        plgpu::barrier_wait(bar.at(0));
+        acc[pl::all] = pl::zeros({M, N}, pl::f32);
+        plgpu::wgmma(acc, a_s.at(pl::all, pl::ds(1, K)), b_s);
+        plgpu::wgmma_wait(0);
+        out[pl::all] = acc[pl::all];
+      },
+      {pl::ShapeDtype({M, N}, pl::f32)}, plgpu::Mesh{},
+      run_on("gpu_emulate", {plgpu::SMEM({M, K + 8}, pl::bf16), plgpu::SMEM({K, N}, pl::bf16), plgpu::ACC({M, N}),
+                             plgpu::Barrier{.num_arrivals = 2}}));
+  pl::Array a = random_f32({M, K + 8}, 15).astype(pl::bf16);
+  pl::Array b = random_f32({K, N}, 16).astype(pl::bf16);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({a.shape_dtype(), b.shape_dtype()});
+  pl::gpu::GeneratedKernel k = pl::gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.tensor_core_dots, 1);
+  pl::gpu::HostEmulationStats stats;
+  pl::Array out = pl::gpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats).at(0);
+  EXPECT_EQ(stats.wgmma_instructions, 2);
+  pl::Array a_view = pl::Array::zeros({M, K}, pl::f32);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t q = 0; q < K; ++q) a_view.set({i, q}, a.get({i, q + 1}));
+  expect_product_of(a_view, b, out);
+}
+
 // The generated CUDA of the primitives (mbarrier PTX, named barriers per warpgroup) is valid for
 // the GPUs: NVRTC compiles it to a cubin for Hopper and Ampere.
 TEST(GpuKernel, PrimitivesCompileWithNvrtcForHopperAndAmpere) {
