@@ -365,7 +365,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // beside the arena and the barriers; else sm_90a takes the mma.sync path too.
   if (out.tensor_core_dots > 0 && out.threads_per_cta % 128 == 0) {
     const int64_t staging = wgmma_stage_bytes() * (out.threads_per_cta / 128);
-    const int64_t used = 8 * out.num_barriers + (out.arena_in_shared ? out.arena_bytes : 0);
+    const int64_t used = 8 * out.num_barriers + out.wgmma_staging_offset();  // (the arena, rounded up)
     if (used + staging <= opts.max_shared_bytes) out.wgmma_staging_bytes = staging;
   }
 
