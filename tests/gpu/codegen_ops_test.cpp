@@ -328,6 +328,33 @@ TEST(GpuCodegenOps, TensorCoreDotsCompileWithNvrtc) {
   EXPECT_EQ(ampere.find("wgmma"), std::string::npos);
 }
 
+// The staging needs room beside the arena under the CTA's shared-memory limit; without it the
+// kernel keeps mma.sync on Hopper too (same results). Launches ask for the staging after the
+// arena only on sm_90 devices.
+TEST(GpuCodegenOps, WgmmaStagingNeedsRoomBesideTheArena) {
+  PallasCall call = tensor_core_product(DType::F32, false, 64, 32);
+  const Array x = Array::random_normal({64, 32}, DType::BF16, 41), y = Array::random_normal({32, 32}, DType::BF16, 42);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+  gpu::GeneratedKernel roomy = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  ASSERT_TRUE(roomy.arena_in_shared);
+  const int64_t offset = (roomy.arena_bytes + 127) / 128 * 128, staging = 2 * gpu::wgmma_stage_bytes();
+  EXPECT_EQ(roomy.wgmma_staging_bytes, staging);  // 256 threads: two warpgroups
+  EXPECT_EQ(roomy.dynamic_shared_bytes(true), offset + staging);
+  EXPECT_EQ(roomy.dynamic_shared_bytes(false), roomy.arena_bytes);
+  gpu::CodegenOptions tight;
+  tight.max_shared_bytes = offset + staging - 1;
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, tight);
+  EXPECT_TRUE(k.arena_in_shared);
+  EXPECT_EQ(k.wgmma_staging_bytes, 0);
+  EXPECT_EQ(k.dynamic_shared_bytes(true), k.arena_bytes);
+  EXPECT_EQ(k.source.find("#define PL_WGMMA_STAGES"), std::string::npos);
+  gpu::HostEmulationStats stats;
+  std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats);
+  EXPECT_EQ(stats.wgmma_instructions, 0);
+  EXPECT_EQ(stats.mma_instructions, (4 * 4 + 3) / 4 * 4 * 2);  // 16 blocks of 16x8 over 4 warps, 2 k-steps
+  expect_plain_product(x, y, false, DType::F32, got[0]);
+}
+
 // The machine code: NVRTC's sm_90a cubin of a bf16 matmul has HGMMA (wgmma) instructions, its
 // sm_80 cubin HMMA (mma.sync) and none. Needs cuobjdump (the CUDA toolkit's, or the one
 // scripts/get_cuda_tools.sh fetches into .tools/, as scripts/build.sh does).
