@@ -18,10 +18,10 @@ import io, json, os, sys, urllib.parse, urllib.request, zipfile
 dest = sys.argv[1]
 for tool in ("cuobjdump", "nvdisasm"):
     index = "https://pypi.org/pypi/nvidia-cuda-%s/json" % tool
-    meta = json.load(urllib.request.urlopen(index, timeout=60))
+    meta = json.load(urllib.request.urlopen(index, timeout=20))
     wheel = next(u for u in meta["urls"] if u["filename"].endswith(".whl") and "x86_64" in u["filename"])
     # (A mirror may answer with URLs relative to the index.)
-    data = urllib.request.urlopen(urllib.parse.urljoin(index, wheel["url"]), timeout=120).read()
+    data = urllib.request.urlopen(urllib.parse.urljoin(index, wheel["url"]), timeout=60).read()
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         name = next(n for n in z.namelist() if n.endswith("/bin/" + tool))
         os.makedirs(dest, exist_ok=True)
