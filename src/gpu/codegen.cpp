@@ -361,8 +361,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // start their phases with the phase bits each thread keeps: both are set up per parallel point.
   const bool fresh_scratch_per_point = gpu_kernel || out.num_barriers > 0;
   out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes;
-  // wgmma stages its operands in static shared memory, a stage per warpgroup, when there is room
-  // beside the arena and the barriers; else sm_90a takes the mma.sync path too.
+  // wgmma stages its operands in shared memory after the arena (dynamic shared memory), a stage
+  // per warpgroup, when there is room beside the arena and the barriers; else sm_90a takes the
+  // mma.sync path too.
   if (out.tensor_core_dots > 0 && out.threads_per_cta % 128 == 0) {
     const int64_t staging = wgmma_stage_bytes() * (out.threads_per_cta / 128);
     const int64_t used = 8 * out.num_barriers + out.wgmma_staging_offset();  // (the arena, rounded up)

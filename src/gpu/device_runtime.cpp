@@ -834,11 +834,13 @@ PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In
     const bool mine = first + wg < blocks;
     const int blk = mine ? first + wg : blocks - 1;
     const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
+    // Where this thread's accumulator register i goes in d (row 16 warp + lane / 4 (+8), column
+    // 8 (i / 4) + 2 (lane % 4) (+1)).
+    auto at = [&](int i) {
+      return (pl_i64)(m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1)) * ldd + n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    };
     float acc[NC / 2];
-    for (int i = 0; i < NC / 2; ++i) {
-      const int r = m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1), col = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-      acc[i] = accumulate ? (float)pl_ld(d[r * ldd + col]) : 0.0f;
-    }
+    for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate ? (float)pl_ld(d[at(i)]) : 0.0f;
     for (int k0 = 0; k0 < K; k0 += PL_WG_KC) {
       const int kc = K - k0 < PL_WG_KC ? K - k0 : PL_WG_KC;
       pl_sync();  // the previous step's wgmma have read the staging
@@ -855,10 +857,7 @@ PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In
 #endif
     }
     if (mine)
-      for (int i = 0; i < NC / 2; ++i) {
-        const int r = m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1), col = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-        pl_put(&d[r * ldd + col], acc[i]);
-      }
+      for (int i = 0; i < NC / 2; ++i) pl_put(&d[at(i)], acc[i]);
   }
   pl_sync();
 }

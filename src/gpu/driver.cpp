@@ -100,7 +100,7 @@ Device& Device::get() {
 
 std::string Device::arch() const {
   std::string a = "sm_" + std::to_string(compute_capability());
-  return cc_major_ == 9 && cc_minor_ == 0 ? a + "a" : a;
+  return runs_wgmma() ? a + "a" : a;  // sm_90a: Hopper's arch-specific instructions
 }
 
 void Device::synchronize(void* stream) const { check(api_->StreamSynchronize(stream), "cuStreamSynchronize"); }

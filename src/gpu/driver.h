@@ -26,7 +26,7 @@ class Device {
   std::string arch() const;
   int multiprocessors() const { return sms_; }
   int64_t max_shared_per_block() const { return max_smem_optin_; }
-  // Whether kernels compiled for this device (arch()) take the wgmma path: sm_90a.
+  // Whether kernels compiled for this device take the wgmma path: Hopper (arch() is sm_90a).
   bool runs_wgmma() const { return cc_major_ == 9 && cc_minor_ == 0; }
   const DriverApi& api() const { return *api_; }
   void make_current() const;

@@ -532,9 +532,8 @@ bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
   auto s = [](int64_t v) { return std::to_string(v); };
   // pl_tc_dot (wgmma, else mma.sync) is false only for a group that is not whole warps (host
-  // emulation): the loop runs.
-  // wgmma's instruction width: the widest that tiles N (one instantiation per product keeps
-  // NVRTC's compile short).
+  // emulation): the loop runs. nc: wgmma's instruction width, the widest that tiles N (one
+  // instantiation per product keeps NVRTC's compile short).
   int64_t nc = 128;
   while (p.n % nc != 0) nc /= 2;
   line(std::string("if (!pl_tc_dot<") + (p.b_nk ? "true" : "false") + ", " + s(nc) + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
