@@ -378,6 +378,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       << out.arena_bytes << " bytes per CTA in " << (out.arena_in_shared ? "shared" : "global") << " memory).\n"
       << "// Compile: nvcc -cubin -arch=sm_90a FILE.cu   (or NVRTC; no include path needed)\n";
   src << "#define PL_NUM_GROUPS " << out.num_groups << "\n";
+  src << "#define PL_CTA_THREADS " << out.threads_per_cta << "\n";
   src << "#define PL_ARENA_IN_SHARED " << (out.arena_in_shared ? 1 : 0) << "\n";
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
   if (out.wgmma_staging_bytes > 0)
@@ -440,7 +441,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                      : "pl_cta(p, point, arena);";
   src << "#if !PL_HOST_EMULATION\n";
   if (out.arena_in_shared) src << "extern __shared__ __align__(128) char pl_smem[];\n";
-  src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry << "(PlParams p) {\n";
+  src << "extern \"C\" __global__ void __launch_bounds__(PL_CTA_THREADS) " << out.entry << "(PlParams p) {\n";
+  // The runtime takes the block size as the constant PL_CTA_THREADS; a hand launch with another
+  // (of this source compiled by nvcc) stops here instead of computing garbage.
+  src << "  if (blockDim.x != PL_CTA_THREADS || blockDim.y * blockDim.z != 1) __trap();\n";
   if (out.arena_in_shared)
     src << "  char* arena = pl_smem;\n";
   else

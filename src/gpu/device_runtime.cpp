@@ -160,9 +160,16 @@ PL_DEV bool pl_group_all(bool ok) {
 #define PL_MATH(f) ::f
 #else
 PL_DEV int pl_cta_tid() { return threadIdx.x; }
+#ifdef PL_CTA_THREADS
+// The block size the kernel was generated for (the driver launches exactly that; the kernel traps
+// on another): as a constant, NVVM folds the tensor-core dispatch and the per-thread loop trip
+// counts, which makes the cold compile faster (docs/PERFORMANCE.md, stop 17).
+PL_DEV constexpr int pl_cta_nthreads() { return PL_CTA_THREADS; }
+#else
 PL_DEV int pl_cta_nthreads() { return blockDim.x; }
+#endif
 PL_DEV void pl_cta_sync() { __syncthreads(); }
-PL_DEV int pl_nthreads() { return blockDim.x / PL_NUM_GROUPS; }
+PL_DEV int pl_nthreads() { return pl_cta_nthreads() / PL_NUM_GROUPS; }
 PL_DEV int pl_group() { return threadIdx.x / pl_nthreads(); }
 PL_DEV int pl_tid() { return threadIdx.x % pl_nthreads(); }
 PL_DEV void pl_sync() {

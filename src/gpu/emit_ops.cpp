@@ -495,6 +495,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       std::string loff = "lo", roff = "ro";
       for (size_t k = 0; k < lc.size(); ++k) {
         std::string i = "k" + std::to_string(k);
+        line("#pragma unroll 4");  // NVVM unrolls a constant count fully: slow to compile, no faster
         line("for (pl_i64 " + i + " = 0; " + i + " < " + std::to_string(lt.shape[static_cast<size_t>(lc[k])]) + "; ++" + i + ") {");
         ++indent_;
         loff += " + " + i + " * " + std::to_string(ls[static_cast<size_t>(lc[k])]);

@@ -214,6 +214,10 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
 }
 
 void Emitter::open_thread_loop(int64_t n, const std::string& var) {
+  // Not unrolled: NVVM otherwise unrolls every such loop by 4 with a remainder loop (the trip
+  // count depends on the block size), which was a third to a half of the cold NVRTC compile of
+  // the examples (docs/PERFORMANCE.md, stop 17); the warps of the CTA hide the latency instead.
+  line("#pragma unroll 1");
   line("for (pl_i64 " + var + " = pl_tid(); " + var + " < " + std::to_string(n) + "; " + var +
        " += pl_nthreads()) {");
   ++indent_;
