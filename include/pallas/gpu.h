@@ -55,6 +55,19 @@ struct Barrier {
   operator ScratchShape() const;  // checks the counts (pallas::Error)
 };
 
+// SMEM arrays that share memory (Mosaic GPU's Union), for kernels whose phases need different
+// buffers at different times: each member is a list of SMEM arrays (or nested Unions) laid out
+// one after another from the union's start, each at a 16-byte boundary; the union takes the
+// bytes of its largest member. The kernel receives every member's arrays in order, as if they
+// were listed in place of the union. Bytes written through one member read back through another
+// as those bytes (the interpreter too); the race check sees the shared bytes, so an access
+// through one member that is not ordered against another thread's access through another
+// member to the same bytes is a data race.
+struct Union {
+  std::vector<std::vector<ScratchShape>> members;
+  operator ScratchShape() const;  // checks the members (pallas::Error)
+};
+
 // ---- The mesh and the entry point -------------------------------------------------------------
 // The grid counts clusters: the CUDA grid is grid x cluster per dimension. Each CTA runs
 // `num_threads` Pallas threads (warpgroups; at most 16), numbered along `thread_name`. Every
@@ -72,7 +85,8 @@ struct Mesh {
 // The largest shared-memory scratch a CTA may use: 227 KiB (Hopper's opt-in maximum per block).
 inline constexpr int64_t kMaxSharedMemoryBytes = 227 * 1024;
 // The bytes of shared memory a scratch list takes (arrays, then 8 bytes per barrier, each
-// barrier aligned to 8 bytes); ACC scratch lives in registers and is not counted.
+// barrier aligned to 8 bytes; a Union its largest member, starting 16-byte aligned); ACC scratch
+// lives in registers and is not counted.
 int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch);
 
 namespace detail {
@@ -81,7 +95,7 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
 }  // namespace detail
 
 // plgpu.kernel: `body(inputs..., outputs..., scratch...)` on every Pallas thread of the mesh.
-// Options: scratch_shapes (SMEM, ACC, Barrier), input_output_aliases, name, debug,
+// Options: scratch_shapes (SMEM, ACC, Barrier, Union), input_output_aliases, name, debug,
 // debug_checks, and interpret (true: the interpreter; otherwise the GPU backend). No grid or
 // BlockSpecs: the mesh is the grid and operands are whole arrays in GMEM.
 template <class F>

@@ -204,13 +204,29 @@ struct Grid {
   std::string to_string() const;  // "(2, 3)", "(x=2, y=3)", "(dynamic, 4)"
 };
 
+// Where a gpu::kernel's scratch array lives when it belongs to a gpu::Union: the union (0, 1, ...
+// in scratch order), the array's byte offset from the union's start, and the union's bytes (its
+// largest member).
+struct ScratchUnionSlot {
+  int union_index = -1;  // -1: not in a union
+  int64_t offset = 0;
+  int64_t union_bytes = 0;
+  bool operator==(const ScratchUnionSlot&) const = default;
+};
+
 // A scratch buffer (lives for the whole call, persists across grid points).
 struct ScratchShape {
   Shape shape;
   DType dtype = DType::F32;
   MemorySpace space = MemorySpace::Vmem;
   int barrier_arrivals = 0;  // gpu::Barrier: the arrivals that complete a phase
+  // gpu::Union (gpu::kernel only): lists of arrays laid over the same shared memory; shape and
+  // dtype are unused. gpu::kernel flattens it into its members' arrays, in order, each of which
+  // then records its place in `in_union`.
+  std::shared_ptr<const std::vector<std::vector<ScratchShape>>> union_members;
+  ScratchUnionSlot in_union;
 };
+
 
 // grid / in_specs / out_specs / scratch_shapes in one object (like pl.GridSpec), with
 // num_scalar_prefetch leading operands (like pltpu.PrefetchScalarGridSpec): those are passed
@@ -400,6 +416,7 @@ struct GridMapping {
   std::vector<int> vmapped_dims;
   std::vector<ir::Type> scratch_types;
   std::vector<int> scratch_barrier_arrivals;  // per scratch: gpu::Barrier's arrivals, else 0
+  std::vector<ScratchUnionSlot> scratch_unions;  // per scratch: its gpu::Union, if any
   int num_index_operands = 0;
   int num_inputs = 0;
   int num_outputs = 0;

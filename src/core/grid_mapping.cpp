@@ -160,6 +160,10 @@ GridMapping build_grid_mapping(const PallasCallImpl& call, const std::vector<Sha
   for (const ScratchShape& s : gs.scratch_shapes) {
     gm.scratch_types.push_back(ir::Type::ref(s.shape, s.dtype, s.space));
     gm.scratch_barrier_arrivals.push_back(s.barrier_arrivals);
+    if (s.union_members)
+      throw NotSupportedError("gpu::Union scratch outside gpu::kernel (pallas_call scratch is separate arrays)",
+                              call.loc);
+    gm.scratch_unions.push_back(s.in_union);
   }
 
   size_t num_in = args.size() - gs.num_scalar_prefetch;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -237,7 +238,16 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // Barriers live apart, in static shared memory (an mbarrier must be in shared memory even when
   // the arena is not): scratch_offsets of a barrier scratch is its first index in pl_mbar.
   std::vector<int64_t> scratch_offsets;
-  for (const ir::Type& t : gm.scratch_types) {
+  std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena (16-byte aligned)
+  for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+    const ir::Type& t = gm.scratch_types[s];
+    const ScratchUnionSlot slot = s < gm.scratch_unions.size() ? gm.scratch_unions[s] : ScratchUnionSlot{};
+    if (slot.union_index >= 0) {
+      auto [u, fresh] = union_offsets.try_emplace(slot.union_index);
+      if (fresh) u->second = arena.alloc(std::max<int64_t>(1, slot.union_bytes));
+      scratch_offsets.push_back(u->second + slot.offset);
+      continue;
+    }
     if (t.dtype == DType::GpuBarrier) {
       scratch_offsets.push_back(out.num_barriers);
       out.num_barriers += std::max<int64_t>(1, t.size());

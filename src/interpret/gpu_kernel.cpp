@@ -164,6 +164,9 @@ struct Buffer {
   int64_t bytes = 0;
   Shape shape;
   std::string name;  // "input 0", "scratch[1] of CTA (0,)"
+  // A gpu::Union's memory: its members' arrays overlap with different shapes and dtypes, so
+  // accesses are checked as the bytes they touch (shape is {bytes}).
+  bool by_bytes = false;
 };
 
 // What the threads of a cluster share.
@@ -358,14 +361,44 @@ class GpuThreadInterpreter : public eval::Interpreter {
     if (it == cluster_->buffers.begin()) return;
     const Buffer& b = std::prev(it)->second;
     if (view.data >= b.base + b.bytes) return;
-    const tpu_interpret::Region region = tpu_interpret::region_of(view, b.base, b.shape);
-    if (cluster_->races.access(b.base, b.name, b.shape, region, is_write, clock,
-                               {actor, actor_name, std::string(op.info().name), op.loc}, atomic) > 0)
+    const tpu_interpret::AccessInfo who{actor, actor_name, std::string(op.info().name), op.loc};
+    int found = 0;
+    if (b.by_bytes) {
+      for (const tpu_interpret::Region& bytes : byte_regions(view, b.base))
+        found += cluster_->races.access(b.base, b.name, b.shape, bytes, is_write, clock, who, atomic);
+    } else {
+      found = cluster_->races.access(b.base, b.name, b.shape, tpu_interpret::region_of(view, b.base, b.shape),
+                                     is_write, clock, who, atomic);
+    }
+    if (found > 0)
       throw Error("gpu::kernel data race (on a GPU the result would depend on timing): " +
                       cluster_->races.reports().back().to_string() +
                       "order them with a barrier (copies to SMEM complete at their barrier's phase), "
                       "wait_smem_to_gmem or wgmma_wait",
                   op.loc);
+  }
+  // The bytes `view` touches from `base`, as regions of a 1-D byte buffer: per position of its
+  // outer dimensions, its innermost row as one range when contiguous, else as one progression per
+  // byte of the element (exact: the ranges cover the touched bytes and nothing else).
+  static std::vector<tpu_interpret::Region> byte_regions(const eval::RefValue& view, const std::byte* base) {
+    std::vector<tpu_interpret::Region> out;
+    const int64_t item = itemsize(view.dtype);
+    if (view.size() == 0) return out;
+    const size_t rank = view.shape.size();
+    const int64_t n = rank ? view.shape.back() : 1, step = rank ? view.strides.back() * item : item;
+    std::vector<int64_t> at(rank > 0 ? rank - 1 : 0, 0);
+    while (true) {
+      int64_t start = view.data - base;
+      for (size_t d = 0; d + 1 < rank; ++d) start += at[d] * view.strides[d] * item;
+      if (step == item || n == 1)
+        out.push_back({{start, n * item, 1}});
+      else
+        for (int64_t byte = 0; byte < item; ++byte) out.push_back({{start + byte, n, step}});
+      size_t d = at.size();
+      while (d > 0 && ++at[d - 1] == view.shape[d - 1]) at[--d] = 0;
+      if (d == 0) break;
+    }
+    return out;
   }
   // Joins the clocks of all but the `keep` most recent operations of `pending` (then forgotten).
   void acquire_all_but(std::deque<VectorClock>& pending, size_t keep) {
@@ -455,9 +488,19 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
       std::vector<int64_t> cta = cluster_index;
       cta.insert(cta.end(), ctas[c].begin(), ctas[c].end());
       const std::string cta_name = cta.empty() ? "the CTA" : "CTA " + tuple(cta, 0, cta.size());
+      std::map<int, Array> unions;  // this CTA's memory of each gpu::Union
       for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
         const ir::Type& t = gm.scratch_types[s];
-        Array a = Array::uninitialized(t.shape, t.dtype);
+        const ScratchUnionSlot slot = s < gm.scratch_unions.size() ? gm.scratch_unions[s] : ScratchUnionSlot{};
+        Array a;
+        if (slot.union_index >= 0) {
+          auto [u, fresh] = unions.try_emplace(slot.union_index);
+          if (fresh) u->second = Array::uninitialized({slot.union_bytes}, DType::U8);
+          Array whole = u->second;
+          a = Array::wrap(static_cast<std::byte*>(whole.raw_data()) + slot.offset, t.shape, t.dtype, [whole] {});
+        } else {
+          a = Array::uninitialized(t.shape, t.dtype);
+        }
         if (t.dtype == DType::GpuBarrier) {
           std::memset(a.raw_data(), 0, static_cast<size_t>(a.size()) * 8);
           for (int64_t k = 0; k < a.size(); ++k) {
@@ -500,9 +543,21 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
         const auto* base = static_cast<const std::byte*>(a.raw_data());
         std::vector<int64_t> cta = cluster_index;
         cta.insert(cta.end(), ctas[c].begin(), ctas[c].end());
-        cluster.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(),
-                                 "scratch[" + std::to_string(s) + "]" +
-                                     (cta.empty() ? std::string() : " of CTA " + tuple(cta, 0, cta.size()))};
+        const std::string of_cta = cta.empty() ? std::string() : " of CTA " + tuple(cta, 0, cta.size());
+        const ScratchUnionSlot slot = s < gm.scratch_unions.size() ? gm.scratch_unions[s] : ScratchUnionSlot{};
+        if (slot.union_index < 0) {
+          cluster.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(), "scratch[" + std::to_string(s) + "]" + of_cta};
+          continue;
+        }
+        // One buffer for the union (its arrays are consecutive scratch), named by them.
+        if (s > 0 && gm.scratch_unions[s - 1].union_index == slot.union_index) continue;
+        size_t last = s;
+        while (last + 1 < scratch[c].size() && gm.scratch_unions[last + 1].union_index == slot.union_index) ++last;
+        const std::byte* start = base - slot.offset;
+        cluster.buffers[start] = {start, slot.union_bytes, Shape{slot.union_bytes},
+                                  "the union of scratch[" + std::to_string(s) + ".." + std::to_string(last) +
+                                      "] (bytes)" + of_cta,
+                                  true};
       }
     cluster.next_actor = threads_per_cluster;
     Turns turns(names);

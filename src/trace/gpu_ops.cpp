@@ -26,10 +26,76 @@ Barrier::operator ScratchShape() const {
   return ScratchShape{{num_barriers}, DType::GpuBarrier, MemorySpace::GpuShared, num_arrivals};
 }
 
+namespace {
+
+constexpr int64_t kUnionAlignment = 16;  // each array of a union member starts on it
+int64_t align_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+int64_t array_bytes(const ScratchShape& s) { return num_elements(s.shape) * itemsize(s.dtype); }
+
+int64_t union_bytes(const ScratchShape& u);
+// A union member's arrays one after another, each 16-byte aligned.
+int64_t member_bytes(const std::vector<ScratchShape>& member) {
+  int64_t end = 0;
+  for (const ScratchShape& s : member)
+    end = align_up(end, kUnionAlignment) + (s.union_members ? union_bytes(s) : array_bytes(s));
+  return end;
+}
+int64_t union_bytes(const ScratchShape& u) {
+  int64_t most = 0;
+  for (const std::vector<ScratchShape>& m : *u.union_members) most = std::max(most, member_bytes(m));
+  return most;
+}
+
+// Appends the arrays of union `u` (starting `base` bytes into union number `index`, which spans
+// `total` bytes) to `flat`, each recording where it lies.
+void flatten_union(const ScratchShape& u, int index, int64_t base, int64_t total, std::vector<ScratchShape>& flat) {
+  for (const std::vector<ScratchShape>& member : *u.union_members) {
+    int64_t at = base;
+    for (const ScratchShape& s : member) {
+      at = align_up(at, kUnionAlignment);
+      if (s.union_members) {
+        flatten_union(s, index, at, total, flat);
+        at += union_bytes(s);
+      } else {
+        ScratchShape leaf = s;
+        leaf.in_union = {index, at, total};
+        flat.push_back(std::move(leaf));
+        at += array_bytes(s);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Union::operator ScratchShape() const {
+  if (members.empty()) throw Error("gpu::Union needs at least one member (a list of SMEM arrays)");
+  for (size_t m = 0; m < members.size(); ++m)
+    for (size_t i = 0; i < members[m].size(); ++i) {
+      const ScratchShape& s = members[m][i];
+      if (s.union_members) continue;  // checked when it was made
+      if (s.space != MemorySpace::GpuShared || s.dtype == DType::GpuBarrier)
+        throw Error("gpu::Union: member " + std::to_string(m) + "'s entry " + std::to_string(i) + " is " +
+                    (s.dtype == DType::GpuBarrier ? std::string("a gpu::Barrier")
+                                                  : "in " + std::string(memory_space_name(s.space))) +
+                    "; a union overlays gpu::SMEM arrays (and unions of them): give barriers and ACC "
+                    "scratch their own scratch_shapes entries");
+    }
+  ScratchShape u;
+  u.dtype = DType::U8;
+  u.space = MemorySpace::GpuShared;
+  u.union_members = std::make_shared<const std::vector<std::vector<ScratchShape>>>(members);
+  return u;
+}
+
 int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch) {
   int64_t bytes = 0;
   for (const ScratchShape& s : scratch) {
     if (s.space != MemorySpace::GpuShared) continue;
+    if (s.union_members) {
+      bytes = align_up(bytes, kUnionAlignment) + union_bytes(s);
+      continue;
+    }
     if (s.dtype == DType::GpuBarrier) bytes = (bytes + 7) / 8 * 8;  // mbarriers are 8-byte aligned
     bytes += num_elements(s.shape) * itemsize(s.dtype);
   }
@@ -57,6 +123,12 @@ std::string describe_scratch(const std::vector<ScratchShape>& scratch) {
   std::string s;
   for (size_t i = 0; i < scratch.size(); ++i) {
     if (scratch[i].space != MemorySpace::GpuShared) continue;
+    if (scratch[i].union_members) {
+      s += (s.empty() ? "" : ", ") + std::string("scratch[") + std::to_string(i) + "] Union of " +
+           std::to_string(scratch[i].union_members->size()) + " members = " +
+           std::to_string(union_bytes(scratch[i])) + " B";
+      continue;
+    }
     s += (s.empty() ? "" : ", ") + std::string("scratch[") + std::to_string(i) + "] " +
          (scratch[i].dtype == DType::GpuBarrier ? "Barrier x" + std::to_string(num_elements(scratch[i].shape))
                                                 : ShapeDtype(scratch[i].shape, scratch[i].dtype).to_string()) +
@@ -105,7 +177,7 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
     if (!ok)
       throw Error("scratch_shapes[" + std::to_string(i) + "] is in " +
                       std::string(memory_space_name(s.space)) +
-                      "; a gpu::kernel's scratch is gpu::SMEM, gpu::ACC or gpu::Barrier",
+                      "; a gpu::kernel's scratch is gpu::SMEM, gpu::ACC, gpu::Barrier or gpu::Union",
                   loc);
     if ((s.dtype == DType::GpuBarrier) != (s.barrier_arrivals > 0))
       throw Error("scratch_shapes[" + std::to_string(i) + "]: make barriers with gpu::Barrier{...}", loc);
@@ -118,6 +190,19 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
                     describe_scratch(opts.scratch_shapes) +
                     ") — smaller tiles or fewer pipeline slots",
                 loc);
+
+  // Unions become their members' arrays (the kernel's scratch parameters), in order.
+  std::vector<ScratchShape> flat;
+  int unions = 0;
+  for (const ScratchShape& s : opts.scratch_shapes) {
+    if (!s.union_members) {
+      flat.push_back(s);
+      continue;
+    }
+    flatten_union(s, unions, 0, union_bytes(s), flat);
+    ++unions;
+  }
+  opts.scratch_shapes = std::move(flat);
 
   KernelLayout layout;
   layout.num_grid_axes = static_cast<int>(mesh.grid.size());

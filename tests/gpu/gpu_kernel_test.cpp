@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "core/call.h"
@@ -386,6 +387,118 @@ TEST(GpuKernelErrors, SharedMemoryBeyondTheLimitNamesTheBuffers) {
   EXPECT_EQ(plgpu::shared_memory_bytes({plgpu::SMEM({3}, pl::f16), plgpu::Barrier{.num_barriers = 2},
                                         plgpu::ACC({64, 64})}),
             8 + 16);
+}
+
+// A gpu::Union's members share memory: member 1's first array (b) lies over a[0:30], its
+// second (c, i32) over a[32:48] (16-byte aligned after b's 120 bytes). What is written through
+// one member reads back through the other as the same bytes.
+TEST_P(GpuKernelBoth, UnionMembersShareTheirBytes) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref y, pl::Ref out, pl::Ref a, pl::Ref b, pl::Ref c) {
+        a[pl::all] = x[pl::all] * 2.0f;
+        b[pl::all] = b[pl::all] + 1.0f;  // a[0:30] through the other member
+        c[pl::all] = y[pl::all];         // i32 bits into a[32:48]
+        out[pl::all] = a[pl::all];
+      },
+      {pl::ShapeDtype({64}, pl::f32)}, plgpu::Mesh{},
+      run_on(GetParam(), {plgpu::Union{{{plgpu::SMEM({64}, pl::f32)},
+                                        {plgpu::SMEM({30}, pl::f32), plgpu::SMEM({16}, pl::i32)}}}}));
+  pl::Array x = random_f32({64}, 3);
+  pl::Array y = pl::Array::zeros({16}, pl::i32);
+  for (int i = 0; i < 16; ++i) {
+    const float f = 0.25f * static_cast<float>(i) - 1.5f;
+    std::memcpy(&y.data<int32_t>()[i], &f, 4);
+  }
+  pl::Array out = call(x, y).at(0);
+  for (int i = 0; i < 64; ++i) {
+    float want = 2.0f * x.data<float>()[i];
+    if (i < 30) want += 1.0f;
+    else if (i >= 32 && i < 48) std::memcpy(&want, &y.data<int32_t>()[i - 32], 4);
+    EXPECT_EQ(out.data<float>()[i], want) << i;
+  }
+}
+
+// Two Pallas threads touching the same bytes through different members, unordered: a race the
+// interpreter reports on the union's bytes; disjoint bytes (a[0:32] vs c over a[32:48]) are not.
+TEST(GpuKernelErrors, UnorderedAccessesThroughTwoUnionMembersRace) {
+  auto make = [](bool overlap) {
+    return plgpu::kernel(
+        [overlap](pl::Ref out, pl::Ref a, pl::Ref b, pl::Ref c) {
+          pl::Value t = plgpu::axis_index("t");
+          pl::when(t == 0, [&] { a[pl::ds(0, 32)] = pl::full({32}, pl::f32, 1.0); });
+          pl::when(t == 1, [&] {
+            if (overlap) b[pl::ds(8, 4)] = pl::full({4}, pl::f32, 2.0);
+            else c[pl::all] = pl::full({16}, pl::i32, 3);
+          });
+          out[t] = t;
+        },
+        {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "t"},
+        interpreted({plgpu::Union{{{plgpu::SMEM({64}, pl::f32)},
+                                   {plgpu::SMEM({32}, pl::f32), plgpu::SMEM({16}, pl::i32)}}}}));
+  };
+  EXPECT_NO_THROW(make(false)());
+  std::string e = error_of([&] { make(true)(); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "the union of scratch[0..2] (bytes)");
+  EXPECT_CONTAINS(e, "[32:48]");  // b[8:12]'s bytes
+}
+
+// The race check on a union's bytes is exact for partial rows and strided views: columns 0-3
+// vs 4-7 of a 2-D member, or even vs odd elements of a 1-D member, are disjoint; element 8 of the
+// 1-D member is (1, 0) of the 2-D one.
+TEST(GpuKernelErrors, UnionRaceCheckSeesExactBytesOfRowsAndStridedViews) {
+  auto make = [](int mode) {
+    return plgpu::kernel(
+        [mode](pl::Ref out, pl::Ref m2, pl::Ref flat) {
+          pl::Value t = plgpu::axis_index("t");
+          pl::when(t == 0, [&] {
+            if (mode == 0) m2.at(pl::ds(0, 8), pl::ds(0, 4)).store({}, pl::full({8, 4}, pl::f32, 1.0));
+            else flat[pl::ds(0, 32, 2)] = pl::full({32}, pl::f32, 1.0);
+          });
+          pl::when(t == 1, [&] {
+            if (mode == 0) m2.at(pl::ds(0, 8), pl::ds(4, 4)).store({}, pl::full({8, 4}, pl::f32, 2.0));
+            else if (mode == 1) flat[pl::ds(1, 32, 2)] = pl::full({32}, pl::f32, 2.0);
+            else m2.at(pl::ds(1, 1), pl::ds(0, 1)).store({}, pl::full({1, 1}, pl::f32, 2.0));
+          });
+          out[t] = t;
+        },
+        {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "t"},
+        interpreted({plgpu::Union{{{plgpu::SMEM({8, 8}, pl::f32)}, {plgpu::SMEM({64}, pl::f32)}}}}));
+  };
+  EXPECT_NO_THROW(make(0)());
+  EXPECT_NO_THROW(make(1)());
+  std::string e = error_of([&] { make(2)(); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  // Element 8 is bytes 32-35; thread 0's strided write is one progression per byte, and the report
+  // names the first that meets it.
+  EXPECT_CONTAINS(e, "the union of scratch[0..1] (bytes) [256], elements [32:33]");
+}
+
+// Union sizes and placement: the largest member, its arrays 16-byte aligned; the shared-memory
+// check and its message count a union once; unions take only SMEM arrays.
+TEST(GpuKernelErrors, UnionSizesAndMembersAreChecked) {
+  const plgpu::Union u{{{plgpu::SMEM({3}, pl::f16), plgpu::SMEM({5}, pl::f32)},  // 6 -> 16 + 20 = 36
+                        {plgpu::SMEM({8}, pl::f32)}}};                             // 32
+  EXPECT_EQ(plgpu::shared_memory_bytes({u}), 36);
+  EXPECT_EQ(plgpu::shared_memory_bytes({plgpu::SMEM({1}, pl::i8), u, plgpu::Barrier{}}), 16 + 36 + 4 + 8);
+  std::string e = error_of([&] {
+    plgpu::kernel([](pl::Ref, pl::Ref, pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, plgpu::Mesh{},
+                  interpreted({plgpu::Union{{{plgpu::SMEM({1024, 64}, pl::f32)}, {plgpu::SMEM({4}, pl::f32)}}}}));
+  });
+  EXPECT_CONTAINS(e, "exceeds available shared memory");
+  EXPECT_CONTAINS(e, "scratch[0] Union of 2 members = 262144 B");
+  EXPECT_CONTAINS(error_of([] { pl::ScratchShape s = plgpu::Union{{{plgpu::SMEM({4}, pl::f32), plgpu::Barrier{}}}}; }),
+                  "member 0's entry 1 is a gpu::Barrier");
+  EXPECT_CONTAINS(error_of([] { pl::ScratchShape s = plgpu::Union{{{plgpu::ACC({64, 8})}}}; }), "a union overlays gpu::SMEM arrays");
+  EXPECT_CONTAINS(error_of([] { pl::ScratchShape s = plgpu::Union{}; }), "needs at least one member");
+  pl::CallOptions o;
+  o.grid = {1};
+  o.interpret = true;
+  o.scratch_shapes = {plgpu::Union{{{plgpu::SMEM({4}, pl::f32)}}}};
+  EXPECT_CONTAINS(error_of([&] {
+                    pl::pallas_call([](pl::Ref, pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, o)();
+                  }),
+                  "not supported yet: gpu::Union scratch outside gpu::kernel");
 }
 
 TEST(GpuKernelErrors, MeshChecks) {
