@@ -451,7 +451,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                      : "pl_cta(p, point, arena);";
   src << "#if !PL_HOST_EMULATION\n";
   if (out.arena_in_shared) src << "extern __shared__ __align__(128) char pl_smem[];\n";
-  src << "extern \"C\" __global__ void __launch_bounds__(PL_CTA_THREADS) " << out.entry << "(PlParams p) {\n";
+  src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry << "(PlParams p) {\n";
   // The runtime takes the block size as the constant PL_CTA_THREADS; a hand launch with another
   // (of this source compiled by nvcc) stops here instead of computing garbage.
   src << "  if (blockDim.x != PL_CTA_THREADS || blockDim.y * blockDim.z != 1) __trap();\n";
