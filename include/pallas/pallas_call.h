@@ -211,7 +211,6 @@ struct ScratchUnionSlot {
   int union_index = -1;  // -1: not in a union
   int64_t offset = 0;
   int64_t union_bytes = 0;
-  bool operator==(const ScratchUnionSlot&) const = default;
 };
 
 // A scratch buffer (lives for the whole call, persists across grid points).
@@ -226,7 +225,6 @@ struct ScratchShape {
   std::shared_ptr<const std::vector<std::vector<ScratchShape>>> union_members;
   ScratchUnionSlot in_union;
 };
-
 
 // grid / in_specs / out_specs / scratch_shapes in one object (like pl.GridSpec), with
 // num_scalar_prefetch leading operands (like pltpu.PrefetchScalarGridSpec): those are passed

@@ -241,7 +241,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena (16-byte aligned)
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
-    const ScratchUnionSlot slot = s < gm.scratch_unions.size() ? gm.scratch_unions[s] : ScratchUnionSlot{};
+    const ScratchUnionSlot& slot = gm.scratch_unions[s];
     if (slot.union_index >= 0) {
       auto [u, fresh] = union_offsets.try_emplace(slot.union_index);
       if (fresh) u->second = arena.alloc(std::max<int64_t>(1, slot.union_bytes));

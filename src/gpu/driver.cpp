@@ -140,8 +140,7 @@ void DeviceBuffer::upload(const void* src, size_t bytes, void* stream) {
 }
 
 void DeviceBuffer::download(void* dst, size_t bytes, void* stream) const {
-  Device& d = Device::get();
-  d.check(d.api().MemcpyDtoHAsync(dst, ptr_, bytes, stream), "cuMemcpyDtoHAsync");
+  copy_device_to_host(dst, ptr_, bytes, stream);
 }
 
 void DeviceBuffer::copy_from(uint64_t src, size_t bytes, void* stream) {

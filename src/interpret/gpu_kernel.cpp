@@ -491,7 +491,7 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
       std::map<int, Array> unions;  // this CTA's memory of each gpu::Union
       for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
         const ir::Type& t = gm.scratch_types[s];
-        const ScratchUnionSlot slot = s < gm.scratch_unions.size() ? gm.scratch_unions[s] : ScratchUnionSlot{};
+        const ScratchUnionSlot& slot = gm.scratch_unions[s];
         Array a;
         if (slot.union_index >= 0) {
           auto [u, fresh] = unions.try_emplace(slot.union_index);
@@ -544,7 +544,7 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
         std::vector<int64_t> cta = cluster_index;
         cta.insert(cta.end(), ctas[c].begin(), ctas[c].end());
         const std::string of_cta = cta.empty() ? std::string() : " of CTA " + tuple(cta, 0, cta.size());
-        const ScratchUnionSlot slot = s < gm.scratch_unions.size() ? gm.scratch_unions[s] : ScratchUnionSlot{};
+        const ScratchUnionSlot& slot = gm.scratch_unions[s];
         if (slot.union_index < 0) {
           cluster.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(), "scratch[" + std::to_string(s) + "]" + of_cta};
           continue;

@@ -32,39 +32,31 @@ constexpr int64_t kUnionAlignment = 16;  // each array of a union member starts 
 int64_t align_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t array_bytes(const ScratchShape& s) { return num_elements(s.shape) * itemsize(s.dtype); }
 
-int64_t union_bytes(const ScratchShape& u);
-// A union member's arrays one after another, each 16-byte aligned.
-int64_t member_bytes(const std::vector<ScratchShape>& member) {
-  int64_t end = 0;
-  for (const ScratchShape& s : member)
-    end = align_up(end, kUnionAlignment) + (s.union_members ? union_bytes(s) : array_bytes(s));
-  return end;
-}
-int64_t union_bytes(const ScratchShape& u) {
-  int64_t most = 0;
-  for (const std::vector<ScratchShape>& m : *u.union_members) most = std::max(most, member_bytes(m));
-  return most;
-}
-
-// Appends the arrays of union `u` (starting `base` bytes into union number `index`, which spans
-// `total` bytes) to `flat`, each recording where it lies.
-void flatten_union(const ScratchShape& u, int index, int64_t base, int64_t total, std::vector<ScratchShape>& flat) {
+// The placement rule of a union, in one place: each member's arrays (and nested unions) one
+// after another from `base`, each 16-byte aligned. Appends the arrays to `flat` when given, each
+// recording its union `index` and offset (union_bytes is left for the caller), and returns where
+// the union ends (base + its largest member).
+int64_t lay_out_union(const ScratchShape& u, int index, int64_t base, std::vector<ScratchShape>* flat) {
+  int64_t end = base;
   for (const std::vector<ScratchShape>& member : *u.union_members) {
     int64_t at = base;
     for (const ScratchShape& s : member) {
       at = align_up(at, kUnionAlignment);
       if (s.union_members) {
-        flatten_union(s, index, at, total, flat);
-        at += union_bytes(s);
-      } else {
-        ScratchShape leaf = s;
-        leaf.in_union = {index, at, total};
-        flat.push_back(std::move(leaf));
-        at += array_bytes(s);
+        at = lay_out_union(s, index, at, flat);
+        continue;
       }
+      if (flat) {
+        flat->push_back(s);
+        flat->back().in_union = {index, at, 0};
+      }
+      at += array_bytes(s);
     }
+    end = std::max(end, at);
   }
+  return end;
 }
+int64_t union_bytes(const ScratchShape& u) { return lay_out_union(u, -1, 0, nullptr); }
 
 }  // namespace
 
@@ -97,7 +89,7 @@ int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch) {
       continue;
     }
     if (s.dtype == DType::GpuBarrier) bytes = (bytes + 7) / 8 * 8;  // mbarriers are 8-byte aligned
-    bytes += num_elements(s.shape) * itemsize(s.dtype);
+    bytes += array_bytes(s);
   }
   return bytes;
 }
@@ -132,7 +124,7 @@ std::string describe_scratch(const std::vector<ScratchShape>& scratch) {
     s += (s.empty() ? "" : ", ") + std::string("scratch[") + std::to_string(i) + "] " +
          (scratch[i].dtype == DType::GpuBarrier ? "Barrier x" + std::to_string(num_elements(scratch[i].shape))
                                                 : ShapeDtype(scratch[i].shape, scratch[i].dtype).to_string()) +
-         " = " + std::to_string(num_elements(scratch[i].shape) * itemsize(scratch[i].dtype)) + " B";
+         " = " + std::to_string(array_bytes(scratch[i])) + " B";
   }
   return s;
 }
@@ -199,8 +191,9 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
       flat.push_back(s);
       continue;
     }
-    flatten_union(s, unions, 0, union_bytes(s), flat);
-    ++unions;
+    const size_t first = flat.size();
+    const int64_t total = lay_out_union(s, unions++, 0, &flat);
+    for (size_t k = first; k < flat.size(); ++k) flat[k].in_union.union_bytes = total;
   }
   opts.scratch_shapes = std::move(flat);
 
