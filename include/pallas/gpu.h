@@ -55,6 +55,31 @@ struct Barrier {
   operator ScratchShape() const;  // checks the counts (pallas::Error)
 };
 
+// `num_barriers` barriers for copies (Mosaic GPU's TMABarrier): a phase completes when one
+// copy_gmem_to_smem naming the barrier has landed — gpu::Barrier{1, num_barriers}.
+struct TMABarrier {
+  int num_barriers = 1;
+  operator ScratchShape() const;  // checks the count (pallas::Error)
+};
+
+// Barriers across the CTAs of a cluster (Mosaic GPU's ClusterBarrier). Every CTA has its own
+// `num_barriers` mbarriers. barrier_arrive on one arrives on that barrier in each of the caller's
+// peers: the CTAs of its cluster that differ from it along at most one of `collective_axes`
+// (cluster axis names; the caller's CTA included; with one axis, the CTAs along that axis).
+// barrier_wait waits for the caller's own CTA's barrier. A phase completes after `num_arrivals`
+// arrivals from each peer — so when every Pallas thread counted in num_arrivals, in every CTA
+// along the axes, arrives and then waits, no CTA passes the wait before all have arrived (what
+// each wrote to GMEM before arriving is visible to the others after it). Copies do not arrive on
+// cluster barriers (give them a gpu::Barrier or TMABarrier). Along several axes the peer sets
+// overlap without being closed (a CTA does not wait for its peers' peers), so reusing such a
+// barrier round after round races; along one axis it does not (docs/GPU.md).
+struct ClusterBarrier {
+  std::vector<std::string> collective_axes;
+  int num_arrivals = 1;
+  int num_barriers = 1;
+  operator ScratchShape() const;  // checks the counts (pallas::Error); gpu::kernel checks the axes
+};
+
 // SMEM arrays that share memory (Mosaic GPU's Union), for kernels whose phases need different
 // buffers at different times: each member is a list of SMEM arrays (or nested Unions) laid out
 // one after another from the union's start, each at a 16-byte boundary; the union takes the
@@ -95,7 +120,7 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
 }  // namespace detail
 
 // plgpu.kernel: `body(inputs..., outputs..., scratch...)` on every Pallas thread of the mesh.
-// Options: scratch_shapes (SMEM, ACC, Barrier, Union), input_output_aliases, name, debug,
+// Options: scratch_shapes (SMEM, ACC, Barrier, TMABarrier, ClusterBarrier, Union), input_output_aliases, name, debug,
 // debug_checks, and interpret (true: the interpreter; otherwise the GPU backend). No grid or
 // BlockSpecs: the mesh is the grid and operands are whole arrays in GMEM.
 template <class F>

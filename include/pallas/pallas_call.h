@@ -219,6 +219,9 @@ struct ScratchShape {
   DType dtype = DType::F32;
   MemorySpace space = MemorySpace::Vmem;
   int barrier_arrivals = 0;  // gpu::Barrier: the arrivals that complete a phase
+  // gpu::ClusterBarrier: the cluster axes along which an arrival reaches the other CTAs'
+  // barriers (barrier_arrivals then counts per CTA until gpu::kernel multiplies it out).
+  std::vector<std::string> collective_axes;
   // gpu::Union (gpu::kernel only): lists of arrays laid over the same shared memory; shape and
   // dtype are unused. gpu::kernel flattens it into its members' arrays, in order, each of which
   // then records its place in `in_union`.
@@ -415,6 +418,8 @@ struct GridMapping {
   std::vector<ir::Type> scratch_types;
   std::vector<int> scratch_barrier_arrivals;  // per scratch: gpu::Barrier's arrivals, else 0
   std::vector<ScratchUnionSlot> scratch_unions;  // per scratch: its gpu::Union, if any
+  // per scratch: a gpu::ClusterBarrier's collective axes (indices into grid), else empty
+  std::vector<std::vector<int>> scratch_barrier_collective_axes;
   int num_index_operands = 0;
   int num_inputs = 0;
   int num_outputs = 0;

@@ -1,5 +1,7 @@
 // BlockSpec → BlockMapping and GridSpec → GridMapping: tracing the index maps and every check
 // the seed makes, with its wording.
+#include <algorithm>
+
 #include "core/call.h"
 #include "core/trace_env.h"
 
@@ -164,6 +166,16 @@ GridMapping build_grid_mapping(const PallasCallImpl& call, const std::vector<Sha
       throw NotSupportedError("gpu::Union scratch outside gpu::kernel (pallas_call scratch is separate arrays)",
                               call.loc);
     gm.scratch_unions.push_back(s.in_union);
+    std::vector<int> collective;
+    for (const std::string& axis : s.collective_axes) {
+      if (!call.opts.gpu_kernel)
+        throw NotSupportedError("gpu::ClusterBarrier scratch outside gpu::kernel (a pallas_call has no clusters)",
+                                call.loc);
+      const auto at = std::find(gm.grid_names.begin(), gm.grid_names.end(), axis);
+      PALLAS_INTERNAL_CHECK(at != gm.grid_names.end(), "a collective axis gpu::kernel checked");
+      collective.push_back(static_cast<int>(at - gm.grid_names.begin()));
+    }
+    gm.scratch_barrier_collective_axes.push_back(std::move(collective));
   }
 
   size_t num_in = args.size() - gs.num_scalar_prefetch;

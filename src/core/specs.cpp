@@ -114,7 +114,8 @@ void GridMapping::check_invariants() const {
     PALLAS_INTERNAL_CHECK(index_map_params[i] == ir::Type::scalar(DType::I32), "grid index type");
   PALLAS_INTERNAL_CHECK(grid_names.empty() || grid_names.size() == grid.size(), "grid names");
   PALLAS_INTERNAL_CHECK(scratch_barrier_arrivals.size() == scratch_types.size() &&
-                            scratch_unions.size() == scratch_types.size(),
+                            scratch_unions.size() == scratch_types.size() &&
+                            scratch_barrier_collective_axes.size() == scratch_types.size(),
                         "per-scratch records");
   for (int d : vmapped_dims)
     PALLAS_INTERNAL_CHECK(d >= 0 && d < static_cast<int>(grid.size()), "vmapped dim");

@@ -45,12 +45,6 @@ void check_compilable_kernel(const TracedCall& tc, const SourceLoc& loc) {
                     " Pallas threads per CTA (each is a warpgroup of " + std::to_string(kWarpgroupThreads) +
                     " threads, and a CTA has at most 1024), got " + std::to_string(grid.back()),
                 loc);
-  int64_t cluster = 1;
-  for (int a = 0; a < layout.num_cluster_axes; ++a) cluster *= grid.at(layout.num_grid_axes + a);
-  if (cluster > 1)
-    throw NotSupportedError("a gpu::kernel with clusters of " + std::to_string(cluster) +
-                                " CTAs compiled for the GPU (run it with .interpret = true)",
-                            loc);
 }
 
 std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const TracedCall& tc,
@@ -69,6 +63,12 @@ std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const Trace
       fresh->kernel = generate_cuda(tc, grid, opts);
     }
     const GeneratedKernel& k = fresh->kernel;
+    if (k.cluster_ctas > 1 && device.compute_capability() < 90)
+      throw Error("a gpu::kernel with clusters of " + std::to_string(k.cluster_ctas) +
+                      " CTAs needs a GPU with thread-block clusters (compute capability 9.0 or later); this "
+                      "one is " + std::to_string(device.compute_capability() / 10) + "." +
+                      std::to_string(device.compute_capability() % 10),
+                  tc.kernel.loc);
     const Nvrtc& nvrtc = Nvrtc::get();
     const std::string arch = device.arch();
     std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/blocks.h"
+#include "core/call.h"
 #include "eval/interpreter.h"
 #include "gpu/emitter.h"
 #include "pallas/error.h"
@@ -257,6 +258,49 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
     scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype)));
   }
+  // gpu::ClusterBarrier in clusters of several CTAs: pl_mbar_peers(i) is the mask of cluster ranks
+  // an arrival on barrier i reaches from this CTA — the CTAs differing from it along at most one
+  // of the barrier's collective axes (a rank is the row-major index of the cluster axes, which are
+  // the innermost parallel axes: rank == point % cluster_ctas == %cluster_ctarank).
+  std::ostringstream peers;
+  if (gpu_kernel) {
+    const KernelLayout& layout = *call.gpu_kernel;
+    const std::vector<int64_t> cluster(grid.begin() + layout.num_grid_axes,
+                                       grid.begin() + layout.num_grid_axes + layout.num_cluster_axes);
+    for (int64_t c : cluster) out.cluster_ctas *= static_cast<int>(c);
+    std::vector<std::vector<int64_t>> coords(static_cast<size_t>(out.cluster_ctas));
+    for (int r = 0; r < out.cluster_ctas; ++r) core::unravel_row_major(r, cluster, coords[static_cast<size_t>(r)]);
+    for (size_t s = 0; s < gm.scratch_types.size() && out.cluster_ctas > 1; ++s) {
+      const std::vector<int>& axes = gm.scratch_barrier_collective_axes[s];
+      if (axes.empty()) continue;
+      std::string masks;
+      for (int r = 0; r < out.cluster_ctas; ++r) {
+        uint32_t mask = 0;
+        for (int q = 0; q < out.cluster_ctas; ++q) {
+          int differ = 0;
+          bool along_collective = true;
+          for (size_t d = 0; d < cluster.size(); ++d)
+            if (coords[static_cast<size_t>(r)][d] != coords[static_cast<size_t>(q)][d]) {
+              ++differ;
+              along_collective = along_collective &&
+                                 std::count(axes.begin(), axes.end(), layout.num_grid_axes + static_cast<int>(d)) > 0;
+            }
+          if (differ <= 1 && along_collective) mask |= 1u << q;
+        }
+        masks += (r ? ", " : "") + std::to_string(mask) + "u";
+      }
+      const int64_t first = scratch_offsets[s], end = first + std::max<int64_t>(1, gm.scratch_types[s].size());
+      peers << "  if (i >= " << first << " && i < " << end << ") { const pl_u32 m[" << out.cluster_ctas << "] = {"
+            << masks << "}; return m[pl_cluster_rank()]; }  // scratch[" << s << "]\n";
+    }
+    if (!peers.str().empty()) {
+      ctx.cluster_barriers = true;
+      const std::string cases = peers.str();
+      peers.str("");
+      peers << "// The cluster ranks an arrival on barrier i reaches (gpu::ClusterBarrier; 0: this CTA's only).\n"
+            << "PL_DEV pl_u32 pl_mbar_peers(pl_i64 i) {\n" << cases << "  return 0;\n}\n\n";
+    }
+  }
   // Up to here the arena is the CTA's (scratch, staging); tiles come after it, one range per group.
   const int64_t cta_bytes = arena.peak();
 
@@ -391,6 +435,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "#define PL_CTA_THREADS " << out.threads_per_cta << "\n";
   src << "#define PL_ARENA_IN_SHARED " << (out.arena_in_shared ? 1 : 0) << "\n";
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
+  if (out.num_barriers > 0) src << "#define PL_NUM_MBARRIERS " << out.num_barriers << "\n";
+  if (out.cluster_ctas > 1) src << "#define PL_CLUSTER_CTAS " << out.cluster_ctas << "\n";
   if (out.wgmma_staging_bytes > 0)
     src << "#define PL_WGMMA_STAGES " << out.wgmma_staging_bytes / wgmma_stage_bytes() << "\n#define PL_WG_KC "
         << kWgmmaStepK << "\n#define PL_WG_STAGE_BYTES " << wgmma_stage_bytes() << "\n#define PL_WGMMA_STAGING_OFFSET "
@@ -399,11 +445,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
-  if (out.num_barriers > 0) {
-    src << "#if PL_HOST_EMULATION\nstatic pl_u64 pl_mbar[" << out.num_barriers << "];\n#else\n__shared__ __align__(8) pl_u64 pl_mbar["
-        << out.num_barriers << "];\n#endif\n";
-  }
-  src << maps.str() << body.str() << "\n";
+  src << peers.str() << maps.str() << body.str() << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
   src << "  const pl_i64* G = p.grid;\n  pl_i64 g[" << G << "] = {0};\n  pl_i64 rest = point;\n";
@@ -439,9 +481,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) ((" << ctype(t.dtype)
         << "*)(arena + " << scratch_offsets[s] << "))[e] = " << detail::uninitialized_literal(t.dtype) << ";\n";
   }
-  src << "  pl_cta_sync();\n}\n\n";
-  // After a point whose scratch is fresh: every thread is done with it before it is set up again.
-  src << "PL_DEV void pl_end_scratch() {\n  pl_cta_sync();\n";
+  // With clusters, no CTA may arrive on a peer's barriers before the peer has initialized them.
+  src << (out.cluster_ctas > 1 ? "  pl_cluster_sync();\n}\n\n" : "  pl_cta_sync();\n}\n\n");
+  // After a point whose scratch is fresh: every thread is done with it before it is set up again
+  // (with clusters: every thread of the cluster, which may still arrive on this CTA's barriers).
+  src << "PL_DEV void pl_end_scratch() {\n  " << (out.cluster_ctas > 1 ? "pl_cluster_sync" : "pl_cta_sync") << "();\n";
   if (out.num_barriers > 0)
     src << "  if (pl_cta_tid() == 0) for (int i = 0; i < " << out.num_barriers << "; ++i) pl_mbar_inval(pl_mbar + i);\n"
         << "  pl_cta_sync();\n";
@@ -462,14 +506,17 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (!fresh_scratch_per_point) src << "  pl_init_scratch(arena);\n";
   src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) " << point_body << "\n}\n";
   src << "#else\n";
-  // Host emulation: one CTA at a time, its threads host threads meeting at real barriers.
+  // Host emulation: one CTA (one cluster) at a time, its threads host threads meeting at real
+  // barriers; the cluster's CTAs take its points in turn, as the GPU's grid-stride loop does.
   src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words, int nthreads) {\n";
-  src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n  char* arena = p.workspace;\n";
+  src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n";
   src << "  pl_host_start(nthreads, p.err);\n";
   src << "  auto run = [&](int t) {\n    pl_host_set_tid(t);\n";
+  src << "    char* arena = p.workspace + (pl_i64)pl_cluster_rank() * " << out.arena_bytes << "LL;\n";
   if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
-  src << "    for (pl_i64 point = 0; point < p.num_points; ++point) " << point_body << "\n  };\n";
-  src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads; ++t) threads.emplace_back(run, t);\n";
+  src << "    for (pl_i64 point = pl_cluster_rank(); point < p.num_points; point += PL_CLUSTER_CTAS) " << point_body
+      << "\n  };\n";
+  src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads * PL_CLUSTER_CTAS; ++t) threads.emplace_back(run, t);\n";
   src << "  run(0);\n  for (std::thread& t : threads) t.join();\n}\n";
   src << "#endif\n";
   out.source = src.str();

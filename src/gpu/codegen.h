@@ -87,6 +87,8 @@ struct GeneratedKernel {
   // Matrix products emitted for the tensor cores (pl_tc_dot; each falls back to a CUDA-core
   // loop at run time only when the group is not whole warps, as host emulation may run it).
   int tensor_core_dots = 0;
+  // A gpu::kernel's CTAs per cluster (launched as 1-D clusters of this size; 1: no clusters).
+  int cluster_ctas = 1;
   // Shared memory for wgmma's operand staging (0: none — no tensor-core dots, the CTA is not
   // whole warpgroups, or no room beside the arena — and sm_90a runs mma.sync too). It follows
   // the arena in the dynamic shared memory of launches on sm_90 devices only.

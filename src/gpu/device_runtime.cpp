@@ -76,8 +76,17 @@ struct pl_bf16 { pl_u16 bits; };
 #ifndef PL_NUM_GROUPS
 #define PL_NUM_GROUPS 1
 #endif
+// A gpu::kernel with clusters: the CTAs of a cluster (PL_CLUSTER_CTAS, launched as 1-D clusters)
+// run together and reach each other's mbarriers (gpu::ClusterBarrier).
+#ifndef PL_CLUSTER_CTAS
+#define PL_CLUSTER_CTAS 1
+#endif
+#if PL_CLUSTER_CTAS > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "a gpu::kernel with clusters of more than one CTA needs sm_90 or later"
+#endif
 #if PL_HOST_EMULATION
-// The CTA's threads are host threads (one CTA at a time); pl_sync is a real barrier, so a
+// The CTA's threads are host threads (one cluster of CTAs at a time: host thread t is thread
+// t % pl_host_nthreads of the cluster's CTA t / pl_host_nthreads); pl_sync is a real barrier, so a
 // missing barrier shows up as a wrong result (or a ThreadSanitizer report) on the CPU too.
 // Once the kernel has recorded an error (pl_host_err), barriers stop waiting, so threads that
 // left early (a failed check, a barrier wait that gave up) cannot leave the others stuck.
@@ -91,14 +100,15 @@ PL_DEV void pl_host_set_tid(int t) {
   pthread_setspecific(pl_host_tid_key, (void*)(pl_i64)t);
 }
 PL_DEV int pl_host_tid() { return (int)(pl_i64)pthread_getspecific(pl_host_tid_key); }
-static int pl_host_nthreads = 1;
+static int pl_host_nthreads = 1;  // per CTA
 static pl_i64* pl_host_err = nullptr;
 struct pl_host_barrier_t {
   std::atomic<int> arrived{0};
   std::atomic<unsigned> generation{0};
   int count = 1;
 };
-static pl_host_barrier_t pl_host_cta_barrier, pl_host_group_barrier[PL_NUM_GROUPS];
+static pl_host_barrier_t pl_host_cluster_barrier, pl_host_cta_barrier[PL_CLUSTER_CTAS],
+    pl_host_group_barrier[PL_CLUSTER_CTAS][PL_NUM_GROUPS];
 // The warp-wide mma.sync instructions the last run executed (the tests check the tensor-core
 // path ran; run_host_emulation's stats).
 static std::atomic<pl_u64> pl_host_mma_count{0};
@@ -124,8 +134,11 @@ PL_DEV void pl_host_release_all() {
     b.generation.fetch_add(1, std::memory_order_release);
     b.generation.notify_all();
   };
-  for (pl_host_barrier_t& b : pl_host_group_barrier) wake(b);
-  wake(pl_host_cta_barrier);
+  for (int c = 0; c < PL_CLUSTER_CTAS; ++c) {
+    for (pl_host_barrier_t& b : pl_host_group_barrier[c]) wake(b);
+    wake(pl_host_cta_barrier[c]);
+  }
+  wake(pl_host_cluster_barrier);
 }
 // Before a run: a run that failed may have left threads counted at a barrier.
 PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
@@ -133,20 +146,28 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_err = err;
   pl_host_mma_count.store(0);
   pl_host_wgmma_count.store(0);
-  pl_host_cta_barrier.count = nthreads;
-  pl_host_cta_barrier.arrived.store(0);
-  for (pl_host_barrier_t& b : pl_host_group_barrier) {
-    b.count = nthreads / PL_NUM_GROUPS;
-    b.arrived.store(0);
+  pl_host_cluster_barrier.count = nthreads * PL_CLUSTER_CTAS;
+  pl_host_cluster_barrier.arrived.store(0);
+  for (int c = 0; c < PL_CLUSTER_CTAS; ++c) {
+    pl_host_cta_barrier[c].count = nthreads;
+    pl_host_cta_barrier[c].arrived.store(0);
+    for (pl_host_barrier_t& b : pl_host_group_barrier[c]) {
+      b.count = nthreads / PL_NUM_GROUPS;
+      b.arrived.store(0);
+    }
   }
 }
-PL_DEV int pl_cta_tid() { return pl_host_tid(); }
+PL_DEV int pl_cluster_rank() { return pl_host_tid() / pl_host_nthreads; }
+PL_DEV void pl_cluster_sync() { pl_host_wait(pl_host_cluster_barrier); }
+PL_DEV int pl_cta_tid() { return pl_host_tid() % pl_host_nthreads; }
 PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
-PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier); }
+PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier[pl_cluster_rank()]); }
 PL_DEV int pl_nthreads() { return pl_host_nthreads / PL_NUM_GROUPS; }
-PL_DEV int pl_group() { return pl_host_tid() / pl_nthreads(); }
-PL_DEV int pl_tid() { return pl_host_tid() % pl_nthreads(); }
-PL_DEV void pl_sync() { pl_host_wait(PL_NUM_GROUPS == 1 ? pl_host_cta_barrier : pl_host_group_barrier[pl_group()]); }
+PL_DEV int pl_group() { return pl_cta_tid() / pl_nthreads(); }
+PL_DEV int pl_tid() { return pl_cta_tid() % pl_nthreads(); }
+PL_DEV void pl_sync() {
+  pl_host_wait(PL_NUM_GROUPS == 1 ? pl_host_cta_barrier[pl_cluster_rank()] : pl_host_group_barrier[pl_cluster_rank()][pl_group()]);
+}
 // Whether `ok` holds on every thread of the caller's group (a barrier of the group).
 PL_DEV bool pl_group_all(bool ok) {
   if (!ok && pl_host_err) {
@@ -169,6 +190,21 @@ PL_DEV constexpr int pl_cta_nthreads() { return PL_CTA_THREADS; }
 PL_DEV int pl_cta_nthreads() { return blockDim.x; }
 #endif
 PL_DEV void pl_cta_sync() { __syncthreads(); }
+#if PL_CLUSTER_CTAS > 1
+PL_DEV int pl_cluster_rank() {
+  pl_u32 r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return (int)r;
+}
+// Every thread of every CTA of the cluster (a CTA-wide barrier too); what each wrote before is
+// visible to all after it.
+PL_DEV void pl_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+#else
+PL_DEV int pl_cluster_rank() { return 0; }
+PL_DEV void pl_cluster_sync() { __syncthreads(); }
+#endif
 PL_DEV int pl_nthreads() { return pl_cta_nthreads() / PL_NUM_GROUPS; }
 PL_DEV int pl_group() { return threadIdx.x / pl_nthreads(); }
 PL_DEV int pl_tid() { return threadIdx.x % pl_nthreads(); }
@@ -529,9 +565,16 @@ PL_DEV void pl_mbar_inval(pl_u64* b) {
 PL_DEV void pl_mbar_arrive(pl_u64* b) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.shared.b64 st, [%0]; }" ::"r"(pl_smem_u32(b)) : "memory");
 }
+// In a kernel with clusters a completed phase may carry other CTAs' arrivals: the wait acquires
+// at cluster scope, so what they wrote before arriving is visible after it.
+#if PL_CLUSTER_CTAS > 1
+#define PL_MBAR_TEST_WAIT "mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64"
+#else
+#define PL_MBAR_TEST_WAIT "mbarrier.test_wait.parity.shared.b64"
+#endif
 PL_DEV bool pl_mbar_test(pl_u64* b, pl_u32 parity) {
   pl_u32 done;
-  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+  asm volatile("{ .reg .pred p; " PL_MBAR_TEST_WAIT " p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                : "=r"(done) : "r"(pl_smem_u32(b)), "r"(parity) : "memory");
   return done != 0;
 }
@@ -563,6 +606,36 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
   phases[i >> 5] ^= 1u << (i & 31);
   return true;
 }
+// The kernel's mbarriers (PL_NUM_MBARRIERS, gpu::Barrier scratch): static shared memory, one set
+// per CTA; pl_mbar_arrive_peers(b, peers) arrives on barrier b of each CTA of the cluster whose
+// rank is in the mask `peers` (gpu::ClusterBarrier; 0: this CTA's barrier only), remotely with
+// mapa and a cluster-scope release.
+#ifdef PL_NUM_MBARRIERS
+#if PL_HOST_EMULATION
+static pl_u64 pl_host_mbar[PL_CLUSTER_CTAS][PL_NUM_MBARRIERS];
+#define pl_mbar (pl_host_mbar[pl_cluster_rank()])
+PL_DEV void pl_mbar_arrive_remote(pl_u64* b, int rank) { pl_mbar_arrive(&pl_host_mbar[rank][b - pl_mbar]); }
+#else
+__shared__ __align__(8) pl_u64 pl_mbar[PL_NUM_MBARRIERS];
+PL_DEV void pl_mbar_arrive_remote(pl_u64* b, int rank) {
+#if PL_CLUSTER_CTAS > 1
+  asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; "
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }" ::"r"(pl_smem_u32(b)), "r"(rank)
+               : "memory");
+#else
+  pl_mbar_arrive(b);
+#endif
+}
+#endif
+PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
+  if (peers == 0) {
+    pl_mbar_arrive(b);
+    return;
+  }
+  for (int q = 0; q < PL_CLUSTER_CTAS; ++q)
+    if ((peers >> q) & 1u) pl_mbar_arrive_remote(b, q);
+}
+#endif
 // ---- Tensor cores: mma.sync (sm_80 and later) ------------------------------------------------------
 // A 2-D dot of bf16 or f16 tiles (f32 accumulation) runs on mma.sync.m16n8k16: the group's warps
 // take 16x8 blocks of the result in turn and load their fragments from shared memory with
@@ -583,8 +656,8 @@ PL_DEV void pl_put(pl_bf16* p, float v) { *p = pl_to_bf16(v); }
 PL_DEV void pl_put(pl_f16* p, float v) { *p = pl_to_f16(v); }
 #if PL_HOST_EMULATION
 // Six words per lane of each warp of the CTA: what the lanes hand each other.
-static pl_u64 pl_host_warp_words[32][32][6];
-PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_cta_tid() >> 5][lane]; }
+static pl_u64 pl_host_warp_words[PL_CLUSTER_CTAS][32][32][6];
+PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_cluster_rank()][pl_cta_tid() >> 5][lane]; }
 // Where the GPU's arena would be: the emulated tiles and scratch all live in it (a global-memory
 // operand of wgmma would be misjudged here; it only changes how fragments load, not the result).
 PL_DEV bool pl_is_shared(const void*) { return PL_ARENA_IN_SHARED != 0; }
@@ -748,7 +821,8 @@ PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, 
 #if PL_HAS_WGMMA
 #define PL_WGMMA_STAGING_BYTES (PL_WGMMA_STAGES * PL_WG_STAGE_BYTES)
 #if PL_HOST_EMULATION
-alignas(128) static pl_u8 pl_wgmma_staging[PL_WGMMA_STAGING_BYTES];
+alignas(128) static pl_u8 pl_host_wgmma_staging[PL_CLUSTER_CTAS][PL_WGMMA_STAGING_BYTES];  // per CTA
+#define pl_wgmma_staging (pl_host_wgmma_staging[pl_cluster_rank()])
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_wgmma_staging); }
 PL_DEV void pl_wgmma_fence() {}
 PL_DEV void pl_wgmma_commit_and_wait() {}

@@ -21,14 +21,27 @@ using CUcontext = void*;
 using CUmodule = void*;
 using CUfunction = void*;
 using CUstream = void*;
+// CUlaunchAttribute: an id, padded to 8 bytes, and a 64-byte union of values (clusterDim: x, y, z).
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72, "the driver's CUlaunchAttribute layout");
+constexpr int CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
 struct CUlaunchConfig {
   unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
   CUstream hStream;
-  void* attrs;
+  CUlaunchAttribute* attrs;
   unsigned numAttrs;
 };
 constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, kAttrMaxSmemOptin = 97;
-constexpr int kFuncAttrMaxDynamicSmem = 8;
+constexpr int kFuncAttrMaxDynamicSmem = 8, kFuncAttrNonPortableClusterSizeAllowed = 14;
 }  // namespace
 
 struct DriverApi {
@@ -169,6 +182,9 @@ void* load_function(const std::vector<char>& image, const GeneratedKernel& k) {
   if (dynamic + 8 * k.num_barriers > 48 * 1024)
     d.check(api.FuncSetAttribute(fn, kFuncAttrMaxDynamicSmem, static_cast<int>(dynamic)),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  if (k.cluster_ctas > 8)  // beyond the portable cluster size (H100 allows 16)
+    d.check(api.FuncSetAttribute(fn, kFuncAttrNonPortableClusterSizeAllowed, 1),
+            "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)");
   return fn;
 }
 
@@ -227,7 +243,11 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   if (points == 0) return;
   // A grid-stride loop over the parallel points: a few CTAs per SM, so a global-memory arena
   // stays bounded by the CTAs in flight, not by the grid.
-  const int64_t ctas = std::min<int64_t>(points, static_cast<int64_t>(d.multiprocessors()) * 4);
+  // With clusters, a whole number of them (the points are too): a CTA's rank in its 1-D cluster
+  // is then its point's rank, which the kernel decodes the cluster axes from.
+  const int64_t cluster = k.cluster_ctas;
+  const int64_t ctas =
+      std::max<int64_t>(cluster, std::min<int64_t>(points, static_cast<int64_t>(d.multiprocessors()) * 4) / cluster * cluster);
   // Dropped (freed) instead of given back when anything below throws before the stream syncs.
   std::unique_ptr<LaunchBuffers> buffers =
       LaunchBufferPool::get().take(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
@@ -244,8 +264,13 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   std::vector<uint64_t> words =
       pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), profile_words > 0 ? profile.ptr() : 0, grid);
   void* params[] = {words.data()};
+  CUlaunchAttribute cluster_dims{};
+  cluster_dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster_dims.value.clusterDim.x = static_cast<unsigned>(cluster);
+  cluster_dims.value.clusterDim.y = cluster_dims.value.clusterDim.z = 1;
   CUlaunchConfig cfg{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
-                     static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), stream, nullptr, 0};
+                     static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), stream,
+                     cluster > 1 ? &cluster_dims : nullptr, cluster > 1 ? 1u : 0u};
   d.check(api.LaunchKernelEx(&cfg, function, params, nullptr), "cuLaunchKernelEx");
   int64_t record[kErrorRecordWords] = {};
   err.download(record, sizeof record, stream);

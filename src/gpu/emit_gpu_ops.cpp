@@ -7,7 +7,8 @@
 //    counts it. The copy has landed when the barrier's phase completes, as on the GPU; it is a
 //    plain copy by the group's threads, not yet a TMA bulk copy.
 //  * copy_smem_to_gmem: the group copies; wait_smem_to_gmem then has nothing left to wait for.
-//  * barrier_arrive: the group syncs (its writes happen before the arrival), one thread arrives.
+//  * barrier_arrive: the group syncs (its writes happen before the arrival), one thread arrives
+//    (on a gpu::ClusterBarrier: on the barrier of each peer CTA, pl_mbar_arrive_peers).
 //    barrier_wait: every thread of the group waits for the phase it awaits next (a parity bit
 //    per barrier and thread), with a time limit that turns a deadlock into an error.
 //  * wgmma: acc += a @ b. bf16 / f16 operands go to the tensor cores (pl_tc_dot: the wgmma
@@ -73,10 +74,15 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       line("pl_prof_record(" + ctx_.profile_slot + ", " + std::to_string(2 * id + (exit ? 1 : 0)) + "ull);");
       return;
     }
-    case OpCode::GpuBarrierArrive:
+    case OpCode::GpuBarrierArrive: {
       barrier();
-      line("if (pl_tid() == 0) pl_mbar_arrive(" + ref_operand(*this, op, 0).ptr + ");");
+      const RefInfo& b = ref_operand(*this, op, 0);
+      if (ctx_.cluster_barriers)
+        line("if (pl_tid() == 0) pl_mbar_arrive_peers(" + b.ptr + ", pl_mbar_peers(" + barrier_index(b) + "));");
+      else
+        line("if (pl_tid() == 0) pl_mbar_arrive(" + b.ptr + ");");
       return;
+    }
     case OpCode::GpuBarrierWait: {
       const RefInfo& b = ref_operand(*this, op, 0);
       const int site = static_cast<int>(ctx_.error_sites->size());

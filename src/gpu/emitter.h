@@ -92,6 +92,9 @@ struct EmitContext {
   std::vector<std::string> grid_names;  // axis_index(name) of a named grid axis reads its program id
   std::string barriers;  // the pl_u64 array of the kernel's mbarriers (gpu::Barrier scratch)
   std::string phases;    // the pl_u32 bits of the phase parities this thread awaits next
+  // Some barrier is a gpu::ClusterBarrier of a multi-CTA cluster: barrier_arrive goes to the
+  // peers pl_mbar_peers(index) names.
+  bool cluster_barriers = false;
   // Profiling (gpu::CompilerParams::profile_space): the names of the kernel's named regions, a
   // region's number is its index (the emitter adds names as it meets them). nullptr: not
   // profiling, named regions emit nothing.

@@ -140,7 +140,8 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   std::vector<uint64_t> ptrs;
   for (Array& a : operands) ptrs.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
   for (Array& a : outputs) ptrs.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
-  std::vector<uint64_t> arena(static_cast<size_t>(k.arena_bytes) / 8 + 2);  // 8-byte aligned: the widest element
+  // One arena per CTA of a cluster (they run together), 8-byte aligned: the widest element.
+  std::vector<uint64_t> arena(static_cast<size_t>(k.arena_bytes * k.cluster_ctas) / 8 + 2);
   int64_t err[kErrorRecordWords] = {};
   prepare_profile_dir(k, call.kernel.loc);
   std::vector<uint64_t> profile(profile_buffer_words(k, grid));

@@ -27,6 +27,9 @@
 // wgmmas of one thread are ordered among themselves (they chain on the accumulator). Two
 // conflicting accesses not ordered that way are a pallas::Error naming both lines. Races between
 // clusters (which only GMEM could carry) are not checked.
+//
+// A gpu::ClusterBarrier is one BarrierState per CTA; an arrival goes to each peer CTA's (its
+// `peers`), releasing the arriving thread's clock into every one of them.
 #include <condition_variable>
 #include <deque>
 #include <cstring>
@@ -56,6 +59,9 @@ struct BarrierState {
   int64_t phase = 0;          // completed phases
   bool observed = true;       // some thread has waited for the latest completed phase
   std::string name;           // "scratch[2][1] of CTA (0, 1)"
+  // A gpu::ClusterBarrier: this barrier in each CTA an arrival reaches (this one's included).
+  bool is_cluster_barrier = false;
+  std::vector<const std::byte*> peers;
   std::map<int, int64_t> next_phase;  // per thread of the cluster: the phase its next wait awaits
   VectorClock arrived;                 // races: what the current phase's arrivals released
   std::map<int64_t, VectorClock> released;  // races: what each completed phase released
@@ -210,6 +216,11 @@ class GpuThreadInterpreter : public eval::Interpreter {
       }
       case OpCode::GpuCopyGmemToSmem: {
         BarrierState& b = barrier(op, op.operands[2]);
+        if (b.is_cluster_barrier)
+          throw Error(std::string(op.info().name) + ": the copy would arrive on barrier " + b.name +
+                          ", a gpu::ClusterBarrier; copies arrive on a barrier of their own CTA (gpu::Barrier "
+                          "or gpu::TMABarrier)",
+                      op.loc);
         const Actor copy = new_actor(clock_, "the copy to SMEM");
         record(op, ref(op.operands[0]), false, copy);
         record(op, ref(op.operands[1]), true, copy);
@@ -237,7 +248,10 @@ class GpuThreadInterpreter : public eval::Interpreter {
       }
       case OpCode::GpuBarrierArrive: {
         BarrierState& b = barrier(op, op.operands[0]);
-        arrive(op, b, clock_);
+        if (b.is_cluster_barrier)
+          for (const std::byte* peer : b.peers) arrive(op, cluster_->barriers.at(peer), clock_);
+        else
+          arrive(op, b, clock_);
         tpu_interpret::tick(clock_, index_);  // later accesses are not covered by this release
         return true;
       }
@@ -506,6 +520,7 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
           for (int64_t k = 0; k < a.size(); ++k) {
             BarrierState st;
             st.num_arrivals = gm.scratch_barrier_arrivals.at(s);
+            st.is_cluster_barrier = !gm.scratch_barrier_collective_axes[s].empty();
             st.name = "scratch[" + std::to_string(s) + "]" +
                       (a.size() > 1 ? "[" + std::to_string(k) + "]" : std::string()) +
                       (ctas.size() > 1 || !grid_dims.empty() ? " of " + cta_name : std::string());
@@ -527,6 +542,23 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
         if (layout.has_thread_axis) where[t].program_ids.push_back(w);
         names.push_back(layout.has_thread_axis ? "thread " + std::to_string(w) + " of " + cta_name : cta_name);
       }
+    }
+    // A cluster barrier's peers: the CTAs differing from its own along at most one collective axis.
+    for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+      if (gm.scratch_barrier_collective_axes[s].empty()) continue;
+      std::vector<bool> collective(c_axes, false);
+      for (int axis : gm.scratch_barrier_collective_axes[s]) collective.at(static_cast<size_t>(axis) - g_axes) = true;
+      for (size_t c = 0; c < ctas.size(); ++c)
+        for (size_t other = 0; other < ctas.size(); ++other) {
+          int differ = 0;
+          bool along_collective = true;
+          for (size_t d = 0; d < c_axes; ++d)
+            if (ctas[c][d] != ctas[other][d]) ++differ, along_collective = along_collective && collective[d];
+          if (differ > 1 || !along_collective) continue;
+          auto* mine = static_cast<std::byte*>(scratch[c][s].raw_data());
+          auto* theirs = static_cast<std::byte*>(scratch[other][s].raw_data());
+          for (int64_t k = 0; k < scratch[c][s].size(); ++k) cluster.barriers.at(mine + 8 * k).peers.push_back(theirs + 8 * k);
+        }
     }
     for (size_t i = 0; i < operands.size(); ++i) {
       Array& a = operands[i];

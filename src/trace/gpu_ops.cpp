@@ -3,6 +3,7 @@
 // and scratch checks here follow Mosaic GPU's wording where it has one.
 #include "pallas/gpu.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/call.h"
@@ -15,15 +16,32 @@ using ir::AttrKey;
 using ir::Attrs;
 using ir::OpCode;
 
-Barrier::operator ScratchShape() const {
+namespace {
+constexpr int kMaxBarrierArrivals = 65535;  // an mbarrier's count
+
+ScratchShape barriers(const char* what, int num_arrivals, int num_barriers) {
   if (num_arrivals < 1)
-    throw Error("gpu::Barrier: num_arrivals must be at least 1, got " + std::to_string(num_arrivals));
-  if (num_arrivals > 65535)
-    throw Error("gpu::Barrier: num_arrivals must be at most 65535 (an mbarrier's count), got " +
-                std::to_string(num_arrivals));
+    throw Error(std::string(what) + ": num_arrivals must be at least 1, got " + std::to_string(num_arrivals));
+  if (num_arrivals > kMaxBarrierArrivals)
+    throw Error(std::string(what) + ": num_arrivals must be at most " + std::to_string(kMaxBarrierArrivals) +
+                " (an mbarrier's count), got " + std::to_string(num_arrivals));
   if (num_barriers < 1)
-    throw Error("gpu::Barrier: num_barriers must be at least 1, got " + std::to_string(num_barriers));
+    throw Error(std::string(what) + ": num_barriers must be at least 1, got " + std::to_string(num_barriers));
   return ScratchShape{{num_barriers}, DType::GpuBarrier, MemorySpace::GpuShared, num_arrivals};
+}
+}  // namespace
+
+Barrier::operator ScratchShape() const { return barriers("gpu::Barrier", num_arrivals, num_barriers); }
+
+TMABarrier::operator ScratchShape() const { return barriers("gpu::TMABarrier", 1, num_barriers); }
+
+ClusterBarrier::operator ScratchShape() const {
+  if (collective_axes.empty())
+    throw Error("gpu::ClusterBarrier needs at least one collective axis (a cluster axis name); for "
+                "a barrier of one CTA use gpu::Barrier");
+  ScratchShape s = barriers("gpu::ClusterBarrier", num_arrivals, num_barriers);
+  s.collective_axes = collective_axes;
+  return s;
 }
 
 namespace {
@@ -111,6 +129,32 @@ void check_names(const char* what, const std::vector<int64_t>& sizes,
                   loc);
 }
 
+// The CTAs a gpu::ClusterBarrier's arrival reaches (its peers, the caller's CTA included): those
+// differing from the caller along at most one of the collective axes. Checks the axes.
+int64_t cluster_peers(const Mesh& mesh, const ScratchShape& s, size_t index, const SourceLoc& loc) {
+  const std::string what = "scratch_shapes[" + std::to_string(index) + "] (gpu::ClusterBarrier)";
+  int64_t peers = 1;
+  std::set<std::string> seen;
+  for (const std::string& axis : s.collective_axes) {
+    const auto at = std::find(mesh.cluster_names.begin(), mesh.cluster_names.end(), axis);
+    if (at == mesh.cluster_names.end()) {
+      std::string known;
+      for (const std::string& n : mesh.cluster_names) known += (known.empty() ? "" : ", ") + n;
+      throw Error(what + ": the collective axis '" + axis + "' is not a cluster axis of the mesh (cluster axes: " +
+                      (known.empty() ? "none" : known) + ")",
+                  loc);
+    }
+    if (!seen.insert(axis).second) throw Error(what + ": the collective axis '" + axis + "' is named twice", loc);
+    peers += mesh.cluster[static_cast<size_t>(at - mesh.cluster_names.begin())] - 1;
+  }
+  if (s.barrier_arrivals * peers > kMaxBarrierArrivals)
+    throw Error(what + ": a phase needs " + std::to_string(s.barrier_arrivals) + " arrivals from each of " +
+                    std::to_string(peers) + " CTAs, more than an mbarrier counts (" +
+                    std::to_string(kMaxBarrierArrivals) + ")",
+                loc);
+  return peers;
+}
+
 std::string describe_scratch(const std::vector<ScratchShape>& scratch) {
   std::string s;
   for (size_t i = 0; i < scratch.size(); ++i) {
@@ -173,6 +217,7 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
                   loc);
     if ((s.dtype == DType::GpuBarrier) != (s.barrier_arrivals > 0))
       throw Error("scratch_shapes[" + std::to_string(i) + "]: make barriers with gpu::Barrier{...}", loc);
+    if (!s.collective_axes.empty()) opts.scratch_shapes[i].barrier_arrivals *= cluster_peers(mesh, s, i, loc);
   }
   const int64_t smem = shared_memory_bytes(opts.scratch_shapes);
   if (smem > kMaxSharedMemoryBytes)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "core/call.h"
 #include "gpu/codegen.h"
@@ -501,6 +502,146 @@ TEST(GpuKernelErrors, UnionSizesAndMembersAreChecked) {
                   "not supported yet: gpu::Union scratch outside gpu::kernel");
 }
 
+// A gpu::ClusterBarrier across the 2 CTAs of each cluster, 2 Pallas threads per CTA: every thread
+// writes its quarter of the cluster's row of `mid` (GMEM), arrives (num_arrivals = 2: both threads
+// of each CTA), waits, and then reads the other CTA's half. The phase needs all 4 arrivals, so the
+// reads see the writes and do not race. Compiled, the clusters launch as such and the arrivals
+// reach the other CTA's barrier remotely.
+TEST_P(GpuKernelBoth, ClusterBarrierOrdersTheCtasOfAClusterThroughGmem) {
+  constexpr int kGrid = 3, kQuarter = 8;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref mid, pl::Ref out, pl::Ref bar) {
+        pl::Value g = plgpu::axis_index("g"), c = plgpu::axis_index("c"), t = plgpu::axis_index("t");
+        pl::Value mine = (g * 4 + c * 2 + t) * kQuarter;
+        mid[pl::ds(mine, kQuarter)] = x[pl::ds(mine, kQuarter)] * 2.0f;
+        plgpu::barrier_arrive(bar);
+        plgpu::barrier_wait(bar);
+        pl::Value theirs = (g * 4 + (1 - c) * 2 + t) * kQuarter;
+        out[pl::ds(mine, kQuarter)] = mid[pl::ds(theirs, kQuarter)] + 1.0f;
+      },
+      {pl::ShapeDtype({kGrid * 4 * kQuarter}, pl::f32), pl::ShapeDtype({kGrid * 4 * kQuarter}, pl::f32)},
+      plgpu::Mesh{.grid = {kGrid}, .grid_names = {"g"}, .cluster = {2}, .cluster_names = {"c"},
+                  .num_threads = 2, .thread_name = "t"},
+      run_on(GetParam(), {plgpu::ClusterBarrier{.collective_axes = {"c"}, .num_arrivals = 2}}));
+  pl::Array x = random_f32({kGrid * 4 * kQuarter}, 5);
+  std::vector<pl::Array> r = call(x);
+  for (int g = 0; g < kGrid; ++g)
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < 2 * kQuarter; ++i) {
+        const int at = (g * 4 + c * 2) * kQuarter + i, from = (g * 4 + (1 - c) * 2) * kQuarter + i;
+        EXPECT_EQ(r[0].data<float>()[at], 2.0f * x.data<float>()[at]) << at;
+        EXPECT_EQ(r[1].data<float>()[at], 2.0f * x.data<float>()[from] + 1.0f) << at;
+      }
+}
+
+// In a 2 x 2 cluster, an arrival reaches the CTAs that differ from the caller along at most one of
+// the collective axes: with {"x"} the x-neighbour, with {"x", "y"} both neighbours but not the
+// diagonal CTA. Reading what a CTA outside that set wrote before its arrival is a race.
+TEST(GpuKernelErrors, ClusterBarrierReachesOnlyItsPeers) {
+  auto make = [](std::vector<std::string> axes, int dx, int dy) {
+    return plgpu::kernel(
+        [dx, dy](pl::Ref mid, pl::Ref out, pl::Ref bar) {
+          pl::Value x = plgpu::axis_index("x"), y = plgpu::axis_index("y");
+          mid[x * 2 + y] = x * 10 + y + 1;
+          plgpu::barrier_arrive(bar);
+          plgpu::barrier_wait(bar);
+          pl::Value seen = mid[((x + dx) % 2) * 2 + (y + dy) % 2];
+          out[x * 2 + y] = seen;
+        },
+        {pl::ShapeDtype({4}, pl::i32), pl::ShapeDtype({4}, pl::i32)},
+        plgpu::Mesh{.cluster = {2, 2}, .cluster_names = {"x", "y"}},
+        interpreted({plgpu::ClusterBarrier{.collective_axes = std::move(axes)}}));
+  };
+  auto expect_reads = [](pl::PallasCall call, int dx, int dy) {
+    pl::Array out = call().at(1);
+    for (int x = 0; x < 2; ++x)
+      for (int y = 0; y < 2; ++y)
+        EXPECT_EQ(out.data<int32_t>()[x * 2 + y], ((x + dx) % 2) * 10 + (y + dy) % 2 + 1) << x << y;
+  };
+  expect_reads(make({"x"}, 1, 0), 1, 0);
+  expect_reads(make({"y"}, 0, 1), 0, 1);
+  expect_reads(make({"x", "y"}, 1, 0), 1, 0);
+  expect_reads(make({"x", "y"}, 0, 1), 0, 1);
+  for (auto [axes, dx, dy] : {std::tuple<std::vector<std::string>, int, int>{{"x"}, 0, 1},
+                              {{"y"}, 1, 0}, {{"x", "y"}, 1, 1}}) {
+    std::string e = error_of([&] { make(axes, dx, dy)(); });
+    EXPECT_CONTAINS(e, "gpu::kernel data race");
+    EXPECT_CONTAINS(e, "on output 0 [4]");
+  }
+}
+
+// A ClusterBarrier whose phase counts only one CTA's arrivals (a cluster of 1 CTA) runs compiled as
+// a barrier of the CTA: both Pallas threads write half of a buffer, arrive, wait, and read the
+// other half. TMABarrier is a barrier that one copy completes.
+TEST_P(GpuKernelBoth, ClusterBarrierOfOneCtaAndTmaBarrier) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar, pl::Ref copied) {
+        pl::Value t = plgpu::axis_index("t");
+        pl::when(t == 0, [&] {
+          plgpu::copy_gmem_to_smem(x, buf, copied);
+          plgpu::barrier_wait(copied);
+        });
+        pl::when(t == 1, [&] { plgpu::barrier_wait(copied); });
+        out[pl::ds(t * 32, 32)] = buf[pl::ds(t * 32, 32)] * 3.0f;
+        plgpu::barrier_arrive(bar);
+        plgpu::barrier_wait(bar);
+        out[pl::ds(64 + t * 32, 32)] = out[pl::ds((1 - t) * 32, 32)] + 1.0f;
+      },
+      {pl::ShapeDtype({128}, pl::f32)},
+      plgpu::Mesh{.cluster = {1}, .cluster_names = {"c"}, .num_threads = 2, .thread_name = "t"},
+      run_on(GetParam(), {plgpu::SMEM({64}, pl::f32), plgpu::ClusterBarrier{.collective_axes = {"c"}, .num_arrivals = 2},
+                          plgpu::TMABarrier{}}));
+  pl::Array x = random_f32({64}, 6);
+  pl::Array out = call(x).at(0);
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(out.data<float>()[i], 3.0f * x.data<float>()[i]) << i;
+    const int other = i < 32 ? i + 32 : i - 32;
+    EXPECT_EQ(out.data<float>()[64 + i], 3.0f * x.data<float>()[other] + 1.0f) << i;
+  }
+}
+
+TEST(GpuKernelErrors, ClusterAndTmaBarrierChecks) {
+  auto make = [](plgpu::ClusterBarrier b) {
+    plgpu::kernel([](pl::Ref, pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)},
+                  plgpu::Mesh{.grid = {2}, .grid_names = {"g"}, .cluster = {2, 4}, .cluster_names = {"c", "d"}},
+                  interpreted({b}));
+  };
+  EXPECT_CONTAINS(error_of([&] { make({.collective_axes = {"g"}}); }),
+                  "scratch_shapes[0] (gpu::ClusterBarrier): the collective axis 'g' is not a cluster axis of the "
+                  "mesh (cluster axes: c, d)");
+  EXPECT_CONTAINS(error_of([&] { make({.collective_axes = {"c", "c"}}); }), "'c' is named twice");
+  EXPECT_CONTAINS(error_of([&] { make({}); }), "needs at least one collective axis");
+  EXPECT_CONTAINS(error_of([&] { make({.collective_axes = {"c"}, .num_arrivals = 0}); }),
+                  "gpu::ClusterBarrier: num_arrivals must be at least 1");
+  // 4 peers along c and d (2 + 4 - 1 = 5 CTAs) x 20000 arrivals is beyond an mbarrier's count.
+  EXPECT_CONTAINS(error_of([&] { make({.collective_axes = {"c", "d"}, .num_arrivals = 20000}); }),
+                  "a phase needs 20000 arrivals from each of 5 CTAs");
+  EXPECT_NO_THROW(make({.collective_axes = {"c", "d"}, .num_arrivals = 13107}));
+  EXPECT_CONTAINS(error_of([] { (void)pl::ScratchShape(plgpu::TMABarrier{0}); }),
+                  "gpu::TMABarrier: num_barriers must be at least 1");
+  // Copies arrive on barriers of their own CTA.
+  pl::PallasCall copy = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(x, buf, bar);
+        plgpu::barrier_wait(bar);
+        out[pl::all] = buf[pl::all];
+      },
+      {pl::ShapeDtype({8}, pl::f32)}, plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}},
+      interpreted({plgpu::SMEM({8}, pl::f32), plgpu::ClusterBarrier{.collective_axes = {"c"}}}));
+  std::string e = error_of([&] { copy(random_f32({8}, 1)); });
+  EXPECT_CONTAINS(e, "gpu_copy_gmem_to_smem: the copy would arrive on barrier scratch[1] of CTA (0,), a "
+                     "gpu::ClusterBarrier; copies arrive on a barrier of their own CTA");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 9));
+  pl::CallOptions o;
+  o.grid = {1};
+  o.interpret = true;
+  o.scratch_shapes = {plgpu::ClusterBarrier{.collective_axes = {"c"}}};
+  EXPECT_CONTAINS(error_of([&] {
+                    pl::pallas_call([](pl::Ref, pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, o)();
+                  }),
+                  "not supported yet: gpu::ClusterBarrier scratch outside gpu::kernel");
+}
+
 TEST(GpuKernelErrors, MeshChecks) {
   auto make = [](plgpu::Mesh m) {
     plgpu::kernel([](pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, m, interpreted({}));
@@ -548,19 +689,13 @@ TEST(GpuKernelErrors, PrimitivesCheckTheirOperandsAtTheUsersLine) {
                   "multiple of 8 in [24, 256]");
 }
 
-TEST(GpuKernelErrors, CompiledCtasHoldAtMostEightWarpgroupsAndNoClustersYet) {
+TEST(GpuKernelErrors, CompiledCtasHoldAtMostEightWarpgroups) {
   pl::PallasCall nine = plgpu::kernel([](pl::Ref out) { out[plgpu::axis_index("wg")] = 1; },
                                       {pl::ShapeDtype({9}, pl::i32)},
                                       plgpu::Mesh{.num_threads = 9, .thread_name = "wg"});
   std::string e = error_of([&] { nine(); });
   EXPECT_CONTAINS(e, "at most 8 Pallas threads per CTA");
   EXPECT_CONTAINS(e, "got 9");
-  pl::PallasCall clustered = plgpu::kernel([](pl::Ref out) { out[plgpu::axis_index("c")] = 1; },
-                                           {pl::ShapeDtype({2}, pl::i32)},
-                                           plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}});
-  e = error_of<pl::NotSupportedError>([&] { clustered(); });
-  EXPECT_CONTAINS(e, "clusters of 2 CTAs");
-  EXPECT_CONTAINS(e, ".interpret = true");
 }
 
 // A deadlock in the compiled kernel does not hang: the wait gives up after the wait limit (here
@@ -713,6 +848,122 @@ TEST(GpuKernel, PrimitivesCompileWithNvrtcForHopperAndAmpere) {
     pl::gpu::CompiledKernel c = pl::gpu::Nvrtc::get().compile(k.source, "warp_specialized.cu", arch);
     EXPECT_TRUE(c.is_cubin) << arch;
   }
+}
+
+// Compiled clusters: the grid, cluster and thread axes of every CTA (the cluster axes decoded from
+// the CTA's rank in its cluster), over more points than the emulated cluster has CTAs at once.
+TEST(GpuKernel, CompiledAxisIndicesOfClusterAxes) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out) {
+        pl::Value g = plgpu::axis_index("g"), x = plgpu::axis_index("x"), y = plgpu::axis_index("y");
+        pl::Value w = plgpu::axis_index("wg");
+        out[((g * 2 + x) * 3 + y) * 2 + w] = g * 1000 + x * 100 + y * 10 + w;
+      },
+      {pl::ShapeDtype({5 * 2 * 3 * 2}, pl::i32)},
+      plgpu::Mesh{.grid = {5}, .grid_names = {"g"}, .cluster = {2, 3}, .cluster_names = {"x", "y"},
+                  .num_threads = 2, .thread_name = "wg"},
+      run_on("gpu_emulate", {}));
+  pl::Array out = call().at(0);
+  for (int g = 0; g < 5; ++g)
+    for (int x = 0; x < 2; ++x)
+      for (int y = 0; y < 3; ++y)
+        for (int w = 0; w < 2; ++w)
+          EXPECT_EQ(out.data<int32_t>()[((g * 2 + x) * 3 + y) * 2 + w], g * 1000 + x * 100 + y * 10 + w);
+}
+
+// Rounds through ClusterBarriers of a 2 x 2 cluster. Along x, the peers are pairs: each round a
+// CTA writes its cell, arrives on itself and its x-neighbour, waits, and reads the neighbour's
+// cell. Then one phase along x and y (3 arrivals: itself and both neighbours) orders the last
+// round's cells for reading both neighbours'.
+pl::PallasCall cluster_rounds(const std::string& how, bool rounds_along_both_axes) {
+  constexpr int kRounds = 3, kGrid = 2;
+  return plgpu::kernel(
+      [rounds_along_both_axes](pl::Ref x_in, pl::Ref mid, pl::Ref out, pl::Ref bar_x, pl::Ref bar_xy) {
+        pl::Value g = plgpu::axis_index("g"), x = plgpu::axis_index("x"), y = plgpu::axis_index("y");
+        pl::Value cell = g * 4 + x * 2 + y;
+        const pl::Ref& bar = rounds_along_both_axes ? bar_xy : bar_x;
+        pl::fori_loop(0, kRounds, [&](pl::Value r) {
+          pl::Value v = x_in[cell];
+          mid[r * kGrid * 4 + cell] = v * (r + 1);
+          plgpu::barrier_arrive(bar);
+          plgpu::barrier_wait(bar);
+          pl::Value nx = mid[r * kGrid * 4 + g * 4 + (1 - x) * 2 + y];
+          out[r * kGrid * 4 + cell] = nx * 100;
+        });
+        if (!rounds_along_both_axes) {
+          plgpu::barrier_arrive(bar_xy);
+          plgpu::barrier_wait(bar_xy);
+        }
+        pl::Value last = (kRounds - 1) * kGrid * 4 + g * 4;
+        pl::Value nx = mid[last + (1 - x) * 2 + y], ny = mid[last + x * 2 + (1 - y)];
+        out[kRounds * kGrid * 4 + cell] = nx * 100 + ny;
+      },
+      {pl::ShapeDtype({kRounds * kGrid * 4}, pl::i32), pl::ShapeDtype({(kRounds + 1) * kGrid * 4}, pl::i32)},
+      plgpu::Mesh{.grid = {kGrid}, .grid_names = {"g"}, .cluster = {2, 2}, .cluster_names = {"x", "y"}},
+      run_on(how, {plgpu::ClusterBarrier{.collective_axes = {"x"}}, plgpu::ClusterBarrier{.collective_axes = {"x", "y"}}}));
+}
+
+TEST_P(GpuKernelBoth, ClusterBarrierRoundsAlongOneAxisThenBoth) {
+  constexpr int kRounds = 3, kGrid = 2;
+  pl::Array x = pl::Array::zeros({kGrid * 4}, pl::i32);
+  for (int i = 0; i < kGrid * 4; ++i) x.data<int32_t>()[i] = 3 + 7 * i;
+  pl::Array out = cluster_rounds(GetParam(), false)(x).at(1);
+  for (int g = 0; g < kGrid; ++g)
+    for (int cx = 0; cx < 2; ++cx)
+      for (int cy = 0; cy < 2; ++cy) {
+        const int cell = g * 4 + cx * 2 + cy;
+        for (int r = 0; r < kRounds; ++r)
+          EXPECT_EQ(out.data<int32_t>()[r * kGrid * 4 + cell], x.data<int32_t>()[g * 4 + (1 - cx) * 2 + cy] * (r + 1) * 100)
+              << r << g << cx << cy;
+        const int nx = x.data<int32_t>()[g * 4 + (1 - cx) * 2 + cy] * kRounds;
+        const int ny = x.data<int32_t>()[g * 4 + cx * 2 + (1 - cy)] * kRounds;
+        EXPECT_EQ(out.data<int32_t>()[kRounds * kGrid * 4 + cell], nx * 100 + ny) << g << cx << cy;
+      }
+}
+
+// Along x and y the peers overlap without being closed: CTA (0, 1) does not wait for (1, 0), so it
+// can arrive for its next round on (1, 1) before (1, 0)'s arrival of this round — completing
+// (1, 1)'s phase without it (as the mbarrier would on a GPU). Reusing such a barrier round after
+// round races, and the interpreter says so.
+TEST(GpuKernelErrors, ClusterBarrierRoundsAlongTwoAxesRace) {
+  pl::Array x = pl::Array::zeros({8}, pl::i32);
+  std::string e = error_of([&] { cluster_rounds("interpret", true)(x); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "on output 0 [24]");
+}
+
+// The peers of each CTA (ranks row-major over the cluster axes), worked out by hand for a 2 x 2
+// cluster: along x, rank 0 = (0, 0) reaches ranks 0 and 2 (mask 5); along x and y, ranks 0, 1, 2
+// (mask 7). The cluster code compiles for sm_90a (mapa, cluster-scope arrive and wait,
+// barrier.cluster) and is refused for sm_80, which has no clusters.
+TEST(GpuKernel, ClusterBarrierPeersAndNvrtc) {
+  auto generated = [](std::vector<std::string> axes) {
+    pl::PallasCall call = plgpu::kernel(
+        [](pl::Ref out, pl::Ref bar) {
+          plgpu::barrier_arrive(bar);
+          plgpu::barrier_wait(bar);
+          out[plgpu::axis_index("x") * 2 + plgpu::axis_index("y")] = 1;
+        },
+        {pl::ShapeDtype({4}, pl::i32)}, plgpu::Mesh{.cluster = {2, 2}, .cluster_names = {"x", "y"}},
+        run_on("gpu_emulate", {plgpu::ClusterBarrier{.collective_axes = std::move(axes)}}));
+    std::shared_ptr<const pl::TracedCall> tc = call.trace({});
+    return pl::gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  };
+  pl::gpu::GeneratedKernel along_x = generated({"x"});
+  EXPECT_EQ(along_x.cluster_ctas, 4);
+  EXPECT_CONTAINS(along_x.source, "{5u, 10u, 5u, 10u}");
+  EXPECT_CONTAINS(along_x.source, "pl_mbar_arrive_peers(");
+  pl::gpu::GeneratedKernel both = generated({"x", "y"});
+  EXPECT_CONTAINS(both.source, "{7u, 11u, 13u, 14u}");
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_TRUE(pl::gpu::Nvrtc::get().compile(both.source, "cluster.cu", "sm_90a").is_cubin);
+  const std::vector<char> image = pl::gpu::Nvrtc::get().compile(both.source, "cluster.cu", "compute_90a").image;
+  const std::string ptx(image.begin(), image.end());
+  EXPECT_CONTAINS(ptx, "mapa.shared::cluster");
+  EXPECT_CONTAINS(ptx, "mbarrier.arrive.release.cluster.shared::cluster");
+  EXPECT_CONTAINS(ptx, "barrier.cluster.arrive");
+  EXPECT_CONTAINS(error_of([&] { pl::gpu::Nvrtc::get().compile(both.source, "cluster.cu", "sm_80"); }),
+                  "clusters of more than one CTA needs sm_90");
 }
 
 }  // namespace
