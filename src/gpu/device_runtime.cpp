@@ -627,6 +627,12 @@ PL_DEV void pl_mbar_arrive_remote(pl_u64* b, int rank) {
 #endif
 }
 #endif
+// Orders this thread's mbarrier.init before other CTAs' arrivals on them (then a cluster sync).
+PL_DEV void pl_fence_mbar_init() {
+#if !PL_HOST_EMULATION && PL_CLUSTER_CTAS > 1
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
 PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
   if (peers == 0) {
     pl_mbar_arrive(b);

@@ -962,6 +962,8 @@ TEST(GpuKernel, ClusterBarrierPeersAndNvrtc) {
   EXPECT_CONTAINS(ptx, "mapa.shared::cluster");
   EXPECT_CONTAINS(ptx, "mbarrier.arrive.release.cluster.shared::cluster");
   EXPECT_CONTAINS(ptx, "barrier.cluster.arrive");
+  EXPECT_CONTAINS(ptx, "fence.mbarrier_init.release.cluster");
+  EXPECT_CONTAINS(ptx, "mbarrier.test_wait.parity.acquire.cluster");
   EXPECT_CONTAINS(error_of([&] { pl::gpu::Nvrtc::get().compile(both.source, "cluster.cu", "sm_80"); }),
                   "clusters of more than one CTA needs sm_90");
 }
