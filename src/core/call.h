@@ -53,6 +53,12 @@ int named_grid_axis(const GridMapping& gm, const std::string& name);
 // The row-major multi-index of point `linear` of a box of sizes `dims`, into `out` (its size is
 // dims.size()): grid traversal in the interpreters.
 void unravel_row_major(int64_t linear, const std::vector<int64_t>& dims, std::vector<int64_t>& out);
+// gpu::ClusterBarrier's peer rule, for the interpreter, the codegen and the arrival count: CTAs
+// `a` and `b` of a cluster (their coordinates along the cluster axes) are peers when they differ
+// along at most one axis and that axis is in `collective` (indices into the coordinates); a CTA
+// is its own peer.
+bool cluster_barrier_peers(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                           const std::vector<int>& collective);
 
 // Builds the grid mapping for these (non-dynamic-grid) argument shapes: traces every index map
 // and checks every BlockSpec. Throws pallas::Error with the seed's messages.

@@ -283,6 +283,17 @@ int named_grid_axis(const GridMapping& gm, const std::string& name) {
   return -1;
 }
 
+bool cluster_barrier_peers(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                           const std::vector<int>& collective) {
+  int differ = 0;
+  for (size_t d = 0; d < a.size(); ++d) {
+    if (a[d] == b[d]) continue;
+    if (++differ > 1 || std::find(collective.begin(), collective.end(), static_cast<int>(d)) == collective.end())
+      return false;
+  }
+  return true;
+}
+
 void unravel_row_major(int64_t linear, const std::vector<int64_t>& dims, std::vector<int64_t>& out) {
   out.resize(dims.size());
   for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {

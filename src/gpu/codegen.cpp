@@ -262,7 +262,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // an arrival on barrier i reaches from this CTA — the CTAs differing from it along at most one
   // of the barrier's collective axes (a rank is the row-major index of the cluster axes, which are
   // the innermost parallel axes: rank == point % cluster_ctas == %cluster_ctarank).
-  std::ostringstream peers;
+  std::string peers;
   if (gpu_kernel) {
     const KernelLayout& layout = *call.gpu_kernel;
     const std::vector<int64_t> cluster(grid.begin() + layout.num_grid_axes,
@@ -270,35 +270,27 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     for (int64_t c : cluster) out.cluster_ctas *= static_cast<int>(c);
     std::vector<std::vector<int64_t>> coords(static_cast<size_t>(out.cluster_ctas));
     for (int r = 0; r < out.cluster_ctas; ++r) core::unravel_row_major(r, cluster, coords[static_cast<size_t>(r)]);
+    std::string cases;
     for (size_t s = 0; s < gm.scratch_types.size() && out.cluster_ctas > 1; ++s) {
-      const std::vector<int>& axes = gm.scratch_barrier_collective_axes[s];
-      if (axes.empty()) continue;
+      if (gm.scratch_barrier_collective_axes[s].empty()) continue;
+      std::vector<int> collective;  // among the cluster axes
+      for (int axis : gm.scratch_barrier_collective_axes[s]) collective.push_back(axis - layout.num_grid_axes);
       std::string masks;
-      for (int r = 0; r < out.cluster_ctas; ++r) {
+      for (size_t r = 0; r < coords.size(); ++r) {
         uint32_t mask = 0;
-        for (int q = 0; q < out.cluster_ctas; ++q) {
-          int differ = 0;
-          bool along_collective = true;
-          for (size_t d = 0; d < cluster.size(); ++d)
-            if (coords[static_cast<size_t>(r)][d] != coords[static_cast<size_t>(q)][d]) {
-              ++differ;
-              along_collective = along_collective &&
-                                 std::count(axes.begin(), axes.end(), layout.num_grid_axes + static_cast<int>(d)) > 0;
-            }
-          if (differ <= 1 && along_collective) mask |= 1u << q;
-        }
+        for (size_t q = 0; q < coords.size(); ++q)
+          if (core::cluster_barrier_peers(coords[r], coords[q], collective)) mask |= 1u << q;
         masks += (r ? ", " : "") + std::to_string(mask) + "u";
       }
       const int64_t first = scratch_offsets[s], end = first + std::max<int64_t>(1, gm.scratch_types[s].size());
-      peers << "  if (i >= " << first << " && i < " << end << ") { const pl_u32 m[" << out.cluster_ctas << "] = {"
-            << masks << "}; return m[pl_cluster_rank()]; }  // scratch[" << s << "]\n";
+      cases += "  if (i >= " + std::to_string(first) + " && i < " + std::to_string(end) + ") { const pl_u32 m[" +
+               std::to_string(out.cluster_ctas) + "] = {" + masks + "}; return m[pl_cluster_rank()]; }  // scratch[" +
+               std::to_string(s) + "]\n";
     }
-    if (!peers.str().empty()) {
+    if (!cases.empty()) {
       ctx.cluster_barriers = true;
-      const std::string cases = peers.str();
-      peers.str("");
-      peers << "// The cluster ranks an arrival on barrier i reaches (gpu::ClusterBarrier; 0: this CTA's only).\n"
-            << "PL_DEV pl_u32 pl_mbar_peers(pl_i64 i) {\n" << cases << "  return 0;\n}\n\n";
+      peers = "// The cluster ranks an arrival on barrier i reaches (gpu::ClusterBarrier; 0: this CTA's only).\n"
+              "PL_DEV pl_u32 pl_mbar_peers(pl_i64 i) {\n" + cases + "  return 0;\n}\n\n";
     }
   }
   // Up to here the arena is the CTA's (scratch, staging); tiles come after it, one range per group.
@@ -445,7 +437,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
-  src << peers.str() << maps.str() << body.str() << "\n";
+  src << peers << maps.str() << body.str() << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
   src << "  const pl_i64* G = p.grid;\n  pl_i64 g[" << G << "] = {0};\n  pl_i64 rest = point;\n";

@@ -59,8 +59,8 @@ struct BarrierState {
   int64_t phase = 0;          // completed phases
   bool observed = true;       // some thread has waited for the latest completed phase
   std::string name;           // "scratch[2][1] of CTA (0, 1)"
-  // A gpu::ClusterBarrier: this barrier in each CTA an arrival reaches (this one's included).
-  bool is_cluster_barrier = false;
+  // A gpu::ClusterBarrier: this barrier in each CTA an arrival reaches (this one's included);
+  // empty for a barrier of one CTA.
   std::vector<const std::byte*> peers;
   std::map<int, int64_t> next_phase;  // per thread of the cluster: the phase its next wait awaits
   VectorClock arrived;                 // races: what the current phase's arrivals released
@@ -216,7 +216,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
       }
       case OpCode::GpuCopyGmemToSmem: {
         BarrierState& b = barrier(op, op.operands[2]);
-        if (b.is_cluster_barrier)
+        if (!b.peers.empty())
           throw Error(std::string(op.info().name) + ": the copy would arrive on barrier " + b.name +
                           ", a gpu::ClusterBarrier; copies arrive on a barrier of their own CTA (gpu::Barrier "
                           "or gpu::TMABarrier)",
@@ -248,10 +248,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
       }
       case OpCode::GpuBarrierArrive: {
         BarrierState& b = barrier(op, op.operands[0]);
-        if (b.is_cluster_barrier)
-          for (const std::byte* peer : b.peers) arrive(op, cluster_->barriers.at(peer), clock_);
-        else
-          arrive(op, b, clock_);
+        if (b.peers.empty()) arrive(op, b, clock_);
+        for (const std::byte* peer : b.peers) arrive(op, cluster_->barriers.at(peer), clock_);
         tpu_interpret::tick(clock_, index_);  // later accesses are not covered by this release
         return true;
       }
@@ -520,7 +518,6 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
           for (int64_t k = 0; k < a.size(); ++k) {
             BarrierState st;
             st.num_arrivals = gm.scratch_barrier_arrivals.at(s);
-            st.is_cluster_barrier = !gm.scratch_barrier_collective_axes[s].empty();
             st.name = "scratch[" + std::to_string(s) + "]" +
                       (a.size() > 1 ? "[" + std::to_string(k) + "]" : std::string()) +
                       (ctas.size() > 1 || !grid_dims.empty() ? " of " + cta_name : std::string());
@@ -543,18 +540,14 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
         names.push_back(layout.has_thread_axis ? "thread " + std::to_string(w) + " of " + cta_name : cta_name);
       }
     }
-    // A cluster barrier's peers: the CTAs differing from its own along at most one collective axis.
+    // A cluster barrier's peers (core::cluster_barrier_peers).
     for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
       if (gm.scratch_barrier_collective_axes[s].empty()) continue;
-      std::vector<bool> collective(c_axes, false);
-      for (int axis : gm.scratch_barrier_collective_axes[s]) collective.at(static_cast<size_t>(axis) - g_axes) = true;
+      std::vector<int> collective;  // among the cluster axes
+      for (int axis : gm.scratch_barrier_collective_axes[s]) collective.push_back(axis - static_cast<int>(g_axes));
       for (size_t c = 0; c < ctas.size(); ++c)
         for (size_t other = 0; other < ctas.size(); ++other) {
-          int differ = 0;
-          bool along_collective = true;
-          for (size_t d = 0; d < c_axes; ++d)
-            if (ctas[c][d] != ctas[other][d]) ++differ, along_collective = along_collective && collective[d];
-          if (differ > 1 || !along_collective) continue;
+          if (!core::cluster_barrier_peers(ctas[c], ctas[other], collective)) continue;
           auto* mine = static_cast<std::byte*>(scratch[c][s].raw_data());
           auto* theirs = static_cast<std::byte*>(scratch[other][s].raw_data());
           for (int64_t k = 0; k < scratch[c][s].size(); ++k) cluster.barriers.at(mine + 8 * k).peers.push_back(theirs + 8 * k);

@@ -129,11 +129,11 @@ void check_names(const char* what, const std::vector<int64_t>& sizes,
                   loc);
 }
 
-// The CTAs a gpu::ClusterBarrier's arrival reaches (its peers, the caller's CTA included): those
-// differing from the caller along at most one of the collective axes. Checks the axes.
+// How many CTAs a gpu::ClusterBarrier's arrival reaches (core::cluster_barrier_peers; the same for
+// every CTA of the cluster, so counted for the first). Checks the axes.
 int64_t cluster_peers(const Mesh& mesh, const ScratchShape& s, size_t index, const SourceLoc& loc) {
   const std::string what = "scratch_shapes[" + std::to_string(index) + "] (gpu::ClusterBarrier)";
-  int64_t peers = 1;
+  std::vector<int> collective;
   std::set<std::string> seen;
   for (const std::string& axis : s.collective_axes) {
     const auto at = std::find(mesh.cluster_names.begin(), mesh.cluster_names.end(), axis);
@@ -145,7 +145,15 @@ int64_t cluster_peers(const Mesh& mesh, const ScratchShape& s, size_t index, con
                   loc);
     }
     if (!seen.insert(axis).second) throw Error(what + ": the collective axis '" + axis + "' is named twice", loc);
-    peers += mesh.cluster[static_cast<size_t>(at - mesh.cluster_names.begin())] - 1;
+    collective.push_back(static_cast<int>(at - mesh.cluster_names.begin()));
+  }
+  int64_t ctas = 1, peers = 0;
+  for (int64_t c : mesh.cluster) ctas *= c;
+  const std::vector<int64_t> first(mesh.cluster.size(), 0);
+  std::vector<int64_t> other;
+  for (int64_t r = 0; r < ctas; ++r) {
+    core::unravel_row_major(r, mesh.cluster, other);
+    peers += core::cluster_barrier_peers(first, other, collective) ? 1 : 0;
   }
   if (s.barrier_arrivals * peers > kMaxBarrierArrivals)
     throw Error(what + ": a phase needs " + std::to_string(s.barrier_arrivals) + " arrivals from each of " +
