@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -136,6 +137,31 @@ bool cuda_emitter_supports(ir::OpCode code) {
       return false;  // TPU SparseCore vector subcore operations
     default: return true;
   }
+}
+
+// The values result d of a block's index map takes over `grid`, when the map returns a program
+// id or an integer constant as it is (the common maps: `(i, k)`, `(i, 0)`); nullopt otherwise.
+// A block whose index ranges are known to lie inside the array needs no bounds check in the
+// generated kernel (fewer branches and error paths to run and to compile; the source is
+// generated per grid, so the proof holds for the grid the kernel runs on).
+std::optional<std::pair<int64_t, int64_t>> static_block_index_range(const ir::Kernel& map, size_t d,
+                                                                    const std::vector<int64_t>& grid) {
+  const ir::Region& body = map.body;
+  if (body.ops.empty() || body.ops.back().code != ir::OpCode::Yield || d >= body.ops.back().operands.size())
+    return std::nullopt;
+  const ir::ValueId v = body.ops.back().operands[d];
+  for (size_t a = 0; a < grid.size() && a < body.args.size(); ++a)
+    if (body.args[a] == v) {
+      if (grid[a] < 1) return std::nullopt;
+      return std::make_pair<int64_t, int64_t>(0, grid[a] - 1);
+    }
+  for (const ir::Op& op : body.ops)
+    if (op.code == ir::OpCode::Constant && op.results.size() == 1 && op.results[0] == v) {
+      const Scalar c = op.attrs.get_scalar(ir::AttrKey::Value);
+      if (!is_integer(c.dtype)) return std::nullopt;
+      return std::make_pair(c.as_int64(), c.as_int64());
+    }
+  return std::nullopt;
 }
 
 GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>& grid,
@@ -317,19 +343,23 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     em.line("pl_i64 " + bi + "[" + std::to_string(std::max<size_t>(1, rank)) + "];");
     em.line("if (!pl_index_map_" + std::to_string(j) + "(p, g, G, " + bi + ")) return false;");
     em.line("pl_i64 " + st + "[" + std::to_string(std::max<size_t>(1, rank)) + "];");
-    // The interpreters' check: the block must lie inside the padded array.
-    int site = static_cast<int>(out.error_sites.size());
-    out.error_sites.push_back({ErrorSite::Kind::BlockIndex, static_cast<int>(j), "", bm.index_map.loc});
+    // The interpreters' check: the block must lie inside the padded array (left out for the
+    // dims whose index range over the grid is known to be inside).
     std::string cond;
     for (size_t d = 0; d < rank; ++d) {
       const BlockDim& bd = bm.block_shape[d];
       const int64_t size = core::block_extent(bm, d);
+      const int64_t scale = bd.is_blocked() ? bd.size() : 1;
       em.line(st + "[" + std::to_string(d) + "] = " +
               (bd.is_blocked() ? bi + "[" + std::to_string(d) + "] * " + std::to_string(bd.size()) : bi + "[" + std::to_string(d) + "]") + ";");
+      const auto range = static_block_index_range(bm.index_map, d, grid);
+      if (range && range->first >= 0 && range->second * scale + size <= b.padded[d]) continue;
       cond += std::string(cond.empty() ? "" : " || ") + st + "[" + std::to_string(d) + "] < 0 || " + st + "[" +
               std::to_string(d) + "] + " + std::to_string(size) + " > " + std::to_string(b.padded[d]);
     }
     if (!cond.empty()) {
+      const int site = static_cast<int>(out.error_sites.size());
+      out.error_sites.push_back({ErrorSite::Kind::BlockIndex, static_cast<int>(j), "", bm.index_map.loc});
       std::vector<std::string> indices;
       for (size_t d = 0; d < rank; ++d) indices.push_back(bi + "[" + std::to_string(d) + "]");
       em.line("if (" + cond + ") " + em.record_failure(site, indices));

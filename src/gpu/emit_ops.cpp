@@ -151,8 +151,32 @@ ReduceRule reduce_rule(OpCode code, DType t, int64_t count) {
 
 }  // namespace
 
-void Emitter::emit_pure(const ir::Op& op) {
+bool Emitter::is_elementwise(const ir::Op& op) const {
+  return (op.info().categories & ir::kElementwise) || op.code == OpCode::Constant ||
+         (op.code == OpCode::Bitcast && itemsize(type(op.operands[0]).dtype) == itemsize(type(op.results[0]).dtype));
+}
+
+std::string Emitter::elementwise_expr(const ir::Op& op, const std::string& e) const {
   const uint32_t cat = op.info().categories;
+  const DType rdt = type(op.results[0]).dtype;
+  auto arg = [&](size_t i) { return at(op.operands[i], e); };
+  switch (op.code) {
+    case OpCode::Constant: return literal(op.attrs.get_scalar(AttrKey::Value), rdt);
+    case OpCode::Select: return "(" + arg(0) + " ? " + arg(1) + " : " + arg(2) + ")";
+    case OpCode::Convert: return convert_expr(type(op.operands[0]).dtype, rdt, arg(0));
+    case OpCode::Bitcast: return "pl_bitcast<" + ctype(rdt) + ">(" + arg(0) + ")";
+    default: break;
+  }
+  const DType t = type(op.operands[0]).dtype;
+  if (cat & ir::kUnaryFlag) {
+    std::string c = unary_expr(op, t, widen(t, arg(0)));
+    return op.code == OpCode::IsFinite ? c : narrow(t, c);
+  }
+  std::string c = binary_expr(op.code, t, widen(t, arg(0)), widen(t, arg(1)));
+  return cat & ir::kCompareFlag ? c : narrow(t, c);
+}
+
+void Emitter::emit_pure(const ir::Op& op) {
   const ValueId res = op.results.empty() ? -1 : op.results[0];
   const ir::Type rt = res >= 0 ? type(res) : ir::Type{};
   const bool scalar_result = res >= 0 && rt.shape.empty();
@@ -163,32 +187,14 @@ void Emitter::emit_pure(const ir::Op& op) {
   };
 
   // ---- Elementwise: one expression per element.
-  if (cat & ir::kElementwise || op.code == OpCode::Constant ||
-      (op.code == OpCode::Bitcast && itemsize(type(op.operands[0]).dtype) == itemsize(rt.dtype))) {
-    auto expr = [&](const std::string& e) -> std::string {
-      auto arg = [&](size_t i) { return at(op.operands[i], e); };
-      switch (op.code) {
-        case OpCode::Constant: return literal(op.attrs.get_scalar(AttrKey::Value), rt.dtype);
-        case OpCode::Select: return "(" + arg(0) + " ? " + arg(1) + " : " + arg(2) + ")";
-        case OpCode::Convert: return convert_expr(type(op.operands[0]).dtype, rt.dtype, arg(0));
-        case OpCode::Bitcast: return "pl_bitcast<" + ctype(rt.dtype) + ">(" + arg(0) + ")";
-        default: break;
-      }
-      const DType t = type(op.operands[0]).dtype;
-      if (cat & ir::kUnaryFlag) {
-        std::string c = unary_expr(op, t, widen(t, arg(0)));
-        return op.code == OpCode::IsFinite ? c : narrow(t, c);
-      }
-      std::string c = binary_expr(op.code, t, widen(t, arg(0)), widen(t, arg(1)));
-      return cat & ir::kCompareFlag ? c : narrow(t, c);
-    };
+  if (is_elementwise(op)) {
     if (scalar_result && all_scalar()) {
-      define_scalar(res, expr(""));
+      define_scalar(res, elementwise_expr(op, ""));
       return;
     }
     std::string out = define_tile(res);
     open_thread_loop(std::max<int64_t>(1, rt.size()));
-    line(out + "[e] = " + expr("e") + ";");
+    line(out + "[e] = " + elementwise_expr(op, "e") + ";");
     close_loop();
     after_tile_write();
     return;

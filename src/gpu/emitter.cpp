@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "eval/interpreter.h"
@@ -167,7 +168,7 @@ Emitter::Emitter(const ir::Kernel& k, EmitContext ctx, int indent)
     : k_(k), ctx_(std::move(ctx)), indent_(indent), values_(k.values.size()) {}
 
 void Emitter::line(const std::string& s) {
-  just_synced_ = false;
+  if (s.rfind("//", 0) != 0) just_synced_ = false;  // a comment after a barrier: still synced
   *ctx_.out << std::string(static_cast<size_t>(indent_) * 2, ' ') << s << "\n";
 }
 
@@ -210,6 +211,11 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
   const ValueInfo& i = info(v);
   if (i.kind == ValueInfo::Kind::Scalar) return i.name;
   if (i.kind == ValueInfo::Kind::Tile) return i.name + "[" + flat + "]";
+  if (i.kind == ValueInfo::Kind::Fused) {
+    if (i.producer->code == OpCode::Load)
+      return i.ref.ptr + "[" + offset_of(i.ref.shape, i.ref.strides, flat) + "]";
+    return "(" + elementwise_expr(*i.producer, flat) + ")";
+  }
   throw InternalError("gpu emitter: value %" + std::to_string(v) + " is not an array value");
 }
 
@@ -285,6 +291,15 @@ void Emitter::compute_last_uses(const ir::Region& r) {
     }
     std::set<ValueId> uses;
     collect_uses(op, uses);
+    // A fused value's operands are read where its user reads it: they live until then.
+    std::vector<ValueId> pending(uses.begin(), uses.end());
+    while (!pending.empty()) {
+      auto it = fused_producers_.find(pending.back());
+      pending.pop_back();
+      if (it == fused_producers_.end()) continue;
+      for (ValueId o : it->second->operands)
+        if (uses.insert(o).second) pending.push_back(o);
+    }
     for (ValueId u : uses)
       if (defined.count(u)) last[u] = &op;
   }
@@ -306,7 +321,104 @@ void Emitter::release_dead(const ir::Op& op) {
   }
 }
 
+// ---- Fusion: an array value with one use, by an op of the same region that reads it element by
+// element at the flat index it writes (an elementwise op; the value or mask of a store or swap),
+// gets no loop and no arena tile of its own: its user computes each element from the
+// producer's expression (at()). `o[...] = o[...] + x` becomes one loop of `o[e] = o[e] + x[e]`.
+// Fewer loops make the generated code faster and its cold compile shorter (NVVM and ptxas time
+// grows with the number of loops; docs/PERFORMANCE.md, stop 19).
+// A load fuses under two more conditions, since the memory it reads is read later, in the
+// user's loop: every op between the load and that loop is a fused elementwise op or a load
+// (nothing writes memory in between), and when the loop is a store's or swap's, the load reads
+// the very view the store writes (same ref, same indexer and dynamic indices): each thread then
+// reads and writes the same elements, so no barrier is needed between them. A load from any
+// other view stays a tile: a store through a different view of the same memory (or an aliased
+// operand) could overwrite an element another thread has not read yet.
+namespace {
+bool reads_element_at_its_own_index(const ir::Op& user, ValueId v, bool user_elementwise) {
+  if (user_elementwise) return true;
+  if (user.code != OpCode::Store && user.code != OpCode::Swap) return false;
+  return user.operands.empty() || user.operands[0] != v;  // the value or the mask, never the ref
+}
+bool same_view(const ir::Op& load, const ir::Op& store) {
+  if (load.operands.empty() || store.operands.empty() || load.operands[0] != store.operands[0]) return false;
+  const ir::Indexer& a = load.attrs.get_indexer(ir::AttrKey::Index);
+  if (!(a == store.attrs.get_indexer(ir::AttrKey::Index))) return false;
+  for (const ir::IndexEntry& e : a.entries)
+    if (e.dynamic >= 0 && (static_cast<size_t>(e.dynamic) >= load.operands.size() ||
+                           static_cast<size_t>(e.dynamic) >= store.operands.size() ||
+                           load.operands[static_cast<size_t>(e.dynamic)] !=
+                               store.operands[static_cast<size_t>(e.dynamic)]))
+      return false;
+  return true;
+}
+}  // namespace
+
+void Emitter::plan_fusion(const ir::Region& r) {
+  constexpr size_t kNested = static_cast<size_t>(-1);
+  // Each value's uses in r (an op using it twice counts twice) and the op of r using it.
+  std::map<ValueId, int> uses;
+  std::map<ValueId, size_t> user;
+  std::function<void(const ir::Op&)> count_nested = [&](const ir::Op& op) {
+    for (const ir::Region& sub : op.regions)
+      for (const ir::Op& o : sub.ops) {
+        for (ValueId v : o.operands) ++uses[v], user[v] = kNested;
+        count_nested(o);
+      }
+  };
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    for (ValueId v : r.ops[i].operands) ++uses[v], user[v] = i;
+    count_nested(r.ops[i]);
+  }
+  auto single_user = [&](ValueId v) -> size_t {
+    auto u = uses.find(v);
+    return u == uses.end() || u->second != 1 ? kNested : user[v];
+  };
+  std::vector<bool> elementwise(r.ops.size()), fused(r.ops.size());
+  for (size_t i = 0; i < r.ops.size(); ++i) elementwise[i] = is_elementwise(r.ops[i]);
+  // Whether op i's result can be computed by its single user (the user's kind and shape).
+  auto fusible_into_user = [&](size_t i) -> size_t {
+    const ir::Op& op = r.ops[i];
+    if (op.results.size() != 1 || type(op.results[0]).shape.empty() || type(op.results[0]).is_ref) return kNested;
+    const size_t u = single_user(op.results[0]);
+    if (u == kNested || u <= i) return kNested;
+    if (!reads_element_at_its_own_index(r.ops[u], op.results[0], elementwise[u])) return kNested;
+    return u;
+  };
+  for (size_t i = 0; i < r.ops.size(); ++i)
+    fused[i] = elementwise[i] && fusible_into_user(i) != kNested;
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const ir::Op& op = r.ops[i];
+    if (op.code != OpCode::Load || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0) continue;
+    size_t u = fusible_into_user(i);
+    if (u == kNested) continue;
+    // Follow the fused elementwise ops to the op whose loop computes the element.
+    while (fused[u]) u = fusible_into_user(u);
+    bool quiet = true;  // nothing between writes memory
+    for (size_t j = i + 1; j < u && quiet; ++j) quiet = fused[j] || r.ops[j].code == OpCode::Load;
+    const bool stores = r.ops[u].code == OpCode::Store || r.ops[u].code == OpCode::Swap;
+    fused[i] = quiet && (!stores || same_view(op, r.ops[u]));
+  }
+  for (size_t i = 0; i < r.ops.size(); ++i)
+    if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
+}
+
+void Emitter::emit_fused(const ir::Op& op) {
+  line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()) +
+       "  (fused into its use)");
+  ValueInfo fused;
+  fused.kind = ValueInfo::Kind::Fused;
+  fused.producer = &op;
+  if (op.code == OpCode::Load) {
+    before_mem_read();  // what other threads wrote before is visible to the user's loop
+    fused_reads_pending_ = true;
+    fused.ref = view(op, info(op.operands[0]).ref, op.attrs.get_indexer(ir::AttrKey::Index));
+  }
+  values_[static_cast<size_t>(op.results[0])] = std::move(fused);
+}
+
 std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
+  plan_fusion(r);
   compute_last_uses(r);
   std::vector<ValueId> yielded;
   for (const ir::Op& op : r.ops) {
@@ -314,7 +426,14 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
       yielded = op.operands;
       continue;
     }
-    emit_op(op);
+    if (!op.results.empty() && fused_producers_.count(op.results[0])) {
+      emit_fused(op);
+    } else {
+      emit_op(op);
+      // The loop that read a fused load's memory has run.
+      if (fused_reads_pending_) after_mem_read();
+      fused_reads_pending_ = false;
+    }
     release_dead(op);
   }
   return yielded;

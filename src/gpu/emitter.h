@@ -68,14 +68,17 @@ struct RefInfo {
   std::vector<int64_t> strides;  // in elements
 };
 
-// An SSA value: a scalar register, a tile in the arena, or a Ref.
+// An SSA value: a scalar register, a tile in the arena, a Ref, or a fused array value — one
+// that has no storage of its own: its single user computes each element where it needs it
+// (Emitter::plan_fusion).
 struct ValueInfo {
-  enum class Kind { None, Scalar, Tile, Ref } kind = Kind::None;
+  enum class Kind { None, Scalar, Tile, Ref, Fused } kind = Kind::None;
   std::string name;         // scalar: the variable; tile: the T* variable
   int64_t offset = -1;      // tile: arena offset (owned when owns_slot)
   int64_t bytes = 0;
   bool owns_slot = false;
-  RefInfo ref;
+  RefInfo ref;              // a Ref; a fused load: the view it reads
+  const ir::Op* producer = nullptr;  // fused: the elementwise op or load computing an element
 };
 
 struct EmitContext {
@@ -126,8 +129,13 @@ class Emitter {
   // Declares a tile result (arena slot) or a scalar result; returns its name.
   std::string define_tile(ir::ValueId v);
   std::string define_scalar(ir::ValueId v, const std::string& expr);
-  // Element `flat` of a value (a scalar's name, or tile[flat]).
+  // Element `flat` of a value (a scalar's name, tile[flat], or a fused value's expression).
   std::string at(ir::ValueId v, const std::string& flat) const;
+  // Whether `op` computes each result element from its operands' elements at the same flat
+  // index, as one expression (emit_pure's elementwise rule; elementwise_expr).
+  bool is_elementwise(const ir::Op& op) const;
+  // The expression of element `e` of such an op's result, of its storage type.
+  std::string elementwise_expr(const ir::Op& op, const std::string& e) const;
   // Opens / closes `for (pl_i64 e = tid; e < n; e += nthreads)` over a result's elements.
   void open_thread_loop(int64_t n, const std::string& var = "e");
   void close_loop();
@@ -160,6 +168,10 @@ class Emitter {
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);
   void compute_last_uses(const ir::Region& r);
+  // Chooses the ops of `r` whose results are fused into their user (fused_producers_).
+  void plan_fusion(const ir::Region& r);
+  // Binds a fused op's result (no code but a comment, and a load's barrier and view pointer).
+  void emit_fused(const ir::Op& op);
   std::string declare_result_holder(ir::ValueId v);
   std::vector<std::string> open_loop(const ir::Op& op, size_t first_carry, const std::string& header);
   void close_loop_body(const ir::Op& op, const std::vector<std::string>& holders, const std::vector<ir::ValueId>& ys);
@@ -178,6 +190,8 @@ class Emitter {
   int counter_ = 0;
   std::vector<ValueInfo> values_;
   std::map<const ir::Op*, std::vector<ir::ValueId>> dies_after_;
+  std::map<ir::ValueId, const ir::Op*> fused_producers_;  // fused value -> the op computing it
+  bool fused_reads_pending_ = false;  // a fused load's memory is read by the next emitted loop
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   int conditional_depth_ = 0;
   bool just_synced_ = false;  // the last line emitted is a barrier  // inside a loop body or a branch that may not run

@@ -501,6 +501,57 @@ TEST(GpuCodegenOps, AccumulationAxisRunsInOrderInsideTheCta) {
   EXPECT_THROW(gpu::generate_cuda(*tc, tc->grid_mapping.grid, seq), Error);
 }
 
+// The thread loops of a generated kernel's body (the grid point function).
+int body_loops(const gpu::GeneratedKernel& k) {
+  const size_t from = k.source.find("PL_DEV bool pl_grid_point");
+  const std::string body = k.source.substr(from, k.source.find("\nPL_DEV void pl_cta(", from) - from);
+  int n = 0;
+  for (size_t at = body.find("for (pl_i64 e = "); at != std::string::npos; at = body.find("for (pl_i64 e = ", at + 1)) ++n;
+  return n;
+}
+
+TEST(GpuCodegenOps, ElementwiseChainsAndAnAccumulationFuseIntoOneLoop) {
+  // bf16: each op of the chain rounds its own result, fused or not (bit-exact against the
+  // interpreter). o = o + (x * 2 + 1) along a sequential axis.
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::when(pl::program_id(0) == 0, [&] { o[pl::all] = pl::zeros({8, 16}, DType::BF16); });
+    o[pl::all] = o[pl::all] + (x[pl::all] * 2.0f + 1.0f);
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({8, 16}, DType::BF16),
+                                    opts({3}, {BlockSpec({8, 16}, [](Value i) { return Indices{i, 0}; })},
+                                         {BlockSpec({8, 16}, [](Value) { return Indices{0, 0}; })}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({24, 16}, DType::BF16)});
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  // The zeros into their store; the load of x; everything else into the accumulating store,
+  // which reads and writes the same view of o (without fusion: ten loops).
+  EXPECT_EQ(body_loops(k), 3) << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  expect_same(call, {Array::random_normal({24, 16}, DType::BF16, 18)});
+}
+
+TEST(GpuCodegenOps, LoadsFuseOnlyWhereNoOtherThreadCanWriteWhatTheyRead) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& p) {
+    o[pl::all] = x[pl::all];
+    // Rows shift up: the store's view is not the load's, so another thread may overwrite a row
+    // before it is read — the load needs its own loop and a barrier.
+    o.at(pl::ds(0, 7), pl::ds(0, 16)).store({}, o.at(pl::ds(1, 7), pl::ds(0, 16)).load() + 1.0f);
+    // A store between the load and the loop that would read it.
+    pl::Value v = o[pl::all];
+    o[pl::all] = pl::zeros({8, 16}, DType::F32);
+    pl::Value w = pl::exp(v);
+    p[pl::all] = w + w;
+  };
+  auto row = [](Value i) { return Indices{i, 0}; };
+  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({24, 16}, DType::F32), ShapeDtype({24, 16}, DType::F32)},
+                                    opts({3}, {BlockSpec({8, 16}, row)}, {BlockSpec({8, 16}, row), BlockSpec({8, 16}, row)}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({24, 16}, DType::F32)});
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  ASSERT_NE(k.source.find("// load  "), std::string::npos);
+  for (size_t at = k.source.find("// load  "); at != std::string::npos; at = k.source.find("// load  ", at + 1))
+    EXPECT_EQ(k.source.substr(at, k.source.find('\n', at) - at).find("fused"), std::string::npos)
+        << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  expect_same(call, {Array::random_normal({24, 16}, DType::F32, 19)}, 1e-6, 1e-6);
+}
+
 // Both runs must fail, the generated kernel with exactly the reference interpreter's message
 // (which must contain `expected`).
 void expect_same_error(const PallasCall& call, const std::vector<Array>& args, const std::string& expected) {
@@ -519,6 +570,34 @@ TEST(GpuCodegenOps, OutOfBoundsBlockIndexIsTheInterpretersError) {
                                     opts({2}, {BlockSpec({8, 8}, [](Value i) { return Indices{i + 1, 0}; })},
                                          {BlockSpec({8, 8}, [](Value i) { return Indices{i, 0}; })}));
   expect_same_error(call, {Array::random_normal({16, 8}, DType::F32, 18)}, "Out-of-bounds block index (2, 0)");
+}
+
+TEST(GpuCodegenOps, BlockIndexChecksAreLeftOutOnlyWhereTheGridKeepsThemInBounds) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) { o[pl::all] = x[pl::all]; };
+  auto checks = [](const PallasCall& call) {
+    std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({16, 8}, DType::F32)});
+    const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
+    int n = 0;
+    for (size_t at = src.find("pl_fail(p.err, "); at != std::string::npos; at = src.find("pl_fail(p.err, ", at + 1)) ++n;
+    return n;
+  };
+  auto row = [](Value i) { return Indices{i, 0}; };
+  // (i, 0) over a grid of 2 row blocks: in bounds whatever i is — no check is generated.
+  PallasCall fits = pl::pallas_call(kernel, ShapeDtype({16, 8}, DType::F32),
+                                    opts({2}, {BlockSpec({8, 8}, row)}, {BlockSpec({8, 8}, row)}));
+  EXPECT_EQ(checks(fits), 0);
+  expect_same(fits, {Array::random_normal({16, 8}, DType::F32, 20)});
+  // The same maps over a grid of 3, and a constant column block past the edge: checked, and
+  // failing as the interpreter does.
+  PallasCall past = pl::pallas_call(kernel, ShapeDtype({16, 8}, DType::F32),
+                                    opts({3}, {BlockSpec({8, 8}, row)}, {BlockSpec({8, 8}, row)}));
+  EXPECT_EQ(checks(past), 2);
+  expect_same_error(past, {Array::random_normal({16, 8}, DType::F32, 21)}, "Out-of-bounds block index (2, 0)");
+  PallasCall column = pl::pallas_call(kernel, ShapeDtype({16, 8}, DType::F32),
+                                      opts({2}, {BlockSpec({8, 8}, [](Value i) { return Indices{i, 1}; })},
+                                           {BlockSpec({8, 8}, row)}));
+  EXPECT_EQ(checks(column), 1);
+  expect_same_error(column, {Array::random_normal({16, 8}, DType::F32, 22)}, "Out-of-bounds block index (0, 1)");
 }
 
 TEST(GpuCodegenOps, OutOfBoundsDynamicRefIndexNamesTheOpAndLine) {
