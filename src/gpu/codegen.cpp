@@ -99,6 +99,10 @@ int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& gr
 std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<uint64_t>& operand_ptrs,
                                   uint64_t workspace, uint64_t error_record, uint64_t profile,
                                   const std::vector<int64_t>& grid) {
+  // The grid sizes are constants of the generated source (GeneratedKernel::grid).
+  if (grid != k.grid)
+    throw InternalError("gpu: a kernel generated for grid " + shape_to_string(k.grid) + " launched with grid " +
+                        shape_to_string(grid));
   std::vector<uint64_t> words(operand_ptrs);
   if (words.empty()) words.push_back(0);
   words.push_back(workspace);
@@ -172,6 +176,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   out.threads_per_cta = opts.threads_per_cta;
   const int num_operands = gm.num_index_operands + gm.num_inputs + gm.num_outputs;
   out.num_grid_dims = static_cast<int>(grid.size());
+  out.grid = grid;
   out.entry = "pallas_" + sanitize(call.name);
   out.host_entry = out.entry + "_host";
   const std::vector<std::string>& semantics = opts.dimension_semantics;
@@ -470,7 +475,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << peers << maps.str() << body.str() << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
-  src << "  const pl_i64* G = p.grid;\n  pl_i64 g[" << G << "] = {0};\n  pl_i64 rest = point;\n";
+  // The grid sizes as constants (p.grid holds the same): the decode of the point, the loops of the
+  // sequential axes and num_programs fold, at run time and in NVVM (docs/PERFORMANCE.md, stop 19).
+  std::string sizes;
+  for (int64_t n : grid) sizes += (sizes.empty() ? "" : ", ") + std::to_string(n);
+  src << "  const pl_i64 G[" << G << "] = {" << (sizes.empty() ? "1" : sizes) << "};\n  pl_i64 g[" << G
+      << "] = {0};\n  pl_i64 rest = point;\n";
   src << "  pl_u32 pl_phase[" << std::max<int64_t>(1, (out.num_barriers + 31) / 32) << "] = {0};\n";
   if (thread_axis >= 0) src << "  g[" << thread_axis << "] = pl_group();\n";
   // This Pallas thread's profile slot for the point (see pl_prof_record).

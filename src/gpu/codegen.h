@@ -84,6 +84,8 @@ struct GeneratedKernel {
   bool arena_in_shared = false;
   std::vector<ErrorSite> error_sites;
   int num_grid_dims = 0;
+  // The grid sizes the source was generated for (constants in it): it runs with these only.
+  std::vector<int64_t> grid;
   // Matrix products emitted for the tensor cores (pl_tc_dot; each falls back to a CUDA-core
   // loop at run time only when the group is not whole warps, as host emulation may run it).
   int tensor_core_dots = 0;

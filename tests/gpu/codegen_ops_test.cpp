@@ -528,6 +528,32 @@ TEST(GpuCodegenOps, ElementwiseChainsAndAnAccumulationFuseIntoOneLoop) {
   expect_same(call, {Array::random_normal({24, 16}, DType::BF16, 18)});
 }
 
+TEST(GpuCodegenOps, TheGridSizesAreConstantsOfTheSourceItRunsWith) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    o[pl::all] = x[pl::all] * pl::convert(pl::num_programs(0), DType::F32) + pl::convert(pl::program_id(0), DType::F32);
+  };
+  auto row = [](Value i) { return Indices{i, 0}; };
+  std::vector<std::string> sources;
+  for (int64_t blocks : {2, 5}) {
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({8 * blocks, 8}, DType::F32),
+                                      opts({blocks}, {BlockSpec({8, 8}, row)}, {BlockSpec({8, 8}, row)}));
+    expect_same(call, {Array::random_normal({8 * blocks, 8}, DType::F32, 23)});
+    std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({8 * blocks, 8}, DType::F32)});
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    EXPECT_CONTAINS(k.source, "const pl_i64 G[1] = {" + std::to_string(blocks) + "};");
+    // A launch with other sizes than the source's is a bug of the caller, caught before it runs.
+    std::string why;
+    try {
+      gpu::pack_params(k, {0, 0}, 0, 0, 0, {blocks + 1});
+    } catch (const InternalError& e) {
+      why = e.what();
+    }
+    EXPECT_CONTAINS(why, "generated for grid [" + std::to_string(blocks) + "]");
+    sources.push_back(k.source);
+  }
+  EXPECT_NE(sources[0], sources[1]);
+}
+
 TEST(GpuCodegenOps, LoadsFuseOnlyWhereNoOtherThreadCanWriteWhatTheyRead) {
   auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& p) {
     o[pl::all] = x[pl::all];
