@@ -4,14 +4,171 @@
 #include <iostream>
 
 #include "bench/bench.h"
+#include "bench/cuda_reference.h"
 #include "core/call.h"
 #include "examples/examples.h"
+#include "gpu/backend.h"
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
+#include "gpu/driver.h"
 #include "pallas/device_array.h"
 
 namespace ex = pallas::examples;
 namespace gpu = pallas::gpu;
+namespace pl = pallas;
+
+namespace {
+
+// One compiled pallas_call on device buffers the caller keeps: launches go straight to the
+// loaded kernel (launch_generated: clearing the error record, the launch, reading the record
+// back, the wait), so the time is the kernel's plus that per-launch overhead, without
+// call_on_device's output allocation.
+struct ResidentCall {
+  std::shared_ptr<const pallas::TracedCall> tc;
+  std::shared_ptr<const gpu::LoadedKernel> loaded;
+  std::vector<int64_t> grid;
+  std::vector<gpu::DeviceBuffer> buffers;  // inputs, then outputs
+  std::vector<uint64_t> ptrs;
+
+  ResidentCall(const pl::PallasCall& call, const std::vector<pl::Array>& inputs) {
+    std::vector<pl::ShapeDtype> sig;
+    for (const pl::Array& a : inputs) sig.push_back({a.shape(), a.dtype()});
+    tc = call.impl()->trace(sig);
+    for (const pl::GridDim& d : call.impl()->grid_spec.grid.dims) grid.push_back(d.size());
+    loaded = gpu::loaded_kernel(*call.impl(), *tc, grid);
+    for (const pl::Array& a : inputs) {
+      const size_t bytes = static_cast<size_t>(a.size() * pl::itemsize(a.dtype()));
+      buffers.emplace_back(bytes);
+      buffers.back().upload(a.raw_data(), bytes);
+    }
+    const pl::GridMapping& gm = tc->grid_mapping;
+    for (int o = 0; o < gm.num_outputs; ++o) {
+      const pl::ShapeDtype& s = gm.block_mappings[static_cast<size_t>(gm.num_inputs + o)].array;
+      buffers.emplace_back(static_cast<size_t>(pl::num_elements(s.shape) * pl::itemsize(s.dtype)));
+    }
+    for (const gpu::DeviceBuffer& b : buffers) ptrs.push_back(b.ptr());
+    gpu::Device::get().synchronize(nullptr);
+  }
+  void launch() const { gpu::launch_generated(*tc, loaded->kernel, loaded->function, ptrs, grid, nullptr); }
+};
+
+// Host wall time of fn() followed by a wait for the default stream: median of `repeats`.
+template <class F> double synced_seconds(int repeats, F&& fn) {
+  return bench::median_seconds(repeats, [&] {
+    fn();
+    gpu::Device::get().synchronize(nullptr);
+  });
+}
+
+pl::PallasCall elementwise_call(const char* name, int64_t rows, int64_t cols, int64_t br, int64_t bc, bool add) {
+  const pl::BlockSpec spec({br, bc}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; });
+  pl::CallOptions o{.grid = {pl::cdiv(rows, br), pl::cdiv(cols, bc)},
+                    .in_specs = add ? std::vector<pl::BlockSpec>{spec, spec} : std::vector<pl::BlockSpec>{spec},
+                    .out_specs = {spec},
+                    .backend = "mosaic_gpu",
+                    .name = name};
+  if (add)
+    return pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref z) { z[pl::all] = x[pl::all] + y[pl::all]; },
+                           pl::ShapeDtype({rows, cols}, pl::f32), o);
+  return pl::pallas_call([](pl::Ref x, pl::Ref z) { z[pl::all] = x[pl::all]; }, pl::ShapeDtype({rows, cols}, pl::f32), o);
+}
+
+// Copy and elementwise bandwidth, bf16 matmul against cuBLAS, launch overhead: each row measured
+// in this one process, next to its reference (issue 5's targets are ratios of these).
+void side_by_side(std::ostream& report) {
+  gpu::Device& d = gpu::Device::get();
+  const int64_t rows = 16384, cols = 16384, elems = rows * cols, bytes = elems * 4;  // 1 GiB per array
+  gpu::DeviceBuffer a(static_cast<size_t>(bytes)), b(static_cast<size_t>(bytes));
+  {
+    std::vector<float> host(static_cast<size_t>(elems), 1.5f);
+    a.upload(host.data(), static_cast<size_t>(bytes));
+    d.synchronize(nullptr);
+  }
+  report << "\nBandwidth, bytes read + written, f32 [" << rows << ", " << cols
+         << "] (1 GiB per array; host time of launch + wait, median of 20):\n\n"
+         << "| kernel | ms | GB/s | of the best reference |\n|---|---|---|---|\n";
+  const double memcpy_s = synced_seconds(20, [&] { gpu::copy_device_to_device(b.ptr(), a.ptr(), static_cast<size_t>(bytes), nullptr); });
+  const double plain_s = synced_seconds(20, [&] { bench::plain_copy_kernel(b.ptr(), a.ptr(), bytes); });
+  const double best = 2.0 * static_cast<double>(bytes) / std::min(memcpy_s, plain_s) / 1e9;
+  auto row = [&](const std::string& name, double secs, double moved) {
+    const double gbs = moved / secs / 1e9;
+    report << "| " << name << " | " << secs * 1e3 << " | " << gbs << " | " << gbs / best * 100 << "% |\n";
+  };
+  row("cuMemcpyDtoD (reference)", memcpy_s, 2.0 * static_cast<double>(bytes));
+  row("plain CUDA copy kernel, 16-byte vectors (reference)", plain_s, 2.0 * static_cast<double>(bytes));
+  struct Case { const char* name; int64_t r, c, br, bc; bool add; };
+  for (Case k : {Case{"pallas copy, (64, 512) blocks", rows, cols, 64, 512, false},
+                 Case{"pallas add, (64, 128) blocks", rows, cols, 64, 128, true},
+                 Case{"pallas add, (64, 128) blocks, [16384, 16421]: ragged edges (the add example)", rows, cols + 37, 64, 128, true}}) {
+    // Constant inputs (1, 2): bandwidth does not depend on the values, and the result is checked
+    // whole (3 or 1 everywhere) without a host reference of a GiB.
+    std::vector<pl::Array> in;
+    for (int i = 0; i < (k.add ? 2 : 1); ++i) in.push_back(pl::Array::full({k.r, k.c}, pl::f32, 1.0 + i));
+    ResidentCall call(elementwise_call(k.add ? "add" : "copy", k.r, k.c, k.br, k.bc, k.add), in);
+    const double t = synced_seconds(20, [&] { call.launch(); });
+    std::vector<float> out(static_cast<size_t>(k.r * k.c));
+    call.buffers.back().download(out.data(), out.size() * 4);
+    d.synchronize(nullptr);
+    const float want = k.add ? 3.0f : 1.0f;
+    const bool right = std::all_of(out.begin(), out.end(), [&](float v) { return v == want; });
+    row(std::string(k.name) + (right ? "" : " **WRONG RESULT**"), t, (k.add ? 3.0 : 2.0) * static_cast<double>(k.r * k.c * 4));
+  }
+
+  // bf16 matmul: the matmul example's kernel at 8192^3 and cuBLAS on the same device inputs.
+  const int64_t n = 8192;
+  ex::RunOptions o;
+  o.backend = "gpu";
+  o.size = n;
+  o.dtype = pl::DType::BF16;
+  ex::Problem p = ex::find("matmul").build(o);
+  ResidentCall ours(p.call, p.inputs);
+  gpu::DeviceBuffer c_ref(static_cast<size_t>(n * n * 4));
+  const double flops = 2.0 * static_cast<double>(n) * n * n;
+  const double ours_s = synced_seconds(5, [&] { ours.launch(); });
+  std::string cublas_why = bench::Cublas::unavailable_reason();
+  report << "\nbf16 matmul " << n << "^3, f32 accumulation and output, N(0,1) inputs (host time of launch + wait, "
+            "median of 5; the same device inputs for both):\n\n| kernel | ms | TFLOP/s | of cuBLAS |\n|---|---|---|---|\n";
+  if (!cublas_why.empty()) {
+    report << "| pallas matmul example (128 blocks) | " << ours_s * 1e3 << " | " << flops / ours_s / 1e12 << " | (no cuBLAS: "
+           << cublas_why << ") |\n";
+  } else {
+    bench::Cublas& cb = bench::Cublas::get();
+    const uint64_t A = ours.ptrs[0], B = ours.ptrs[1], C = c_ref.ptr();
+    const double cublas_s = synced_seconds(5, [&] { cb.gemm_bf16_f32(n, n, n, A, B, C); });
+    report << "| cuBLAS cublasGemmEx (reference) | " << cublas_s * 1e3 << " | " << flops / cublas_s / 1e12 << " | 100% |\n"
+           << "| pallas matmul example (128 blocks) | " << ours_s * 1e3 << " | " << flops / ours_s / 1e12 << " | "
+           << cublas_s / ours_s * 100 << "% |\n";
+    // The two results agree (they sum the K products in different orders).
+    std::vector<float> x(static_cast<size_t>(n * n)), y(static_cast<size_t>(n * n));
+    ours.buffers[2].download(x.data(), x.size() * 4);
+    c_ref.download(y.data(), y.size() * 4);
+    d.synchronize(nullptr);
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(x[i] - y[i])));
+      mag = std::max(mag, static_cast<double>(std::abs(y[i])));
+    }
+    report << "\nmax |pallas - cuBLAS| = " << diff << " (max |cuBLAS| = " << mag << ")\n";
+  }
+
+  // Launch overhead: a kernel that does nothing, and the smallest pallas_call (add of 8 x 45).
+  report << "\nLaunch overhead, host time of a call on a tiny problem + wait (median of 200):\n\n| what | µs |\n|---|---|\n";
+  report << "| plain CUDA kernel, no work (cuLaunchKernelEx + cuStreamSynchronize) | "
+         << synced_seconds(200, [&] { bench::plain_copy_kernel(b.ptr(), a.ptr(), 0); }) * 1e6 << " |\n";
+  ex::RunOptions tiny;
+  tiny.backend = "gpu";
+  tiny.size = 8;
+  ex::Problem t = ex::find("add").build(tiny);
+  ResidentCall tiny_call(t.call, t.inputs);
+  report << "| pallas add [8, 45]: launch_generated (clear error record, launch, read it back, wait) | "
+         << synced_seconds(200, [&] { tiny_call.launch(); }) * 1e6 << " |\n";
+  std::vector<gpu::DeviceArray> args;
+  for (const pl::Array& x : t.inputs) args.push_back(gpu::DeviceArray::to_gpu(x));
+  report << "| pallas add [8, 45]: gpu::call_on_device (+ output allocation, argument checks) | "
+         << synced_seconds(200, [&] { gpu::call_on_device(t.call, args); }) * 1e6 << " |\n";
+}
+
+}  // namespace
 
 void bench_gpu(std::ostream& report) {
   report << "Code generation and cold NVRTC compile (median of 3; one thread; no kernel cache):\n\n"
@@ -85,4 +242,5 @@ void bench_gpu(std::ostream& report) {
     double rate = p.throughput == ex::Throughput::Flops ? p.flops / t / 1e9 : p.bytes / t / 1e9;
     report << "| " << name << " | " << size << " | " << t * 1e6 << " | " << rate << " |\n";
   }
+  side_by_side(report);
 }

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # GPU validation in one go (run on a machine with an NVIDIA GPU, e.g. through the `device` tool):
-# builds, runs every GPU-capable example on the GPU against its reference on fresh random inputs,
-# runs the GPU-dependent tests, compute-sanitizer memcheck and racecheck on a few examples, and
-# dumps the SASS of the matmul. Writes a report to ${OUT:-gpu-report}/report.txt.
+# builds (or takes prebuilt binaries), runs every GPU-capable example on the GPU against its
+# reference on fresh random inputs, runs the whole test suite with the GPU present (the tests that
+# skip without one run), compute-sanitizer memcheck and racecheck on a few examples, dumps the SASS
+# of the matmul and runs the GPU benchmark. Writes a report to ${OUT:-gpu-report}/report.txt.
+#
+# Environment: BUILD (build dir, default build-gpu); PREBUILT=dir takes pallas, pallas_tests and
+# pallas_bench from dir instead of building (for a device machine without the build's packages:
+# scripts/pack_prebuilt.sh makes such a dir: a bundle.tar.gz of them and the libraries they need).
+# STEP_TIMEOUT bounds each step (seconds, default 240), so one hang cannot eat the whole run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-report}
@@ -10,30 +16,52 @@ mkdir -p "$OUT"
 REPORT="$OUT/report.txt"
 : > "$REPORT"
 log() { echo "$@" | tee -a "$REPORT"; }
-BUILD=${BUILD:-build-gpu}
-scripts/build.sh "$BUILD" >"$OUT/build.log" 2>&1 || { log "BUILD FAILED (see build.log)"; exit 1; }
-nvidia-smi -L 2>&1 | tee -a "$REPORT"
+STEP_TIMEOUT=${STEP_TIMEOUT:-240}
+if [ -n "${PREBUILT:-}" ]; then
+  BUILD=$PREBUILT
+  [ -f "$PREBUILT/bundle.tar.gz" ] && tar -C "$PREBUILT" -xzf "$PREBUILT/bundle.tar.gz"
+  [ -d "$PREBUILT/lib" ] && export LD_LIBRARY_PATH="$PWD/$PREBUILT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  BUILD=${BUILD:-build-gpu}
+  scripts/build.sh "$BUILD" >"$OUT/build.log" 2>&1 || { log "BUILD FAILED (see build.log)"; exit 1; }
+fi
+run() { timeout -k 10 "$STEP_TIMEOUT" "$@"; }
+nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$REPORT"
 status=0
 examples="add matmul softmax layer_norm gather inplace ws_matmul"
 for e in $examples; do
   for seed in 1 2; do
-    if out=$("$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
+    if out=$(run "$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
   done
 done
-if out=$("$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    $out"; else log "FAIL  $out"; status=1; fi
-"$BUILD/pallas_tests" --gtest_filter='CudaLibs*:GpuCodegen*:KernelCache*:Examples.Gpu*:*GpuKernel*:*GpuProfiler*:*DeviceArrays*' >"$OUT/tests.log" 2>&1 \
-  && log "ok    GPU tests" || { log "FAIL  GPU tests (tests.log)"; status=1; }
+if out=$(run "$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    $out"; else log "FAIL  $out"; status=1; fi
+# The whole suite, sharded over the cores: with a GPU present the tests that skip without one run.
+shards=$(( $(nproc) > 2 ? $(nproc) : 2 ))
+pids=()
+for ((i = 0; i < shards; i++)); do
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OPENBLAS_NUM_THREADS=1 \
+    run "$BUILD/pallas_tests" >"$OUT/tests-$i.log" 2>&1 &
+  pids+=($!)
+done
+failed_shards=0
+for p in "${pids[@]}"; do wait "$p" || failed_shards=$((failed_shards + 1)); done
+cat "$OUT"/tests-*.log > "$OUT/tests.log"; rm -f "$OUT"/tests-*.log
+passed=$(grep -h "PASSED" "$OUT/tests.log" | grep -o "[0-9]* test" | awk '{s+=$1} END {print s+0}')
+skipped=$(grep -h "^\[  SKIPPED \] [0-9]* test" "$OUT/tests.log" | awk '{s+=$4} END {print s+0}')
+if [ "$failed_shards" -eq 0 ]; then log "ok    tests: $passed passed, $skipped skipped (tests.log)"
+else log "FAIL  tests: $failed_shards of $shards shards failed; $passed passed (tests.log):"; grep -h "^\[  FAILED  \] [A-Z]" "$OUT/tests.log" | sort -u | tee -a "$REPORT"; status=1; fi
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then
   for tool in memcheck racecheck; do
     for e in add matmul softmax ws_matmul; do
-      if "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run "$e" --backend gpu --size 128 >"$OUT/$tool-$e.log" 2>&1; then
+      if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run "$e" --backend gpu --size 128 >"$OUT/san.log" 2>&1; then
         log "ok    compute-sanitizer $tool $e"
       else
-        log "FAIL  compute-sanitizer $tool $e ($tool-$e.log)"; status=1
+        log "FAIL  compute-sanitizer $tool $e:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
       fi
     done
   done
+  rm -f "$OUT/san.log"
 else
   log "SKIP  compute-sanitizer (not installed)"
 fi
@@ -45,14 +73,15 @@ for c in "$(command -v cuobjdump)" .tools/cuobjdump /usr/local/cuda/bin/cuobjdum
 done
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d . | sed 's/^90$/90a/')
 if [ -n "$CUOBJDUMP" ] && "$BUILD/pallas" cuda matmul --dtype bf16 --size 1024 --compile --arch "sm_${ARCH:-90a}" \
-     --image "$OUT/matmul.cubin" > "$OUT/matmul.cu" 2>>"$OUT/build.log"; then
+     --image "$OUT/matmul.cubin" > "$OUT/matmul.cu" 2>>"$OUT/cuda.log"; then
   "$CUOBJDUMP" -sass "$OUT/matmul.cubin" > "$OUT/matmul.sass" 2>&1
   hgmma=$(grep -c HGMMA "$OUT/matmul.sass" 2>/dev/null); hmma=$(grep -c HMMA "$OUT/matmul.sass" 2>/dev/null)
   log "sass  matmul bf16 (sm_${ARCH:-90a}): ${hgmma:-0} HGMMA, ${hmma:-0} HMMA instruction lines (matmul.sass)"
   if [ "${ARCH:-90a}" = 90a ] && [ "${hgmma:-0}" -eq 0 ]; then log "FAIL  no HGMMA in the sm_90a matmul"; status=1; fi
+  rm -f "$OUT/matmul.cubin"
 else
-  log "SKIP  sass (no cuobjdump: scripts/get_cuda_tools.sh; or the compile failed: build.log)"
+  log "SKIP  sass (no cuobjdump: scripts/get_cuda_tools.sh; or the compile failed: cuda.log)"
 fi
-"$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: none or failed"
+[ -z "${NO_BENCH:-}" ] && { run "$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: failed (bench.txt)"; }
 log "status $status"
 exit $status

@@ -389,6 +389,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       em.line(T + "* " + r.ptr + " = (" + T + "*)(cta_arena + " + std::to_string(b.offset) + ");");
     }
     em.bind_ref(k.body.args[num_index + j], r);
+    // Each operand's blocks are memory of their own (distinct allocations, or distinct arena
+    // ranges when staged) but for an output aliased to an input, which shares the input's.
+    int group = static_cast<int>(j);
+    if (j >= static_cast<size_t>(gm.num_inputs))
+      for (auto [in, o] : call.input_output_aliases)
+        if (o == static_cast<int>(j) - gm.num_inputs) group = in - gm.num_index_operands;
+    em.set_memory_group(k.body.args[num_index + j], group);
   }
   // Staging in: the valid part from the array, the rest the uninitialized value. Outputs too,
   // so a block revisited along a sequential axis sees what the previous points wrote.
@@ -398,7 +405,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const size_t rank = bm.block_shape.size();
     const std::string st = "st" + std::to_string(j), blk = "blk" + std::to_string(j);
     const std::string base = "((" + ctype(bm.array.dtype) + "*)p.op[" + std::to_string(num_index + j) + "])";
-    em.open_thread_loop(std::max<int64_t>(1, bm.block_ref_type.size()));
+    em.open_thread_loop(std::max<int64_t>(1, bm.block_ref_type.size()), "e", Emitter::kMemoryLoopUnroll);
     // Block-local index of each array dim (squeezed: 0), then the array coordinate.
     const std::vector<std::string> kernel_idx = detail::index_exprs(bm.block_ref_type.shape, "e");
     std::string valid = "true", off;
@@ -418,8 +425,21 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       em.line("if (" + valid + ") " + base + "[" + off + "] = " + blk + "[e];");
     em.close_loop();
   };
-  for (size_t j = 0; j < blocks.size(); ++j)
-    if (blocks[j].staged) staged_loop(j, true);
+  // An output block visited once (no sequential axes) and not aliased to an input holds nothing
+  // the kernel may rely on: it starts as the uninitialized value, as in the interpreter, without
+  // reading the array (a third of the edge-block traffic of an elementwise kernel).
+  std::set<int> aliased_outputs;
+  for (auto [in, o] : call.input_output_aliases) aliased_outputs.insert(o);
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    if (!blocks[j].staged) continue;
+    const int o = static_cast<int>(j) - gm.num_inputs;
+    if (o >= 0 && out.sequential_axes.empty() && !aliased_outputs.count(o)) {
+      const BlockMapping& bm = gm.block_mappings[j];
+      em.fill_uninitialized("blk" + std::to_string(j), bm.array.dtype, std::max<int64_t>(1, bm.block_ref_type.size()));
+    } else {
+      staged_loop(j, true);
+    }
+  }
   const size_t first_scratch = num_index + blocks.size();
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];

@@ -71,6 +71,13 @@ class DeviceBuffer {
 void copy_device_to_host(void* dst, uint64_t src, size_t bytes, void* stream);
 void copy_device_to_device(uint64_t dst, uint64_t src, size_t bytes, void* stream);
 
+// Loads a compiled image into the current context (kept loaded for the process) and returns its
+// function `entry`: for hand-written reference kernels (the benchmarks' plain CUDA copy).
+void* load_entry(const std::vector<char>& image, const std::string& entry);
+// Launches `function` as blocks x threads with no dynamic shared memory on `stream`, without
+// waiting; params as cuLaunchKernel takes them (one pointer per kernel parameter).
+void launch_plain(void* function, unsigned blocks, unsigned threads, void** params, void* stream);
+
 // Loads a compiled image (a cubin of `k`'s unit) into the current context and returns its entry
 // function, with the dynamic shared memory limit raised when the arena needs more than 48 KiB.
 // The module stays loaded for the process: callers keep the function (per traced call).

@@ -219,11 +219,12 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
   throw InternalError("gpu emitter: value %" + std::to_string(v) + " is not an array value");
 }
 
-void Emitter::open_thread_loop(int64_t n, const std::string& var) {
-  // Not unrolled: NVVM otherwise unrolls every such loop by 4 with a remainder loop (the trip
-  // count depends on the block size), which was a third to a half of the cold NVRTC compile of
-  // the examples (docs/PERFORMANCE.md, stop 17); the warps of the CTA hide the latency instead.
-  line("#pragma unroll 1");
+void Emitter::open_thread_loop(int64_t n, const std::string& var, int unroll) {
+  // Not unrolled by default: NVVM otherwise unrolls every such loop by 4 with a remainder loop,
+  // which was a third to a half of the cold NVRTC compile of the examples (docs/PERFORMANCE.md,
+  // stop 17). The stores to operands' blocks and the staging loops ask for 4: on an H100 one
+  // load in flight per thread left a copy at ~30% of cudaMemcpy's bandwidth (stop 20).
+  line("#pragma unroll " + std::to_string(unroll));
   line("for (pl_i64 " + var + " = pl_tid(); " + var + " < " + std::to_string(n) + "; " + var +
        " += pl_nthreads()) {");
   ++indent_;
@@ -330,10 +331,12 @@ void Emitter::release_dead(const ir::Op& op) {
 // A load fuses under two more conditions, since the memory it reads is read later, in the
 // user's loop: every op between the load and that loop is a fused elementwise op or a load
 // (nothing writes memory in between), and when the loop is a store's or swap's, the load reads
-// the very view the store writes (same ref, same indexer and dynamic indices): each thread then
-// reads and writes the same elements, so no barrier is needed between them. A load from any
-// other view stays a tile: a store through a different view of the same memory (or an aliased
-// operand) could overwrite an element another thread has not read yet.
+// the very view the store writes (same ref, same indexer and dynamic indices), or memory the
+// store cannot reach (two operands' blocks that are not an aliased input/output pair:
+// set_memory_group): each thread then reads and writes its own elements, so no barrier is needed
+// between them. A load from any other view stays a tile: a store through a different view of the
+// same memory (or an aliased operand, or an overlapping Union member) could overwrite an element
+// another thread has not read yet.
 namespace {
 bool reads_element_at_its_own_index(const ir::Op& user, ValueId v, bool user_elementwise) {
   if (user_elementwise) return true;
@@ -374,6 +377,10 @@ void Emitter::plan_fusion(const ir::Region& r) {
     auto u = uses.find(v);
     return u == uses.end() || u->second != 1 ? kNested : user[v];
   };
+  auto distinct_memory = [&](ValueId a, ValueId b) {
+    auto ga = memory_group_.find(a), gb = memory_group_.find(b);
+    return ga != memory_group_.end() && gb != memory_group_.end() && ga->second != gb->second;
+  };
   std::vector<bool> elementwise(r.ops.size()), fused(r.ops.size());
   for (size_t i = 0; i < r.ops.size(); ++i) elementwise[i] = is_elementwise(r.ops[i]);
   // Whether op i's result can be computed by its single user (the user's kind and shape).
@@ -397,7 +404,7 @@ void Emitter::plan_fusion(const ir::Region& r) {
     bool quiet = true;  // nothing between writes memory
     for (size_t j = i + 1; j < u && quiet; ++j) quiet = fused[j] || r.ops[j].code == OpCode::Load;
     const bool stores = r.ops[u].code == OpCode::Store || r.ops[u].code == OpCode::Swap;
-    fused[i] = quiet && (!stores || same_view(op, r.ops[u]));
+    fused[i] = quiet && (!stores || same_view(op, r.ops[u]) || distinct_memory(op.operands[0], r.ops[u].operands[0]));
   }
   for (size_t i = 0; i < r.ops.size(); ++i)
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
@@ -583,7 +590,10 @@ void Emitter::emit_ref_op(const ir::Op& op) {
       } else {
         std::string old;
         if (op.code == OpCode::Swap) old = define_tile(op.results[0]);
-        open_thread_loop(n);
+        // Unrolled when it writes an operand's block (with the loads fused into it, the loop
+        // an elementwise kernel's bandwidth depends on); other loops stay rolled, to keep the
+        // cold compile short.
+        open_thread_loop(n, "e", memory_group_.count(op.operands[0]) ? kMemoryLoopUnroll : 1);
         if (op.code == OpCode::Swap) line(old + "[e] = " + mem("e") + ";");
         line((masked ? "if (" + mask + ") " : std::string()) + mem("e") + " = " + at(val, "e") + ";");
         close_loop();

@@ -112,6 +112,11 @@ class Emitter {
   Emitter(const ir::Kernel& k, EmitContext ctx, int indent);
   // Binds a parameter of the function to a Ref or a scalar expression.
   void bind_ref(ir::ValueId v, RefInfo r);
+  // Ref v is a whole operand's block (pallas_call's in-place or staged blocks), in memory that no
+  // ref of another group overlaps: lets a load of it fuse into a store to another group's ref
+  // (plan_fusion). Refs never declared (scratch, whose Union members overlap; views made inside
+  // the kernel) may overlap anything.
+  void set_memory_group(ir::ValueId v, int group) { memory_group_[v] = group; }
   void bind_scalar(ir::ValueId v, const std::string& expr);
   // Emits the ops of `r` (not its yield); returns the yielded values.
   std::vector<ir::ValueId> emit_region(const ir::Region& r);
@@ -136,8 +141,10 @@ class Emitter {
   bool is_elementwise(const ir::Op& op) const;
   // The expression of element `e` of such an op's result, of its storage type.
   std::string elementwise_expr(const ir::Op& op, const std::string& e) const;
-  // Opens / closes `for (pl_i64 e = tid; e < n; e += nthreads)` over a result's elements.
-  void open_thread_loop(int64_t n, const std::string& var = "e");
+  // Opens / closes `for (pl_i64 e = tid; e < n; e += nthreads)` over a result's elements,
+  // unrolled `unroll` times (kMemoryLoopUnroll for stores to operands' blocks and staging).
+  static constexpr int kMemoryLoopUnroll = 4;
+  void open_thread_loop(int64_t n, const std::string& var = "e", int unroll = 1);
   void close_loop();
   // A scalar computed by a tile op: emit the op into a one-element slot (thread 0), then
   // broadcast it to every thread's register.
@@ -191,6 +198,7 @@ class Emitter {
   std::vector<ValueInfo> values_;
   std::map<const ir::Op*, std::vector<ir::ValueId>> dies_after_;
   std::map<ir::ValueId, const ir::Op*> fused_producers_;  // fused value -> the op computing it
+  std::map<ir::ValueId, int> memory_group_;                // set_memory_group
   bool fused_reads_pending_ = false;  // a fused load's memory is read by the next emitted loop
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   int conditional_depth_ = 0;

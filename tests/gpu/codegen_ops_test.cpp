@@ -49,6 +49,20 @@ void expect_same(const PallasCall& call, const std::vector<Array>& args, double 
   }
 }
 
+// For each `// load` comment of a generated unit, in order: whether the load was fused.
+std::vector<bool> fused_loads(const std::string& src) {
+  std::vector<bool> fused;
+  for (size_t at = src.find("// load  "); at != std::string::npos; at = src.find("// load  ", at + 1))
+    fused.push_back(src.substr(at, src.find('\n', at) - at).find("fused") != std::string::npos);
+  return fused;
+}
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 CallOptions opts(Grid grid, BlockSpecs in, BlockSpecs out, std::vector<ScratchShape> scratch = {}) {
   CallOptions o;
   o.grid = std::move(grid);
@@ -522,9 +536,9 @@ TEST(GpuCodegenOps, ElementwiseChainsAndAnAccumulationFuseIntoOneLoop) {
                                          {BlockSpec({8, 16}, [](Value) { return Indices{0, 0}; })}));
   std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({24, 16}, DType::BF16)});
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
-  // The zeros into their store; the load of x; everything else into the accumulating store,
-  // which reads and writes the same view of o (without fusion: ten loops).
-  EXPECT_EQ(body_loops(k), 3) << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  // The zeros into their store; everything else into the accumulating store, which reads and
+  // writes the same view of o and reads x, another operand (without fusion: ten loops).
+  EXPECT_EQ(body_loops(k), 2) << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
   expect_same(call, {Array::random_normal({24, 16}, DType::BF16, 18)});
 }
 
@@ -571,11 +585,42 @@ TEST(GpuCodegenOps, LoadsFuseOnlyWhereNoOtherThreadCanWriteWhatTheyRead) {
                                     opts({3}, {BlockSpec({8, 16}, row)}, {BlockSpec({8, 16}, row), BlockSpec({8, 16}, row)}));
   std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({24, 16}, DType::F32)});
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
-  ASSERT_NE(k.source.find("// load  "), std::string::npos);
-  for (size_t at = k.source.find("// load  "); at != std::string::npos; at = k.source.find("// load  ", at + 1))
-    EXPECT_EQ(k.source.substr(at, k.source.find('\n', at) - at).find("fused"), std::string::npos)
-        << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  // In order: x's load (another operand's memory, which the store to o cannot reach: fused), the
+  // shifted load of o, the load of o before the store of zeros.
+  EXPECT_EQ(fused_loads(k.source), (std::vector<bool>{true, false, false}))
+      << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
   expect_same(call, {Array::random_normal({24, 16}, DType::F32, 19)}, 1e-6, 1e-6);
+}
+
+TEST(GpuCodegenOps, LoadsOfOtherOperandsFuseIntoAStoreUnlessAliasedToIt) {
+  auto row = [](Value i) { return Indices{i, 0}; };
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+    pl::Value twice = x[pl::all] * 2.0f;  // (statements: x is loaded first)
+    o[pl::all] = twice + y[pl::all];
+  };
+  for (int64_t rows : {24, 20}) {  // blocks in place; and staged, the last one hanging over the edge
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({rows, 16}, DType::F32),
+                                      opts({3}, {BlockSpec({8, 16}, row), BlockSpec({8, 16}, row)}, {BlockSpec({8, 16}, row)}));
+    std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({rows, 16}, DType::F32), ShapeDtype({rows, 16}, DType::F32)});
+    const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
+    const std::string body = src.substr(src.find("PL_DEV bool pl_grid_point"));
+    EXPECT_EQ(fused_loads(src), (std::vector<bool>{true, true})) << body;
+    // The body is one loop; staged, three loops bring x and y in and take o out, and o's block
+    // starts as the uninitialized value (a fourth loop) instead of being read from the array.
+    EXPECT_EQ(count_of(body, "for (pl_i64 e"), rows == 24 ? 1 : 5) << body;
+    EXPECT_EQ(count_of(body, "p.op[2])["), rows == 24 ? 0 : 1) << body;
+    expect_same(call, {Array::random_normal({rows, 16}, DType::F32, 31), Array::random_normal({rows, 16}, DType::F32, 32)});
+  }
+  // x aliased to o: the same memory, so x's load keeps its loop (and the aliased output's staged
+  // block is read in: the kernel may leave part of it as the input had it).
+  CallOptions o = opts({3}, {BlockSpec({8, 16}, row), BlockSpec({8, 16}, row)}, {BlockSpec({8, 16}, row)});
+  o.input_output_aliases = {{0, 0}};
+  PallasCall aliased = pl::pallas_call(kernel, ShapeDtype({20, 16}, DType::F32), o);
+  std::shared_ptr<const TracedCall> tc = aliased.trace({ShapeDtype({20, 16}, DType::F32), ShapeDtype({20, 16}, DType::F32)});
+  const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
+  EXPECT_EQ(fused_loads(src), (std::vector<bool>{false, true})) << src.substr(src.find("PL_DEV bool pl_grid_point"));
+  EXPECT_EQ(count_of(src.substr(src.find("PL_DEV bool pl_grid_point")), "p.op[2])["), 2);
+  expect_same(aliased, {Array::random_normal({20, 16}, DType::F32, 33), Array::random_normal({20, 16}, DType::F32, 34)});
 }
 
 // Both runs must fail, the generated kernel with exactly the reference interpreter's message
