@@ -405,25 +405,30 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const size_t rank = bm.block_shape.size();
     const std::string st = "st" + std::to_string(j), blk = "blk" + std::to_string(j);
     const std::string base = "((" + ctype(bm.array.dtype) + "*)p.op[" + std::to_string(num_index + j) + "])";
-    em.open_thread_loop(std::max<int64_t>(1, bm.block_ref_type.size()), "e", Emitter::kMemoryLoopUnroll);
     // Block-local index of each array dim (squeezed: 0), then the array coordinate.
     const std::vector<std::string> kernel_idx = detail::index_exprs(bm.block_ref_type.shape, "e");
     std::string valid = "true", off;
+    std::vector<std::string> coords;
     size_t kd = 0;
     for (size_t d = 0; d < rank; ++d) {
       const std::string local = bm.block_shape[d].is_squeezed() ? "0" : kernel_idx[kd++];
       const std::string c = "c" + std::to_string(d);
-      em.line("pl_i64 " + c + " = " + st + "[" + std::to_string(d) + "] - " + std::to_string(b.low[d]) + " + " + local + ";");
+      coords.push_back("pl_i64 " + c + " = " + st + "[" + std::to_string(d) + "] - " + std::to_string(b.low[d]) + " + " + local + ";");
       valid += " && " + local + " < " + std::to_string(core::block_extent(bm, d)) + " && " + c + " >= 0 && " + c +
                " < " + std::to_string(bm.array.shape[d]);
       off += (off.empty() ? "" : " + ") + c + " * " + std::to_string(b.array_strides[d]);
     }
     if (off.empty()) off = "0";
+    auto prelude = [&] {
+      for (const std::string& c : coords) em.line(c);
+    };
+    const int64_t n = std::max<int64_t>(1, bm.block_ref_type.size());
+    const std::string T = ctype(bm.array.dtype);
     if (in)
-      em.line(blk + "[e] = (" + valid + ") ? " + base + "[" + off + "] : " + detail::uninitialized_literal(bm.array.dtype) + ";");
+      em.batched_store_loop(n, T, "(" + valid + ") ? " + base + "[" + off + "] : " + detail::uninitialized_literal(bm.array.dtype), "",
+                            blk + "[e]", prelude);
     else
-      em.line("if (" + valid + ") " + base + "[" + off + "] = " + blk + "[e];");
-    em.close_loop();
+      em.batched_store_loop(n, T, blk + "[e]", valid, base + "[" + off + "]", prelude);
   };
   // An output block visited once (no sequential axes) and not aliased to an input holds nothing
   // the kernel may rely on: it starts as the uninitialized value, as in the interpreter, without

@@ -125,6 +125,9 @@ inline constexpr int kWarpgroupThreads = 128;
 
 // Words of the error record the kernel writes (err[0] = 1 + site, err[1..] = values).
 inline constexpr int kErrorRecordWords = 32;
+// The record's last word: the device address of the host's "a launch failed" flag (driver.cpp),
+// which pl_fail sets; never a value (pl_fail writes at most 30, after word 0).
+inline constexpr int kErrorFlagWord = kErrorRecordWords - 1;
 
 // Generates the CUDA C++ of `call` for grid sizes `grid` (dynamic dims resolved: the sizes are
 // passed at launch, the axis split is decided from the mapping). Throws NotSupportedError naming

@@ -518,6 +518,11 @@ PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
   for (int i = 0; i < n && i < 30; ++i) err[1 + i] = values[i];
 #if !PL_HOST_EMULATION
   __threadfence_system();
+  // err[31] (kErrorFlagWord): the host's mapped flag, raised once the record is complete.
+  if (pl_i64* flag = (pl_i64*)err[31]) {
+    *(volatile pl_i64*)flag = 1;
+    __threadfence_system();
+  }
 #endif
 }
 // ---- mbarriers (gpu::Barrier): a phase completes after its count of arrivals --------------------

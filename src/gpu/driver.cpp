@@ -43,6 +43,7 @@ struct CUlaunchConfig {
 };
 constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, kAttrMaxSmemOptin = 97;
 constexpr int kFuncAttrMaxDynamicSmem = 8, kFuncAttrNonPortableClusterSizeAllowed = 14;
+constexpr unsigned kMemHostAllocDeviceMap = 0x02;
 }  // namespace
 
 struct DriverApi {
@@ -58,7 +59,8 @@ struct DriverApi {
   CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemFree)(CUdeviceptr);
-  CUresult (*MemAllocHost)(void**, size_t);
+  CUresult (*MemHostAlloc)(void**, size_t, unsigned);
+  CUresult (*MemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned);
   CUresult (*MemFreeHost)(void*);
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
   CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
@@ -92,7 +94,8 @@ Device& Device::get() {
     PALLAS_SYM(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     PALLAS_SYM(MemAlloc, "cuMemAlloc_v2");
     PALLAS_SYM(MemFree, "cuMemFree_v2");
-    PALLAS_SYM(MemAllocHost, "cuMemAllocHost_v2");
+    PALLAS_SYM(MemHostAlloc, "cuMemHostAlloc");
+    PALLAS_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
     PALLAS_SYM(MemFreeHost, "cuMemFreeHost");
     PALLAS_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     PALLAS_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
@@ -216,22 +219,40 @@ namespace {
 // kernel needs more. The pool lives as long as the process and is never destroyed (its device
 // memory goes with the context; a static destructor could run after libcuda is gone).
 //
-// The record comes back into page-locked host memory (a copy into pageable memory is staged and
-// synchronous: ~10 µs more per launch, measured on H100), and is cleared only when a launch
-// wrote it: a kernel that fails nothing leaves all of it 0 (pl_fail writes the values only
-// after winning word 0), so a clean record needs no memset before the next launch.
+// The error record stays in device memory (pl_fail claims it with an atomic, which memory on
+// the host cannot be relied on for over PCIe), but a launch need not copy it back: its last word
+// holds the device address of a flag in page-locked host memory mapped into the GPU's address
+// space, which pl_fail sets (a plain store) after writing the record. A launch that failed
+// nothing costs its launch and its wait only — a copy back per launch was ~12 µs of an H100's
+// warm call (docs/PERFORMANCE.md, stop 20). The record is cleared only after a launch wrote it:
+// a kernel that fails nothing leaves it 0 (pl_fail writes the values only after winning word 0).
+// Where mapped host memory cannot be had, every launch copies the record back instead.
 struct LaunchBuffers {
   DeviceBuffer workspace, err;
-  int64_t* host_record = nullptr;  // kErrorRecordWords words, page-locked
-  bool err_dirty = true;           // a fresh record holds garbage
+  int64_t* host = nullptr;  // page-locked: the record's copy, then the flag (kErrorRecordWords + 1 words)
+  bool mapped = false;      // pl_fail sets host[kErrorRecordWords]
+  bool err_dirty = false;
   LaunchBuffers() {
     Device& d = Device::get();
+    const DriverApi& api = d.api();
+    const size_t bytes = (kErrorRecordWords + 1) * sizeof(int64_t);
     void* p = nullptr;
-    d.check(d.api().MemAllocHost(&p, kErrorRecordWords * sizeof(int64_t)), "cuMemAllocHost");
-    host_record = static_cast<int64_t*>(p);
+    CUdeviceptr flag = 0;
+    if (api.MemHostAlloc(&p, bytes, kMemHostAllocDeviceMap) == 0) {
+      mapped = api.MemHostGetDevicePointer(&flag, static_cast<int64_t*>(p) + kErrorRecordWords, 0) == 0;
+    } else {
+      p = nullptr;
+      d.check(api.MemHostAlloc(&p, bytes, 0), "cuMemHostAlloc");
+    }
+    host = static_cast<int64_t*>(p);
+    std::fill(host, host + kErrorRecordWords + 1, 0);
     err = DeviceBuffer(kErrorRecordWords * sizeof(int64_t));
+    host[kErrorFlagWord] = mapped ? static_cast<int64_t>(flag) : 0;  // staged through host[]: page-locked
+    err.upload(host, kErrorRecordWords * sizeof(int64_t));
+    d.synchronize(nullptr);
+    host[kErrorFlagWord] = 0;
   }
-  ~LaunchBuffers() { Device::get().api().MemFreeHost(host_record); }
+  ~LaunchBuffers() { Device::get().api().MemFreeHost(host); }
   LaunchBuffers(const LaunchBuffers&) = delete;
   LaunchBuffers& operator=(const LaunchBuffers&) = delete;
 };
@@ -306,8 +327,9 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
       LaunchBufferPool::get().take(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
   const DeviceBuffer& workspace = buffers->workspace;
   DeviceBuffer& err = buffers->err;
-  if (buffers->err_dirty) {
-    d.check(api.MemsetD8Async(err.ptr(), 0, kErrorRecordWords * sizeof(int64_t), stream), "cuMemsetD8Async");
+  if (buffers->err_dirty) {  // the words before the flag's address
+    d.check(api.MemsetD8Async(err.ptr(), 0, kErrorFlagWord * sizeof(int64_t), stream), "cuMemsetD8Async");
+    buffers->host[kErrorRecordWords] = 0;
     buffers->err_dirty = false;
   }
   prepare_profile_dir(k, call.kernel.loc);
@@ -328,13 +350,16 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
                      static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), stream,
                      cluster > 1 ? &cluster_dims : nullptr, cluster > 1 ? 1u : 0u};
   d.check(api.LaunchKernelEx(&cfg, function, params, nullptr), "cuLaunchKernelEx");
-  // Dirty until the record is read back clean (a throw below drops the buffers altogether).
-  buffers->err_dirty = true;
-  int64_t* host_record = buffers->host_record;
-  err.download(host_record, kErrorRecordWords * sizeof(int64_t), stream);
+  // (A throw below drops the buffers altogether.)
+  if (!buffers->mapped) err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
   d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
-  int64_t record[kErrorRecordWords];
-  std::copy(host_record, host_record + kErrorRecordWords, record);
+  const volatile int64_t* flag = buffers->host + kErrorRecordWords;
+  if (buffers->mapped && *flag != 0) {
+    err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
+    d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the error record)");
+  }
+  int64_t record[kErrorRecordWords] = {};
+  if (!buffers->mapped || *flag != 0) std::copy(buffers->host, buffers->host + kErrorFlagWord, record);
   buffers->err_dirty = record[0] != 0;
   LaunchBufferPool::get().give_back(std::move(buffers));
   if (record[0] != 0) throw_kernel_error(call, k, record);

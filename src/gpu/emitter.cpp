@@ -222,12 +222,39 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
 void Emitter::open_thread_loop(int64_t n, const std::string& var, int unroll) {
   // Not unrolled by default: NVVM otherwise unrolls every such loop by 4 with a remainder loop,
   // which was a third to a half of the cold NVRTC compile of the examples (docs/PERFORMANCE.md,
-  // stop 17). The stores to operands' blocks and the staging loops ask for 4: on an H100 one
-  // load in flight per thread left a copy at ~30% of cudaMemcpy's bandwidth (stop 20).
+  // stop 17). The loops that move an operand's blocks are batched instead (batched_store_loop).
   line("#pragma unroll " + std::to_string(unroll));
   line("for (pl_i64 " + var + " = pl_tid(); " + var + " < " + std::to_string(n) + "; " + var +
        " += pl_nthreads()) {");
   ++indent_;
+}
+
+void Emitter::batched_store_loop(int64_t n, const std::string& T, const std::string& value, const std::string& cond,
+                                 const std::string& target, const std::function<void()>& prelude) {
+  const std::string B = std::to_string(kMemoryLoopUnroll), N = std::to_string(n);
+  line("#pragma unroll 1");
+  line("for (pl_i64 e0 = pl_tid(); e0 < " + N + "; e0 += " + B + " * pl_nthreads()) {");
+  ++indent_;
+  line(T + " pl_v[" + B + "];");
+  if (!cond.empty()) line("bool pl_m[" + B + "];");
+  auto phase = [&](const std::string& guard, const std::string& body) {
+    line("#pragma unroll");
+    line("for (int u = 0; u < " + B + "; ++u) {");
+    ++indent_;
+    line("const pl_i64 e = e0 + u * pl_nthreads();");
+    line("if (" + guard + ") {");
+    ++indent_;
+    if (prelude) prelude();
+    line(body);
+    --indent_;
+    line("}");
+    --indent_;
+    line("}");
+  };
+  phase("e < " + N, "pl_v[u] = " + value + ";" + (cond.empty() ? "" : " pl_m[u] = " + cond + ";"));
+  phase("e < " + N + (cond.empty() ? "" : " && pl_m[u]"), target + " = pl_v[u];");
+  --indent_;
+  line("}");
 }
 
 void Emitter::close_loop() {
@@ -590,13 +617,16 @@ void Emitter::emit_ref_op(const ir::Op& op) {
       } else {
         std::string old;
         if (op.code == OpCode::Swap) old = define_tile(op.results[0]);
-        // Unrolled when it writes an operand's block (with the loads fused into it, the loop
-        // an elementwise kernel's bandwidth depends on); other loops stay rolled, to keep the
-        // cold compile short.
-        open_thread_loop(n, "e", memory_group_.count(op.operands[0]) ? kMemoryLoopUnroll : 1);
-        if (op.code == OpCode::Swap) line(old + "[e] = " + mem("e") + ";");
-        line((masked ? "if (" + mask + ") " : std::string()) + mem("e") + " = " + at(val, "e") + ";");
-        close_loop();
+        if (op.code == OpCode::Store && memory_group_.count(op.operands[0])) {
+          // A store to an operand's block, with the loads fused into it: the loop an elementwise
+          // kernel's bandwidth depends on. Other loops stay rolled, to keep the cold compile short.
+          batched_store_loop(n, T, at(val, "e"), mask, mem("e"));
+        } else {
+          open_thread_loop(n);
+          if (op.code == OpCode::Swap) line(old + "[e] = " + mem("e") + ";");
+          line((masked ? "if (" + mask + ") " : std::string()) + mem("e") + " = " + at(val, "e") + ";");
+          close_loop();
+        }
         if (op.code == OpCode::Swap) after_tile_write();
       }
       after_mem_write();

@@ -5,6 +5,7 @@
 // the arena).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -145,6 +146,16 @@ class Emitter {
   // unrolled `unroll` times (kMemoryLoopUnroll for stores to operands' blocks and staging).
   static constexpr int kMemoryLoopUnroll = 4;
   void open_thread_loop(int64_t n, const std::string& var = "e", int unroll = 1);
+  // `target(e) = value(e)` (only where `cond(e)`, when given) for this thread's elements e of
+  // [0, n), kMemoryLoopUnroll at a time: first every value and condition of the batch into
+  // registers, then every write. Written as one loop, the compiler must assume each write may
+  // change what the next element reads (the pointers may alias), so each thread had one load in
+  // flight; batched, it has a batch's (a copy on an H100: 76% -> see docs/PERFORMANCE.md, stop 20).
+  // Only for writes that no value of the batch reads back: a store's value reads other memory or
+  // the very element it replaces (plan_fusion's rules), staging copies between distinct memory.
+  // `prelude` emits lines that value, cond and target need (declarations from e), in each phase.
+  void batched_store_loop(int64_t n, const std::string& T, const std::string& value, const std::string& cond,
+                          const std::string& target, const std::function<void()>& prelude = {});
   void close_loop();
   // A scalar computed by a tile op: emit the op into a one-element slot (thread 0), then
   // broadcast it to every thread's register.

@@ -519,9 +519,7 @@ TEST(GpuCodegenOps, AccumulationAxisRunsInOrderInsideTheCta) {
 int body_loops(const gpu::GeneratedKernel& k) {
   const size_t from = k.source.find("PL_DEV bool pl_grid_point");
   const std::string body = k.source.substr(from, k.source.find("\nPL_DEV void pl_cta(", from) - from);
-  int n = 0;
-  for (size_t at = body.find("for (pl_i64 e = "); at != std::string::npos; at = body.find("for (pl_i64 e = ", at + 1)) ++n;
-  return n;
+  return count_of(body, "for (pl_i64 e");  // `e = ` rolled, `e0 = ` batched (batched_store_loop)
 }
 
 TEST(GpuCodegenOps, ElementwiseChainsAndAnAccumulationFuseIntoOneLoop) {
@@ -609,6 +607,8 @@ TEST(GpuCodegenOps, LoadsOfOtherOperandsFuseIntoAStoreUnlessAliasedToIt) {
     // starts as the uninitialized value (a fourth loop) instead of being read from the array.
     EXPECT_EQ(count_of(body, "for (pl_i64 e"), rows == 24 ? 1 : 5) << body;
     EXPECT_EQ(count_of(body, "p.op[2])["), rows == 24 ? 0 : 1) << body;
+    // Batched (a batch of values read, then written): the store, and the staging but the fill.
+    EXPECT_EQ(count_of(body, "pl_v[u] = "), rows == 24 ? 1 : 4) << body;
     expect_same(call, {Array::random_normal({rows, 16}, DType::F32, 31), Array::random_normal({rows, 16}, DType::F32, 32)});
   }
   // x aliased to o: the same memory, so x's load keeps its loop (and the aliased output's staged
