@@ -30,12 +30,26 @@ struct ResidentCall {
   std::vector<gpu::DeviceBuffer> buffers;  // inputs, then outputs
   std::vector<uint64_t> ptrs;
 
-  ResidentCall(const pl::PallasCall& call, const std::vector<pl::Array>& inputs) {
+  // `arena_limit` > 0: generated with that CodegenOptions::max_shared_arena_bytes instead of the
+  // backend's choice (the benchmark compares placements of the arena).
+  ResidentCall(const pl::PallasCall& call, const std::vector<pl::Array>& inputs, int64_t arena_limit = 0) {
     std::vector<pl::ShapeDtype> sig;
     for (const pl::Array& a : inputs) sig.push_back({a.shape(), a.dtype()});
     tc = call.impl()->trace(sig);
     for (const pl::GridDim& d : call.impl()->grid_spec.grid.dims) grid.push_back(d.size());
-    loaded = gpu::loaded_kernel(*call.impl(), *tc, grid);
+    if (arena_limit > 0) {
+      auto own = std::make_shared<gpu::LoadedKernel>();
+      gpu::CodegenOptions opts = gpu::codegen_options(call.impl()->compiler_params);
+      gpu::Device& d = gpu::Device::get();
+      opts.max_shared_bytes = d.max_shared_per_block();
+      opts.max_shared_arena_bytes = arena_limit;
+      own->kernel = gpu::generate_cuda(*tc, grid, opts);
+      own->function = gpu::load_function(gpu::Nvrtc::get().compile(own->kernel.source, own->kernel.entry, d.arch()).image,
+                                         own->kernel);
+      loaded = own;
+    } else {
+      loaded = gpu::loaded_kernel(*call.impl(), *tc, grid);
+    }
     for (const pl::Array& a : inputs) {
       const size_t bytes = static_cast<size_t>(a.size() * pl::itemsize(a.dtype()));
       buffers.emplace_back(bytes);
@@ -122,6 +136,25 @@ void side_by_side(std::ostream& report) {
   o.dtype = pl::DType::BF16;
   ex::Problem p = ex::find("matmul").build(o);
   ResidentCall ours(p.call, p.inputs);
+  {
+    // Where the arena goes: each limit's kernel on the same inputs.
+    report << "\nThe matmul example by where its arena lives (launch + wait, median of 5):\n\n"
+           << "| problem | arena limit (KiB) | arena | ms | TFLOP/s |\n|---|---|---|---|---|\n";
+    ex::RunOptions o32;
+    o32.backend = "gpu";
+    o32.size = 2048;
+    ex::Problem p32 = ex::find("matmul").build(o32);
+    for (auto [prob, kib] : {std::pair{&p, 96}, std::pair{&p, 200}, std::pair{&p32, 96}, std::pair{&p32, 200}}) {
+      const ex::Problem& q = *prob;
+      const int64_t m = q.inputs[0].shape()[0];
+      ResidentCall v(q.call, q.inputs, kib * 1024);
+      report << "| " << pl::dtype_name(q.inputs[0].dtype()) << " " << m << "^3 ";
+      const double s = synced_seconds(5, [&] { v.launch(); });
+      report << "| " << kib << " | " << (v.loaded->kernel.arena_in_shared ? "shared" : "global") << ", "
+             << v.loaded->kernel.arena_bytes / 1024 << " KiB" << (v.loaded->kernel.wgmma_staging_bytes > 0 ? ", wgmma" : ", mma.sync")
+             << " | " << s * 1e3 << " | " << 2.0 * m * m * m / s / 1e12 << " |\n";
+    }
+  }
   gpu::DeviceBuffer c_ref(static_cast<size_t>(n * n * 4));
   const double flops = 2.0 * static_cast<double>(n) * n * n;
   const double ours_s = synced_seconds(5, [&] { ours.launch(); });
@@ -166,6 +199,15 @@ void side_by_side(std::ostream& report) {
   for (const pl::Array& x : t.inputs) args.push_back(gpu::DeviceArray::to_gpu(x));
   report << "| pallas add [8, 45]: gpu::call_on_device (+ output allocation, argument checks) | "
          << synced_seconds(200, [&] { gpu::call_on_device(t.call, args); }) * 1e6 << " |\n";
+  // The output aliased to input 0 (updated in place): no allocation per call.
+  const pl::BlockSpec spec({8, 45}, [](pl::Value i) { return pl::Indices{i, 0}; });
+  pl::PallasCall in_place = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref z) { z[pl::all] = x[pl::all] + y[pl::all]; },
+                                            pl::ShapeDtype({8, 45}, pl::f32),
+                                            pl::CallOptions{.grid = {1}, .in_specs = {spec, spec}, .out_specs = {spec},
+                                                            .input_output_aliases = {{0, 0}}, .backend = "mosaic_gpu",
+                                                            .name = "add_in_place"});
+  report << "| pallas add [8, 45], output aliased to x: gpu::call_on_device (no allocation) | "
+         << synced_seconds(200, [&] { gpu::call_on_device(in_place, args); }) * 1e6 << " |\n";
 }
 
 }  // namespace

@@ -330,6 +330,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // ---- One grid point: block indices, checks, block pointers, staging, the body.
   if (out.profile_space > 0) ctx.region_names = &out.region_names;
   ctx.tensor_core_dots = &out.tensor_core_dots;
+  ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   Emitter em(k, ctx, 1);
   body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
           "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof) {\n";

@@ -84,6 +84,14 @@ struct pl_bf16 { pl_u16 bits; };
 #if PL_CLUSTER_CTAS > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #error "a gpu::kernel with clusters of more than one CTA needs sm_90 or later"
 #endif
+// A batch's bound check where the generator knows every thread gets whole batches of the block
+// (Emitter::batched_store_loop): true on the GPU, whose groups have the generated thread count;
+// checked in host emulation, which runs a CTA with any number of threads.
+#if PL_HOST_EMULATION
+#define PL_IN_BATCH(c) (c)
+#else
+#define PL_IN_BATCH(c) true
+#endif
 #if PL_HOST_EMULATION
 // The CTA's threads are host threads (one cluster of CTAs at a time: host thread t is thread
 // t % pl_host_nthreads of the cluster's CTA t / pl_host_nthreads); pl_sync is a real barrier, so a

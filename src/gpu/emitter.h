@@ -106,6 +106,7 @@ struct EmitContext {
   std::string profile_slot = "pl_prof";  // the pl_u64* slot of this Pallas thread and point
   // Counts the products emitted for the tensor cores (GeneratedKernel::tensor_core_dots).
   int* tensor_core_dots = nullptr;
+  int group_threads = 0;  // pl_nthreads() of the generated unit (0: unknown)
 };
 
 class Emitter {
@@ -188,6 +189,8 @@ class Emitter {
   void compute_last_uses(const ir::Region& r);
   // Chooses the ops of `r` whose results are fused into their user (fused_producers_).
   void plan_fusion(const ir::Region& r);
+  // Whether fused value v reads an operand's block (a fused load of a ref with a memory group).
+  bool reads_operand_memory(ir::ValueId v) const;
   // Binds a fused op's result (no code but a comment, and a load's barrier and view pointer).
   void emit_fused(const ir::Op& op);
   std::string declare_result_holder(ir::ValueId v);
