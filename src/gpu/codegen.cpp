@@ -341,6 +341,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     em.bind_ref(k.body.args[i], RefInfo{"((" + ctype(t.dtype) + "*)p.op[" + std::to_string(i) + "])", t.dtype, t.shape,
                                         detail::contiguous_strides(t.shape)});
   }
+  // A staged block whose window lies inside the array at a point (every dim blocked, no padding
+  // below) is the array's own elements there: such points may skip staging and address the
+  // arrays in place (`inside`, below), which is an edge-overhanging kernel's interior.
+  std::vector<RefInfo> in_place(blocks.size()), staged_ref(blocks.size());
+  std::string inside;
+  bool interior_fast_path = !gpu_kernel;
   for (size_t j = 0; j < blocks.size(); ++j) {
     const BlockMapping& bm = gm.block_mappings[j];
     const Block& b = blocks[j];
@@ -388,6 +394,24 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       r.strides = detail::contiguous_strides(rt.shape);
       r.ptr = "blk" + std::to_string(j);
       em.line(T + "* " + r.ptr + " = (" + T + "*)(cta_arena + " + std::to_string(b.offset) + ");");
+      RefInfo g{r.ptr + "_in_place", r.dtype, r.shape, {}};
+      std::string off;
+      for (size_t d = 0; d < rank; ++d) {
+        const BlockDim& bd = bm.block_shape[d];
+        if (!(bd.is_blocked() || bd.is_squeezed()) || b.low[d] != 0) interior_fast_path = false;
+        const std::string sd = st + "[" + std::to_string(d) + "]";
+        off += (off.empty() ? "" : " + ") + sd + " * " + std::to_string(b.array_strides[d]);
+        if (!bd.is_squeezed()) g.strides.push_back(b.array_strides[d]);
+        // (Left out for the dims whose block index range over the grid keeps them inside.)
+        const int64_t extent = core::block_extent(bm, d), scale = bd.is_blocked() ? bd.size() : 1;
+        const auto range = static_block_index_range(bm.index_map, d, grid);
+        if (range && range->first >= 0 && range->second * scale + extent <= bm.array.shape[d]) continue;
+        inside += std::string(inside.empty() ? "" : " && ") + sd + " + " + std::to_string(extent) +
+                  " <= " + std::to_string(bm.array.shape[d]);
+      }
+      em.line(T + "* " + g.ptr + " = " + base + (off.empty() ? "" : " + (" + off + ")") + ";");
+      in_place[j] = g;
+      staged_ref[j] = r;
     }
     em.bind_ref(k.body.args[num_index + j], r);
     // Each operand's blocks are memory of their own (distinct allocations, or distinct arena
@@ -436,16 +460,18 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // reading the array (a third of the edge-block traffic of an elementwise kernel).
   std::set<int> aliased_outputs;
   for (auto [in, o] : call.input_output_aliases) aliased_outputs.insert(o);
-  for (size_t j = 0; j < blocks.size(); ++j) {
-    if (!blocks[j].staged) continue;
-    const int o = static_cast<int>(j) - gm.num_inputs;
-    if (o >= 0 && out.sequential_axes.empty() && !aliased_outputs.count(o)) {
-      const BlockMapping& bm = gm.block_mappings[j];
-      em.fill_uninitialized("blk" + std::to_string(j), bm.array.dtype, std::max<int64_t>(1, bm.block_ref_type.size()));
-    } else {
-      staged_loop(j, true);
+  auto stage_in = [&] {
+    for (size_t j = 0; j < blocks.size(); ++j) {
+      if (!blocks[j].staged) continue;
+      const int o = static_cast<int>(j) - gm.num_inputs;
+      if (o >= 0 && out.sequential_axes.empty() && !aliased_outputs.count(o)) {
+        const BlockMapping& bm = gm.block_mappings[j];
+        em.fill_uninitialized("blk" + std::to_string(j), bm.array.dtype, std::max<int64_t>(1, bm.block_ref_type.size()));
+      } else {
+        staged_loop(j, true);
+      }
     }
-  }
+  };
   const size_t first_scratch = num_index + blocks.size();
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
@@ -454,12 +480,42 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                 : "((" + ctype(t.dtype) + "*)(cta_arena + " + std::to_string(scratch_offsets[s]) + "))";
     em.bind_ref(k.body.args[first_scratch + s], RefInfo{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)});
   }
-  em.barrier();
-  em.emit_region(k.body);
-  em.barrier();
-  for (size_t j = static_cast<size_t>(gm.num_inputs); j < blocks.size(); ++j)
-    if (blocks[j].staged) staged_loop(j, false);
-  em.barrier();
+  auto staged_body = [&] {
+    stage_in();
+    em.barrier();
+    em.emit_region(k.body);
+    em.barrier();
+    for (size_t j = static_cast<size_t>(gm.num_inputs); j < blocks.size(); ++j)
+      if (blocks[j].staged) staged_loop(j, false);
+    em.barrier();
+  };
+  bool any_staged = false;
+  for (const Block& b : blocks) any_staged = any_staged || b.staged;
+  auto in_place_body = [&] {
+    for (size_t j = 0; j < blocks.size(); ++j)
+      if (blocks[j].staged) em.bind_ref(k.body.args[num_index + j], in_place[j]);
+    em.emit_region(k.body);
+    em.barrier();
+  };
+  if (interior_fast_path && any_staged && inside.empty()) {
+    // Every point's blocks lie inside their arrays (the grid never reaches the ragged edge).
+    em.barrier();
+    in_place_body();
+  } else if (interior_fast_path && any_staged) {
+    // The body twice: in place where every staged block lies inside its array (all but the edge
+    // points of a grid that overhangs), staged at the edges. The condition is the same for the
+    // whole CTA, so the barriers inside either branch are reached by all of its threads.
+    em.barrier();
+    em.open_block("if (" + inside + ")");
+    in_place_body();
+    em.else_block();
+    for (size_t j = 0; j < blocks.size(); ++j)
+      if (blocks[j].staged) em.bind_ref(k.body.args[num_index + j], staged_ref[j]);
+    staged_body();
+    em.close_loop();
+  } else {
+    staged_body();
+  }
   em.line("return true;");
   body << "}\n";
   const int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;

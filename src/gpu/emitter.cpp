@@ -261,6 +261,20 @@ void Emitter::batched_store_loop(int64_t n, const std::string& T, const std::str
   line("}");
 }
 
+void Emitter::open_block(const std::string& header) {
+  line(header + " {");
+  ++indent_;
+}
+
+void Emitter::else_block() {
+  --indent_;
+  line("} else {");
+  ++indent_;
+  // The else branch starts where the if branch did: just after the caller's barrier.
+  just_synced_ = true;
+  tile_written_ = mem_written_ = mem_read_ = false;
+}
+
 void Emitter::close_loop() {
   --indent_;
   line("}");

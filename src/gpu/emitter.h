@@ -147,6 +147,10 @@ class Emitter {
   // unrolled `unroll` times (kMemoryLoopUnroll for stores to operands' blocks and staging).
   static constexpr int kMemoryLoopUnroll = 4;
   void open_thread_loop(int64_t n, const std::string& var = "e", int unroll = 1);
+  // `header {` ... `} else {` ... (close_loop): two branches that every thread of the CTA takes
+  // alike, each starting right after a barrier the caller emitted before the header.
+  void open_block(const std::string& header);
+  void else_block();
   // `target(e) = value(e)` (only where `cond(e)`, when given) for this thread's elements e of
   // [0, n), kMemoryLoopUnroll at a time: first every value and condition of the batch into
   // registers, then every write. Written as one loop, the compiler must assume each write may

@@ -590,6 +590,24 @@ TEST(GpuCodegenOps, LoadsFuseOnlyWhereNoOtherThreadCanWriteWhatTheyRead) {
   expect_same(call, {Array::random_normal({24, 16}, DType::F32, 19)}, 1e-6, 1e-6);
 }
 
+TEST(GpuCodegenOps, AStagedBlockThatNeverReachesTheEdgeIsReadInPlace) {
+  // x is (3, 20, 16), ragged along its rows for blocks of 8, but the grid only visits the first
+  // two row blocks: every point's block lies inside, so nothing is staged or tested at run time.
+  // The first dim is squeezed (the block is a (8, 16) view of plane p).
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) { o[pl::all] = x[pl::all] + 1.0f; };
+  PallasCall call = pl::pallas_call(
+      kernel, ShapeDtype({3, 16, 16}, DType::F32),
+      opts({3, 2}, {BlockSpec({pl::squeezed, 8, 16}, [](Value p, Value i) { return Indices{p, i, 0}; })},
+           {BlockSpec({pl::squeezed, 8, 16}, [](Value p, Value i) { return Indices{p, i, 0}; })}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({3, 20, 16}, DType::F32)});
+  const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
+  const std::string body = src.substr(src.find("PL_DEV bool pl_grid_point"));
+  EXPECT_EQ(count_of(body, "blk0_in_place[e]"), 1) << body;
+  EXPECT_EQ(count_of(body, "p.op[0])["), 0) << body;  // no staging loop
+  EXPECT_EQ(count_of(body, "for (pl_i64 e"), 1) << body;
+  expect_same(call, {Array::random_normal({3, 20, 16}, DType::F32, 35)});
+}
+
 TEST(GpuCodegenOps, LoadsOfOtherOperandsFuseIntoAStoreUnlessAliasedToIt) {
   auto row = [](Value i) { return Indices{i, 0}; };
   auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
@@ -602,13 +620,19 @@ TEST(GpuCodegenOps, LoadsOfOtherOperandsFuseIntoAStoreUnlessAliasedToIt) {
     std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({rows, 16}, DType::F32), ShapeDtype({rows, 16}, DType::F32)});
     const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
     const std::string body = src.substr(src.find("PL_DEV bool pl_grid_point"));
-    EXPECT_EQ(fused_loads(src), (std::vector<bool>{true, true})) << body;
-    // The body is one loop; staged, three loops bring x and y in and take o out, and o's block
-    // starts as the uninitialized value (a fourth loop) instead of being read from the array.
-    EXPECT_EQ(count_of(body, "for (pl_i64 e"), rows == 24 ? 1 : 5) << body;
+    // Staged, the body is there twice: in place for the points whose blocks lie inside the arrays
+    // (only the rows can overhang: the columns' test is left out), staged for the edge.
+    const std::vector<bool> fused = fused_loads(src);
+    EXPECT_EQ(fused, std::vector<bool>(rows == 24 ? 2 : 4, true)) << body;
+    EXPECT_EQ(count_of(body, "if (st0[0] + 8 <= 20 && st1[0] + 8 <= 20 && st2[0] + 8 <= 20) {"), rows == 24 ? 0 : 1)
+        << body;
+    EXPECT_EQ(count_of(body, "blk2_in_place[e] = "), rows == 24 ? 0 : 1) << body;
+    // In place the body is one loop; staged, three loops bring x and y in and take o out, and o's
+    // block starts as the uninitialized value (a fourth loop) instead of being read from the array.
+    EXPECT_EQ(count_of(body, "for (pl_i64 e"), rows == 24 ? 1 : 6) << body;
     EXPECT_EQ(count_of(body, "p.op[2])["), rows == 24 ? 0 : 1) << body;
-    // Batched (a batch of values read, then written): the store, and the staging but the fill.
-    EXPECT_EQ(count_of(body, "pl_v[u] = "), rows == 24 ? 1 : 4) << body;
+    // Batched (a batch of values read, then written): the stores, and the staging but the fill.
+    EXPECT_EQ(count_of(body, "pl_v[u] = "), rows == 24 ? 1 : 5) << body;
     expect_same(call, {Array::random_normal({rows, 16}, DType::F32, 31), Array::random_normal({rows, 16}, DType::F32, 32)});
   }
   // x aliased to o: the same memory, so x's load keeps its loop (and the aliased output's staged
@@ -618,7 +642,8 @@ TEST(GpuCodegenOps, LoadsOfOtherOperandsFuseIntoAStoreUnlessAliasedToIt) {
   PallasCall aliased = pl::pallas_call(kernel, ShapeDtype({20, 16}, DType::F32), o);
   std::shared_ptr<const TracedCall> tc = aliased.trace({ShapeDtype({20, 16}, DType::F32), ShapeDtype({20, 16}, DType::F32)});
   const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
-  EXPECT_EQ(fused_loads(src), (std::vector<bool>{false, true})) << src.substr(src.find("PL_DEV bool pl_grid_point"));
+  EXPECT_EQ(fused_loads(src), (std::vector<bool>{false, true, false, true}))
+      << src.substr(src.find("PL_DEV bool pl_grid_point"));
   EXPECT_EQ(count_of(src.substr(src.find("PL_DEV bool pl_grid_point")), "p.op[2])["), 2);
   expect_same(aliased, {Array::random_normal({20, 16}, DType::F32, 33), Array::random_normal({20, 16}, DType::F32, 34)});
 }
