@@ -168,6 +168,15 @@ std::optional<std::pair<int64_t, int64_t>> static_block_index_range(const ir::Ke
   return std::nullopt;
 }
 
+// Whether dim d of every block the grid visits starts at 0 or later and ends by `limit` (the
+// padded array for the bounds check, the array itself for the in-place test), as far as the
+// index map's static range shows.
+bool grid_keeps_blocks_within(const BlockMapping& bm, size_t d, const std::vector<int64_t>& grid, int64_t limit) {
+  const BlockDim& bd = bm.block_shape[d];
+  const auto range = static_block_index_range(bm.index_map, d, grid);
+  return range && range->first >= 0 && range->second * (bd.is_blocked() ? bd.size() : 1) + core::block_extent(bm, d) <= limit;
+}
+
 GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>& grid,
                               const CodegenOptions& opts) {
   const GridMapping& gm = call.grid_mapping;
@@ -345,6 +354,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // below) is the array's own elements there: such points may skip staging and address the
   // arrays in place (`inside`, below), which is an edge-overhanging kernel's interior.
   std::vector<RefInfo> in_place(blocks.size()), staged_ref(blocks.size());
+  std::map<int, int> input_of_output;  // input_output_aliases, by output
+  for (auto [in, o] : call.input_output_aliases) input_of_output[o] = in;
   std::string inside;
   bool interior_fast_path = !gpu_kernel;
   for (size_t j = 0; j < blocks.size(); ++j) {
@@ -361,11 +372,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     for (size_t d = 0; d < rank; ++d) {
       const BlockDim& bd = bm.block_shape[d];
       const int64_t size = core::block_extent(bm, d);
-      const int64_t scale = bd.is_blocked() ? bd.size() : 1;
       em.line(st + "[" + std::to_string(d) + "] = " +
               (bd.is_blocked() ? bi + "[" + std::to_string(d) + "] * " + std::to_string(bd.size()) : bi + "[" + std::to_string(d) + "]") + ";");
-      const auto range = static_block_index_range(bm.index_map, d, grid);
-      if (range && range->first >= 0 && range->second * scale + size <= b.padded[d]) continue;
+      if (grid_keeps_blocks_within(bm, d, grid, b.padded[d])) continue;
       cond += std::string(cond.empty() ? "" : " || ") + st + "[" + std::to_string(d) + "] < 0 || " + st + "[" +
               std::to_string(d) + "] + " + std::to_string(size) + " > " + std::to_string(b.padded[d]);
     }
@@ -379,48 +388,39 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const std::string T = ctype(bm.array.dtype);
     const std::string base = "((" + T + "*)p.op[" + std::to_string(num_index + j) + "])";
     const ir::Type& rt = bm.block_ref_type;
-    RefInfo r;
-    r.dtype = bm.array.dtype;
-    r.shape = rt.shape;
-    if (!b.staged) {
+    // The block in place in its array: a strided view from the block's start.
+    auto declare_in_place = [&](const std::string& name) {
+      RefInfo v{name, bm.array.dtype, rt.shape, {}};
       std::string off;
       for (size_t d = 0; d < rank; ++d) {
         off += (off.empty() ? "" : " + ") + st + "[" + std::to_string(d) + "] * " + std::to_string(b.array_strides[d]);
-        if (!bm.block_shape[d].is_squeezed()) r.strides.push_back(b.array_strides[d]);
+        if (!bm.block_shape[d].is_squeezed()) v.strides.push_back(b.array_strides[d]);
       }
-      r.ptr = "blk" + std::to_string(j);
-      em.line(T + "* " + r.ptr + " = " + base + (off.empty() ? "" : " + (" + off + ")") + ";");
+      em.line(T + "* " + name + " = " + base + (off.empty() ? "" : " + (" + off + ")") + ";");
+      return v;
+    };
+    RefInfo r;
+    if (!b.staged) {
+      r = declare_in_place("blk" + std::to_string(j));
     } else {
-      r.strides = detail::contiguous_strides(rt.shape);
-      r.ptr = "blk" + std::to_string(j);
+      r = RefInfo{"blk" + std::to_string(j), bm.array.dtype, rt.shape, detail::contiguous_strides(rt.shape)};
       em.line(T + "* " + r.ptr + " = (" + T + "*)(cta_arena + " + std::to_string(b.offset) + ");");
-      RefInfo g{r.ptr + "_in_place", r.dtype, r.shape, {}};
-      std::string off;
+      staged_ref[j] = r;
+      in_place[j] = declare_in_place(r.ptr + "_in_place");
       for (size_t d = 0; d < rank; ++d) {
         const BlockDim& bd = bm.block_shape[d];
         if (!(bd.is_blocked() || bd.is_squeezed()) || b.low[d] != 0) interior_fast_path = false;
-        const std::string sd = st + "[" + std::to_string(d) + "]";
-        off += (off.empty() ? "" : " + ") + sd + " * " + std::to_string(b.array_strides[d]);
-        if (!bd.is_squeezed()) g.strides.push_back(b.array_strides[d]);
-        // (Left out for the dims whose block index range over the grid keeps them inside.)
-        const int64_t extent = core::block_extent(bm, d), scale = bd.is_blocked() ? bd.size() : 1;
-        const auto range = static_block_index_range(bm.index_map, d, grid);
-        if (range && range->first >= 0 && range->second * scale + extent <= bm.array.shape[d]) continue;
-        inside += std::string(inside.empty() ? "" : " && ") + sd + " + " + std::to_string(extent) +
-                  " <= " + std::to_string(bm.array.shape[d]);
+        if (grid_keeps_blocks_within(bm, d, grid, bm.array.shape[d])) continue;  // no run-time test
+        inside += std::string(inside.empty() ? "" : " && ") + st + "[" + std::to_string(d) + "] + " +
+                  std::to_string(core::block_extent(bm, d)) + " <= " + std::to_string(bm.array.shape[d]);
       }
-      em.line(T + "* " + g.ptr + " = " + base + (off.empty() ? "" : " + (" + off + ")") + ";");
-      in_place[j] = g;
-      staged_ref[j] = r;
     }
     em.bind_ref(k.body.args[num_index + j], r);
     // Each operand's blocks are memory of their own (distinct allocations, or distinct arena
     // ranges when staged) but for an output aliased to an input, which shares the input's.
-    int group = static_cast<int>(j);
-    if (j >= static_cast<size_t>(gm.num_inputs))
-      for (auto [in, o] : call.input_output_aliases)
-        if (o == static_cast<int>(j) - gm.num_inputs) group = in - gm.num_index_operands;
-    em.set_memory_group(k.body.args[num_index + j], group);
+    const auto aliased = input_of_output.find(static_cast<int>(j) - gm.num_inputs);
+    em.set_memory_group(k.body.args[num_index + j],
+                        aliased != input_of_output.end() ? aliased->second - gm.num_index_operands : static_cast<int>(j));
   }
   // Staging in: the valid part from the array, the rest the uninitialized value. Outputs too,
   // so a block revisited along a sequential axis sees what the previous points wrote.
@@ -458,13 +458,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // An output block visited once (no sequential axes) and not aliased to an input holds nothing
   // the kernel may rely on: it starts as the uninitialized value, as in the interpreter, without
   // reading the array (a third of the edge-block traffic of an elementwise kernel).
-  std::set<int> aliased_outputs;
-  for (auto [in, o] : call.input_output_aliases) aliased_outputs.insert(o);
   auto stage_in = [&] {
     for (size_t j = 0; j < blocks.size(); ++j) {
       if (!blocks[j].staged) continue;
       const int o = static_cast<int>(j) - gm.num_inputs;
-      if (o >= 0 && out.sequential_axes.empty() && !aliased_outputs.count(o)) {
+      if (o >= 0 && out.sequential_axes.empty() && !input_of_output.count(o)) {
         const BlockMapping& bm = gm.block_mappings[j];
         em.fill_uninitialized("blk" + std::to_string(j), bm.array.dtype, std::max<int64_t>(1, bm.block_ref_type.size()));
       } else {

@@ -219,11 +219,11 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
   throw InternalError("gpu emitter: value %" + std::to_string(v) + " is not an array value");
 }
 
-void Emitter::open_thread_loop(int64_t n, const std::string& var, int unroll) {
-  // Not unrolled by default: NVVM otherwise unrolls every such loop by 4 with a remainder loop,
-  // which was a third to a half of the cold NVRTC compile of the examples (docs/PERFORMANCE.md,
-  // stop 17). The loops that move an operand's blocks are batched instead (batched_store_loop).
-  line("#pragma unroll " + std::to_string(unroll));
+void Emitter::open_thread_loop(int64_t n, const std::string& var) {
+  // Not unrolled: NVVM otherwise unrolls every such loop by 4 with a remainder loop, which was a
+  // third to a half of the cold NVRTC compile of the examples (docs/PERFORMANCE.md, stop 17).
+  // The loops that move an operand's blocks are batched instead (batched_store_loop).
+  line("#pragma unroll 1");
   line("for (pl_i64 " + var + " = pl_tid(); " + var + " < " + std::to_string(n) + "; " + var +
        " += pl_nthreads()) {");
   ++indent_;
@@ -231,10 +231,10 @@ void Emitter::open_thread_loop(int64_t n, const std::string& var, int unroll) {
 
 void Emitter::batched_store_loop(int64_t n, const std::string& T, const std::string& value, const std::string& cond,
                                  const std::string& target, const std::function<void()>& prelude) {
-  const std::string B = std::to_string(kMemoryLoopUnroll), N = std::to_string(n);
+  const std::string B = std::to_string(kStoreBatch), N = std::to_string(n);
   // Whole batches for every thread on the GPU (n a multiple of a batch of the group): the bound
   // check is left to host emulation (PL_IN_BATCH).
-  const bool whole = ctx_.group_threads > 0 && n % (kMemoryLoopUnroll * ctx_.group_threads) == 0;
+  const bool whole = ctx_.group_threads > 0 && n % (kStoreBatch * ctx_.group_threads) == 0;
   line("#pragma unroll 1");
   line("for (pl_i64 e0 = pl_tid(); e0 < " + N + "; e0 += " + B + " * pl_nthreads()) {");
   ++indent_;

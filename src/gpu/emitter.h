@@ -143,19 +143,18 @@ class Emitter {
   bool is_elementwise(const ir::Op& op) const;
   // The expression of element `e` of such an op's result, of its storage type.
   std::string elementwise_expr(const ir::Op& op, const std::string& e) const;
-  // Opens / closes `for (pl_i64 e = tid; e < n; e += nthreads)` over a result's elements,
-  // unrolled `unroll` times (kMemoryLoopUnroll for stores to operands' blocks and staging).
-  static constexpr int kMemoryLoopUnroll = 4;
-  void open_thread_loop(int64_t n, const std::string& var = "e", int unroll = 1);
+  // Opens / closes `for (pl_i64 e = tid; e < n; e += nthreads)` over a result's elements.
+  void open_thread_loop(int64_t n, const std::string& var = "e");
   // `header {` ... `} else {` ... (close_loop): two branches that every thread of the CTA takes
   // alike, each starting right after a barrier the caller emitted before the header.
   void open_block(const std::string& header);
   void else_block();
   // `target(e) = value(e)` (only where `cond(e)`, when given) for this thread's elements e of
-  // [0, n), kMemoryLoopUnroll at a time: first every value and condition of the batch into
-  // registers, then every write. Written as one loop, the compiler must assume each write may
-  // change what the next element reads (the pointers may alias), so each thread had one load in
-  // flight; batched, it has a batch's (a copy on an H100: 76% -> see docs/PERFORMANCE.md, stop 20).
+  // [0, n), kStoreBatch at a time: first every value and condition of the batch into registers,
+  // then every write. Written as one loop, the compiler must assume each write may change what
+  // the next element reads (the pointers may alias), so each thread had one load in flight;
+  // batched, it has a batch's (a copy on an H100: 76% -> 91% of cuMemcpyDtoD; PERFORMANCE.md).
+  static constexpr int kStoreBatch = 4;
   // Only for writes that no value of the batch reads back: a store's value reads other memory or
   // the very element it replaces (plan_fusion's rules), staging copies between distinct memory.
   // `prelude` emits lines that value, cond and target need (declarations from e), in each phase.
