@@ -71,6 +71,26 @@ void split_axes(const TracedCall& call, const std::vector<std::string>& semantic
   }
 }
 
+// Whether any op of the kernel may write through kernel argument `arg` or a ref made from it (a
+// view, ...): conservatively, any op writing memory that has such a ref among its operands.
+bool kernel_writes_through(const ir::Kernel& k, ir::ValueId arg) {
+  std::set<ir::ValueId> derived = {arg};
+  bool writes = false;
+  std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
+    for (const ir::Op& op : r.ops) {
+      bool uses = false;
+      for (ir::ValueId v : op.operands) uses = uses || derived.count(v) > 0;
+      if (uses && (op.info().categories & ir::kMemWrite)) writes = true;
+      if (uses)
+        for (ir::ValueId res : op.results)
+          if (k.type(res).is_ref) derived.insert(res);
+      for (const ir::Region& sub : op.regions) walk(sub);
+    }
+  };
+  walk(k.body);
+  return writes;
+}
+
 bool needs_staging(const BlockMapping& bm) {
   for (size_t d = 0; d < bm.block_shape.size(); ++d) {
     const BlockDim& b = bm.block_shape[d];
@@ -298,6 +318,99 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
     scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype)));
   }
+  // ---- The pipeline of the innermost sequential axis. An input whose block moves along that axis
+  // is copied ahead into a ring of shared-memory slots (cp.async): while the body runs step k,
+  // the copies of steps k + 1 .. k + depth - 1 are in flight, and the body reads its block from
+  // shared memory instead of global memory. An input qualifies when its block lies inside the
+  // array at every point (the static proof of grid_keeps_blocks_within: the copy never needs a
+  // check or a padding value), its rows are whole 16-byte chunks (the last dim blocked, the block's
+  // and the array's rows multiples of 16 bytes), and nothing writes it (not aliased to an output,
+  // not stored to by the kernel: a write to a slot would not reach the array). Depth: the largest
+  // Buffered(count) among them (2 by default; Buffered(1) opts an input out). The ring must fit
+  // in shared memory beside the barriers and wgmma's staging; inputs that do not fit stay in place.
+  std::vector<int64_t> slot_offset(blocks.size(), -1), slot_block_bytes(blocks.size(), 0);
+  // What wgmma's staging would take beside them, if the kernel has a dot at its top level.
+  bool has_dot = false;
+  for (const ir::Op& op : k.body.ops) has_dot = has_dot || op.code == ir::OpCode::DotGeneral;
+  const int64_t staging_reserve = has_dot ? wgmma_stage_bytes() * std::max(1, out.threads_per_cta / 128) : 0;
+  if (!gpu_kernel && !out.sequential_axes.empty()) {
+    const int axis = out.sequential_axes.back();
+    std::set<int> aliased_inputs;
+    for (auto [in, o] : call.input_output_aliases) aliased_inputs.insert(in - gm.num_index_operands);
+    std::vector<int> candidates;
+    int depth = 0;
+    for (int j = 0; j < gm.num_inputs; ++j) {
+      const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+      const int count = bm.pipeline_mode ? bm.pipeline_mode->buffer_count : 2;
+      const int64_t item = itemsize(bm.array.dtype);
+      const size_t rank = bm.block_shape.size();
+      if (count < 2 || rank == 0 || blocks[static_cast<size_t>(j)].staged || aliased_inputs.count(j) ||
+          !yields_depend_on(bm.index_map, static_cast<size_t>(axis)) || !bm.block_shape.back().is_blocked() ||
+          (bm.block_shape.back().size() * item) % 16 != 0 || (bm.array.shape.back() * item) % 16 != 0 ||
+          kernel_writes_through(k, k.body.args[static_cast<size_t>(gm.num_index_operands + j)]))
+        continue;
+      bool inside = true;
+      for (size_t d = 0; d < rank; ++d) inside = inside && grid_keeps_blocks_within(bm, d, grid, bm.array.shape[d]);
+      if (!inside) continue;
+      candidates.push_back(j);
+      depth = std::max(depth, count);
+    }
+    const int64_t budget = opts.max_shared_bytes - 8 * out.num_barriers - staging_reserve;
+    for (int j : candidates) {
+      const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+      const int64_t bytes = (std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype) + 127) / 128 * 128;
+      if (out.pipeline_slot_bytes + depth * bytes > budget) continue;
+      slot_offset[static_cast<size_t>(j)] = out.pipeline_slot_bytes;
+      slot_block_bytes[static_cast<size_t>(j)] = bytes;
+      out.pipeline_slot_bytes += depth * bytes;
+      out.pipelined_inputs.push_back(j);
+    }
+    if (!out.pipelined_inputs.empty()) out.pipeline_depth = depth;
+  }
+  // pl_prefetch: the pipelined inputs' blocks at point g into slot `slot` of their rings, the
+  // CTA's threads taking 16-byte chunks in turn. An array whose base is not 16-byte aligned (a
+  // DLPack import of an offset view) is copied element by element instead, synchronously.
+  std::ostringstream prefetch;
+  if (out.pipeline_depth > 0) {
+    prefetch << "PL_DEV void pl_prefetch(const PlParams& p, const pl_i64* g, const pl_i64* G, int slot) {\n";
+    for (int j : out.pipelined_inputs) {
+      const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+      const Block& b = blocks[static_cast<size_t>(j)];
+      const size_t rank = bm.block_shape.size();
+      const std::string T = ctype(bm.array.dtype), J = std::to_string(j);
+      const std::string op = "p.op[" + std::to_string(gm.num_index_operands + j) + "]";
+      std::string start;
+      std::vector<int64_t> view_strides;
+      for (size_t d = 0; d < rank; ++d) {
+        const BlockDim& bd = bm.block_shape[d];
+        const std::string st = bd.is_blocked() ? "bi[" + std::to_string(d) + "] * " + std::to_string(bd.size())
+                                               : "bi[" + std::to_string(d) + "]";
+        start += (start.empty() ? "" : " + ") + st + " * " + std::to_string(b.array_strides[d]);
+        if (!bd.is_squeezed()) view_strides.push_back(b.array_strides[d]);
+      }
+      const Shape& shape = bm.block_ref_type.shape;
+      const int64_t row = shape.back(), rows = std::max<int64_t>(1, bm.block_ref_type.size()) / row;
+      const int64_t chunks_per_row = row * itemsize(bm.array.dtype) / 16;
+      const Shape row_shape(shape.begin(), shape.end() - 1);
+      const std::vector<int64_t> row_strides(view_strides.begin(), view_strides.end() - 1);
+      const std::string row_offset = row_shape.empty() ? "0" : detail::offset_of(row_shape, row_strides, "(c / " + std::to_string(chunks_per_row) + ")");
+      prefetch << "  {  // " << bm.origin << "\n    pl_i64 bi[" << rank << "];\n    pl_index_map_" << J << "(p, g, G, bi);\n"
+               << "    const " << T << "* src = ((const " << T << "*)" << op << ") + (" << start << ");\n"
+               << "    pl_u8* dst = pl_slots + " << slot_offset[static_cast<size_t>(j)] << " + (pl_i64)slot * "
+               << slot_block_bytes[static_cast<size_t>(j)] << ";\n"
+               << "    if (((pl_u64)" << op << " & 15) == 0) {\n"
+               << "      #pragma unroll 1\n"  // (unrolled, the copies were a third of the matmul's cold compile)
+               << "      for (pl_i64 c = pl_cta_tid(); c < " << rows * chunks_per_row << "; c += pl_cta_nthreads())\n"
+               << "        pl_cp_async16(dst + 16 * c, (const pl_u8*)(src + " << row_offset << ") + 16 * (c % " << chunks_per_row
+               << "));\n"
+               << "    } else {\n"
+               << "      #pragma unroll 1\n"
+               << "      for (pl_i64 e = pl_cta_tid(); e < " << rows * row << "; e += pl_cta_nthreads()) ((" << T
+               << "*)dst)[e] = src[" << detail::offset_of(shape, view_strides, "e") << "];\n"
+               << "    }\n  }\n";
+    }
+    prefetch << "}\n\n";
+  }
   // gpu::ClusterBarrier in clusters of several CTAs: pl_mbar_peers(i) is the mask of cluster ranks
   // an arrival on barrier i reaches from this CTA — the CTAs differing from it along at most one
   // of the barrier's collective axes (a rank is the row-major index of the cluster axes, which are
@@ -342,7 +455,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   Emitter em(k, ctx, 1);
   body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
-          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof) {\n";
+          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot) {\n";
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
   const size_t num_index = static_cast<size_t>(gm.num_index_operands);
   for (size_t i = 0; i < num_index; ++i) {
@@ -362,6 +475,18 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const BlockMapping& bm = gm.block_mappings[j];
     const Block& b = blocks[j];
     const size_t rank = bm.block_shape.size();
+    if (slot_offset[j] >= 0) {
+      // Pipelined: this step's slot of the ring, the block contiguous (pl_prefetch filled it; the
+      // block is known to lie inside the array, so there is nothing to check here).
+      const std::string T = ctype(bm.array.dtype);
+      const RefInfo r{"blk" + std::to_string(j), bm.array.dtype, bm.block_ref_type.shape,
+                      detail::contiguous_strides(bm.block_ref_type.shape)};
+      em.line(T + "* " + r.ptr + " = (" + T + "*)(pl_slots + " + std::to_string(slot_offset[j]) + " + (pl_i64)pl_slot * " +
+              std::to_string(slot_block_bytes[j]) + ");");
+      em.bind_ref(k.body.args[num_index + j], r);
+      em.set_memory_group(k.body.args[num_index + j], static_cast<int>(j));
+      continue;
+    }
     const std::string bi = "bi" + std::to_string(j), st = "st" + std::to_string(j);
     em.line("pl_i64 " + bi + "[" + std::to_string(std::max<size_t>(1, rank)) + "];");
     em.line("if (!pl_index_map_" + std::to_string(j) + "(p, g, G, " + bi + ")) return false;");
@@ -477,6 +602,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                 ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
                                 : "((" + ctype(t.dtype) + "*)(cta_arena + " + std::to_string(scratch_offsets[s]) + "))";
     em.bind_ref(k.body.args[first_scratch + s], RefInfo{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)});
+    // A scratch buffer is memory of its own too, but for a Union's members, which overlap
+    // (negative groups: not an operand's block).
+    if (gm.scratch_unions[s].union_index < 0)
+      em.set_memory_group(k.body.args[first_scratch + s], -1 - static_cast<int>(s));
   }
   auto staged_body = [&] {
     stage_in();
@@ -521,7 +650,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // Scratch is fresh for every CTA of a gpu::kernel (as in the interpreter), and barriers must
   // start their phases with the phase bits each thread keeps: both are set up per parallel point.
   const bool fresh_scratch_per_point = gpu_kernel || out.num_barriers > 0;
-  out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes;
+  // The ring comes first: the arena goes to global memory when both do not fit.
+  out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes &&
+                        (out.pipeline_slot_bytes == 0 || (out.arena_bytes + 127) / 128 * 128 + out.pipeline_slot_bytes +
+                                                                 staging_reserve + 8 * out.num_barriers <=
+                                                             opts.max_shared_bytes);
   // wgmma stages its operands in shared memory after the arena (dynamic shared memory), a stage
   // per warpgroup, when there is room beside the arena and the barriers; else sm_90a takes the
   // mma.sync path too.
@@ -548,11 +681,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "#define PL_WGMMA_STAGES " << out.wgmma_staging_bytes / wgmma_stage_bytes() << "\n#define PL_WG_KC "
         << kWgmmaStepK << "\n#define PL_WG_STAGE_BYTES " << wgmma_stage_bytes() << "\n#define PL_WGMMA_STAGING_OFFSET "
         << out.wgmma_staging_offset() << "\n";
+  if (out.pipeline_slot_bytes > 0)
+    src << "#define PL_SLOT_BYTES " << out.pipeline_slot_bytes << "\n#define PL_SLOTS_OFFSET " << out.slots_offset() << "\n";
   src << device_runtime_source();
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
-  src << peers << maps.str() << body.str() << "\n";
+  src << peers << maps.str() << prefetch.str() << body.str() << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
   // The grid sizes as constants (p.grid holds the same): the decode of the point, the loops of the
@@ -571,12 +706,36 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   for (auto it = out.parallel_axes.rbegin(); it != out.parallel_axes.rend(); ++it)
     src << "  g[" << *it << "] = rest % G[" << *it << "]; rest /= G[" << *it << "];\n";
   std::string indent = "  ";
-  for (int a : out.sequential_axes) {
+  const size_t plain_loops = out.sequential_axes.size() - (out.pipeline_depth > 0 ? 1 : 0);
+  for (size_t i = 0; i < plain_loops; ++i) {
+    const int a = out.sequential_axes[i];
     src << indent << "for (g[" << a << "] = 0; g[" << a << "] < G[" << a << "]; ++g[" << a << "]) {\n";
     indent += "  ";
   }
-  src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof)) return;\n";
-  for (size_t i = 0; i < out.sequential_axes.size(); ++i) {
+  if (out.pipeline_depth > 0) {
+    // The innermost sequential axis with its ring: iteration s issues the copies of step s into
+    // slot s % depth — the slot step s - depth used, which every thread is done with (the barrier
+    // after each step) — then runs step k = s - (depth - 1) once its copies (the oldest group in
+    // flight) have landed. A group is committed every iteration, empty past the last step, so
+    // the count holds. One call site each for pl_prefetch and pl_grid_point (each is inlined:
+    // two would double their share of the cold compile).
+    const std::string a = std::to_string(out.sequential_axes.back()), D = std::to_string(out.pipeline_depth);
+    const std::string ga = "g[" + a + "]", Ga = "G[" + a + "]";
+    src << indent << "for (pl_i64 s = 0; s < " << Ga << " + " << D << " - 1; ++s) {\n"
+        << indent << "  if (s < " << Ga << ") { " << ga << " = s; pl_prefetch(p, g, G, (int)(s % " << D << ")); }\n"
+        << indent << "  pl_cp_async_commit();\n"
+        << indent << "  if (s < " << D << " - 1) continue;\n"
+        << indent << "  " << ga << " = s - (" << D << " - 1);\n"
+        << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
+        << indent << "  pl_cta_sync();\n"
+        << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << D
+        << "))) { pl_cp_async_wait<0>(); return; }\n"
+        << indent << "  pl_cta_sync();\n"
+        << indent << "}\n";
+  } else {
+    src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0)) return;\n";
+  }
+  for (size_t i = 0; i < plain_loops; ++i) {
     indent.resize(indent.size() - 2);
     src << indent << "}\n";
   }

@@ -95,10 +95,19 @@ struct GeneratedKernel {
   // whole warpgroups, or no room beside the arena — and sm_90a runs mma.sync too). It follows
   // the arena in the dynamic shared memory of launches on sm_90 devices only.
   int64_t wgmma_staging_bytes = 0;
-  int64_t wgmma_staging_offset() const { return arena_in_shared ? (arena_bytes + 127) / 128 * 128 : 0; }
+  // The pipeline of the innermost sequential axis (codegen.cpp): the inputs whose blocks are
+  // copied ahead into a ring of pipeline_depth shared-memory slots each (none: depth 0), and the
+  // ring's bytes. Dynamic shared memory holds the arena (when in shared memory), the ring, then
+  // wgmma's staging, each from a 128-byte boundary.
+  std::vector<int> pipelined_inputs;
+  int pipeline_depth = 0;
+  int64_t pipeline_slot_bytes = 0;
+  int64_t slots_offset() const { return arena_in_shared ? (arena_bytes + 127) / 128 * 128 : 0; }
+  int64_t wgmma_staging_offset() const { return slots_offset() + (pipeline_slot_bytes + 127) / 128 * 128; }
   // The dynamic shared memory a launch asks for (`wgmma`: on a device that runs the sm_90a code).
   int64_t dynamic_shared_bytes(bool wgmma) const {
     if (wgmma && wgmma_staging_bytes > 0) return wgmma_staging_offset() + wgmma_staging_bytes;
+    if (pipeline_slot_bytes > 0) return slots_offset() + pipeline_slot_bytes;
     return arena_in_shared ? arena_bytes : 0;
   }
   // Profiling: events per Pallas thread and parallel point (0: off), the named regions (an

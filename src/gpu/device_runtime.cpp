@@ -655,6 +655,36 @@ PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
     if ((peers >> q) & 1u) pl_mbar_arrive_remote(b, q);
 }
 #endif
+// ---- The pipeline of a sequential axis: blocks copied ahead into shared-memory slots ---------------
+// (codegen.cpp, "pipelined" inputs.) pl_slots is the ring's shared memory: after the arena in the
+// dynamic shared memory on the GPU (PL_SLOTS_OFFSET), a static buffer per CTA in host emulation.
+// pl_cp_async16 copies 16 bytes from global memory without passing through registers (cp.async,
+// sm_80 and later; a plain copy before sm_80 and in host emulation); a thread's copies since its
+// last pl_cp_async_commit form a group, and pl_cp_async_wait<N>() returns once at most N of its
+// newest groups are still in flight. Other threads see the bytes after a barrier that follows.
+#ifdef PL_SLOT_BYTES
+#if PL_HOST_EMULATION
+alignas(128) static pl_u8 pl_host_slots[PL_CLUSTER_CTAS][PL_SLOT_BYTES];  // per CTA
+#define pl_slots (pl_host_slots[pl_cluster_rank()])
+#else
+extern __shared__ __align__(128) char pl_smem[];
+#define pl_slots ((pl_u8*)pl_smem + PL_SLOTS_OFFSET)
+#endif
+#endif
+#if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(pl_smem_u32(smem)), "l"(gmem) : "memory");
+}
+PL_DEV void pl_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> PL_DEV void pl_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+#else
+PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
+  ((pl_u64*)smem)[0] = ((const pl_u64*)gmem)[0];
+  ((pl_u64*)smem)[1] = ((const pl_u64*)gmem)[1];
+}
+PL_DEV void pl_cp_async_commit() {}
+template <int N> PL_DEV void pl_cp_async_wait() {}
+#endif
 // ---- Tensor cores: mma.sync (sm_80 and later) ------------------------------------------------------
 // A 2-D dot of bf16 or f16 tiles (f32 accumulation) runs on mma.sync.m16n8k16: the group's warps
 // take 16x8 blocks of the result in turn and load their fragments from shared memory with

@@ -463,7 +463,14 @@ void Emitter::emit_pure(const ir::Op& op) {
       const ir::Ints& rc = op.attrs.get_ints(AttrKey::RhsContracting);
       const ir::Ints& lb = op.attrs.get_ints(AttrKey::LhsBatch);
       const ir::Ints& rb = op.attrs.get_ints(AttrKey::RhsBatch);
-      const std::vector<int64_t> ls = contiguous_strides(lt.shape), rs = contiguous_strides(rtt.shape);
+      // An operand is a tile, or a load viewed in place (plan_fusion): its pointer and strides.
+      auto operand = [&](ValueId v) -> std::pair<std::string, std::vector<int64_t>> {
+        const ValueInfo& i = info(v);
+        if (i.kind == ValueInfo::Kind::Fused) return {i.ref.ptr, i.ref.strides};
+        return {i.name, contiguous_strides(type(v).shape)};
+      };
+      const auto [lp, ls] = operand(l);
+      const auto [rp, rs] = operand(r);
       auto in = [](const ir::Ints& v, size_t d) { return std::find(v.begin(), v.end(), static_cast<int64_t>(d)) != v.end(); };
       // Result dims: batch, lhs free, rhs free. Each contributes to the lhs and/or rhs offsets.
       std::vector<int64_t> lstr, rstr;  // per result dim
@@ -479,19 +486,27 @@ void Emitter::emit_pure(const ir::Op& op) {
       std::string A;  // accumulator type
       if (is_float(xt)) A = (xt == DType::F64 || R == DType::F64) ? "double" : "float";
       else A = is_float(R) ? "pl_i64" : ctype(R);
-      out = begin_result(res);
+      // The result: a tile, or (`acc[v] += dot`, plan_fusion) the accumulator's view, added to.
+      const auto acc_store = accumulating_dots_.find(&op);
+      const bool accumulate = acc_store != accumulating_dots_.end();
+      RefInfo d;
+      if (accumulate) {
+        const ir::Op& st = *acc_store->second;
+        d = view(st, info(st.operands[0]).ref, st.attrs.get_indexer(AttrKey::Index));
+        before_mem_read();
+        before_mem_write();
+      } else {
+        out = begin_result(res);
+        d = RefInfo{out, R, rt.shape, contiguous_strides(rt.shape)};
+      }
       // A plain matrix product (lhs m x k, rhs k x n or n x k) goes to the tensor cores when it
-      // can; the loop below is its fallback, and every other dot.
+      // can (rows of each matrix contiguous); the loop below is its fallback, and every other dot.
       bool on_tensor_cores = false;
-      if (lt.shape.size() == 2 && rtt.shape.size() == 2 && lb.empty() && lc == ir::Ints{1} &&
-          (rc == ir::Ints{0} || rc == ir::Ints{1})) {
-        const bool b_nk = rc[0] == 1;
-        MmaProduct p;
-        p.d = out, p.a = info(l).name, p.b = info(r).name;
-        p.m = lt.shape[0], p.k = lt.shape[1], p.n = rtt.shape[b_nk ? 0 : 1];
-        p.ldd = p.n, p.lda = p.k, p.ldb = b_nk ? p.k : p.n;
-        p.b_nk = b_nk;
-        p.d_dtype = R, p.a_dtype = xt, p.b_dtype = rtt.dtype;
+      MmaProduct p;
+      if (plain_product(op, p) && ls[1] == 1 && rs[1] == 1 && (d.strides.size() < 2 || d.strides[1] == 1)) {
+        p.d = d.ptr, p.a = lp, p.b = rp;
+        p.ldd = d.strides.size() < 2 ? p.n : d.strides[0], p.lda = ls[0], p.ldb = rs[0];
+        p.accumulate = accumulate;
         on_tensor_cores = open_tensor_core_product(p);
       }
       open_thread_loop(std::max<int64_t>(1, rt.size()));
@@ -507,7 +522,7 @@ void Emitter::emit_pure(const ir::Op& op) {
         loff += " + " + i + " * " + std::to_string(ls[static_cast<size_t>(lc[k])]);
         roff += " + " + i + " * " + std::to_string(rs[static_cast<size_t>(rc[k])]);
       }
-      std::string a = info(l).name + "[" + loff + "]", b = info(r).name + "[" + roff + "]";
+      std::string a = lp + "[" + loff + "]", b = rp + "[" + roff + "]";
       if (is_float(xt)) {
         line("acc += (" + A + ")" + widen(xt, a) + " * (" + A + ")" + widen(xt, b) + ";");
       } else {
@@ -519,10 +534,17 @@ void Emitter::emit_pure(const ir::Op& op) {
       if (is_half(R)) result = narrow(R, "(float)acc");
       else if (is_integer(R) && is_float(xt)) result = "pl_f2i<" + ctype(R) + ">(acc)";
       else result = "(" + ctype(R) + ")acc";
-      line(out + "[e] = " + result + ";");
+      const std::string target = d.ptr + "[" + offset_of(rt.shape, d.strides, "e") + "]";
+      // In place: the product rounded to f32, then the sum (the unfused ops' order).
+      line(target + " = " + (accumulate ? "(float)(" + target + " + " + result + ")" : result) + ";");
       close_loop();
       if (on_tensor_cores) close_loop();
-      end_result(res);
+      if (accumulate) {
+        after_mem_write();
+        after_mem_read();
+      } else {
+        end_result(res);
+      }
       return;
     }
     default: break;
@@ -530,12 +552,29 @@ void Emitter::emit_pure(const ir::Op& op) {
   throw NotSupportedError(std::string(op.info().name) + " on the GPU backend", op.loc);
 }
 
-bool Emitter::open_tensor_core_product(const MmaProduct& p) {
+bool Emitter::plain_product(const ir::Op& dot, MmaProduct& p) const {
+  if (dot.code != OpCode::DotGeneral) return false;
+  const ir::Type& lt = type(dot.operands[0]);
+  const ir::Type& rt = type(dot.operands[1]);
+  const ir::Ints& lc = dot.attrs.get_ints(AttrKey::LhsContracting);
+  const ir::Ints& rc = dot.attrs.get_ints(AttrKey::RhsContracting);
+  if (lt.shape.size() != 2 || rt.shape.size() != 2 || !dot.attrs.get_ints(AttrKey::LhsBatch).empty() ||
+      lc != ir::Ints{1} || (rc != ir::Ints{0} && rc != ir::Ints{1}))
+    return false;
+  p.b_nk = rc[0] == 1;
+  p.m = lt.shape[0], p.k = lt.shape[1], p.n = rt.shape[p.b_nk ? 0 : 1];
+  p.d_dtype = type(dot.results[0]).dtype, p.a_dtype = lt.dtype, p.b_dtype = rt.dtype;
+  return true;
+}
+
+bool Emitter::tensor_core_shape(const MmaProduct& p) {
   const bool half_inputs = p.a_dtype == p.b_dtype && (p.a_dtype == DType::BF16 || p.a_dtype == DType::F16);
   const bool result_ok = p.d_dtype == DType::F32 || p.d_dtype == DType::BF16 || p.d_dtype == DType::F16;
-  if (!half_inputs || !result_ok || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m % 16 != 0 || p.n % 8 != 0 ||
-      p.k % 16 != 0)
-    return false;
+  return half_inputs && result_ok && p.m > 0 && p.n > 0 && p.k > 0 && p.m % 16 == 0 && p.n % 8 == 0 && p.k % 16 == 0;
+}
+
+bool Emitter::open_tensor_core_product(const MmaProduct& p) {
+  if (!tensor_core_shape(p)) return false;
   if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
   auto s = [](int64_t v) { return std::to_string(v); };
   // pl_tc_dot (wgmma, else mma.sync) is false only for a group that is not whole warps (host

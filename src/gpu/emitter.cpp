@@ -451,6 +451,61 @@ void Emitter::plan_fusion(const ir::Region& r) {
     const bool stores = r.ops[u].code == OpCode::Store || r.ops[u].code == OpCode::Swap;
     fused[i] = quiet && (!stores || same_view(op, r.ops[u]) || distinct_memory(op.operands[0], r.ops[u].operands[0]));
   }
+  // A tensor-core product reads its operands where they are: a load whose only use is such a dot
+  // (nothing writing memory in between) is a view of the ref, not a tile — wgmma's staging and
+  // ldmatrix read each element once, so the copy would be a pass over memory for nothing.
+  auto is_quiet = [&](size_t from, size_t to) {  // ops in (from, to) write no memory
+    for (size_t j = from + 1; j < to; ++j)
+      if (!fused[j] && r.ops[j].code != OpCode::Load) return false;
+    return true;
+  };
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const ir::Op& op = r.ops[i];
+    if (op.code != OpCode::Load || fused[i] || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0 ||
+        op.results.size() != 1 || type(op.results[0]).shape.size() != 2)
+      continue;
+    const size_t u = single_user(op.results[0]);
+    if (u == kNested || u <= i || r.ops[u].code != OpCode::DotGeneral) continue;
+    MmaProduct p;
+    fused[i] = plain_product(r.ops[u], p) && tensor_core_shape(p) && is_quiet(i, u);
+  }
+  // `acc[v] = acc[v] + dot(a, b)` in f32 (the accumulator of a blocked matmul): the dot adds its
+  // products to acc[v] in place, so neither the product nor the sum is a pass over a tile. The
+  // add and the load are fused into the store already; the store's view must be the load's, the
+  // ops from the dot to the store all fused (nothing else runs in between), and the dot's
+  // operands tiles or views of memory the store cannot reach (another operand's block, another
+  // scratch buffer).
+  auto producer_in_r = [&](ValueId v) -> size_t {
+    for (size_t j = 0; j < r.ops.size(); ++j)
+      if (r.ops[j].results.size() == 1 && r.ops[j].results[0] == v) return j;
+    return kNested;
+  };
+  for (size_t d = 0; d < r.ops.size(); ++d) {
+    const ir::Op& dot = r.ops[d];
+    MmaProduct p;
+    if (dot.code != OpCode::DotGeneral || !plain_product(dot, p) || p.d_dtype != DType::F32) continue;
+    const ValueId prod = dot.results[0];
+    const size_t a = single_user(prod);
+    if (a == kNested || a <= d || r.ops[a].code != OpCode::Add || !fused[a]) continue;
+    const ValueId other = r.ops[a].operands[0] == prod ? r.ops[a].operands[1] : r.ops[a].operands[0];
+    const size_t s = single_user(r.ops[a].results[0]), l = producer_in_r(other);
+    if (other == prod || s == kNested || l == kNested || r.ops[s].code != OpCode::Store ||
+        r.ops[s].attrs.get_int_or(ir::AttrKey::Masked, 0) != 0)
+      continue;
+    const ir::Op& store = r.ops[s];
+    if (r.ops[l].code != OpCode::Load || !fused[l] || !same_view(r.ops[l], store) ||
+        type(other).dtype != DType::F32 || type(store.operands.back()).shape != type(prod).shape)
+      continue;
+    bool ok = true;
+    for (size_t j = d + 1; j < s && ok; ++j) ok = fused[j];
+    for (ValueId o : dot.operands) {
+      const size_t src = producer_in_r(o);
+      if (src != kNested && fused[src] && !distinct_memory(r.ops[src].operands[0], store.operands[0])) ok = false;
+    }
+    if (!ok) continue;
+    accumulating_dots_[&dot] = &store;
+    absorbed_.insert({&store, &r.ops[a], &r.ops[l]});
+  }
   for (size_t i = 0; i < r.ops.size(); ++i)
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
 }
@@ -459,7 +514,10 @@ bool Emitter::reads_operand_memory(ValueId v) const {
   auto it = fused_producers_.find(v);
   if (it == fused_producers_.end()) return false;
   const ir::Op& op = *it->second;
-  if (op.code == OpCode::Load) return memory_group_.count(op.operands[0]) > 0;
+  if (op.code == OpCode::Load) {
+    const auto g = memory_group_.find(op.operands[0]);
+    return g != memory_group_.end() && g->second >= 0;
+  }
   for (ValueId o : op.operands)
     if (reads_operand_memory(o)) return true;
   return false;
@@ -488,7 +546,10 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
       yielded = op.operands;
       continue;
     }
-    if (!op.results.empty() && fused_producers_.count(op.results[0])) {
+    if (absorbed_.count(&op)) {
+      line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()) +
+           "  (part of the dot's accumulation in place)");
+    } else if (!op.results.empty() && fused_producers_.count(op.results[0])) {
       emit_fused(op);
     } else {
       emit_op(op);
@@ -645,7 +706,8 @@ void Emitter::emit_ref_op(const ir::Op& op) {
       } else {
         std::string old;
         if (op.code == OpCode::Swap) old = define_tile(op.results[0]);
-        if (op.code == OpCode::Store && memory_group_.count(op.operands[0]) && reads_operand_memory(val)) {
+        const auto group = memory_group_.find(op.operands[0]);
+        if (op.code == OpCode::Store && group != memory_group_.end() && group->second >= 0 && reads_operand_memory(val)) {
           // A store to an operand's block of values read from operands' blocks (the loads fused
           // into it): the loop an elementwise kernel's bandwidth depends on. Other loops stay
           // rolled, to keep the cold compile short (batching every load and store made the bf16

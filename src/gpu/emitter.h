@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -114,10 +115,11 @@ class Emitter {
   Emitter(const ir::Kernel& k, EmitContext ctx, int indent);
   // Binds a parameter of the function to a Ref or a scalar expression.
   void bind_ref(ir::ValueId v, RefInfo r);
-  // Ref v is a whole operand's block (pallas_call's in-place or staged blocks), in memory that no
-  // ref of another group overlaps: lets a load of it fuse into a store to another group's ref
-  // (plan_fusion). Refs never declared (scratch, whose Union members overlap; views made inside
-  // the kernel) may overlap anything.
+  // Ref v is memory that no ref of another group overlaps: an operand's whole block (pallas_call's
+  // in-place or staged blocks; group >= 0) or a scratch buffer that is not a Union member (group
+  // < 0). Lets a load of it fuse into a store to another group's ref, and a dot accumulate into
+  // it in place (plan_fusion). Refs never declared (Union members; views made inside the
+  // kernel) may overlap anything.
   void set_memory_group(ir::ValueId v, int group) { memory_group_[v] = group; }
   void bind_scalar(ir::ValueId v, const std::string& expr);
   // Emits the ops of `r` (not its yield); returns the yielded values.
@@ -186,13 +188,18 @@ class Emitter {
   // compute the product (f32 accumulation of bf16 or f16 inputs into an f32, bf16 or f16 result,
   // m % 16 == n % 8 == k % 16 == 0), and counts it; the caller closes it when this returned true.
   bool open_tensor_core_product(const MmaProduct& p);  // emit_ops.cpp
+  // A 2-D matrix product (lhs m x k, rhs k x n or n x k, no batch dims): p's dims, dtypes and
+  // b_nk; false for any other dot_general. Pointers and strides are the caller's.
+  bool plain_product(const ir::Op& dot, MmaProduct& p) const;  // emit_ops.cpp
+  // Whether the tensor cores can compute such a product (dtypes and shape).
+  static bool tensor_core_shape(const MmaProduct& p);  // emit_ops.cpp
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);
   void compute_last_uses(const ir::Region& r);
   // Chooses the ops of `r` whose results are fused into their user (fused_producers_).
   void plan_fusion(const ir::Region& r);
-  // Whether fused value v reads an operand's block (a fused load of a ref with a memory group).
+  // Whether fused value v reads an operand's block (a fused load of a ref with a group >= 0).
   bool reads_operand_memory(ir::ValueId v) const;
   // Binds a fused op's result (no code but a comment, and a load's barrier and view pointer).
   void emit_fused(const ir::Op& op);
@@ -216,6 +223,10 @@ class Emitter {
   std::map<const ir::Op*, std::vector<ir::ValueId>> dies_after_;
   std::map<ir::ValueId, const ir::Op*> fused_producers_;  // fused value -> the op computing it
   std::map<ir::ValueId, int> memory_group_;                // set_memory_group
+  // `ref[v] += dot(a, b)` (f32): the dot accumulates into the ref's view in place, and the load,
+  // the add and the store emit nothing (plan_fusion).
+  std::map<const ir::Op*, const ir::Op*> accumulating_dots_;  // dot -> the store it replaces
+  std::set<const ir::Op*> absorbed_;
   bool fused_reads_pending_ = false;  // a fused load's memory is read by the next emitted loop
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   int conditional_depth_ = 0;

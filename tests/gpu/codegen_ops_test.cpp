@@ -515,6 +515,125 @@ TEST(GpuCodegenOps, AccumulationAxisRunsInOrderInsideTheCta) {
   EXPECT_THROW(gpu::generate_cuda(*tc, tc->grid_mapping.grid, seq), Error);
 }
 
+// The canonical blocked matmul (acc += x[i, k] @ y[k, j] over a sequential k, z = acc at the
+// last k) with x's blocks asking for `depth` buffers.
+PallasCall blocked_matmul(int64_t M, int64_t N, int64_t K, int64_t bm, int64_t bn, int64_t bk, int depth) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
+    pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = 0.0f; });
+    acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+    pl::when(pl::program_id(2) == pl::num_programs(2) - 1, [&] { z[pl::all] = acc[pl::all]; });
+  };
+  return pl::pallas_call(
+      kernel, ShapeDtype({M, N}, DType::F32),
+      opts({M / bm, N / bn, K / bk},
+           {BlockSpec({bm, bk}, [](Value i, Value, Value k) { return Indices{i, k}; }).with_pipeline_mode(Buffered{depth}),
+            BlockSpec({bk, bn}, [](Value, Value j, Value k) { return Indices{k, j}; })},
+           {BlockSpec({bm, bn}, [](Value i, Value j, Value) { return Indices{i, j}; })},
+           {ScratchShape{{bm, bn}, DType::F32, MemorySpace::Vmem}}));
+}
+
+// Blocks that move along the innermost sequential axis come through a ring of shared-memory slots,
+// copied ahead (cp.async on the GPU): x's and y's blocks of a blocked matmul, with rings of 2 to 4
+// slots, K axes of 1 to 5 steps (shorter and longer than the ring), an outer sequential axis (the
+// ring starts over for each j), the CUDA-core loop (f32, or bf16 with 3 or 4 threads) and wgmma
+// (bf16, one warpgroup). A step reading another step's slot gives a wrong product.
+TEST(GpuCodegenOps, BlocksMovingAlongTheSequentialAxisComeThroughARingOfSlots) {
+  struct Case { DType in; int64_t steps; int depth; int threads; bool j_sequential; };
+  for (Case c : {Case{DType::F32, 1, 2, 3, false}, Case{DType::F32, 5, 3, 3, true}, Case{DType::BF16, 4, 2, 128, false},
+                 Case{DType::BF16, 3, 4, 4, true}, Case{DType::BF16, 2, 3, 128, true}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.in)) + ", " + std::to_string(c.steps) + " steps, depth " + std::to_string(c.depth) +
+                 ", " + std::to_string(c.threads) + " threads" + (c.j_sequential ? ", j sequential" : ""));
+    const int64_t bm = 64, bn = 32, bk = 16, M = 128, N = 64, K = bk * c.steps;
+    PallasCall call = blocked_matmul(M, N, K, bm, bn, bk, c.depth);
+    const Array x = Array::random_normal({M, K}, c.in, 41), y = Array::random_normal({K, N}, c.in, 42);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    ASSERT_EQ(tc->grid_mapping.grid, (std::vector<int64_t>{M / bm, N / bn, c.steps}));
+    gpu::CodegenOptions options;
+    options.threads_per_cta = c.threads;
+    if (c.j_sequential) options.dimension_semantics = {"parallel", "arbitrary", "arbitrary"};
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    EXPECT_EQ(k.sequential_axes, c.j_sequential ? (std::vector<int>{1, 2}) : std::vector<int>{2});
+    EXPECT_EQ(k.pipelined_inputs, (std::vector<int>{0, 1}));
+    EXPECT_EQ(k.pipeline_depth, c.depth);
+    EXPECT_EQ(k.pipeline_slot_bytes, c.depth * (bm * bk + bk * bn) * itemsize(c.in));
+    EXPECT_CONTAINS(k.source, "pl_cp_async16(");
+    gpu::HostEmulationStats stats;
+    std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, c.threads, &stats);
+    if (c.in == DType::BF16 && c.threads == 128) EXPECT_GT(stats.wgmma_instructions, 0u);
+    expect_plain_product(x, y, false, DType::F32, got[0]);
+  }
+}
+
+// What stays out of the ring, read in place as before: a block that does not move along the
+// sequential axis, one asking for Buffered(1), an input aliased to an output or written by the
+// kernel (a slot would not carry the write to the array), rows that are not whole 16-byte chunks.
+// Each still computes what the interpreter does.
+TEST(GpuCodegenOps, BlocksTheRingCannotCarryStayInPlace) {
+  auto kernel = [](const pl::Ref& a, const pl::Ref& b, const pl::Ref& c, const pl::Ref& d, const pl::Ref& e,
+                   const pl::Ref& w, const pl::Ref& o) {
+    pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({8, 16}, DType::F32); });
+    d[pl::all] = d[pl::all] * 2.0f;  // a write to an input block
+    o[pl::all] = o[pl::all] + a[pl::all] + b[pl::all] + c[pl::all] + d[pl::all] + w[pl::all];
+    pl::when(pl::program_id(1) == 0, [&] { o.at(pl::ds(0, 1), pl::ds(0, 2)).store({}, pl::reshape(e[pl::all], {1, 2})); });
+  };
+  auto moving = [](Value i, Value k) { return Indices{k, i}; };
+  CallOptions o = opts({2, 3},
+                       {BlockSpec({8, 16}, moving),                                           // a: pipelined
+                        BlockSpec({8, 16}, [](Value i, Value) { return Indices{0, i}; }),     // b: does not move
+                        BlockSpec({8, 16}, moving).with_pipeline_mode(Buffered{1}),            // c: Buffered(1)
+                        BlockSpec({8, 16}, moving),                                           // d: written
+                        BlockSpec({2}, [](Value, Value k) { return Indices{k}; }),             // e: 8-byte rows
+                        BlockSpec({8, 16}, moving)},                                          // w: aliased
+                       {BlockSpec({8, 16}, [](Value i, Value) { return Indices{0, i}; }),
+                        BlockSpec({8, 16}, moving)});
+  o.input_output_aliases = {{5, 1}};
+  auto both = [kernel](const pl::Ref& a, const pl::Ref& b, const pl::Ref& c, const pl::Ref& d, const pl::Ref& e,
+                       const pl::Ref& w, const pl::Ref& out, const pl::Ref& w_out) {
+    kernel(a, b, c, d, e, w, out);
+    w_out[pl::all] = w_out[pl::all] + 1.0f;
+  };
+  PallasCall call = pl::pallas_call(both, {ShapeDtype({8, 32}, DType::F32), ShapeDtype({24, 32}, DType::F32)}, o);
+  std::vector<Array> args;
+  for (int s = 0; s < 6; ++s)
+    args.push_back(s == 4 ? Array::random_normal({6}, DType::F32, 50 + s) : Array::random_normal({24, 32}, DType::F32, 50 + s));
+  std::vector<ShapeDtype> sig;
+  for (const Array& a : args) sig.push_back(a.shape_dtype());
+  std::shared_ptr<const TracedCall> tc = call.trace(sig);
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.sequential_axes, std::vector<int>{1});
+  EXPECT_EQ(k.pipelined_inputs, std::vector<int>{0});
+  EXPECT_EQ(k.pipeline_depth, 2);
+  expect_same(call, args, 1e-6, 1e-6);
+}
+
+// `acc[...] += dot(x, y)` in f32 accumulates in place: the product is not a tile added to acc
+// afterwards, the dot adds to acc (pl_tc_dot's accumulate flag; the CUDA-core loop adds its sum
+// to the element). Either operand order of the add; not into a bf16 accumulator (the rounding of
+// the separate product would change).
+TEST(GpuCodegenOps, AnAccumulatorPlusADotIsAccumulatedInPlace) {
+  struct Case { DType acc; bool dot_first; };
+  for (Case c : {Case{DType::F32, false}, Case{DType::F32, true}, Case{DType::BF16, false}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.acc)) + (c.dot_first ? ", dot + acc" : ", acc + dot"));
+    auto kernel = [c](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& acc) {
+      pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = pl::zeros({32, 16}, c.acc); });
+      pl::Value p = pl::dot(x[pl::all], y[pl::all], {.preferred = c.acc});
+      acc[pl::all] = c.dot_first ? p + acc[pl::all] : acc[pl::all] + p;
+      o[pl::all] = acc[pl::all];
+    };
+    PallasCall call = pl::pallas_call(
+        kernel, ShapeDtype({32, 16}, c.acc),
+        opts({3}, {BlockSpec({32, 16}, [](Value k) { return Indices{0, k}; }), BlockSpec({16, 16}, [](Value k) { return Indices{k, 0}; })},
+             {BlockSpec({32, 16}, [](Value) { return Indices{0, 0}; })}, {ScratchShape{{32, 16}, c.acc, MemorySpace::Vmem}}));
+    const std::vector<Array> args = {Array::random_normal({32, 48}, DType::BF16, 61), Array::random_normal({48, 16}, DType::BF16, 62)};
+    std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype(), args[1].shape_dtype()});
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    const bool in_place = c.acc == DType::F32;
+    EXPECT_EQ(count_of(k.source, "(part of the dot's accumulation in place)"), in_place ? 3 : 0);
+    EXPECT_EQ(count_of(k.source, "16, 48, true)) {") + count_of(k.source, "16, 16, true)) {"), in_place ? 1 : 0);
+    expect_same(call, args, 1e-5, c.acc == DType::BF16 ? 2e-2 : 1e-5);
+  }
+}
+
 // The thread loops of a generated kernel's body (the grid point function).
 int body_loops(const gpu::GeneratedKernel& k) {
   const size_t from = k.source.find("PL_DEV bool pl_grid_point");
