@@ -559,7 +559,9 @@ TEST(GpuCodegenOps, BlocksMovingAlongTheSequentialAxisComeThroughARingOfSlots) {
     EXPECT_CONTAINS(k.source, "pl_cp_async16(");
     gpu::HostEmulationStats stats;
     std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, c.threads, &stats);
-    if (c.in == DType::BF16 && c.threads == 128) EXPECT_GT(stats.wgmma_instructions, 0u);
+    if (c.in == DType::BF16 && c.threads == 128) {
+      EXPECT_GT(stats.wgmma_instructions, 0u);
+    }
     expect_plain_product(x, y, false, DType::F32, got[0]);
   }
 }
