@@ -197,6 +197,25 @@ bool grid_keeps_blocks_within(const BlockMapping& bm, size_t d, const std::vecto
   return range && range->first >= 0 && range->second * (bd.is_blocked() ? bd.size() : 1) + core::block_extent(bm, d) <= limit;
 }
 
+// The start of a block along one dim, from its block index `index`: a Blocked dim counts blocks,
+// the others elements.
+std::string block_start(const BlockDim& bd, const std::string& index) {
+  return bd.is_blocked() ? index + " * " + std::to_string(bd.size()) : index;
+}
+
+// A block in place in its array: its start as an element offset (from each dim's start
+// expression) and the strides of the kernel's view of it (squeezed dims dropped).
+std::pair<std::string, std::vector<int64_t>> in_place_layout(const BlockMapping& bm, const std::vector<int64_t>& array_strides,
+                                                             const std::function<std::string(size_t)>& start) {
+  std::string off;
+  std::vector<int64_t> strides;
+  for (size_t d = 0; d < bm.block_shape.size(); ++d) {
+    off += (off.empty() ? "" : " + ") + start(d) + " * " + std::to_string(array_strides[d]);
+    if (!bm.block_shape[d].is_squeezed()) strides.push_back(array_strides[d]);
+  }
+  return {off, strides};
+}
+
 GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>& grid,
                               const CodegenOptions& opts) {
   const GridMapping& gm = call.grid_mapping;
@@ -329,14 +348,22 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // Buffered(count) among them (2 by default; Buffered(1) opts an input out). The ring must fit
   // in shared memory beside the barriers and wgmma's staging; inputs that do not fit stay in place.
   std::vector<int64_t> slot_offset(blocks.size(), -1), slot_block_bytes(blocks.size(), 0);
+  std::map<int, int> input_of_output;  // input_output_aliases, by output
+  for (auto [in, o] : call.input_output_aliases) input_of_output[o] = in;
+  auto aliased_input = [&](int j) {
+    return std::any_of(input_of_output.begin(), input_of_output.end(),
+                       [&](const auto& io) { return io.second - gm.num_index_operands == j; });
+  };
+  // A pipelined input's slot `slot` (an int expression) of its ring.
+  auto slot_pointer = [&](size_t j, const std::string& slot) {
+    return "pl_slots + " + std::to_string(slot_offset[j]) + " + (pl_i64)" + slot + " * " + std::to_string(slot_block_bytes[j]);
+  };
   // What wgmma's staging would take beside them, if the kernel has a dot at its top level.
   bool has_dot = false;
   for (const ir::Op& op : k.body.ops) has_dot = has_dot || op.code == ir::OpCode::DotGeneral;
   const int64_t staging_reserve = has_dot ? wgmma_stage_bytes() * std::max(1, out.threads_per_cta / 128) : 0;
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
-    std::set<int> aliased_inputs;
-    for (auto [in, o] : call.input_output_aliases) aliased_inputs.insert(in - gm.num_index_operands);
     std::vector<int> candidates;
     int depth = 0;
     for (int j = 0; j < gm.num_inputs; ++j) {
@@ -344,7 +371,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const int count = bm.pipeline_mode ? bm.pipeline_mode->buffer_count : 2;
       const int64_t item = itemsize(bm.array.dtype);
       const size_t rank = bm.block_shape.size();
-      if (count < 2 || rank == 0 || blocks[static_cast<size_t>(j)].staged || aliased_inputs.count(j) ||
+      if (count < 2 || rank == 0 || blocks[static_cast<size_t>(j)].staged || aliased_input(j) ||
           !yields_depend_on(bm.index_map, static_cast<size_t>(axis)) || !bm.block_shape.back().is_blocked() ||
           (bm.block_shape.back().size() * item) % 16 != 0 || (bm.array.shape.back() * item) % 16 != 0 ||
           kernel_writes_through(k, k.body.args[static_cast<size_t>(gm.num_index_operands + j)]))
@@ -379,15 +406,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const size_t rank = bm.block_shape.size();
       const std::string T = ctype(bm.array.dtype), J = std::to_string(j);
       const std::string op = "p.op[" + std::to_string(gm.num_index_operands + j) + "]";
-      std::string start;
-      std::vector<int64_t> view_strides;
-      for (size_t d = 0; d < rank; ++d) {
-        const BlockDim& bd = bm.block_shape[d];
-        const std::string st = bd.is_blocked() ? "bi[" + std::to_string(d) + "] * " + std::to_string(bd.size())
-                                               : "bi[" + std::to_string(d) + "]";
-        start += (start.empty() ? "" : " + ") + st + " * " + std::to_string(b.array_strides[d]);
-        if (!bd.is_squeezed()) view_strides.push_back(b.array_strides[d]);
-      }
+      const auto [start, view_strides] = in_place_layout(
+          bm, b.array_strides, [&](size_t d) { return block_start(bm.block_shape[d], "bi[" + std::to_string(d) + "]"); });
       const Shape& shape = bm.block_ref_type.shape;
       const int64_t row = shape.back(), rows = std::max<int64_t>(1, bm.block_ref_type.size()) / row;
       const int64_t chunks_per_row = row * itemsize(bm.array.dtype) / 16;
@@ -396,8 +416,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const std::string row_offset = row_shape.empty() ? "0" : detail::offset_of(row_shape, row_strides, "(c / " + std::to_string(chunks_per_row) + ")");
       prefetch << "  {  // " << bm.origin << "\n    pl_i64 bi[" << rank << "];\n    pl_index_map_" << J << "(p, g, G, bi);\n"
                << "    const " << T << "* src = ((const " << T << "*)" << op << ") + (" << start << ");\n"
-               << "    pl_u8* dst = pl_slots + " << slot_offset[static_cast<size_t>(j)] << " + (pl_i64)slot * "
-               << slot_block_bytes[static_cast<size_t>(j)] << ";\n"
+               << "    pl_u8* dst = " << slot_pointer(static_cast<size_t>(j), "slot") << ";\n"
                << "    if (((pl_u64)" << op << " & 15) == 0) {\n"
                << "      #pragma unroll 1\n"  // (unrolled, the copies were a third of the matmul's cold compile)
                << "      for (pl_i64 c = pl_cta_tid(); c < " << rows * chunks_per_row << "; c += pl_cta_nthreads())\n"
@@ -467,8 +486,6 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // below) is the array's own elements there: such points may skip staging and address the
   // arrays in place (`inside`, below), which is an edge-overhanging kernel's interior.
   std::vector<RefInfo> in_place(blocks.size()), staged_ref(blocks.size());
-  std::map<int, int> input_of_output;  // input_output_aliases, by output
-  for (auto [in, o] : call.input_output_aliases) input_of_output[o] = in;
   std::string inside;
   bool interior_fast_path = !gpu_kernel;
   for (size_t j = 0; j < blocks.size(); ++j) {
@@ -481,8 +498,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const std::string T = ctype(bm.array.dtype);
       const RefInfo r{"blk" + std::to_string(j), bm.array.dtype, bm.block_ref_type.shape,
                       detail::contiguous_strides(bm.block_ref_type.shape)};
-      em.line(T + "* " + r.ptr + " = (" + T + "*)(pl_slots + " + std::to_string(slot_offset[j]) + " + (pl_i64)pl_slot * " +
-              std::to_string(slot_block_bytes[j]) + ");");
+      em.line(T + "* " + r.ptr + " = (" + T + "*)(" + slot_pointer(j, "pl_slot") + ");");
       em.bind_ref(k.body.args[num_index + j], r);
       em.set_memory_group(k.body.args[num_index + j], static_cast<int>(j));
       continue;
@@ -497,8 +513,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     for (size_t d = 0; d < rank; ++d) {
       const BlockDim& bd = bm.block_shape[d];
       const int64_t size = core::block_extent(bm, d);
-      em.line(st + "[" + std::to_string(d) + "] = " +
-              (bd.is_blocked() ? bi + "[" + std::to_string(d) + "] * " + std::to_string(bd.size()) : bi + "[" + std::to_string(d) + "]") + ";");
+      em.line(st + "[" + std::to_string(d) + "] = " + block_start(bd, bi + "[" + std::to_string(d) + "]") + ";");
       if (grid_keeps_blocks_within(bm, d, grid, b.padded[d])) continue;
       cond += std::string(cond.empty() ? "" : " || ") + st + "[" + std::to_string(d) + "] < 0 || " + st + "[" +
               std::to_string(d) + "] + " + std::to_string(size) + " > " + std::to_string(b.padded[d]);
@@ -515,14 +530,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const ir::Type& rt = bm.block_ref_type;
     // The block in place in its array: a strided view from the block's start.
     auto declare_in_place = [&](const std::string& name) {
-      RefInfo v{name, bm.array.dtype, rt.shape, {}};
-      std::string off;
-      for (size_t d = 0; d < rank; ++d) {
-        off += (off.empty() ? "" : " + ") + st + "[" + std::to_string(d) + "] * " + std::to_string(b.array_strides[d]);
-        if (!bm.block_shape[d].is_squeezed()) v.strides.push_back(b.array_strides[d]);
-      }
+      const auto [off, strides] = in_place_layout(bm, b.array_strides, [&](size_t d) { return st + "[" + std::to_string(d) + "]"; });
       em.line(T + "* " + name + " = " + base + (off.empty() ? "" : " + (" + off + ")") + ";");
-      return v;
+      return RefInfo{name, bm.array.dtype, rt.shape, strides};
     };
     RefInfo r;
     if (!b.staged) {

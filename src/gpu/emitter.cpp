@@ -428,6 +428,12 @@ void Emitter::plan_fusion(const ir::Region& r) {
   };
   std::vector<bool> elementwise(r.ops.size()), fused(r.ops.size());
   for (size_t i = 0; i < r.ops.size(); ++i) elementwise[i] = is_elementwise(r.ops[i]);
+  // Whether the ops strictly between `from` and `to` write no memory (fused ops, loads).
+  auto is_quiet = [&](size_t from, size_t to) {
+    for (size_t j = from + 1; j < to; ++j)
+      if (!fused[j] && r.ops[j].code != OpCode::Load) return false;
+    return true;
+  };
   // Whether op i's result can be computed by its single user (the user's kind and shape).
   auto fusible_into_user = [&](size_t i) -> size_t {
     const ir::Op& op = r.ops[i];
@@ -446,19 +452,12 @@ void Emitter::plan_fusion(const ir::Region& r) {
     if (u == kNested) continue;
     // Follow the fused elementwise ops to the op whose loop computes the element.
     while (fused[u]) u = fusible_into_user(u);
-    bool quiet = true;  // nothing between writes memory
-    for (size_t j = i + 1; j < u && quiet; ++j) quiet = fused[j] || r.ops[j].code == OpCode::Load;
     const bool stores = r.ops[u].code == OpCode::Store || r.ops[u].code == OpCode::Swap;
-    fused[i] = quiet && (!stores || same_view(op, r.ops[u]) || distinct_memory(op.operands[0], r.ops[u].operands[0]));
+    fused[i] = is_quiet(i, u) && (!stores || same_view(op, r.ops[u]) || distinct_memory(op.operands[0], r.ops[u].operands[0]));
   }
   // A tensor-core product reads its operands where they are: a load whose only use is such a dot
   // (nothing writing memory in between) is a view of the ref, not a tile — wgmma's staging and
   // ldmatrix read each element once, so the copy would be a pass over memory for nothing.
-  auto is_quiet = [&](size_t from, size_t to) {  // ops in (from, to) write no memory
-    for (size_t j = from + 1; j < to; ++j)
-      if (!fused[j] && r.ops[j].code != OpCode::Load) return false;
-    return true;
-  };
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     if (op.code != OpCode::Load || fused[i] || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0 ||
@@ -475,10 +474,12 @@ void Emitter::plan_fusion(const ir::Region& r) {
   // ops from the dot to the store all fused (nothing else runs in between), and the dot's
   // operands tiles or views of memory the store cannot reach (another operand's block, another
   // scratch buffer).
-  auto producer_in_r = [&](ValueId v) -> size_t {
-    for (size_t j = 0; j < r.ops.size(); ++j)
-      if (r.ops[j].results.size() == 1 && r.ops[j].results[0] == v) return j;
-    return kNested;
+  std::map<ValueId, size_t> producer;  // the op of r computing each single result
+  for (size_t j = 0; j < r.ops.size(); ++j)
+    if (r.ops[j].results.size() == 1) producer[r.ops[j].results[0]] = j;
+  auto producer_in_r = [&](ValueId v) {
+    auto it = producer.find(v);
+    return it == producer.end() ? kNested : it->second;
   };
   for (size_t d = 0; d < r.ops.size(); ++d) {
     const ir::Op& dot = r.ops[d];
@@ -510,14 +511,16 @@ void Emitter::plan_fusion(const ir::Region& r) {
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
 }
 
+bool Emitter::is_operand_block(ValueId ref) const {
+  const auto g = memory_group_.find(ref);
+  return g != memory_group_.end() && g->second >= 0;
+}
+
 bool Emitter::reads_operand_memory(ValueId v) const {
   auto it = fused_producers_.find(v);
   if (it == fused_producers_.end()) return false;
   const ir::Op& op = *it->second;
-  if (op.code == OpCode::Load) {
-    const auto g = memory_group_.find(op.operands[0]);
-    return g != memory_group_.end() && g->second >= 0;
-  }
+  if (op.code == OpCode::Load) return is_operand_block(op.operands[0]);
   for (ValueId o : op.operands)
     if (reads_operand_memory(o)) return true;
   return false;
@@ -706,8 +709,7 @@ void Emitter::emit_ref_op(const ir::Op& op) {
       } else {
         std::string old;
         if (op.code == OpCode::Swap) old = define_tile(op.results[0]);
-        const auto group = memory_group_.find(op.operands[0]);
-        if (op.code == OpCode::Store && group != memory_group_.end() && group->second >= 0 && reads_operand_memory(val)) {
+        if (op.code == OpCode::Store && is_operand_block(op.operands[0]) && reads_operand_memory(val)) {
           // A store to an operand's block of values read from operands' blocks (the loads fused
           // into it): the loop an elementwise kernel's bandwidth depends on. Other loops stay
           // rolled, to keep the cold compile short (batching every load and store made the bf16

@@ -199,7 +199,9 @@ class Emitter {
   void compute_last_uses(const ir::Region& r);
   // Chooses the ops of `r` whose results are fused into their user (fused_producers_).
   void plan_fusion(const ir::Region& r);
-  // Whether fused value v reads an operand's block (a fused load of a ref with a group >= 0).
+  // Whether ref v is an operand's block (its memory group is >= 0).
+  bool is_operand_block(ir::ValueId ref) const;
+  // Whether fused value v reads an operand's block (a fused load of one).
   bool reads_operand_memory(ir::ValueId v) const;
   // Binds a fused op's result (no code but a comment, and a load's barrier and view pointer).
   void emit_fused(const ir::Op& op);
