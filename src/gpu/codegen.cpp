@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <cctype>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -101,6 +102,10 @@ bool needs_staging(const BlockMapping& bm) {
   }
   return false;
 }
+
+// Where pl_grid_point's register accumulator parameter goes in its signature, which is written
+// before the body chooses whether there is one (Emitter::choose_register_accumulator).
+constexpr const char* kAccParam = "/*@register accumulator@*/";
 
 std::string sanitize(const std::string& name) {
   std::string s;
@@ -394,6 +399,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     }
     if (!out.pipelined_inputs.empty()) out.pipeline_depth = depth;
   }
+  // A pipelined 2-D block of 2-byte elements may be kept in a slot in wgmma's canonical layout
+  // (pl_slot_elem), when the body only reads it as a tensor-core operand: the emitter decides
+  // (Emitter::slot_layout), after the body; until then the code names it PL_SLOT_LAYOUT_j.
+  auto layout_candidate = [&](int j) {
+    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+    return bm.block_shape.size() == 2 && itemsize(bm.array.dtype) == 2;
+  };
   // pl_prefetch: the pipelined inputs' blocks at point g into slot `slot` of their rings, the
   // CTA's threads taking 16-byte chunks in turn. An array whose base is not 16-byte aligned (a
   // DLPack import of an offset view) is copied element by element instead, synchronously.
@@ -413,14 +425,29 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const int64_t chunks_per_row = row * itemsize(bm.array.dtype) / 16;
       const Shape row_shape(shape.begin(), shape.end() - 1);
       const std::vector<int64_t> row_strides(view_strides.begin(), view_strides.end() - 1);
-      const std::string row_offset = row_shape.empty() ? "0" : detail::offset_of(row_shape, row_strides, "(c / " + std::to_string(chunks_per_row) + ")");
       prefetch << "  {  // " << bm.origin << "\n    pl_i64 bi[" << rank << "];\n    pl_index_map_" << J << "(p, g, G, bi);\n"
                << "    const " << T << "* src = ((const " << T << "*)" << op << ") + (" << start << ");\n"
                << "    pl_u8* dst = " << slot_pointer(static_cast<size_t>(j), "slot") << ";\n"
                << "    if (((pl_u64)" << op << " & 15) == 0) {\n"
                << "      #pragma unroll 1\n"  // (unrolled, the copies were a third of the matmul's cold compile)
-               << "      for (pl_i64 c = pl_cta_tid(); c < " << rows * chunks_per_row << "; c += pl_cta_nthreads())\n"
-               << "        pl_cp_async16(dst + 16 * c, (const pl_u8*)(src + " << row_offset << ") + 16 * (c % " << chunks_per_row
+               << "      for (pl_i64 c = pl_cta_tid(); c < " << rows * chunks_per_row << "; c += pl_cta_nthreads())";
+      const std::string R = std::to_string(rows), CPR = std::to_string(chunks_per_row);
+      if (layout_candidate(j)) {
+        // Destination chunk c holds the block's chunk (r, q) of the slot's layout.
+        const std::string L = "PL_SLOT_LAYOUT_" + J;
+        prefetch << " {\n        pl_i64 r, q;\n        pl_slot_chunk<" << L << ">(c, " << R << ", " << CPR << ", r, q);\n"
+                 << "        pl_cp_async16(dst + 16 * c, (const pl_u8*)(src + " << detail::offset_of(row_shape, row_strides, "r")
+                 << ") + 16 * q);\n      }\n"
+                 << "    } else {\n"
+                 << "      #pragma unroll 1\n"
+                 << "      for (pl_i64 e = pl_cta_tid(); e < " << rows * row << "; e += pl_cta_nthreads()) ((" << T
+                 << "*)dst)[pl_slot_elem<" << L << ">(e / " << row << ", e % " << row << ", " << R << ", " << CPR
+                 << ")] = src[" << detail::offset_of(shape, view_strides, "e") << "];\n"
+                 << "    }\n  }\n";
+        continue;
+      }
+      const std::string row_offset = row_shape.empty() ? "0" : detail::offset_of(row_shape, row_strides, "(c / " + CPR + ")");
+      prefetch << "\n        pl_cp_async16(dst + 16 * c, (const pl_u8*)(src + " << row_offset << ") + 16 * (c % " << CPR
                << "));\n"
                << "    } else {\n"
                << "      #pragma unroll 1\n"
@@ -474,7 +501,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   Emitter em(k, ctx, 1);
   body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
-          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot) {\n";
+          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot" << kAccParam
+       << ") {\n";
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
   const size_t num_index = static_cast<size_t>(gm.num_index_operands);
   for (size_t i = 0; i < num_index; ++i) {
@@ -496,8 +524,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       // Pipelined: this step's slot of the ring, the block contiguous (pl_prefetch filled it; the
       // block is known to lie inside the array, so there is nothing to check here).
       const std::string T = ctype(bm.array.dtype);
-      const RefInfo r{"blk" + std::to_string(j), bm.array.dtype, bm.block_ref_type.shape,
-                      detail::contiguous_strides(bm.block_ref_type.shape)};
+      RefInfo r{"blk" + std::to_string(j), bm.array.dtype, bm.block_ref_type.shape,
+                detail::contiguous_strides(bm.block_ref_type.shape)};
+      if (layout_candidate(static_cast<int>(j))) r.slot_input = static_cast<int>(j);
       em.line(T + "* " + r.ptr + " = (" + T + "*)(" + slot_pointer(j, "pl_slot") + ");");
       em.bind_ref(k.body.args[num_index + j], r);
       em.set_memory_group(k.body.args[num_index + j], static_cast<int>(j));
@@ -617,6 +646,24 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     if (gm.scratch_unions[s].union_index < 0)
       em.set_memory_group(k.body.args[first_scratch + s], -1 - static_cast<int>(s));
   }
+  // The register accumulator (Emitter::choose_register_accumulator), among the f32 matrices of
+  // scratch that nothing overlaps; pallas_call only (a gpu::kernel's wgmma has its own).
+  std::set<ir::ValueId> accumulator_candidates;
+  for (size_t s = 0; s < gm.scratch_types.size() && !gpu_kernel; ++s) {
+    const ir::Type& t = gm.scratch_types[s];
+    if (t.dtype == DType::F32 && t.shape.size() == 2 && gm.scratch_unions[s].union_index < 0)
+      accumulator_candidates.insert(k.body.args[first_scratch + s]);
+  }
+  const Emitter::RegisterAccumulator acc_regs = em.choose_register_accumulator(k.body, accumulator_candidates);
+  std::string acc_type, acc_scratch;
+  if (acc_regs.ref >= 0) {
+    acc_type = "PlAccRegs<" + std::to_string(acc_regs.nc) + ", " + std::to_string(acc_regs.rounds) + ">";
+    for (size_t s = 0; s < gm.scratch_types.size(); ++s)
+      if (k.body.args[first_scratch + s] == acc_regs.ref) {
+        out.register_accumulator = static_cast<int>(s);
+        acc_scratch = "(float*)(arena + " + std::to_string(scratch_offsets[s]) + ")";
+      }
+  }
   auto staged_body = [&] {
     stage_in();
     em.barrier();
@@ -655,6 +702,15 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   }
   em.line("return true;");
   body << "}\n";
+  // The slots' layouts, now that the body has made every access to them (canonical ones only
+  // where wgmma runs: the mma.sync path and the CUDA-core loops read row-major blocks).
+  std::string slot_layouts;
+  for (int j : out.pipelined_inputs) {
+    if (!layout_candidate(j)) continue;
+    const int layout = em.slot_layout(j);
+    if (layout > 0) out.tensor_core_slots.push_back(j);
+    slot_layouts += "#define PL_SLOT_LAYOUT_" + std::to_string(j) + " (PL_HAS_WGMMA ? " + std::to_string(layout) + " : 0)\n";
+  }
   const int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;
   out.arena_bytes = std::max<int64_t>(16, arena.peak() + (out.num_groups - 1) * group_tile_bytes);
   // Scratch is fresh for every CTA of a gpu::kernel (as in the interpreter), and barriers must
@@ -697,7 +753,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
-  src << peers << maps.str() << prefetch.str() << body.str() << "\n";
+  std::string body_text = body.str();
+  body_text.replace(body_text.find(kAccParam), std::strlen(kAccParam), acc_type.empty() ? "" : ", " + acc_type + "& pl_acc");
+  src << peers << maps.str() << slot_layouts << prefetch.str() << body_text << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
   // The grid sizes as constants (p.grid holds the same): the decode of the point, the loops of the
@@ -708,6 +766,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       << "] = {0};\n  pl_i64 rest = point;\n";
   src << "  pl_u32 pl_phase[" << std::max<int64_t>(1, (out.num_barriers + 31) / 32) << "] = {0};\n";
   if (thread_axis >= 0) src << "  g[" << thread_axis << "] = pl_group();\n";
+  if (!acc_type.empty()) src << "  " << acc_type << " pl_acc;\n  pl_acc.dirty = 0;\n";
+  const std::string acc_arg = acc_type.empty() ? "" : ", pl_acc";
   // This Pallas thread's profile slot for the point (see pl_prof_record).
   if (out.profile_space > 0)
     src << "  pl_u64* pl_prof = p.prof + (point * PL_NUM_GROUPS + pl_group()) * (1 + 2 * PL_PROF_SPACE);\n";
@@ -738,17 +798,20 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << indent << "  " << ga << " = s - (" << D << " - 1);\n"
         << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
         << indent << "  pl_cta_sync();\n"
-        << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << D
-        << "))) { pl_cp_async_wait<0>(); return; }\n"
+        << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << D << ")" << acc_arg
+        << ")) { pl_cp_async_wait<0>(); return; }\n"
         << indent << "  pl_cta_sync();\n"
         << indent << "}\n";
   } else {
-    src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0)) return;\n";
+    src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0" << acc_arg << ")) return;\n";
   }
   for (size_t i = 0; i < plain_loops; ++i) {
     indent.resize(indent.size() - 2);
     src << indent << "}\n";
   }
+  // The scratch holds the accumulator when the point is done, as it would without registers.
+  if (!acc_type.empty())
+    src << "  pl_acc_flush(pl_acc, " << acc_scratch << ", " << acc_regs.n << ", " << acc_regs.m << ", " << acc_regs.n << ");\n";
   src << "}\n\n";
   // Scratch starts as the uninitialized value, once per CTA (it persists across its points).
   src << "PL_DEV void pl_init_scratch([[maybe_unused]] char* arena) {\n";

@@ -100,6 +100,12 @@ struct GeneratedKernel {
   // ring's bytes. Dynamic shared memory holds the arena (when in shared memory), the ring, then
   // wgmma's staging, each from a 128-byte boundary.
   std::vector<int> pipelined_inputs;
+  // Those of them whose slots hold wgmma's canonical layout on sm_90a, read by the tensor cores
+  // where they are (no staging copy); row-major on other targets.
+  std::vector<int> tensor_core_slots;
+  // The scratch buffer (its index) whose `+= dot` accumulator stays in registers across the grid
+  // steps where wgmma runs (-1: none).
+  int register_accumulator = -1;
   int pipeline_depth = 0;
   int64_t pipeline_slot_bytes = 0;
   int64_t slots_offset() const { return arena_in_shared ? (arena_bytes + 127) / 128 * 128 : 0; }

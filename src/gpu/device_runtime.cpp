@@ -14,20 +14,22 @@ namespace pallas::gpu {
 namespace {
 
 // The wgmma.mma_async wrappers for each instruction width the runtime uses: an m64nNk16 operation
-// names all N/2 accumulator registers of the thread, too many to write out by hand.
+// names all N/2 accumulator registers of the thread, too many to write out by hand. TB is the
+// instruction's transpose-b immediate (1: b is MN-major in shared memory).
 std::string wgmma_instructions() {
   std::string s;
   for (int n : {8, 16, 32, 64, 128}) {
     for (const char* ty : {"bf16", "f16"}) {
       const int regs = n / 2;
       auto reg = [](int i) { return "%" + std::to_string(i); };
-      s += "template <> PL_DEV void pl_wgmma_async<" + std::to_string(n) + ", pl_" + ty +
-           ">(float* d, pl_u64 da, pl_u64 db) {\n  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " + reg(regs + 2) +
+      s += "template <> struct PlWgmma<" + std::to_string(n) + ", pl_" + ty +
+           "> {\n  template <int TB> static PL_MEMBER void run(float* d, pl_u64 da, pl_u64 db) {\n"
+           "  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " + reg(regs + 2) +
            ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + ty + "." + ty + " {";
       for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + reg(i);
-      s += "}, " + reg(regs) + ", " + reg(regs + 1) + ", p, 1, 1, 0, 0; }\"\n               : ";
+      s += "}, " + reg(regs) + ", " + reg(regs + 1) + ", p, 1, 1, 0, " + reg(regs + 3) + "; }\"\n               : ";
       for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
-      s += "\n               : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n";
+      s += "\n               : \"l\"(da), \"l\"(db), \"r\"(1), \"n\"(TB));\n  }\n};\n";
     }
   }
   return s;
@@ -662,15 +664,63 @@ PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
 // sm_80 and later; a plain copy before sm_80 and in host emulation); a thread's copies since its
 // last pl_cp_async_commit form a group, and pl_cp_async_wait<N>() returns once at most N of its
 // newest groups are still in flight. Other threads see the bytes after a barrier that follows.
+//
+// In host emulation the ring and wgmma's staging share one static buffer per CTA, the emulated
+// shared memory: wgmma's descriptors hold addresses in it (pl_wgmma_smem_addr), whichever of the
+// two an operand is in.
+#if PL_HOST_EMULATION
+#ifdef PL_SLOT_BYTES
+#define PL_HOST_SLOT_SPAN PL_SLOT_BYTES
+#else
+#define PL_HOST_SLOT_SPAN 0
+#endif
+#ifdef PL_WGMMA_STAGES
+#define PL_HOST_STAGING_SPAN (PL_WGMMA_STAGES * PL_WG_STAGE_BYTES)
+#else
+#define PL_HOST_STAGING_SPAN 0
+#endif
+alignas(128) static pl_u8 pl_host_shared[PL_CLUSTER_CTAS][PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128];  // per CTA
+#define pl_host_shared_base (pl_host_shared[pl_cluster_rank()])
+#endif
 #ifdef PL_SLOT_BYTES
 #if PL_HOST_EMULATION
-alignas(128) static pl_u8 pl_host_slots[PL_CLUSTER_CTAS][PL_SLOT_BYTES];  // per CTA
-#define pl_slots (pl_host_slots[pl_cluster_rank()])
+#define pl_slots (pl_host_shared_base)
 #else
 extern __shared__ __align__(128) char pl_smem[];
 #define pl_slots ((pl_u8*)pl_smem + PL_SLOTS_OFFSET)
 #endif
 #endif
+// Where a ring slot keeps its block (codegen.cpp's PL_SLOT_LAYOUT_j): layout 0 is row-major;
+// 1 and 2 are wgmma's no-swizzle canonical layouts, so the tensor cores read the slot as it is
+// (no staging copy). Both are made of 8 x 16-byte "core matrices" (128 contiguous bytes):
+//  * 1, K-major (a's block m x k, or b's n x k): element (r, c) at byte
+//    (r / 8) * SBO + (c / 8) * 128 + (r % 8) * 16 + (c % 8) * size, SBO = 16 * row length;
+//  * 2, MN-major (b's block k x n, read with wgmma's transpose-b flag): element (r, c) at byte
+//    (c / 8) * SBO + (r / 8) * 128 + (r % 8) * 16 + (c % 8) * size, SBO = 16 * rows.
+// Either way the 16-byte chunk of a row's elements 8q .. 8q + 7 stays whole, so pl_prefetch
+// copies chunks. pl_slot_chunk names the source chunk (row r, chunk q) of destination chunk c —
+// consecutive threads write consecutive chunks of the slot (no bank conflicts). The layouts are
+// chosen for 2-byte elements only (bf16, f16: 8 to a chunk).
+template <int L>
+PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& r, pl_i64& q) {
+  if (L == 1) {
+    r = c / (8 * chunks_per_row) * 8 + c % 8;
+    q = c / 8 % chunks_per_row;
+  } else if (L == 2) {
+    r = c % rows;
+    q = c / rows;
+  } else {
+    r = c / chunks_per_row;
+    q = c % chunks_per_row;
+  }
+}
+// The element index in the slot of the block's element (r, col) (8 elements per chunk).
+template <int L>
+PL_DEV pl_i64 pl_slot_elem(pl_i64 r, pl_i64 col, pl_i64 rows, pl_i64 chunks_per_row) {
+  if (L == 1) return ((r / 8 * chunks_per_row + col / 8) * 8 + r % 8) * 8 + col % 8;
+  if (L == 2) return (col / 8 * rows + r) * 8 + col % 8;
+  return r * chunks_per_row * 8 + col;
+}
 #if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(pl_smem_u32(smem)), "l"(gmem) : "memory");
@@ -867,43 +917,74 @@ PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, 
 #else
 #define PL_HAS_WGMMA 0
 #endif
+// Where a warpgroup thread's wgmma accumulator register i of the 64 x N block at (m0, n0) goes
+// in a row-major d: row 16 warp + lane / 4 (+8), column 8 (i / 4) + 2 (lane % 4) (+1).
+PL_DEV pl_i64 pl_wgmma_acc_at(int m0, int n0, pl_i64 ldd, int i) {
+  const int lane = pl_tid() & 31, warp = (pl_tid() & 127) >> 5;
+  return (pl_i64)(m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1)) * ldd + n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+}
+// The accumulator of `acc[...] += dot(a, b)` (f32 scratch, M x N) kept in registers across the
+// steps of the sequential axes (codegen.cpp: the register accumulator): each warpgroup thread
+// holds its wgmma registers of the blocks it takes, ROUNDS rounds of NC / 2. `dirty`: the
+// registers hold a newer value than the scratch. Every other access to the scratch first
+// flushes (pl_acc_flush), and so does the end of the CTA's point; a product after an access
+// reloads the registers from the scratch.
+template <int NC, int ROUNDS> struct PlAccRegs {
+  float r[ROUNDS * NC / 2];
+  int dirty;
+};
+template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
+  if (!f.dirty) return;
+  const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
+#pragma unroll
+  for (int q = 0; q < ROUNDS; ++q) {
+    const int blk = q * wgs + wg;
+    if (blk >= blocks) continue;
+#pragma unroll
+    for (int i = 0; i < NC / 2; ++i) d[pl_wgmma_acc_at(blk / blocks_n * 64, blk % blocks_n * NC, ldd, i)] = f.r[q * NC / 2 + i];
+  }
+  f.dirty = 0;
+  pl_sync();  // the scratch is whole before anyone reads it
+}
 #if PL_HAS_WGMMA
 #define PL_WGMMA_STAGING_BYTES (PL_WGMMA_STAGES * PL_WG_STAGE_BYTES)
 #if PL_HOST_EMULATION
-alignas(128) static pl_u8 pl_host_wgmma_staging[PL_CLUSTER_CTAS][PL_WGMMA_STAGING_BYTES];  // per CTA
-#define pl_wgmma_staging (pl_host_wgmma_staging[pl_cluster_rank()])
-PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_wgmma_staging); }
+#define pl_wgmma_staging (pl_host_shared_base + PL_HOST_SLOT_SPAN)
+PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_host_shared_base); }
 PL_DEV void pl_wgmma_fence() {}
 PL_DEV void pl_wgmma_commit_and_wait() {}
 PL_DEV void pl_fence_proxy_async() {}
-// Element (r, k) of a K-major no-swizzle operand described by `desc`.
-template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k) {
+// Element (r, k) of a no-swizzle operand described by `desc` (r: its row of a, or column of b):
+// K-major, or with `mn_major` (the transpose flag) MN-major — the layouts of pl_slot_elem.
+template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k, bool mn_major) {
   if ((desc >> 62) != 0) abort();  // a swizzled layout: not emulated (never emitted)
   const pl_u64 start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4, sbo = ((desc >> 32) & 0x3FFF) << 4;
-  const pl_u8* p = pl_wgmma_staging + start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2;
+  const pl_u64 in_core = mn_major ? (k % 8) * 16 + (r % 8) * 2 : (r % 8) * 16 + (k % 8) * 2;
+  const pl_u8* p = pl_host_shared_base + start + (r / 8) * sbo + (k / 8) * lbo + in_core;
   In x;
   x.bits = *(const pl_u16*)p;
   return pl_widen(x);
 }
 // wgmma.mma_async.sync.aligned.m64n{NC}k16.f32.{bf16,f16} d, a-desc, b-desc (scale-d 1, no
-// negation, both operands K-major), stated as where each element of the 64 x NC result lives
-// (the ISA's figure for the m64nNk16 accumulator): element (r, c) is in thread
+// negation, a K-major, b K-major or with TB MN-major), stated as where each element of the
+// 64 x NC result lives (the ISA's figure for the m64nNk16 accumulator): element (r, c) is in thread
 // 32 (r / 16) + 4 (r % 8) + (c % 8) / 2 of the warpgroup, register 4 (c / 8) + 2 ((r % 16) / 8) + c % 2.
 // (pl_wgmma_dot_n loads and stores the registers by the inverse map, written independently.)
-template <int NC, class In> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
+template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
   const int me = pl_tid() & 127;
   if (me == 0) pl_host_wgmma_count.fetch_add(1);
   for (int r = 0; r < 64; ++r) {
     for (int c = 0; c < NC; ++c) {
       if (32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2 != me) continue;
       float acc = 0;
-      for (int k = 0; k < 16; ++k) acc += pl_wgmma_operand<In>(da, r, k) * pl_wgmma_operand<In>(db, c, k);
+      for (int k = 0; k < 16; ++k)
+        acc += pl_wgmma_operand<In>(da, r, k, false) * pl_wgmma_operand<In>(db, c, k, TB != 0);
       d[4 * (c / 8) + 2 * ((r % 16) / 8) + c % 2] += acc;
     }
   }
 }
 #else
-// After the arena in the dynamic shared memory (launches on other GPUs leave it out).
+// After the arena and the ring in the dynamic shared memory (launches on other GPUs leave it out).
 extern __shared__ __align__(128) char pl_smem[];
 #define pl_wgmma_staging ((pl_u8*)pl_smem + PL_WGMMA_STAGING_OFFSET)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return pl_smem_u32(p); }
@@ -912,20 +993,26 @@ PL_DEV void pl_wgmma_commit_and_wait() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
-// Makes this thread's ordinary stores to shared memory visible to wgmma's (async proxy) reads.
+// Makes this thread's ordinary stores to shared memory (and its completed cp.async copies)
+// visible to wgmma's (async proxy) reads.
 PL_DEV void pl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-template <int NC, class In> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db);
+template <int NC, class In> struct PlWgmma;
 // @@WGMMA_INSTRUCTIONS@@
+template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
+  PlWgmma<NC, In>::template run<TB>(d, da, db);
+}
 #endif
-// The descriptor of a K-major, no-swizzle operand at p (16-byte aligned, in the staging).
-PL_DEV pl_u64 pl_wgmma_desc(const void* p) {
-  const pl_u64 lbo = 128, sbo = PL_WG_KC * 16;
+// The descriptor of a no-swizzle operand at p (16-byte aligned, in shared memory): K-adjacent
+// core matrices 128 bytes apart (the leading byte offset), the next 8 rows (or, MN-major, the
+// next 8 columns) `sbo` bytes on.
+PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 sbo) {
+  const pl_u64 lbo = 128;
   return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32);
 }
 // Copies rows [r0, r0 + rows) x columns [k0, k0 + kc) of a K-contiguous matrix (row stride ld)
 // — or, with `transposed`, of the transpose of a row-major (K x rows) matrix — into the staging
-// layout, a warpgroup's thread t taking 16-byte chunks t, t + 128, ...: consecutive threads write
-// consecutive chunks (no bank conflicts).
+// layout (K-major, PL_WG_KC columns), a warpgroup's thread t taking 16-byte chunks t, t + 128,
+// ...: consecutive threads write consecutive chunks (no bank conflicts).
 template <class In>
 PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed, int r0, int rows, int k0, int kc,
                            int t) {
@@ -951,67 +1038,149 @@ PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed
 }
 // d (M x N) = a . b (or d += it), as pl_mma_dot, on wgmma with NC columns per instruction. The
 // group's warpgroups take 64 x NC blocks of d in rounds; one past the last block redoes it and
-// stores nothing (every warpgroup meets at the group's barriers).
-template <int NC, bool BNK, class In, class Out>
-PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
-                           bool accumulate) {
-  const int t = pl_tid() & 127, wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7;
-  const int lane = t & 31, warp = t >> 5;
+// stores nothing (every warpgroup meets at the group's barriers). LA / LB: the operands' layouts
+// (pl_slot_elem). A row-major operand is copied into the warpgroup's staging PL_WG_KC columns at
+// a time, the wgmma waited for before the next copy; an operand in a canonical layout (a ring
+// slot) is read where it is, and with both so, a block's whole K is one group of wgmma.
+// The warpgroup's 64 x NC block at (m0, n0) of a . b added to its accumulator registers acc.
+template <int NC, bool BNK, int LA, int LB, class In>
+PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int K) {
+  constexpr bool staged = LA == 0 || LB == 0;
+  const int t = pl_tid() & 127, step = staged ? PL_WG_KC : K;
   pl_u8* stage_a = pl_wgmma_staging + (pl_cta_tid() >> 7) * PL_WG_STAGE_BYTES;
   pl_u8* stage_b = stage_a + 64 * PL_WG_KC * 2;
+  if (!staged) {  // the slots' bytes, written by cp.async and seen after the ring's barrier
+    pl_fence_proxy_async();
+    pl_sync();
+  }
+  for (int k0 = 0; k0 < K; k0 += step) {
+    const int kc = K - k0 < step ? K - k0 : step;
+    if (staged) {
+      pl_sync();  // the previous step's wgmma have read the staging
+      if (LA == 0) pl_wgmma_stage(stage_a, a, lda, false, m0, 64, k0, kc, t);
+      if (LB == 0) pl_wgmma_stage(stage_b, b, ldb, !BNK, n0, NC, k0, kc, t);
+      pl_fence_proxy_async();
+      pl_sync();
+    }
+    pl_wgmma_fence();
+    // Unrolled (K is a constant here), ptxas sees the registers untouched between the wgmma and
+    // issues them back to back; rolled, it injects a warpgroup.arrive before each (its C7519
+    // note). Unrolled costs the bf16 matmul 40% more cold compile, rolled 20% (PERFORMANCE.md).
+    for (int ks = 0; ks < kc; ks += 16) {  // the next 16 columns: two core matrices on
+      // A canonical operand's rows r0.. at column k: byte (r0 / 8) * 16 K + (k / 8) * 128.
+      const pl_u64 da = LA ? pl_wgmma_desc(a + (pl_i64)m0 * K + (k0 + ks) * 8, 16 * (pl_u64)K)
+                           : pl_wgmma_desc(stage_a + ks * 16, 16 * PL_WG_KC);
+      const pl_u64 db = LB ? pl_wgmma_desc(b + (pl_i64)n0 * K + (k0 + ks) * 8, 16 * (pl_u64)K)
+                           : pl_wgmma_desc(stage_b + ks * 16, 16 * PL_WG_KC);
+      pl_wgmma_async<NC, In, LB == 2>(acc, da, db);
+    }
+    pl_wgmma_commit_and_wait();
+#if !PL_HOST_EMULATION
+    for (int i = 0; i < NC / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read after the wait
+#endif
+  }
+}
+template <int NC, bool BNK, int LA, int LB, class In, class Out>
+PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
+                           bool accumulate) {
+  const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7;
   const int blocks_n = N / NC, blocks = (M / 64) * blocks_n;
   for (int first = 0; first < blocks; first += wgs) {
     const bool mine = first + wg < blocks;
     const int blk = mine ? first + wg : blocks - 1;
     const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
-    // Where this thread's accumulator register i goes in d (row 16 warp + lane / 4 (+8), column
-    // 8 (i / 4) + 2 (lane % 4) (+1)).
-    auto at = [&](int i) {
-      return (pl_i64)(m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1)) * ldd + n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-    };
     float acc[NC / 2];
-    for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate ? (float)pl_ld(d[at(i)]) : 0.0f;
-    for (int k0 = 0; k0 < K; k0 += PL_WG_KC) {
-      const int kc = K - k0 < PL_WG_KC ? K - k0 : PL_WG_KC;
-      pl_sync();  // the previous step's wgmma have read the staging
-      pl_wgmma_stage(stage_a, a, lda, false, m0, 64, k0, kc, t);
-      pl_wgmma_stage(stage_b, b, ldb, !BNK, n0, NC, k0, kc, t);
-      pl_fence_proxy_async();
-      pl_sync();
-      pl_wgmma_fence();
-      for (int ks = 0; ks < kc; ks += 16)  // the next 16 columns: two core matrices on
-        pl_wgmma_async<NC, In>(acc, pl_wgmma_desc(stage_a + ks * 16), pl_wgmma_desc(stage_b + ks * 16));
-      pl_wgmma_commit_and_wait();
-#if !PL_HOST_EMULATION
-      for (int i = 0; i < NC / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read after the wait
-#endif
-    }
+    for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate ? (float)pl_ld(d[pl_wgmma_acc_at(m0, n0, ldd, i)]) : 0.0f;
+    pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, K);
     if (mine)
-      for (int i = 0; i < NC / 2; ++i) pl_put(&d[at(i)], acc[i]);
+      for (int i = 0; i < NC / 2; ++i) pl_put(&d[pl_wgmma_acc_at(m0, n0, ldd, i)], acc[i]);
   }
   pl_sync();
 }
 // False, having done nothing, unless the product fits wgmma (M % 64 == 0) and the group is whole
 // warpgroups with staging for each (host emulation may run fewer threads). NC: the instruction's
 // width, the emitter's choice (the widest of 128, 64, 32, 16, 8 dividing N).
-template <bool BNK, int NC, class In, class Out>
+template <bool BNK, int NC, int LA, int LB, class In, class Out>
 PL_DEV bool pl_wgmma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                          bool accumulate) {
   if (M % 64 != 0 || pl_nthreads() % 128 != 0 || (pl_cta_nthreads() >> 7) * PL_WG_STAGE_BYTES > PL_WGMMA_STAGING_BYTES)
     return false;
-  pl_wgmma_dot_n<NC, BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  pl_wgmma_dot_n<NC, BNK, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
   return true;
 }
+// d += a . b into the register accumulator f (d: its scratch), loading it first when the scratch
+// is newer. The rounds are constants, so the registers stay registers across the calls.
+template <int NC, bool BNK, int LA, int LB, int ROUNDS, class In>
+PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
+                              pl_i64 ldb, int M, int N, int K) {
+  const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
+#pragma unroll
+  for (int q = 0; q < ROUNDS; ++q) {
+    if (q * wgs >= blocks) break;  // (the same for every thread)
+    const bool mine = q * wgs + wg < blocks;
+    const int blk = mine ? q * wgs + wg : blocks - 1;
+    const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
+    float* acc = f.r + q * NC / 2;
+    if (!f.dirty)
+#pragma unroll
+      for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? d[pl_wgmma_acc_at(m0, n0, ldd, i)] : 0.0f;
+    pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, K);
+  }
+  f.dirty = 1;
+}
 #endif
+// The same product on CUDA cores with operands in any layout of pl_slot_elem (0: row-major with
+// row stride lda / ldb): what runs when an operand is in a canonical layout and wgmma cannot
+// (host emulation with threads that are not whole warpgroups). Each product is summed in f32
+// and then added to d's element, as the caller's loop does.
+template <bool BNK, int LA, int LB, class In, class Out>
+PL_DEV void pl_slot_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
+                        bool accumulate) {
+  pl_sync();
+  for (pl_i64 e = pl_tid(); e < (pl_i64)M * N; e += pl_nthreads()) {
+    const pl_i64 m = e / N, n = e % N;
+    float acc = 0;
+    for (pl_i64 k = 0; k < K; ++k) {
+      const In x = a[LA ? pl_slot_elem<LA>(m, k, M, K / 8) : m * lda + k];
+      const In y = BNK ? b[LB ? pl_slot_elem<LB>(n, k, N, K / 8) : n * ldb + k]
+                       : b[LB ? pl_slot_elem<LB>(k, n, K, N / 8) : k * ldb + n];
+      acc += pl_widen(x) * pl_widen(y);
+    }
+    pl_put(&d[m * ldd + n], accumulate ? (float)pl_ld(d[m * ldd + n]) + acc : acc);
+  }
+  pl_sync();
+}
 // A 2-D bf16 / f16 product on the best tensor-core instruction the target has: wgmma, else
-// mma.sync; false when neither applies (the caller's CUDA-core loop runs).
-template <bool BNK, int NC, class In, class Out>
+// mma.sync; false when neither applies (the caller's CUDA-core loop runs). LA / LB != 0 (only
+// where wgmma is there): an operand in a ring slot's canonical layout, which the caller's loop
+// cannot read — then the product is always computed here.
+template <bool BNK, int NC, int LA = 0, int LB = 0, class In, class Out>
 PL_DEV bool pl_tc_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                       bool accumulate) {
 #if PL_HAS_WGMMA
-  if (pl_wgmma_dot<BNK, NC>(d, ldd, a, lda, b, ldb, M, N, K, accumulate)) return true;
+  if (pl_wgmma_dot<BNK, NC, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, accumulate)) return true;
 #endif
-  return pl_mma_dot<BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  if constexpr (LA != 0 || LB != 0) {
+    pl_slot_dot<BNK, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+    return true;
+  } else {
+    return pl_mma_dot<BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
+  }
+}
+// d += a . b where d is the scratch of register accumulator f: on wgmma into the registers when
+// the group's warpgroups cover the blocks in ROUNDS rounds, else (flushed first) as pl_tc_dot.
+template <bool BNK, int NC, int LA, int LB, int ROUNDS, class In>
+PL_DEV bool pl_tc_dot_acc(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
+                          pl_i64 ldb, int M, int N, int K) {
+#if PL_HAS_WGMMA
+  if (M % 64 == 0 && pl_nthreads() % 128 == 0 && (pl_nthreads() >> 7) * ROUNDS >= (M / 64) * (N / NC) &&
+      (pl_cta_nthreads() >> 7) * PL_WG_STAGE_BYTES <= PL_WGMMA_STAGING_BYTES) {
+    pl_wgmma_dot_regs<NC, BNK, LA, LB>(f, d, ldd, a, lda, b, ldb, M, N, K);
+    return true;
+  }
+#endif
+  pl_acc_flush(f, d, ldd, M, N);
+  return pl_tc_dot<BNK, NC, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, true);
 }
 // ---- The on-device profiler (gpu::named_region) ---------------------------------------------------
 // Each Pallas thread has a slot per parallel point (when profiling): word 0 counts the events its

@@ -490,7 +490,14 @@ void Emitter::emit_pure(const ir::Op& op) {
       const auto acc_store = accumulating_dots_.find(&op);
       const bool accumulate = acc_store != accumulating_dots_.end();
       RefInfo d;
-      if (accumulate) {
+      // Into the register accumulator: its scratch as it is (the whole buffer; view() would
+      // flush the registers).
+      const bool into_registers = accumulate && acc_store->second->operands[0] == acc_regs_.ref;
+      if (into_registers) {
+        d = info(acc_regs_.ref).ref;
+        before_mem_read();
+        before_mem_write();
+      } else if (accumulate) {
         const ir::Op& st = *acc_store->second;
         d = view(st, info(st.operands[0]).ref, st.attrs.get_indexer(AttrKey::Index));
         before_mem_read();
@@ -507,6 +514,22 @@ void Emitter::emit_pure(const ir::Op& op) {
         p.d = d.ptr, p.a = lp, p.b = rp;
         p.ldd = d.strides.size() < 2 ? p.n : d.strides[0], p.lda = ls[0], p.ldb = rs[0];
         p.accumulate = accumulate;
+        // An operand read in place from a ring slot, where wgmma can run (m % 64 == 0), may have
+        // the slot in wgmma's canonical layout: a's K-major, b's K-major when it is n x k, else
+        // MN-major (slot_layout decides, after the body).
+        auto slot_of = [&](ValueId v) { return info(v).kind == ValueInfo::Kind::Fused ? info(v).ref.slot_input : -1; };
+        if (tensor_core_shape(p) && p.m % 64 == 0) {
+          auto note = [&](int j, int layout, std::string& name) {
+            if (j < 0) return;
+            SlotUses& u = slot_uses_[j];
+            ++u.tensor_core;
+            u.layout = u.layout == 0 || u.layout == layout ? layout : -1;
+            name = "PL_SLOT_LAYOUT_" + std::to_string(j);
+          };
+          note(slot_of(l), 1, p.a_layout);
+          note(slot_of(r), p.b_nk ? 1 : 2, p.b_layout);
+        }
+        if (into_registers) p.acc_rounds = acc_regs_.rounds;
         on_tensor_cores = open_tensor_core_product(p);
       }
       open_thread_loop(std::max<int64_t>(1, rt.size()));
@@ -573,6 +596,12 @@ bool Emitter::tensor_core_shape(const MmaProduct& p) {
   return half_inputs && result_ok && p.m > 0 && p.n > 0 && p.k > 0 && p.m % 16 == 0 && p.n % 8 == 0 && p.k % 16 == 0;
 }
 
+int64_t Emitter::wgmma_width(int64_t n) {
+  int64_t nc = 128;
+  while (nc > 8 && n % nc != 0) nc /= 2;
+  return nc;
+}
+
 bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   if (!tensor_core_shape(p)) return false;
   if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
@@ -580,9 +609,16 @@ bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   // pl_tc_dot (wgmma, else mma.sync) is false only for a group that is not whole warps (host
   // emulation): the loop runs. nc: wgmma's instruction width, the widest that tiles N (one
   // instantiation per product keeps NVRTC's compile short).
-  int64_t nc = 128;
-  while (p.n % nc != 0) nc /= 2;
-  line(std::string("if (!pl_tc_dot<") + (p.b_nk ? "true" : "false") + ", " + s(nc) + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
+  const int64_t nc = wgmma_width(p.n);
+  if (p.acc_rounds > 0) {
+    line("if (!pl_tc_dot_acc<" + std::string(p.b_nk ? "true" : "false") + ", " + s(nc) + ", " + p.a_layout + ", " + p.b_layout +
+         ", " + s(p.acc_rounds) + ">(pl_acc, " + p.d + ", " + s(p.ldd) + ", " + p.a + ", " + s(p.lda) + ", " + p.b + ", " +
+         s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ")) {");
+    ++indent_;
+    return true;
+  }
+  const std::string layouts = p.a_layout == "0" && p.b_layout == "0" ? "" : ", " + p.a_layout + ", " + p.b_layout;
+  line(std::string("if (!pl_tc_dot<") + (p.b_nk ? "true" : "false") + ", " + s(nc) + layouts + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
        ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ", " +
        (p.accumulate ? "true" : "false") + ")) {");
   ++indent_;

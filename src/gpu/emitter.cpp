@@ -511,6 +511,50 @@ void Emitter::plan_fusion(const ir::Region& r) {
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
 }
 
+Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Region& body,
+                                                                 const std::set<ValueId>& scratch) {
+  RegisterAccumulator none;
+  const int threads = ctx_.group_threads;
+  if (threads <= 0 || threads % 128 != 0) return none;
+  // A view made of the scratch (RefView) would be read later without view() flushing first.
+  std::set<ValueId> viewed;
+  std::function<void(const ir::Region&)> scan = [&](const ir::Region& r) {
+    for (const ir::Op& op : r.ops) {
+      if (op.code == OpCode::RefView) viewed.insert(op.operands[0]);
+      for (const ir::Region& sub : op.regions) scan(sub);
+    }
+  };
+  scan(body);
+  plan_fusion(body);  // (emit_region plans the body again, alike)
+  for (const ir::Op& dot : body.ops) {
+    const auto it = accumulating_dots_.find(&dot);
+    if (it == accumulating_dots_.end()) continue;
+    const ir::Op& store = *it->second;
+    const ValueId ref = store.operands[0];
+    MmaProduct p;
+    if (!scratch.count(ref) || viewed.count(ref) || !plain_product(dot, p) || !tensor_core_shape(p) || p.m % 64 != 0)
+      continue;
+    const ir::Type& t = type(ref);
+    if (t.shape != type(dot.results[0]).shape) continue;  // the store's view is the whole buffer
+    RegisterAccumulator a;
+    a.ref = ref, a.ptr = info(ref).ref.ptr, a.m = p.m, a.n = p.n;
+    a.nc = static_cast<int>(wgmma_width(p.n));
+    const int64_t blocks = p.m / 64 * (p.n / a.nc), warpgroups = threads / 128;
+    a.rounds = static_cast<int>((blocks + warpgroups - 1) / warpgroups);
+    if (a.rounds * a.nc / 2 > 128) continue;  // more registers than a thread should hold
+    acc_regs_ = a;
+    return a;
+  }
+  return none;
+}
+
+int Emitter::slot_layout(int j) const {
+  const auto it = slot_uses_.find(j);
+  if (it == slot_uses_.end()) return 0;
+  const SlotUses& u = it->second;
+  return u.tensor_core > 0 && u.tensor_core == u.views && u.layout > 0 ? u.layout : 0;
+}
+
 bool Emitter::is_operand_block(ValueId ref) const {
   const auto g = memory_group_.find(ref);
   return g != memory_group_.end() && g->second >= 0;
@@ -622,6 +666,10 @@ void Emitter::emit_op(const ir::Op& op) {
 // ---- Refs ---------------------------------------------------------------------------------------
 
 RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx) {
+  // Any access to the register accumulator's scratch but its products' finds it current.
+  if (acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref)
+    line("pl_acc_flush(pl_acc, " + acc_regs_.ptr + ", " + std::to_string(acc_regs_.n) + ", " + std::to_string(acc_regs_.m) +
+         ", " + std::to_string(acc_regs_.n) + ");");
   RefInfo out;
   out.dtype = base.dtype;
   std::string offset;
@@ -648,6 +696,17 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
       out.strides.push_back(base.strides[d] * e.stride);
     }
     if (start != "0") offset += (offset.empty() ? "" : " + ") + start + " * " + std::to_string(base.strides[d]);
+  }
+  if (base.slot_input >= 0) {
+    // Every access to a ring slot starts with a view of it; only a view of the whole block may
+    // be read in a canonical layout (slot_layout), so a part of it keeps the slot row-major.
+    ++slot_uses_[base.slot_input].views;
+    bool whole = true;
+    for (size_t d = 0; d < idx.entries.size(); ++d) {
+      const ir::IndexEntry& e = idx.entries[d];
+      whole = whole && e.is_slice && e.dynamic < 0 && e.start == 0 && e.stride == 1 && e.size == base.shape[d];
+    }
+    if (whole) out.slot_input = base.slot_input;
   }
   if (offset.empty()) {
     out.ptr = base.ptr;

@@ -40,6 +40,12 @@ std::string uninitialized_literal(DType t);     // what the interpreters fill fr
 // b_nk (a transposed view).
 struct MmaProduct {
   std::string d, a, b;
+  // The operands' layouts, a template argument of pl_tc_dot each: "0" (row-major with the
+  // strides below) or a ring slot's PL_SLOT_LAYOUT_j (Emitter::slot_layout).
+  std::string a_layout = "0", b_layout = "0";
+  // d is the register accumulator's scratch (Emitter::RegisterAccumulator): pl_tc_dot_acc adds
+  // to the registers, `rounds` of them.
+  int acc_rounds = 0;
   int64_t ldd = 0, lda = 0, ldb = 0;
   bool b_nk = false;
   DType d_dtype = DType::F32, a_dtype = DType::F32, b_dtype = DType::F32;
@@ -68,6 +74,9 @@ struct RefInfo {
   DType dtype = DType::F32;
   Shape shape;
   std::vector<int64_t> strides;  // in elements
+  // Pipelined input j's ring slot (the whole block; -1: other memory). Its layout is decided
+  // after the body is emitted (Emitter::slot_layout): the code names it PL_SLOT_LAYOUT_j.
+  int slot_input = -1;
 };
 
 // An SSA value: a scalar register, a tile in the arena, a Ref, or a fused array value — one
@@ -122,6 +131,23 @@ class Emitter {
   // kernel) may overlap anything.
   void set_memory_group(ir::ValueId v, int group) { memory_group_[v] = group; }
   void bind_scalar(ir::ValueId v, const std::string& expr);
+  // The layout pipelined input j's slot may take (pl_slot_elem; 0: row-major) after the body is
+  // emitted: wgmma's canonical K-major (1) or MN-major (2) one when every access the body makes
+  // to the slot is as that operand of a tensor-core product (the whole block, viewed in place).
+  int slot_layout(int j) const;
+  // `acc[...] += dot(a, b)` into a whole f32 scratch buffer on wgmma, at the top of the body: the
+  // accumulator may live in registers across the grid steps (pl_tc_dot_acc; the generated
+  // pl_grid_point takes `PlAccRegs<nc, rounds>& pl_acc`). Every other access to the scratch
+  // flushes the registers to it first (pl_acc_flush, emitted by view()).
+  struct RegisterAccumulator {
+    ir::ValueId ref = -1;  // the scratch Ref (-1: none)
+    std::string ptr;       // its pointer in the body
+    int nc = 0, rounds = 0;
+    int64_t m = 0, n = 0;
+  };
+  // Chooses it among `scratch` (f32 2-D scratch Refs, bound with their memory groups), before
+  // the body `body` is emitted; returns it (ref -1: none qualifies).
+  RegisterAccumulator choose_register_accumulator(const ir::Region& body, const std::set<ir::ValueId>& scratch);
   // Emits the ops of `r` (not its yield); returns the yielded values.
   std::vector<ir::ValueId> emit_region(const ir::Region& r);
   const ValueInfo& info(ir::ValueId v) const { return values_.at(static_cast<size_t>(v)); }
@@ -193,6 +219,8 @@ class Emitter {
   bool plain_product(const ir::Op& dot, MmaProduct& p) const;  // emit_ops.cpp
   // Whether the tensor cores can compute such a product (dtypes and shape).
   static bool tensor_core_shape(const MmaProduct& p);  // emit_ops.cpp
+  // wgmma's instruction width for a product with n columns: the widest of 128, 64, ... 8 dividing n.
+  static int64_t wgmma_width(int64_t n);  // emit_ops.cpp
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);
@@ -229,6 +257,13 @@ class Emitter {
   // the add and the store emit nothing (plan_fusion).
   std::map<const ir::Op*, const ir::Op*> accumulating_dots_;  // dot -> the store it replaces
   std::set<const ir::Op*> absorbed_;
+  // Per pipelined input: views made of its slot, how many were tensor-core operands, and the
+  // layout those asked for (-1: two different ones).
+  struct SlotUses {
+    int views = 0, tensor_core = 0, layout = 0;
+  };
+  std::map<int, SlotUses> slot_uses_;
+  RegisterAccumulator acc_regs_;
   bool fused_reads_pending_ = false;  // a fused load's memory is read by the next emitted loop
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   int conditional_depth_ = 0;

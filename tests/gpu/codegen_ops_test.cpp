@@ -566,6 +566,90 @@ TEST(GpuCodegenOps, BlocksMovingAlongTheSequentialAxisComeThroughARingOfSlots) {
   }
 }
 
+// A slot whose block the body reads only as an operand of tensor-core products is kept in wgmma's
+// canonical layout (K-major for x and for an n x k y, MN-major for a k x n y, read with the
+// transpose flag): wgmma reads it in place, no staging copy. Run with the warpgroup the kernel
+// was generated for (wgmma, emulated from its descriptors) and with 64 threads (the CUDA-core
+// product that reads the same layouts); a slot also read another way stays row-major. Each
+// checked against a plain product in double.
+TEST(GpuCodegenOps, TensorCoreOperandsAreKeptInWgmmaLayoutInTheirSlots) {
+  struct Case { bool b_nk; bool y_also_summed; int run_threads; };
+  for (Case c : {Case{false, false, 128}, Case{true, false, 128}, Case{false, false, 64}, Case{true, false, 64},
+                 Case{false, true, 128}}) {
+    SCOPED_TRACE(std::string(c.b_nk ? "y n x k" : "y k x n") + (c.y_also_summed ? ", y also summed" : "") + ", " +
+                 std::to_string(c.run_threads) + " threads");
+    const int64_t M = 128, N = 32, K = 96, bm = 64, bk = 32;
+    auto kernel = [c](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
+      pl::when(pl::program_id(1) == 0, [&] { acc[pl::all] = 0.0f; });
+      const pl::Value p = c.b_nk ? pl::dot_general(x[pl::all], y[pl::all], pl::DotDims{{1}, {1}, {}, {}}, DType::F32)
+                                 : pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+      acc[pl::all] += p;
+      // A second read of y's block, which adds 0 (y is finite): its slot must stay row-major.
+      if (c.y_also_summed)
+        acc.at(pl::ds(0, 1), pl::ds(0, 1)).store({}, acc.at(pl::ds(0, 1), pl::ds(0, 1)).load() +
+                                                       y.at(pl::ds(0, 1), pl::ds(0, 1)).load().astype(DType::F32) * 0.0f);
+      pl::when(pl::program_id(1) == pl::num_programs(1) - 1, [&] { z[pl::all] = acc[pl::all]; });
+    };
+    const BlockSpec y_spec = c.b_nk ? BlockSpec({N, bk}, [](Value, Value k) { return Indices{0, k}; })
+                                    : BlockSpec({bk, N}, [](Value, Value k) { return Indices{k, 0}; });
+    PallasCall call = pl::pallas_call(
+        kernel, ShapeDtype({M, N}, DType::F32),
+        opts({M / bm, K / bk}, {BlockSpec({bm, bk}, [](Value i, Value k) { return Indices{i, k}; }), y_spec},
+             {BlockSpec({bm, N}, [](Value i, Value) { return Indices{i, 0}; })},
+             {ScratchShape{{bm, N}, DType::F32, MemorySpace::Vmem}}));
+    const Array x = Array::random_normal({M, K}, DType::BF16, 71);
+    const Array y = Array::random_normal(c.b_nk ? Shape{N, K} : Shape{K, N}, DType::BF16, 72);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    gpu::CodegenOptions options;
+    options.threads_per_cta = 128;
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    EXPECT_EQ(k.pipelined_inputs, (std::vector<int>{0, 1}));
+    EXPECT_EQ(k.tensor_core_slots, c.y_also_summed ? std::vector<int>{0} : (std::vector<int>{0, 1}));
+    EXPECT_EQ(k.register_accumulator, c.y_also_summed ? -1 : 0);  // (a view of acc, .at: no registers)
+    gpu::HostEmulationStats stats;
+    std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, c.run_threads, &stats);
+    EXPECT_EQ(stats.wgmma_instructions > 0, c.run_threads == 128);
+    expect_plain_product(x, y, c.b_nk, DType::F32, got[0]);
+  }
+}
+
+// `acc[...] += dot(x, y)` into a whole f32 scratch keeps the accumulator in wgmma's registers
+// across the K steps; every other access to acc (zeroing it, halving it between two products,
+// writing it out) finds it current, and a product after one reloads it. Generated for one
+// warpgroup (two rounds of 64 rows each) or two (one round), run with those threads (wgmma,
+// emulated) or with 64 (the registers unused: the product in memory). Checked against the
+// reference interpreter.
+TEST(GpuCodegenOps, AnAccumulatorStaysInRegistersAcrossTheSteps) {
+  struct Case { int threads, run_threads; };
+  for (Case c : {Case{128, 128}, Case{256, 256}, Case{128, 64}}) {
+    SCOPED_TRACE(std::to_string(c.threads) + " threads, run with " + std::to_string(c.run_threads));
+    const int64_t M = 128, N = 64, K = 128, bk = 32;
+    auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
+      pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = 0.0f; });
+      acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+      pl::when(pl::program_id(0) == 1, [&] { acc[pl::all] = acc[pl::all] * 0.5f; });
+      pl::when(pl::program_id(0) == pl::num_programs(0) - 1, [&] { z[pl::all] = acc[pl::all]; });
+    };
+    PallasCall call = pl::pallas_call(
+        kernel, ShapeDtype({M, N}, DType::F32),
+        opts({K / bk}, {BlockSpec({M, bk}, [](Value k) { return Indices{0, k}; }), BlockSpec({bk, N}, [](Value k) { return Indices{k, 0}; })},
+             {BlockSpec({M, N}, [](Value) { return Indices{0, 0}; })}, {ScratchShape{{M, N}, DType::F32, MemorySpace::Vmem}}));
+    const std::vector<Array> args = {Array::random_normal({M, K}, DType::BF16, 81), Array::random_normal({K, N}, DType::BF16, 82)};
+    std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype(), args[1].shape_dtype()});
+    gpu::CodegenOptions options;
+    options.threads_per_cta = c.threads;
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    EXPECT_EQ(k.register_accumulator, 0);
+    EXPECT_CONTAINS(k.source, "PlAccRegs<64, " + std::to_string(c.threads == 128 ? 2 : 1) + "> pl_acc;");
+    const std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), tc->grid_mapping.grid, nullptr);
+    gpu::HostEmulationStats stats;
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid, c.run_threads, &stats);
+    EXPECT_EQ(stats.wgmma_instructions > 0, c.run_threads % 128 == 0);
+    const AllCloseResult r = allclose(got[0], want[0], 1e-5, 1e-4);
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
 // What stays out of the ring, read in place as before: a block that does not move along the
 // sequential axis, one asking for Buffered(1), an input aliased to an output or written by the
 // kernel (a slot would not carry the write to the array), rows that are not whole 16-byte chunks.
