@@ -7,7 +7,6 @@
 #include <map>
 #include <optional>
 #include <cctype>
-#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -102,10 +101,6 @@ bool needs_staging(const BlockMapping& bm) {
   }
   return false;
 }
-
-// Where pl_grid_point's register accumulator parameter goes in its signature, which is written
-// before the body chooses whether there is one (Emitter::choose_register_accumulator).
-constexpr const char* kAccParam = "/*@register accumulator@*/";
 
 std::string sanitize(const std::string& name) {
   std::string s;
@@ -430,29 +425,20 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                << "    pl_u8* dst = " << slot_pointer(static_cast<size_t>(j), "slot") << ";\n"
                << "    if (((pl_u64)" << op << " & 15) == 0) {\n"
                << "      #pragma unroll 1\n"  // (unrolled, the copies were a third of the matmul's cold compile)
-               << "      for (pl_i64 c = pl_cta_tid(); c < " << rows * chunks_per_row << "; c += pl_cta_nthreads())";
+               << "      for (pl_i64 c = pl_cta_tid(); c < " << rows * chunks_per_row << "; c += pl_cta_nthreads()) {\n";
+      // Destination chunk c holds the block's chunk (r, q) of the slot's layout (row-major: 0).
       const std::string R = std::to_string(rows), CPR = std::to_string(chunks_per_row);
-      if (layout_candidate(j)) {
-        // Destination chunk c holds the block's chunk (r, q) of the slot's layout.
-        const std::string L = "PL_SLOT_LAYOUT_" + J;
-        prefetch << " {\n        pl_i64 r, q;\n        pl_slot_chunk<" << L << ">(c, " << R << ", " << CPR << ", r, q);\n"
-                 << "        pl_cp_async16(dst + 16 * c, (const pl_u8*)(src + " << detail::offset_of(row_shape, row_strides, "r")
-                 << ") + 16 * q);\n      }\n"
-                 << "    } else {\n"
-                 << "      #pragma unroll 1\n"
-                 << "      for (pl_i64 e = pl_cta_tid(); e < " << rows * row << "; e += pl_cta_nthreads()) ((" << T
-                 << "*)dst)[pl_slot_elem<" << L << ">(e / " << row << ", e % " << row << ", " << R << ", " << CPR
-                 << ")] = src[" << detail::offset_of(shape, view_strides, "e") << "];\n"
-                 << "    }\n  }\n";
-        continue;
-      }
-      const std::string row_offset = row_shape.empty() ? "0" : detail::offset_of(row_shape, row_strides, "(c / " + CPR + ")");
-      prefetch << "\n        pl_cp_async16(dst + 16 * c, (const pl_u8*)(src + " << row_offset << ") + 16 * (c % " << CPR
-               << "));\n"
+      const std::string L = layout_candidate(j) ? "PL_SLOT_LAYOUT_" + J : "0";
+      const std::string elem = layout_candidate(j)
+                                   ? "pl_slot_elem<" + L + ">(e / " + std::to_string(row) + ", e % " + std::to_string(row) + ", " + R + ", " + CPR + ")"
+                                   : "e";
+      prefetch << "        pl_i64 r, q;\n        pl_slot_chunk<" << L << ">(c, " << R << ", " << CPR << ", r, q);\n"
+               << "        pl_cp_async16(dst + 16 * c, (const pl_u8*)(src + "
+               << (row_shape.empty() ? "0" : detail::offset_of(row_shape, row_strides, "r")) << ") + 16 * q);\n      }\n"
                << "    } else {\n"
                << "      #pragma unroll 1\n"
-               << "      for (pl_i64 e = pl_cta_tid(); e < " << rows * row << "; e += pl_cta_nthreads()) ((" << T
-               << "*)dst)[e] = src[" << detail::offset_of(shape, view_strides, "e") << "];\n"
+               << "      for (pl_i64 e = pl_cta_tid(); e < " << rows * row << "; e += pl_cta_nthreads()) ((" << T << "*)dst)["
+               << elem << "] = src[" << detail::offset_of(shape, view_strides, "e") << "];\n"
                << "    }\n  }\n";
     }
     prefetch << "}\n\n";
@@ -500,9 +486,6 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.tensor_core_dots = &out.tensor_core_dots;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   Emitter em(k, ctx, 1);
-  body << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
-          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot" << kAccParam
-       << ") {\n";
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
   const size_t num_index = static_cast<size_t>(gm.num_index_operands);
   for (size_t i = 0; i < num_index; ++i) {
@@ -753,9 +736,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
       << G << "];\n  pl_i64 num_points;\n};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
-  std::string body_text = body.str();
-  body_text.replace(body_text.find(kAccParam), std::strlen(kAccParam), acc_type.empty() ? "" : ", " + acc_type + "& pl_acc");
-  src << peers << maps.str() << slot_layouts << prefetch.str() << body_text << "\n";
+  // (The signature last: the body chose the register accumulator.)
+  src << peers << maps.str() << slot_layouts << prefetch.str()
+      << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
+         "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot"
+      << (acc_type.empty() ? "" : ", " + acc_type + "& pl_acc") << ") {\n"
+      << body.str() << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
   // The grid sizes as constants (p.grid holds the same): the decode of the point, the loops of the
@@ -810,8 +796,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << indent << "}\n";
   }
   // The scratch holds the accumulator when the point is done, as it would without registers.
-  if (!acc_type.empty())
-    src << "  pl_acc_flush(pl_acc, " << acc_scratch << ", " << acc_regs.n << ", " << acc_regs.m << ", " << acc_regs.n << ");\n";
+  if (!acc_type.empty()) src << "  " << acc_regs.flush(acc_scratch) << "\n";
   src << "}\n\n";
   // Scratch starts as the uninitialized value, once per CTA (it persists across its points).
   src << "PL_DEV void pl_init_scratch([[maybe_unused]] char* arena) {\n";

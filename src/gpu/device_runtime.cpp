@@ -1097,14 +1097,17 @@ PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In
   }
   pl_sync();
 }
-// False, having done nothing, unless the product fits wgmma (M % 64 == 0) and the group is whole
-// warpgroups with staging for each (host emulation may run fewer threads). NC: the instruction's
-// width, the emitter's choice (the widest of 128, 64, 32, 16, 8 dividing N).
+// Whether an M-row product fits wgmma (M % 64 == 0) and the group is whole warpgroups with
+// staging for each (host emulation may run fewer threads).
+PL_DEV bool pl_wgmma_fits(int M) {
+  return M % 64 == 0 && pl_nthreads() % 128 == 0 && (pl_cta_nthreads() >> 7) * PL_WG_STAGE_BYTES <= PL_WGMMA_STAGING_BYTES;
+}
+// False, having done nothing, unless it fits. NC: the instruction's width, the emitter's choice
+// (the widest of 128, 64, 32, 16, 8 dividing N).
 template <bool BNK, int NC, int LA, int LB, class In, class Out>
 PL_DEV bool pl_wgmma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                          bool accumulate) {
-  if (M % 64 != 0 || pl_nthreads() % 128 != 0 || (pl_cta_nthreads() >> 7) * PL_WG_STAGE_BYTES > PL_WGMMA_STAGING_BYTES)
-    return false;
+  if (!pl_wgmma_fits(M)) return false;
   pl_wgmma_dot_n<NC, BNK, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
   return true;
 }
@@ -1136,7 +1139,6 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
 template <bool BNK, int LA, int LB, class In, class Out>
 PL_DEV void pl_slot_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K,
                         bool accumulate) {
-  pl_sync();
   for (pl_i64 e = pl_tid(); e < (pl_i64)M * N; e += pl_nthreads()) {
     const pl_i64 m = e / N, n = e % N;
     float acc = 0;
@@ -1173,8 +1175,7 @@ template <bool BNK, int NC, int LA, int LB, int ROUNDS, class In>
 PL_DEV bool pl_tc_dot_acc(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
                           pl_i64 ldb, int M, int N, int K) {
 #if PL_HAS_WGMMA
-  if (M % 64 == 0 && pl_nthreads() % 128 == 0 && (pl_nthreads() >> 7) * ROUNDS >= (M / 64) * (N / NC) &&
-      (pl_cta_nthreads() >> 7) * PL_WG_STAGE_BYTES <= PL_WGMMA_STAGING_BYTES) {
+  if (pl_wgmma_fits(M) && (pl_nthreads() >> 7) * ROUNDS >= (M / 64) * (N / NC)) {
     pl_wgmma_dot_regs<NC, BNK, LA, LB>(f, d, ldd, a, lda, b, ldb, M, N, K);
     return true;
   }

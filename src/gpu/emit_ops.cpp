@@ -493,13 +493,9 @@ void Emitter::emit_pure(const ir::Op& op) {
       // Into the register accumulator: its scratch as it is (the whole buffer; view() would
       // flush the registers).
       const bool into_registers = accumulate && acc_store->second->operands[0] == acc_regs_.ref;
-      if (into_registers) {
-        d = info(acc_regs_.ref).ref;
-        before_mem_read();
-        before_mem_write();
-      } else if (accumulate) {
+      if (accumulate) {
         const ir::Op& st = *acc_store->second;
-        d = view(st, info(st.operands[0]).ref, st.attrs.get_indexer(AttrKey::Index));
+        d = into_registers ? info(acc_regs_.ref).ref : view(st, info(st.operands[0]).ref, st.attrs.get_indexer(AttrKey::Index));
         before_mem_read();
         before_mem_write();
       } else {
@@ -518,7 +514,7 @@ void Emitter::emit_pure(const ir::Op& op) {
         // the slot in wgmma's canonical layout: a's K-major, b's K-major when it is n x k, else
         // MN-major (slot_layout decides, after the body).
         auto slot_of = [&](ValueId v) { return info(v).kind == ValueInfo::Kind::Fused ? info(v).ref.slot_input : -1; };
-        if (tensor_core_shape(p) && p.m % 64 == 0) {
+        if (wgmma_shape(p)) {
           auto note = [&](int j, int layout, std::string& name) {
             if (j < 0) return;
             SlotUses& u = slot_uses_[j];
@@ -596,6 +592,8 @@ bool Emitter::tensor_core_shape(const MmaProduct& p) {
   return half_inputs && result_ok && p.m > 0 && p.n > 0 && p.k > 0 && p.m % 16 == 0 && p.n % 8 == 0 && p.k % 16 == 0;
 }
 
+bool Emitter::wgmma_shape(const MmaProduct& p) { return tensor_core_shape(p) && p.m % 64 == 0; }
+
 int64_t Emitter::wgmma_width(int64_t n) {
   int64_t nc = 128;
   while (nc > 8 && n % nc != 0) nc /= 2;
@@ -609,18 +607,15 @@ bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   // pl_tc_dot (wgmma, else mma.sync) is false only for a group that is not whole warps (host
   // emulation): the loop runs. nc: wgmma's instruction width, the widest that tiles N (one
   // instantiation per product keeps NVRTC's compile short).
-  const int64_t nc = wgmma_width(p.n);
-  if (p.acc_rounds > 0) {
-    line("if (!pl_tc_dot_acc<" + std::string(p.b_nk ? "true" : "false") + ", " + s(nc) + ", " + p.a_layout + ", " + p.b_layout +
-         ", " + s(p.acc_rounds) + ">(pl_acc, " + p.d + ", " + s(p.ldd) + ", " + p.a + ", " + s(p.lda) + ", " + p.b + ", " +
-         s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ")) {");
-    ++indent_;
-    return true;
-  }
-  const std::string layouts = p.a_layout == "0" && p.b_layout == "0" ? "" : ", " + p.a_layout + ", " + p.b_layout;
-  line(std::string("if (!pl_tc_dot<") + (p.b_nk ? "true" : "false") + ", " + s(nc) + layouts + ">(" + p.d + ", " + s(p.ldd) + ", " + p.a +
-       ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + ", " +
-       (p.accumulate ? "true" : "false") + ")) {");
+  // Into the register accumulator: pl_tc_dot_acc, which always accumulates.
+  const bool regs = p.acc_rounds > 0;
+  std::string targs = std::string(p.b_nk ? "true" : "false") + ", " + s(wgmma_width(p.n));
+  if (regs || p.a_layout != "0" || p.b_layout != "0") targs += ", " + p.a_layout + ", " + p.b_layout;
+  if (regs) targs += ", " + s(p.acc_rounds);
+  const std::string args = p.d + ", " + s(p.ldd) + ", " + p.a + ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) +
+                           ", " + s(p.n) + ", " + s(p.k);
+  line(regs ? "if (!pl_tc_dot_acc<" + targs + ">(pl_acc, " + args + ")) {"
+            : "if (!pl_tc_dot<" + targs + ">(" + args + ", " + (p.accumulate ? "true" : "false") + ")) {");
   ++indent_;
   return true;
 }

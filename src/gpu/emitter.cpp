@@ -532,7 +532,7 @@ Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Regi
     const ir::Op& store = *it->second;
     const ValueId ref = store.operands[0];
     MmaProduct p;
-    if (!scratch.count(ref) || viewed.count(ref) || !plain_product(dot, p) || !tensor_core_shape(p) || p.m % 64 != 0)
+    if (!scratch.count(ref) || viewed.count(ref) || !plain_product(dot, p) || !wgmma_shape(p))
       continue;
     const ir::Type& t = type(ref);
     if (t.shape != type(dot.results[0]).shape) continue;  // the store's view is the whole buffer
@@ -667,9 +667,7 @@ void Emitter::emit_op(const ir::Op& op) {
 
 RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx) {
   // Any access to the register accumulator's scratch but its products' finds it current.
-  if (acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref)
-    line("pl_acc_flush(pl_acc, " + acc_regs_.ptr + ", " + std::to_string(acc_regs_.n) + ", " + std::to_string(acc_regs_.m) +
-         ", " + std::to_string(acc_regs_.n) + ");");
+  if (acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref) line(acc_regs_.flush(acc_regs_.ptr));
   RefInfo out;
   out.dtype = base.dtype;
   std::string offset;

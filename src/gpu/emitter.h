@@ -144,6 +144,11 @@ class Emitter {
     std::string ptr;       // its pointer in the body
     int nc = 0, rounds = 0;
     int64_t m = 0, n = 0;
+    // The statement writing the registers back to the scratch at `scratch` (a float*), if newer.
+    std::string flush(const std::string& scratch) const {
+      return "pl_acc_flush(pl_acc, " + scratch + ", " + std::to_string(n) + ", " + std::to_string(m) + ", " +
+             std::to_string(n) + ");";
+    }
   };
   // Chooses it among `scratch` (f32 2-D scratch Refs, bound with their memory groups), before
   // the body `body` is emitted; returns it (ref -1: none qualifies).
@@ -219,6 +224,8 @@ class Emitter {
   bool plain_product(const ir::Op& dot, MmaProduct& p) const;  // emit_ops.cpp
   // Whether the tensor cores can compute such a product (dtypes and shape).
   static bool tensor_core_shape(const MmaProduct& p);  // emit_ops.cpp
+  // Whether wgmma can compute it (a tensor-core shape with m % 64 == 0).
+  static bool wgmma_shape(const MmaProduct& p);  // emit_ops.cpp
   // wgmma's instruction width for a product with n columns: the widest of 128, 64, ... 8 dividing n.
   static int64_t wgmma_width(int64_t n);  // emit_ops.cpp
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
