@@ -39,6 +39,9 @@ struct ShapeDtype {
   bool operator==(const ShapeDtype&) const = default;
 };
 
+// Arrays with more elements print summarized (Array::to_string; NumPy's threshold).
+inline constexpr int64_t kPrintMaxElements = 1000;
+
 class Array {
  public:
   // An empty f32 array of shape [0].
@@ -126,7 +129,7 @@ class Array {
   static Array from_dlpack(DLManagedTensor* tensor);
 
   // "f32[2, 3]\n[[0, 1, 2],\n [3, 4, 5]]" (summarized with ... beyond `max_elements`).
-  std::string to_string(int64_t max_elements = 1000) const;
+  std::string to_string(int64_t max_elements = kPrintMaxElements) const;
 
  private:
   int64_t flat_index(std::initializer_list<int64_t> index) const;

@@ -535,6 +535,82 @@ PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
   }
 #endif
 }
+// ---- debug_print: one Pallas thread prints, holding a lock ------------------------------------------
+// The GPU keeps only each thread's printf calls in order; the lock keeps a print's calls (an
+// array takes one per element) together when several threads print.
+__device__ int pl_print_lock_word;
+PL_DEV void pl_print_lock() {
+#if PL_HOST_EMULATION
+  int free_word = 0;
+  while (!__atomic_compare_exchange_n(&pl_print_lock_word, &free_word, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    free_word = 0;
+    std::this_thread::yield();
+  }
+#else
+  while (atomicCAS(&pl_print_lock_word, 0, 1) != 0) __nanosleep(64);
+  __threadfence();
+#endif
+}
+PL_DEV void pl_print_unlock() {
+#if PL_HOST_EMULATION
+  fflush(stdout);
+  __atomic_store_n(&pl_print_lock_word, 0, __ATOMIC_RELEASE);
+#else
+  __threadfence();
+  atomicExch(&pl_print_lock_word, 0);
+#endif
+}
+// A value as the interpreters print it (Scalar::to_string), except that floats show 9
+// significant digits (%.9g) where the interpreters show the shortest text that reads back.
+PL_DEV void pl_print_value(double x) {
+  if (x != x) printf("nan");
+  else printf("%.9g", x);
+}
+PL_DEV void pl_print_value(bool x) { printf("%s", x ? "true" : "false"); }
+PL_DEV void pl_print_value(long long x) { printf("%lld", x); }
+PL_DEV void pl_print_value(unsigned long long x) { printf("%llu", x); }
+// The elements of an R-D array of `shape` as Array::to_string lays them out after its header
+// (array_format.cpp): nested brackets, ", " between the elements of a row, between rows a comma,
+// a newline per remaining axis and an indent of one space per open bracket. With `summarize` an
+// axis longer than 6 shows its first and last 3 entries with "..." between. `elem(flat)` prints
+// the element at row-major index flat. (Arrays with no elements are printed by the caller.)
+template <int R, class F> PL_DEV void pl_print_array(const pl_i64 (&shape)[R], bool summarize, F elem) {
+  static_assert(R >= 1 && R <= 16, "pl_print_array: rank 1 to 16");
+  const char* open = "[[[[[[[[[[[[[[[[" + (16 - R);      // + (R - n): n brackets
+  const char* close = "]]]]]]]]]]]]]]]]" + (16 - R);
+  const char* lines = "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n" + (16 - R);
+  const char* spaces = "                " + (16 - R);
+  pl_i64 shown[R], total = 1;
+  for (int a = 0; a < R; ++a) {
+    shown[a] = summarize && shape[a] > 6 ? 6 : shape[a];
+    total *= shown[a];
+  }
+  printf("%s", open);
+  for (pl_i64 k = 0; k < total; ++k) {
+    // k counts the shown elements; the last axis whose shown position is not 0 is where the
+    // previous element's brackets close and reopen (none for the first element).
+    pl_i64 rest = k, flat = 0, stride = 1, moved_to = 0;
+    int moved = -1;
+    for (int a = R - 1; a >= 0; --a) {
+      const pl_i64 j = rest % shown[a];
+      rest /= shown[a];
+      if (moved < 0 && j != 0) moved = a, moved_to = j;
+      flat += (shown[a] < shape[a] && j >= 3 ? shape[a] - 6 + j : j) * stride;
+      stride *= shape[a];
+    }
+    if (moved >= 0) {
+      const int inner = R - 1 - moved;  // brackets closed and reopened
+      const char* comma = inner == 0 ? ", " : ",";
+      const char* nl = lines + (R - inner);
+      const char* indent = inner == 0 ? "" : spaces + (R - (moved + 1));
+      const bool dots = shown[moved] < shape[moved] && moved_to == 3;
+      printf("%s%s%s%s%s%s%s%s%s", close + (R - inner), comma, nl, indent, dots ? "..." : "", dots ? comma : "",
+             dots ? nl : "", dots ? indent : "", open + (R - inner));
+    }
+    elem(flat);
+  }
+  printf("%s", close);
+}
 // ---- mbarriers (gpu::Barrier): a phase completes after its count of arrivals --------------------
 // How long a barrier wait may take before the kernel reports a deadlock instead of hanging (host
 // emulation: $PALLAS_GPU_WAIT_TIMEOUT_MS overrides it, so tests need not wait that long).
@@ -918,11 +994,15 @@ PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, 
 #define PL_HAS_WGMMA 0
 #endif
 // Where a warpgroup thread's wgmma accumulator register i of the 64 x N block at (m0, n0) goes
-// in a row-major d: row 16 warp + lane / 4 (+8), column 8 (i / 4) + 2 (lane % 4) (+1).
-PL_DEV pl_i64 pl_wgmma_acc_at(int m0, int n0, pl_i64 ldd, int i) {
+// in a row-major d: at pl_wgmma_acc_base (register 0: row 16 warp + lane / 4, column 2 (lane % 4))
+// plus pl_wgmma_acc_off(i) (8 more rows for odd i / 2, 8 (i / 4) + i % 2 more columns). The
+// thread's part is computed once per block: written per register in the unrolled loops it cost
+// NVVM about 40 ms a loop (PERFORMANCE.md, stop 24).
+PL_DEV pl_i64 pl_wgmma_acc_base(int m0, int n0, pl_i64 ldd) {
   const int lane = pl_tid() & 31, warp = (pl_tid() & 127) >> 5;
-  return (pl_i64)(m0 + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1)) * ldd + n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+  return (pl_i64)(m0 + 16 * warp + (lane >> 2)) * ldd + n0 + 2 * (lane & 3);
 }
+PL_DEV constexpr pl_i64 pl_wgmma_acc_off(int i, pl_i64 ldd) { return 8 * ((i >> 1) & 1) * ldd + 8 * (i >> 2) + (i & 1); }
 // The accumulator of `acc[...] += dot(a, b)` (f32 scratch, M x N) kept in registers across the
 // steps of the sequential axes (codegen.cpp: the register accumulator): each warpgroup thread
 // holds its wgmma registers of the blocks it takes, ROUNDS rounds of NC / 2. `dirty`: the
@@ -940,8 +1020,9 @@ template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f,
   for (int q = 0; q < ROUNDS; ++q) {
     const int blk = q * wgs + wg;
     if (blk >= blocks) continue;
+    float* dq = d + pl_wgmma_acc_base(blk / blocks_n * 64, blk % blocks_n * NC, ldd);
 #pragma unroll
-    for (int i = 0; i < NC / 2; ++i) d[pl_wgmma_acc_at(blk / blocks_n * 64, blk % blocks_n * NC, ldd, i)] = f.r[q * NC / 2 + i];
+    for (int i = 0; i < NC / 2; ++i) dq[pl_wgmma_acc_off(i, ldd)] = f.r[q * NC / 2 + i];
   }
   f.dirty = 0;
   pl_sync();  // the scratch is whole before anyone reads it
@@ -1089,11 +1170,12 @@ PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In
     const bool mine = first + wg < blocks;
     const int blk = mine ? first + wg : blocks - 1;
     const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
+    Out* dq = d + pl_wgmma_acc_base(m0, n0, ldd);
     float acc[NC / 2];
-    for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate ? (float)pl_ld(d[pl_wgmma_acc_at(m0, n0, ldd, i)]) : 0.0f;
+    for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate ? (float)pl_ld(dq[pl_wgmma_acc_off(i, ldd)]) : 0.0f;
     pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, K);
     if (mine)
-      for (int i = 0; i < NC / 2; ++i) pl_put(&d[pl_wgmma_acc_at(m0, n0, ldd, i)], acc[i]);
+      for (int i = 0; i < NC / 2; ++i) pl_put(&dq[pl_wgmma_acc_off(i, ldd)], acc[i]);
   }
   pl_sync();
 }
@@ -1124,9 +1206,10 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
     const int blk = mine ? q * wgs + wg : blocks - 1;
     const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
     float* acc = f.r + q * NC / 2;
+    const float* dq = d + pl_wgmma_acc_base(m0, n0, ldd);
     if (!f.dirty)
 #pragma unroll
-      for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? d[pl_wgmma_acc_at(m0, n0, ldd, i)] : 0.0f;
+      for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? dq[pl_wgmma_acc_off(i, ldd)] : 0.0f;
     pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, K);
   }
   f.dirty = 1;

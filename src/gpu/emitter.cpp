@@ -1055,36 +1055,68 @@ void Emitter::fill_uninitialized(const std::string& ptr, DType t, int64_t n) {
 std::string uninitialized_literal(DType t) { return literal(eval::uninitialized_value(t), t); }
 
 void Emitter::emit_debug_print(const ir::Op& op) {
+  // One thread of the group prints, under the runtime's print lock: the format's text as string
+  // literals, scalars with pl_print_value, arrays as Array::to_string lays them out (header line,
+  // nested brackets, summarized past 1000 elements) with pl_print_array.
   const std::string& fmt = op.attrs.get_string(ir::AttrKey::Format);
-  std::string cfmt, args;
-  size_t pos = 0, k = 0;
-  auto escape = [](const std::string& s) {
-    std::string o;
+  auto literal_text = [](const std::string& s) {
+    std::string o = "\"";
     for (char c : s) {
-      if (c == '%') o += "%%";
-      else if (c == '"' || c == '\\') o += std::string("\\") + c;
+      if (c == '"' || c == '\\') o += std::string("\\") + c;
       else if (c == '\n') o += "\\n";
+      else if (c == '%') o += "%%";
       else o += c;
     }
-    return o;
+    return o + "\"";
   };
+  auto print_text = [&](const std::string& s) {
+    if (!s.empty()) line("printf(" + literal_text(s) + ");");
+  };
+  // The value `e` of dtype t as pl_print_value takes it.
+  auto printable = [&](DType t, const std::string& e) {
+    if (is_float(t)) return "(double)" + widen(t, e);
+    if (t == DType::Bool) return "(bool)(" + e + ")";
+    if (t == DType::U64) return "(unsigned long long)(" + e + ")";
+    return "(long long)(" + e + ")";
+  };
+  bool reads_arrays = false;
+  for (ValueId v : op.operands) reads_arrays |= !type(v).shape.empty();
+  if (reads_arrays) before_mem_read();  // every thread's part of the tiles (and stores) is in
+  line("if (pl_tid() == 0) {");
+  ++indent_;
+  line("pl_print_lock();");
+  size_t pos = 0, k = 0;
   for (size_t p = fmt.find("{}"); p != std::string::npos; p = fmt.find("{}", pos)) {
-    cfmt += escape(fmt.substr(pos, p - pos));
+    print_text(fmt.substr(pos, p - pos));
     ValueId v = op.operands[k++];
     const ir::Type& t = type(v);
-    if (!t.shape.empty())
-      throw NotSupportedError("debug_print of an array (" + t.to_string() +
-                                  ") on the GPU backend; print scalars (e.g. one element)",
-                              op.loc);
-    const std::string& n = info(v).name;
-    if (is_float(t.dtype)) { cfmt += "%.9g"; args += ", (double)" + widen(t.dtype, n); }
-    else if (t.dtype == DType::Bool) { cfmt += "%s"; args += ", " + n + " ? \"true\" : \"false\""; }
-    else if (t.dtype == DType::U64) { cfmt += "%llu"; args += ", (unsigned long long)" + n; }
-    else { cfmt += "%lld"; args += ", (long long)" + n; }
+    if (t.shape.empty()) {
+      line("pl_print_value(" + printable(t.dtype, info(v).name) + ");");
+    } else if (t.size() == 0) {
+      print_text(Array::zeros(t.shape, t.dtype).to_string());  // no values: the text is known here
+    } else {
+      if (t.shape.size() > 16)
+        throw NotSupportedError("debug_print of an array of rank " + std::to_string(t.shape.size()) +
+                                    " on the GPU backend (at most 16)",
+                                op.loc);
+      print_text(ShapeDtype{t.shape, t.dtype}.to_string() + "\n");
+      std::string dims;
+      for (int64_t d : t.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d) + "LL";
+      line("{");
+      ++indent_;
+      line("const pl_i64 shape[" + std::to_string(t.shape.size()) + "] = {" + dims + "};");
+      line("pl_print_array(shape, " + std::string(t.size() > kPrintMaxElements ? "true" : "false") +
+           ", [&](pl_i64 e) { pl_print_value(" + printable(t.dtype, at(v, "e")) + "); });");
+      --indent_;
+      line("}");
+    }
     pos = p + 2;
   }
-  cfmt += escape(fmt.substr(pos));
-  line("if (pl_tid() == 0) printf(\"" + cfmt + "\\n\"" + args + ");");
+  print_text(fmt.substr(pos) + "\n");
+  line("pl_print_unlock();");
+  --indent_;
+  line("}");
+  if (reads_arrays) after_mem_read();
 }
 
 // A failed check records the grid point (the kernel's program ids) for the host's message.

@@ -865,6 +865,43 @@ void expect_same_error(const PallasCall& call, const std::vector<Array>& args, c
             want);
 }
 
+TEST(GpuCodegenOps, DebugPrintShowsScalarsAndArraysAsTheInterpreterDoes) {
+  // Scalars and arrays of several ranks and dtypes — a loaded tile, a fused expression, a 3-D
+  // reshape, a bool comparison, an array past 1000 elements (summarized with "...") — printed at
+  // each of 2 grid points. Values are small multiples of 0.25 and integers, whose %.9g text is
+  // the interpreter's shortest text, so the outputs must be equal character for character.
+  auto kernel = [](const pl::Ref& x, const pl::Ref& big, const pl::Ref& o) {
+    pl::Value t = x[pl::all];
+    pl::debug_print("point {}: x[0, 1] = {}\nx = {}", {pl::program_id(0), x(0, 1), t});
+    pl::debug_print("twice {} | ints {} | positive {}",
+                    {x(pl::all, pl::all) * 2.0f, pl::reshape(t.astype(DType::I32), {2, 2, 2}), t > 0.0f});
+    pl::debug_print("big {} end", {big[pl::all]});
+    o[pl::all] = t;
+  };
+  Array x = Array::zeros({2, 4}, DType::F32), big = Array::zeros({40, 50}, DType::F32);
+  for (int64_t i = 0; i < 8; ++i) x.set_flat(i, 0.25 * (double)(i * 7 % 11) - 1.0);
+  for (int64_t i = 0; i < 2000; ++i) big.set_flat(i, (double)(i % 97) - 40.0);
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({2, 4}, DType::F32),
+                                    opts({2}, {BlockSpec({2, 4}, [](Value) { return Indices{0, 0}; }),
+                                               BlockSpec({40, 50}, [](Value) { return Indices{0, 0}; })},
+                                         {BlockSpec({2, 4}, [](Value) { return Indices{0, 0}; })}));
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), big.shape_dtype()});
+  const std::vector<int64_t> grid = tc->grid_mapping.grid;
+  std::ostringstream want;
+  interpret::run_reference(*tc, {x.clone(), big.clone()}, grid, &want);
+  ASSERT_NE(want.str().find("..."), std::string::npos) << want.str();  // the big one is summarized
+  ASSERT_NE(want.str().find("[[[-1, "), std::string::npos) << want.str();
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid);
+  for (int threads : {1, 3}) {
+    testing::internal::CaptureStdout();
+    gpu::run_host_emulation(*tc, k, {x.clone(), big.clone()}, grid, threads);
+    EXPECT_EQ(testing::internal::GetCapturedStdout(), want.str()) << threads << " threads";
+  }
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"})
+    EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "print.cu", arch).is_cubin) << arch;
+}
+
 TEST(GpuCodegenOps, OutOfBoundsBlockIndexIsTheInterpretersError) {
   auto kernel = [](const pl::Ref& x, const pl::Ref& o) { o[pl::all] = x[pl::all]; };
   PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 8}, DType::F32),
