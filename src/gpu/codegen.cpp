@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <cctype>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -143,6 +144,8 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
     o.profile_space = p.profile_space;
     o.profile_dir = p.profile_dir;
   }
+  // A developer's switch for measuring what async wgmma brings (docs/GPU.md).
+  if (const char* v = std::getenv("PALLAS_GPU_SYNC_WGMMA"); v && std::string(v) == "1") o.async_wgmma = false;
   return o;
 }
 
@@ -726,6 +729,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
   if (out.num_barriers > 0) src << "#define PL_NUM_MBARRIERS " << out.num_barriers << "\n";
   if (out.cluster_ctas > 1) src << "#define PL_CLUSTER_CTAS " << out.cluster_ctas << "\n";
+  if (!opts.async_wgmma) src << "#define PL_WGMMA_ASYNC 0\n";
   if (out.wgmma_staging_bytes > 0)
     src << "#define PL_WGMMA_STAGES " << out.wgmma_staging_bytes / wgmma_stage_bytes() << "\n#define PL_WG_KC "
         << kWgmmaStepK << "\n#define PL_WG_STAGE_BYTES " << wgmma_stage_bytes() << "\n#define PL_WGMMA_STAGING_OFFSET "
@@ -771,8 +775,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (out.pipeline_depth > 0) {
     // The innermost sequential axis with its ring: iteration s issues the copies of step s into
     // slot s % depth — the slot step s - depth used, which every thread is done with (the barrier
-    // after each step) — then runs step k = s - (depth - 1) once its copies (the oldest group in
-    // flight) have landed. A group is committed every iteration, empty past the last step, so
+    // after each step; a step's wgmma reading the slots may run on into the next step, but each
+    // step waits for the previous step's, pl_wgmma_block's ASYNC) — then runs step k = s -
+    // (depth - 1) once its copies (the oldest group in flight) have landed. A group is committed every iteration, empty past the last step, so
     // the count holds. One call site each for pl_prefetch and pl_grid_point (each is inlined:
     // two would double their share of the cold compile).
     const std::string a = std::to_string(out.sequential_axes.back()), D = std::to_string(out.pipeline_depth);
@@ -785,11 +790,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
         << indent << "  pl_cta_sync();\n"
         << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << D << ")" << acc_arg
-        << ")) { pl_cp_async_wait<0>(); return; }\n"
+        << ")) { pl_cp_async_wait<0>(); " << (acc_type.empty() ? "" : "pl_acc_drain(pl_acc); ") << "return; }\n"
         << indent << "  pl_cta_sync();\n"
         << indent << "}\n";
   } else {
-    src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0" << acc_arg << ")) return;\n";
+    src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0" << acc_arg << ")) "
+        << (acc_type.empty() ? "" : "{ pl_acc_drain(pl_acc); return; }\n") << (acc_type.empty() ? "return;\n" : "");
   }
   for (size_t i = 0; i < plain_loops; ++i) {
     indent.resize(indent.size() - 2);

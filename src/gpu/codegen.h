@@ -50,6 +50,11 @@ struct CodegenOptions {
   // The on-device profiler (gpu::CompilerParams::profile_space / profile_dir; gpu/profiler.h).
   int profile_space = 0;
   std::string profile_dir;
+  // A product accumulated in registers across the steps of a pipelined axis (the register
+  // accumulator, operands in ring slots) leaves its wgmma running into the next step, which
+  // waits for it before the ring refills its slots. false (or PALLAS_GPU_SYNC_WGMMA=1 in the
+  // environment, read by codegen_options): each step waits for its own wgmma.
+  bool async_wgmma = true;
 };
 
 // A run-time check of the generated kernel. When it fails the kernel stores 1 + the site's

@@ -993,6 +993,9 @@ PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, 
 #else
 #define PL_HAS_WGMMA 0
 #endif
+#ifndef PL_WGMMA_ASYNC
+#define PL_WGMMA_ASYNC 1  // CodegenOptions::async_wgmma
+#endif
 // Where a warpgroup thread's wgmma accumulator register i of the 64 x N block at (m0, n0) goes
 // in a row-major d: at pl_wgmma_acc_base (register 0: row 16 warp + lane / 4, column 2 (lane % 4))
 // plus pl_wgmma_acc_off(i) (8 more rows for odd i / 2, 8 (i / 4) + i % 2 more columns). The
@@ -1013,7 +1016,15 @@ template <int NC, int ROUNDS> struct PlAccRegs {
   float r[ROUNDS * NC / 2];
   int dirty;
 };
+// Waits for the wgmma still accumulating into f (pl_wgmma_block's ASYNC groups).
+template <int NC, int ROUNDS> PL_DEV void pl_acc_drain(PlAccRegs<NC, ROUNDS>& f) {
+#if PL_HAS_WGMMA && !PL_HOST_EMULATION
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  for (int i = 0; i < ROUNDS * NC / 2; ++i) asm volatile("" : "+f"(f.r[i])::"memory");
+#endif
+}
 template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
+  pl_acc_drain(f);
   if (!f.dirty) return;
   const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
 #pragma unroll
@@ -1033,7 +1044,7 @@ template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f,
 #define pl_wgmma_staging (pl_host_shared_base + PL_HOST_SLOT_SPAN)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_host_shared_base); }
 PL_DEV void pl_wgmma_fence() {}
-PL_DEV void pl_wgmma_commit_and_wait() {}
+template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {}
 PL_DEV void pl_fence_proxy_async() {}
 // Element (r, k) of a no-swizzle operand described by `desc` (r: its row of a, or column of b):
 // K-major, or with `mn_major` (the transpose flag) MN-major — the layouts of pl_slot_elem.
@@ -1070,9 +1081,10 @@ extern __shared__ __align__(128) char pl_smem[];
 #define pl_wgmma_staging ((pl_u8*)pl_smem + PL_WGMMA_STAGING_OFFSET)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return pl_smem_u32(p); }
 PL_DEV void pl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-PL_DEV void pl_wgmma_commit_and_wait() {
+// Commits the issued wgmma as a group and waits until at most PENDING groups are running.
+template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
 }
 // Makes this thread's ordinary stores to shared memory (and its completed cp.async copies)
 // visible to wgmma's (async proxy) reads.
@@ -1124,7 +1136,10 @@ PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed
 // a time, the wgmma waited for before the next copy; an operand in a canonical layout (a ring
 // slot) is read where it is, and with both so, a block's whole K is one group of wgmma.
 // The warpgroup's 64 x NC block at (m0, n0) of a . b added to its accumulator registers acc.
-template <int NC, bool BNK, int LA, int LB, class In>
+// ASYNC (operands both in ring slots): the block's group is left running — the ring's next
+// refill of these slots comes after the next step's wait (pl_wgmma_dot_regs), and whatever reads
+// the registers first drains them (pl_acc_flush).
+template <int NC, bool BNK, int LA, int LB, bool ASYNC = false, class In>
 PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int K) {
   constexpr bool staged = LA == 0 || LB == 0;
   const int t = pl_tid() & 127, step = staged ? PL_WG_KC : K;
@@ -1155,10 +1170,14 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
                            : pl_wgmma_desc(stage_b + ks * 16, 16 * PL_WG_KC);
       pl_wgmma_async<NC, In, LB == 2>(acc, da, db);
     }
-    pl_wgmma_commit_and_wait();
+    if constexpr (ASYNC && !staged) {
+      pl_wgmma_commit_and_wait<1>();  // the previous group (the previous step's) is done
+    } else {
+      pl_wgmma_commit_and_wait();
 #if !PL_HOST_EMULATION
-    for (int i = 0; i < NC / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read after the wait
+      for (int i = 0; i < NC / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read after the wait
 #endif
+    }
   }
 }
 template <int NC, bool BNK, int LA, int LB, class In, class Out>
@@ -1210,7 +1229,7 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
     if (!f.dirty)
 #pragma unroll
       for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? dq[pl_wgmma_acc_off(i, ldd)] : 0.0f;
-    pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, K);
+    pl_wgmma_block<NC, BNK, LA, LB, PL_WGMMA_ASYNC != 0>(acc, a, lda, b, ldb, m0, n0, K);
   }
   f.dirty = 1;
 }

@@ -382,31 +382,70 @@ std::string find_cuobjdump() {
   return std::system("command -v cuobjdump >/dev/null 2>&1") == 0 ? "cuobjdump" : "";
 }
 
+// The SASS of a generated unit compiled with NVRTC for `arch` ("" when there is no cuobjdump).
+std::string sass_of(const std::string& source, const char* arch) {
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) return "";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pallas_sass_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  gpu::CompiledKernel c = gpu::Nvrtc::get().compile(source, "sass.cu", arch);
+  const std::filesystem::path cubin = dir / (std::string(arch) + ".cubin"), text = dir / (std::string(arch) + ".sass");
+  std::ofstream(cubin, std::ios::binary).write(c.image.data(), static_cast<std::streamsize>(c.image.size()));
+  const std::string cmd = "'" + cuobjdump + "' -sass '" + cubin.string() + "' > '" + text.string() + "' 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(text);
+  std::string out(std::istreambuf_iterator<char>(in), {});
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
 TEST(GpuCodegenOps, SassShowsTheTensorCoreInstructions) {
   if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  const std::string cuobjdump = find_cuobjdump();
-  if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
+  if (find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
   PallasCall call = tensor_core_product(DType::F32, false, 128, 128);
   std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({128, 64}, DType::BF16), ShapeDtype({64, 128}, DType::BF16)});
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
   ASSERT_GT(k.wgmma_staging_bytes, 0);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pallas_sass_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  auto sass = [&](const char* arch) {
-    gpu::CompiledKernel c = gpu::Nvrtc::get().compile(k.source, "wgmma.cu", arch);
-    const std::filesystem::path cubin = dir / (std::string(arch) + ".cubin"), text = dir / (std::string(arch) + ".sass");
-    std::ofstream(cubin, std::ios::binary).write(c.image.data(), static_cast<std::streamsize>(c.image.size()));
-    const std::string cmd = "'" + cuobjdump + "' -sass '" + cubin.string() + "' > '" + text.string() + "' 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    std::ifstream in(text);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string hopper = sass("sm_90a"), ampere = sass("sm_80");
-  std::filesystem::remove_all(dir);
+  const std::string hopper = sass_of(k.source, "sm_90a"), ampere = sass_of(k.source, "sm_80");
   EXPECT_CONTAINS(hopper, "HGMMA.64x128x16.F32.BF16");  // the 128-wide block of this product
   EXPECT_CONTAINS(hopper, "WARPGROUP.DEPBAR");          // wgmma.wait_group
   EXPECT_CONTAINS(ampere, "HMMA.16816.F32.BF16");
   EXPECT_EQ(ampere.find("HGMMA"), std::string::npos);
+}
+
+// acc[...] += dot of two pipelined bf16 blocks, the accumulator in registers: a step's wgmma are
+// issued back to back (one WARPGROUP.ARRIVE before the first, none between) and left running
+// while the next step's copies land — the step waits only for the previous step's group
+// (DEPBAR.LE gsb0, 0x1). With async_wgmma off each step waits for its own (0x0 only).
+TEST(GpuCodegenOps, WgmmaOfTheRegisterAccumulatorRunsIntoTheNextStep) {
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  if (find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
+  const int64_t M = 128, N = 128, K = 512, bk = 64;
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
+    pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = 0.0f; });
+    acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+    pl::when(pl::program_id(0) == pl::num_programs(0) - 1, [&] { z[pl::all] = acc[pl::all]; });
+  };
+  PallasCall call = pl::pallas_call(
+      kernel, ShapeDtype({M, N}, DType::F32),
+      opts({K / bk}, {BlockSpec({M, bk}, [](Value k) { return Indices{0, k}; }), BlockSpec({bk, N}, [](Value k) { return Indices{k, 0}; })},
+           {BlockSpec({M, N}, [](Value) { return Indices{0, 0}; })}, {ScratchShape{{M, N}, DType::F32, MemorySpace::Vmem}}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({M, K}, DType::BF16), ShapeDtype({K, N}, DType::BF16)});
+  for (bool async : {true, false}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    gpu::CodegenOptions options;
+    options.async_wgmma = async;
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    ASSERT_EQ(k.register_accumulator, 0);
+    const std::string sass = sass_of(k.source, "sm_90a");
+    const size_t first = sass.find("HGMMA.64x128x16.F32.BF16"), wait = sass.find("WARPGROUP.DEPBAR", first);
+    ASSERT_NE(first, std::string::npos) << sass;
+    ASSERT_NE(wait, std::string::npos) << sass;
+    const std::string group = sass.substr(first, wait - first);
+    EXPECT_EQ(count_of(group, "HGMMA."), 4) << group;  // K = 64: 4 k16 steps, one group
+    EXPECT_EQ(count_of(group, "WARPGROUP.ARRIVE"), 0) << group;
+    EXPECT_EQ(sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x1") != std::string::npos, async) << sass;
+  }
 }
 
 TEST(GpuCodegenOps, SortIsStableOverSeveralKeysAndDescending) {
