@@ -777,9 +777,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     // slot s % depth — the slot step s - depth used, which every thread is done with (the barrier
     // after each step; a step's wgmma reading the slots may run on into the next step, but each
     // step waits for the previous step's, pl_wgmma_block's ASYNC) — then runs step k = s -
-    // (depth - 1) once its copies (the oldest group in flight) have landed. A group is committed every iteration, empty past the last step, so
-    // the count holds. One call site each for pl_prefetch and pl_grid_point (each is inlined:
-    // two would double their share of the cold compile).
+    // (depth - 1) once its copies (the oldest group in flight) have landed. A group is committed
+    // every iteration, empty past the last step, so the count holds. One call site each for
+    // pl_prefetch and pl_grid_point (each is inlined: two would double their share of the cold
+    // compile).
     const std::string a = std::to_string(out.sequential_axes.back()), D = std::to_string(out.pipeline_depth);
     const std::string ga = "g[" + a + "]", Ga = "G[" + a + "]";
     src << indent << "for (pl_i64 s = 0; s < " << Ga << " + " << D << " - 1; ++s) {\n"
