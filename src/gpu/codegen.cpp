@@ -14,6 +14,7 @@
 #include "core/blocks.h"
 #include "core/call.h"
 #include "eval/interpreter.h"
+#include "ir/analysis.h"
 #include "gpu/emitter.h"
 #include "pallas/error.h"
 
@@ -70,26 +71,6 @@ void split_axes(const TracedCall& call, const std::vector<std::string>& semantic
     }
     (seq ? sequential : parallel).push_back(a);
   }
-}
-
-// Whether any op of the kernel may write through kernel argument `arg` or a ref made from it (a
-// view, ...): conservatively, any op writing memory that has such a ref among its operands.
-bool kernel_writes_through(const ir::Kernel& k, ir::ValueId arg) {
-  std::set<ir::ValueId> derived = {arg};
-  bool writes = false;
-  std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
-    for (const ir::Op& op : r.ops) {
-      bool uses = false;
-      for (ir::ValueId v : op.operands) uses = uses || derived.count(v) > 0;
-      if (uses && (op.info().categories & ir::kMemWrite)) writes = true;
-      if (uses)
-        for (ir::ValueId res : op.results)
-          if (k.type(res).is_ref) derived.insert(res);
-      for (const ir::Region& sub : op.regions) walk(sub);
-    }
-  };
-  walk(k.body);
-  return writes;
 }
 
 bool needs_staging(const BlockMapping& bm) {
@@ -367,6 +348,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   const int64_t staging_reserve = has_dot ? wgmma_stage_bytes() * std::max(1, out.threads_per_cta / 128) : 0;
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
+    const std::vector<bool> params_written = ir::params_written(k);
     std::vector<int> candidates;
     int depth = 0;
     for (int j = 0; j < gm.num_inputs; ++j) {
@@ -377,7 +359,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       if (count < 2 || rank == 0 || blocks[static_cast<size_t>(j)].staged || aliased_input(j) ||
           !yields_depend_on(bm.index_map, static_cast<size_t>(axis)) || !bm.block_shape.back().is_blocked() ||
           (bm.block_shape.back().size() * item) % 16 != 0 || (bm.array.shape.back() * item) % 16 != 0 ||
-          kernel_writes_through(k, k.body.args[static_cast<size_t>(gm.num_index_operands + j)]))
+          params_written[static_cast<size_t>(gm.num_index_operands + j)])
         continue;
       bool inside = true;
       for (size_t d = 0; d < rank; ++d) inside = inside && grid_keeps_blocks_within(bm, d, grid, bm.array.shape[d]);
@@ -758,6 +740,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (thread_axis >= 0) src << "  g[" << thread_axis << "] = pl_group();\n";
   if (!acc_type.empty()) src << "  " << acc_type << " pl_acc;\n  pl_acc.dirty = 0;\n";
   const std::string acc_arg = acc_type.empty() ? "" : ", pl_acc";
+  // Leaving a point early (a failed block index): no wgmma may still be running.
+  const std::string drain = acc_type.empty() ? "" : "pl_acc_drain(pl_acc); ";
   // This Pallas thread's profile slot for the point (see pl_prof_record).
   if (out.profile_space > 0)
     src << "  pl_u64* pl_prof = p.prof + (point * PL_NUM_GROUPS + pl_group()) * (1 + 2 * PL_PROF_SPACE);\n";
@@ -791,12 +775,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
         << indent << "  pl_cta_sync();\n"
         << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << D << ")" << acc_arg
-        << ")) { pl_cp_async_wait<0>(); " << (acc_type.empty() ? "" : "pl_acc_drain(pl_acc); ") << "return; }\n"
+        << ")) { pl_cp_async_wait<0>(); " << drain << "return; }\n"
         << indent << "  pl_cta_sync();\n"
         << indent << "}\n";
   } else {
-    src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0" << acc_arg << ")) "
-        << (acc_type.empty() ? "" : "{ pl_acc_drain(pl_acc); return; }\n") << (acc_type.empty() ? "return;\n" : "");
+    src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0" << acc_arg << ")) { " << drain
+        << "return; }\n";
   }
   for (size_t i = 0; i < plain_loops; ++i) {
     indent.resize(indent.size() - 2);
