@@ -20,10 +20,11 @@
 //       {.scratch_shapes = {plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}}, .interpret = true});
 //
 // With `.interpret = true` the kernel runs in the interpreter (docs/GPU.md, "gpu::kernel"): the
-// Pallas threads of a cluster's CTAs run as cooperating threads that switch only where one must
-// wait, copies and wgmma complete when issued, and barrier misuse that hangs or races on a GPU
-// (a wait that nothing will complete, a phase completed twice before anyone waited for it) is a
-// pallas::Error naming the barrier, the thread and the line.
+// Pallas threads of a cluster's CTAs (of the whole grid, when it has gpu::Semaphore scratch) run
+// as cooperating threads that switch only where one must wait, copies and wgmma complete when
+// issued, and barrier misuse that hangs or races on a GPU (a wait that nothing will complete, a
+// phase completed twice before anyone waited for it) is a pallas::Error naming the barrier, the
+// thread and the line.
 #pragma once
 
 #include <optional>
@@ -93,6 +94,19 @@ struct Union {
   operator ScratchShape() const;  // checks the members (pallas::Error)
 };
 
+// Semaphores in GMEM shared by every CTA of the grid (Mosaic GPU's SemaphoreType.REGULAR in
+// scratch_shapes): `shape` counters (one for {}; pass one to the semaphore ops: sems.at(i)), 0 at
+// the start of every call. One CTA signals, another waits: what the signalling Pallas thread
+// wrote before the signal is visible to the waiting one after the wait. A wait for another CTA
+// needs that CTA to be running, so a kernel with semaphores runs its whole grid at once: the GPU
+// launch checks that every CTA fits on the device at the same time (an error says how many fit),
+// and the interpreter runs all CTAs together (not cluster by cluster), checking races between
+// them through GMEM.
+struct Semaphore {
+  Shape shape = {};
+  operator ScratchShape() const;
+};
+
 // ---- The mesh and the entry point -------------------------------------------------------------
 // The grid counts clusters: the CUDA grid is grid x cluster per dimension. Each CTA runs
 // `num_threads` Pallas threads (warpgroups; at most 16), numbered along `thread_name`. Every
@@ -111,7 +125,7 @@ struct Mesh {
 inline constexpr int64_t kMaxSharedMemoryBytes = 227 * 1024;
 // The bytes of shared memory a scratch list takes (arrays, then 8 bytes per barrier, each
 // barrier aligned to 8 bytes; a Union its largest member, starting 16-byte aligned); ACC scratch
-// lives in registers and is not counted.
+// (registers) and Semaphores (GMEM) are not counted.
 int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch);
 
 namespace detail {
@@ -120,9 +134,10 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
 }  // namespace detail
 
 // plgpu.kernel: `body(inputs..., outputs..., scratch...)` on every Pallas thread of the mesh.
-// Options: scratch_shapes (SMEM, ACC, Barrier, TMABarrier, ClusterBarrier, Union), input_output_aliases, name, debug,
-// debug_checks, and interpret (true: the interpreter; otherwise the GPU backend). No grid or
-// BlockSpecs: the mesh is the grid and operands are whole arrays in GMEM.
+// Options: scratch_shapes (SMEM, ACC, Barrier, TMABarrier, ClusterBarrier, Union, Semaphore),
+// input_output_aliases, name, debug, debug_checks, and interpret (true: the interpreter;
+// otherwise the GPU backend). No grid or BlockSpecs: the mesh is the grid and operands are whole
+// arrays in GMEM.
 template <class F>
 PallasCall kernel(F body, std::vector<ShapeDtype> out_shapes, Mesh mesh, CallOptions opts = {},
                   Loc loc = Loc::current()) {
@@ -154,6 +169,16 @@ void barrier_arrive(const Ref& barrier, Loc loc = Loc::current());
 // Waits for the barrier's next phase: each thread's k-th wait on a barrier waits for its k-th
 // completed phase. A thread must wait for every phase (on the GPU the phase is one parity bit).
 void barrier_wait(const Ref& barrier, Loc loc = Loc::current());
+
+// ---- Semaphores (gpu::Semaphore scratch) ---------------------------------------------------------
+// Adds `inc` (>= 0) to `sem`, after this Pallas thread's earlier writes (a release).
+void semaphore_signal(const Ref& sem, Operand inc = 1, Loc loc = Loc::current());
+// Waits until `sem` is at least `value` (>= 0), then subtracts `value` — unless `decrement` is
+// false, which leaves the count as it is (every waiter sees it: a flag for "all have arrived").
+// What the signals counted released is visible after the wait (an acquire).
+void semaphore_wait(const Ref& sem, Operand value = 1, bool decrement = true, Loc loc = Loc::current());
+// The semaphore's current count (an acquire).
+Value semaphore_read(const Ref& sem, Loc loc = Loc::current());
 
 // ---- Tensor cores and registers -----------------------------------------------------------------
 // acc += a @ b on the tensor cores (wgmma): acc an ACC Ref (M x N, f32, or f16 for f16 inputs),

@@ -88,8 +88,12 @@ std::shared_ptr<const GeneratedKernel> emulated_kernel(PallasCallImpl& c, const 
 int emulation_threads(const GeneratedKernel& k) {
   // A warp per group where tensor-core dots need whole warps (fewer threads take the CUDA-core
   // fallback, leaving the mma path unexercised).
-  if (k.tensor_core_dots > 0) return 32 * std::max(1, k.num_groups);
-  return k.num_groups > 1 ? 2 * k.num_groups : 4;
+  // A co-resident kernel runs all its CTAs at once: two threads per group when warps would be
+  // too many.
+  const int fewest = k.num_groups > 1 ? 2 * k.num_groups : 4;
+  if (k.tensor_core_dots > 0 && k.host_ctas * 32 * std::max(1, k.num_groups) <= kMaxHostEmulationThreads)
+    return 32 * std::max(1, k.num_groups);
+  return fewest;
 }
 
 std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,

@@ -98,6 +98,28 @@ int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& gr
   return points;
 }
 
+int64_t launch_ctas(const TracedCall& call, const GeneratedKernel& k, int64_t points, int64_t multiprocessors,
+                    int64_t resident_per_sm) {
+  const int64_t cluster = k.cluster_ctas;
+  if (k.co_resident()) {
+    // (With clusters the GPU may place fewer: a cluster's CTAs must share a GPC.)
+    const int64_t fit = multiprocessors * resident_per_sm / cluster * cluster;
+    if (points > fit)
+      throw Error("gpu::kernel \"" + call.name + "\" has gpu::Semaphore scratch, so all of its " +
+                      std::to_string(points) + " CTAs must run at once (a semaphore wait may wait for any of "
+                      "them), but this GPU holds at most " + std::to_string(fit) + " of them at a time (" +
+                      std::to_string(multiprocessors) + " SMs x " + std::to_string(resident_per_sm) +
+                      " per SM, as the kernel's threads, registers and shared memory allow): use a grid of at "
+                      "most " + std::to_string(fit) + " CTAs, each looping over its share of the work",
+                  call.kernel.loc);
+    return points;
+  }
+  // Each SM needs several CTAs to hide memory latency: 4 per SM left a copy at ~30% of
+  // cudaMemcpy's bandwidth on an H100.
+  const int64_t per_sm = k.arena_in_shared ? resident_per_sm : std::min<int64_t>(resident_per_sm, 4);
+  return std::max<int64_t>(cluster, std::min<int64_t>(points, multiprocessors * per_sm) / cluster * cluster);
+}
+
 std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<uint64_t>& operand_ptrs,
                                   uint64_t workspace, uint64_t error_record, uint64_t profile,
                                   const std::vector<int64_t>& grid) {
@@ -132,9 +154,8 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
 
 bool cuda_emitter_supports(ir::OpCode code) {
   switch (code) {
-    case ir::OpCode::DmaStart: case ir::OpCode::DmaWait: case ir::OpCode::SemaphoreSignal:
-    case ir::OpCode::SemaphoreWait: case ir::OpCode::SemaphoreRead:
-    case ir::OpCode::GetBarrierSemaphore: case ir::OpCode::SubcoreBarrier:
+    case ir::OpCode::DmaStart: case ir::OpCode::DmaWait: case ir::OpCode::GetBarrierSemaphore:
+    case ir::OpCode::SubcoreBarrier:
       return false;  // TPU operations: the GPU has its own primitives
     case ir::OpCode::ScLoadGather: case ir::OpCode::ScStoreScatter: case ir::OpCode::ScAddupdateScatter:
     case ir::OpCode::ScLoadExpanded: case ir::OpCode::ScStoreCompressed: case ir::OpCode::ScAddupdate:
@@ -315,6 +336,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     if (t.dtype == DType::GpuBarrier) {
       scratch_offsets.push_back(out.num_barriers);
       out.num_barriers += std::max<int64_t>(1, t.size());
+      continue;
+    }
+    if (t.dtype == DType::Semaphore && t.space == MemorySpace::Gmem) {
+      if (!gpu_kernel)
+        throw NotSupportedError("gpu::Semaphore scratch in a pallas_call on the GPU backend (gpu::kernel has them)",
+                                k.loc);
+      scratch_offsets.push_back(out.semaphore_bytes);  // in the workspace
+      out.semaphore_bytes += std::max<int64_t>(1, t.size()) * 4;
       continue;
     }
     if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
@@ -605,9 +634,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   const size_t first_scratch = num_index + blocks.size();
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
-    const std::string ptr = t.dtype == DType::GpuBarrier
-                                ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
-                                : "((" + ctype(t.dtype) + "*)(cta_arena + " + std::to_string(scratch_offsets[s]) + "))";
+    const std::string ptr = t.dtype == DType::GpuBarrier  ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
+                            : t.dtype == DType::Semaphore ? "((pl_i32*)(p.workspace + " + std::to_string(scratch_offsets[s]) + "))"
+                                                          : "((" + ctype(t.dtype) + "*)(cta_arena + " +
+                                                                std::to_string(scratch_offsets[s]) + "))";
     em.bind_ref(k.body.args[first_scratch + s], RefInfo{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)});
     // A scratch buffer is memory of its own too, but for a Union's members, which overlap
     // (negative groups: not an operand's block).
@@ -711,6 +741,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
   if (out.num_barriers > 0) src << "#define PL_NUM_MBARRIERS " << out.num_barriers << "\n";
   if (out.cluster_ctas > 1) src << "#define PL_CLUSTER_CTAS " << out.cluster_ctas << "\n";
+  out.host_ctas = out.cluster_ctas;
+  if (out.co_resident()) {
+    out.host_ctas = parallel_points(out, grid);
+    src << "#define PL_HOST_CTAS " << out.host_ctas << "\n";
+  }
   if (!opts.async_wgmma) src << "#define PL_WGMMA_ASYNC 0\n";
   if (out.wgmma_staging_bytes > 0)
     src << "#define PL_WGMMA_STAGES " << out.wgmma_staging_bytes / wgmma_stage_bytes() << "\n#define PL_WG_KC "
@@ -798,6 +833,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
           << scratch_offsets[s] << " + i, " << gm.scratch_barrier_arrivals.at(s) << ");\n";
       continue;
     }
+    if (t.dtype == DType::Semaphore) continue;  // zeroed before the launch, for the whole grid
     src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) ((" << ctype(t.dtype)
         << "*)(arena + " << scratch_offsets[s] << "))[e] = " << detail::uninitialized_literal(t.dtype) << ";\n";
   }
@@ -814,6 +850,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   const std::string point_body = fresh_scratch_per_point
                                      ? "{ pl_init_scratch(arena); pl_cta(p, point, arena); pl_end_scratch(); }"
                                      : "pl_cta(p, point, arena);";
+  // The workspace holds the semaphores first, then the CTAs' arenas.
+  const std::string arena_after_semaphores = out.co_resident() ? std::to_string(out.arena_offset()) + " + " : "";
   src << "#if !PL_HOST_EMULATION\n";
   if (out.arena_in_shared) src << "extern __shared__ __align__(128) char pl_smem[];\n";
   src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry << "(PlParams p) {\n";
@@ -823,21 +861,23 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (out.arena_in_shared)
     src << "  char* arena = pl_smem;\n";
   else
-    src << "  char* arena = p.workspace + (pl_i64)blockIdx.x * " << out.arena_bytes << "LL;\n";
+    src << "  char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)blockIdx.x * " << out.arena_bytes << "LL;\n";
   if (!fresh_scratch_per_point) src << "  pl_init_scratch(arena);\n";
   src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) " << point_body << "\n}\n";
   src << "#else\n";
-  // Host emulation: one CTA (one cluster) at a time, its threads host threads meeting at real
-  // barriers; the cluster's CTAs take its points in turn, as the GPU's grid-stride loop does.
+  // Host emulation: one cluster of CTAs at a time (all CTAs when co-resident), their threads host
+  // threads meeting at real barriers; the CTAs take the points in turn, as the GPU's grid-stride
+  // loop does.
   src << "extern \"C\" void " << out.host_entry << "(const pl_u64* words, int nthreads) {\n";
   src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n";
   src << "  pl_host_start(nthreads, p.err);\n";
   src << "  auto run = [&](int t) {\n    pl_host_set_tid(t);\n";
-  src << "    char* arena = p.workspace + (pl_i64)pl_cluster_rank() * " << out.arena_bytes << "LL;\n";
+  src << "    char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)pl_host_cta() * " << out.arena_bytes
+      << "LL;\n";
   if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
-  src << "    for (pl_i64 point = pl_cluster_rank(); point < p.num_points; point += PL_CLUSTER_CTAS) " << point_body
+  src << "    for (pl_i64 point = pl_host_cta(); point < p.num_points; point += PL_HOST_CTAS) " << point_body
       << "\n  };\n";
-  src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads * PL_CLUSTER_CTAS; ++t) threads.emplace_back(run, t);\n";
+  src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads * PL_HOST_CTAS; ++t) threads.emplace_back(run, t);\n";
   src << "  run(0);\n  for (std::thread& t : threads) t.join();\n}\n";
   src << "#endif\n";
   out.source = src.str();
@@ -865,6 +905,14 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     throw Error(site.op_name + ": the barrier wait did not complete within the wait limit (20 s; "
                     "$PALLAS_GPU_WAIT_TIMEOUT_MS under gpu_emulate): the kernel deadlocks — run it with "
                     ".interpret = true to see what each thread waits for" + eval::at_grid_point(point),
+                site.loc);
+  if (site.kind == ErrorSite::Kind::SemaphoreWait)
+    throw Error(site.op_name + ": the semaphore did not reach the awaited count within the wait limit (20 s; "
+                    "$PALLAS_GPU_WAIT_TIMEOUT_MS under gpu_emulate): the kernel deadlocks (a signal that never "
+                    "comes) — run it with .interpret = true to see what each thread waits for" + eval::at_grid_point(point),
+                site.loc);
+  if (site.kind == ErrorSite::Kind::SemaphoreValue)
+    throw Error(site.op_name + " must be >= 0, got " + std::to_string(v[k.num_grid_dims]) + eval::at_grid_point(point),
                 site.loc);
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);

@@ -62,12 +62,14 @@ struct CodegenOptions {
 // the failing grid point first, then, for BlockIndex, the block indices and, for RefIndex, the
 // index's start. What is known when generating the code stays here.
 struct ErrorSite {
-  // BarrierWait: a gpu::kernel's barrier wait that did not complete in the wait limit (a deadlock).
-  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait };
+  // BarrierWait: a gpu::kernel's barrier wait that did not complete in the wait limit (a deadlock);
+  // SemaphoreWait: the same for a semaphore wait. SemaphoreValue: a negative semaphore increment
+  // or awaited value (op_name names which; the value follows the program ids).
+  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
-  std::string op_name;   // RefIndex, BarrierWait: the op; DebugCheck: the message
-  SourceLoc loc;         // RefIndex, DebugCheck, BarrierWait: the user's line
+  std::string op_name;   // RefIndex, BarrierWait, SemaphoreWait: the op; DebugCheck: the message
+  SourceLoc loc;         // all but BlockIndex: the user's line
   // RefIndex: the checked (dynamic) index entry, its dimension and the indexed Ref's shape.
   int64_t dim = 0;
   bool is_slice = false;
@@ -96,6 +98,15 @@ struct GeneratedKernel {
   int tensor_core_dots = 0;
   // A gpu::kernel's CTAs per cluster (launched as 1-D clusters of this size; 1: no clusters).
   int cluster_ctas = 1;
+  // gpu::Semaphore scratch: its counters (i32) at the start of the launch's workspace, zeroed
+  // before every launch; the arena (when in global memory) follows at arena_offset(). A kernel
+  // with semaphores is co-resident: every CTA of its grid runs at once, one point each (a wait may
+  // need any of them) — the launch checks that they fit; host emulation runs them all together.
+  int64_t semaphore_bytes = 0;
+  bool co_resident() const { return semaphore_bytes > 0; }
+  int64_t arena_offset() const { return (semaphore_bytes + 127) / 128 * 128; }
+  // The CTAs host emulation runs at once: a cluster, or the whole grid when co-resident.
+  int64_t host_ctas = 1;
   // Shared memory for wgmma's operand staging (0: none — no tensor-core dots, the CTA is not
   // whole warpgroups, or no room beside the arena — and sm_90a runs mma.sync too). It follows
   // the arena in the dynamic shared memory of launches on sm_90 devices only.
@@ -136,6 +147,14 @@ std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<ui
                                   const std::vector<int64_t>& grid);
 // The points of the kernel's parallel axes (one per CTA iteration).
 int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& grid);
+// How many CTAs a launch of `points` parallel points runs, on a GPU of `multiprocessors` SMs that
+// hold `resident_per_sm` CTAs of the kernel each: a grid-stride loop over the points by as many
+// CTAs as fit (at most 4 per SM when the arena is in global memory, which it then bounds), a
+// whole number of clusters. A co-resident kernel (gpu::Semaphore) runs one CTA per point, and
+// when they cannot all be resident at once — a semaphore wait could wait for a CTA that never
+// starts — that is a pallas::Error at the kernel's line saying how many fit.
+int64_t launch_ctas(const TracedCall& call, const GeneratedKernel& k, int64_t points, int64_t multiprocessors,
+                    int64_t resident_per_sm);
 
 // The options a call's compiler params ask for (gpu::CompilerParams under "mosaic_gpu").
 CodegenOptions codegen_options(const CompilerParamsMap& params);

@@ -83,6 +83,11 @@ struct pl_bf16 { pl_u16 bits; };
 #ifndef PL_CLUSTER_CTAS
 #define PL_CLUSTER_CTAS 1
 #endif
+// Host emulation runs PL_HOST_CTAS CTAs at once: one cluster, or every CTA of the grid for a
+// gpu::kernel with semaphores (a wait may need any other CTA to go on).
+#ifndef PL_HOST_CTAS
+#define PL_HOST_CTAS PL_CLUSTER_CTAS
+#endif
 #if PL_CLUSTER_CTAS > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #error "a gpu::kernel with clusters of more than one CTA needs sm_90 or later"
 #endif
@@ -95,8 +100,8 @@ struct pl_bf16 { pl_u16 bits; };
 #define PL_IN_BATCH(c) true
 #endif
 #if PL_HOST_EMULATION
-// The CTA's threads are host threads (one cluster of CTAs at a time: host thread t is thread
-// t % pl_host_nthreads of the cluster's CTA t / pl_host_nthreads); pl_sync is a real barrier, so a
+// The CTA's threads are host threads (PL_HOST_CTAS CTAs at a time: host thread t is thread
+// t % pl_host_nthreads of CTA t / pl_host_nthreads of those); pl_sync is a real barrier, so a
 // missing barrier shows up as a wrong result (or a ThreadSanitizer report) on the CPU too.
 // Once the kernel has recorded an error (pl_host_err), barriers stop waiting, so threads that
 // left early (a failed check, a barrier wait that gave up) cannot leave the others stuck.
@@ -117,8 +122,8 @@ struct pl_host_barrier_t {
   std::atomic<unsigned> generation{0};
   int count = 1;
 };
-static pl_host_barrier_t pl_host_cluster_barrier, pl_host_cta_barrier[PL_CLUSTER_CTAS],
-    pl_host_group_barrier[PL_CLUSTER_CTAS][PL_NUM_GROUPS];
+static pl_host_barrier_t pl_host_cluster_barrier[PL_HOST_CTAS / PL_CLUSTER_CTAS], pl_host_cta_barrier[PL_HOST_CTAS],
+    pl_host_group_barrier[PL_HOST_CTAS][PL_NUM_GROUPS];
 // The warp-wide mma.sync instructions the last run executed (the tests check the tensor-core
 // path ran; run_host_emulation's stats).
 static std::atomic<pl_u64> pl_host_mma_count{0};
@@ -144,11 +149,11 @@ PL_DEV void pl_host_release_all() {
     b.generation.fetch_add(1, std::memory_order_release);
     b.generation.notify_all();
   };
-  for (int c = 0; c < PL_CLUSTER_CTAS; ++c) {
+  for (int c = 0; c < PL_HOST_CTAS; ++c) {
     for (pl_host_barrier_t& b : pl_host_group_barrier[c]) wake(b);
     wake(pl_host_cta_barrier[c]);
   }
-  wake(pl_host_cluster_barrier);
+  for (pl_host_barrier_t& b : pl_host_cluster_barrier) wake(b);
 }
 // Before a run: a run that failed may have left threads counted at a barrier.
 PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
@@ -156,9 +161,11 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_err = err;
   pl_host_mma_count.store(0);
   pl_host_wgmma_count.store(0);
-  pl_host_cluster_barrier.count = nthreads * PL_CLUSTER_CTAS;
-  pl_host_cluster_barrier.arrived.store(0);
-  for (int c = 0; c < PL_CLUSTER_CTAS; ++c) {
+  for (pl_host_barrier_t& b : pl_host_cluster_barrier) {
+    b.count = nthreads * PL_CLUSTER_CTAS;
+    b.arrived.store(0);
+  }
+  for (int c = 0; c < PL_HOST_CTAS; ++c) {
     pl_host_cta_barrier[c].count = nthreads;
     pl_host_cta_barrier[c].arrived.store(0);
     for (pl_host_barrier_t& b : pl_host_group_barrier[c]) {
@@ -167,22 +174,29 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
     }
   }
 }
-PL_DEV int pl_cluster_rank() { return pl_host_tid() / pl_host_nthreads; }
-PL_DEV void pl_cluster_sync() { pl_host_wait(pl_host_cluster_barrier); }
+// Which of the CTAs running at once the calling thread belongs to; its rank in its cluster.
+PL_DEV int pl_host_cta() { return pl_host_tid() / pl_host_nthreads; }
+PL_DEV int pl_cluster_rank() { return pl_host_cta() % PL_CLUSTER_CTAS; }
+PL_DEV void pl_cluster_sync() { pl_host_wait(pl_host_cluster_barrier[pl_host_cta() / PL_CLUSTER_CTAS]); }
 PL_DEV int pl_cta_tid() { return pl_host_tid() % pl_host_nthreads; }
 PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
-PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier[pl_cluster_rank()]); }
+PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier[pl_host_cta()]); }
 PL_DEV int pl_nthreads() { return pl_host_nthreads / PL_NUM_GROUPS; }
 PL_DEV int pl_group() { return pl_cta_tid() / pl_nthreads(); }
 PL_DEV int pl_tid() { return pl_cta_tid() % pl_nthreads(); }
 PL_DEV void pl_sync() {
-  pl_host_wait(PL_NUM_GROUPS == 1 ? pl_host_cta_barrier[pl_cluster_rank()] : pl_host_group_barrier[pl_cluster_rank()][pl_group()]);
+  pl_host_wait(PL_NUM_GROUPS == 1 ? pl_host_cta_barrier[pl_host_cta()] : pl_host_group_barrier[pl_host_cta()][pl_group()]);
 }
+// The placeholder a failing pl_group_all leaves in err[0] until its caller records the reason
+// (pl_fail): it names the thread whose check failed, so that only that thread records — not the
+// others that the failure woke from their barriers (they leave too, each reporting a failure at
+// whatever barrier it was in, which is not the reason).
+PL_DEV pl_i64 pl_host_placeholder() { return -2 - (pl_i64)pl_host_tid(); }
 // Whether `ok` holds on every thread of the caller's group (a barrier of the group).
 PL_DEV bool pl_group_all(bool ok) {
   if (!ok && pl_host_err) {
-    pl_i64 zero = 0;  // a reason the caller records next; any nonzero value stops the barriers
-    __atomic_compare_exchange_n(pl_host_err, &zero, -1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    pl_i64 zero = 0;  // any nonzero value stops the barriers
+    __atomic_compare_exchange_n(pl_host_err, &zero, pl_host_placeholder(), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     pl_host_release_all();
   }
   pl_sync();
@@ -516,10 +530,11 @@ template <class T, class F> PL_DEV T pl_atomic_update(T* p, F f) {
 // err[0]: 0 = ok, else 1 + the failing site's number; err[1..]: the site's values.
 PL_DEV void pl_fail(pl_i64* err, pl_i64 site, const pl_i64* values, int n) {
 #if PL_HOST_EMULATION
-  // -1: pl_group_all's placeholder for a reason its caller records now.
+  // A negative value: a thread's placeholder (pl_host_placeholder) for the reason it records now;
+  // another thread's, or a recorded site, wins.
   pl_i64 expected = __atomic_load_n(err, __ATOMIC_SEQ_CST);
   do {
-    if (expected > 0) return;
+    if (expected != 0 && expected != pl_host_placeholder()) return;
   } while (!__atomic_compare_exchange_n((pl_i64*)err, &expected, site + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
   pl_host_release_all();
 #else
@@ -677,6 +692,14 @@ PL_DEV pl_u64 pl_now_ns() {
 PL_DEV void pl_backoff() { asm volatile("nanosleep.u32 64;"); }
 PL_DEV pl_u64 pl_wait_limit_ns() { return PL_WAIT_LIMIT_MS * 1000000ull; }
 #endif
+// Whether some thread has recorded an error (a wait stops waiting: it may be the one it needs).
+PL_DEV bool pl_error_recorded(const pl_i64* err) {
+#if PL_HOST_EMULATION
+  return __atomic_load_n(err, __ATOMIC_ACQUIRE) != 0;
+#else
+  return *(const volatile pl_i64*)err != 0;
+#endif
+}
 // Waits for the phase of barrier `i` (of the kernel's barriers at `b`) this thread awaits next;
 // false when it has not completed within the wait limit (a deadlock: the caller reports it), or
 // when another thread has recorded an error meanwhile (it may be the one this wait needs).
@@ -685,17 +708,53 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
   if (!pl_mbar_test(b, parity)) {
     const pl_u64 start = pl_now_ns(), limit = pl_wait_limit_ns();
     while (!pl_mbar_test(b, parity)) {
-#if PL_HOST_EMULATION
-      if (__atomic_load_n(err, __ATOMIC_ACQUIRE) != 0) return false;
-#else
-      if (*(const volatile pl_i64*)err != 0) return false;
-#endif
-      if (pl_now_ns() - start > limit) return false;
+      if (pl_error_recorded(err) || pl_now_ns() - start > limit) return false;
       pl_backoff();
     }
   }
   phases[i >> 5] ^= 1u << (i & 31);
   return true;
+}
+// ---- Semaphores in global memory (gpu::Semaphore): counters shared by the CTAs of the grid ------
+// A signal is a release at GPU scope, made by one thread after its group's barrier, so what the
+// whole group wrote before it is visible to a thread that acquires the count. A wait spins on an
+// acquiring load until the count reaches `value`, then takes `value` away with a compare-and-swap
+// (another waiter may have taken it first: then it looks again). Generic addresses: the counters
+// are in the launch's workspace, in global memory.
+#if PL_HOST_EMULATION
+PL_DEV void pl_sem_signal(pl_i32* s, pl_i32 inc) { __atomic_fetch_add(s, inc, __ATOMIC_RELEASE); }
+PL_DEV pl_i32 pl_sem_read(pl_i32* s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }
+PL_DEV bool pl_sem_take(pl_i32* s, pl_i32 seen, pl_i32 value) {
+  return __atomic_compare_exchange_n(s, &seen, seen - value, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+#else
+PL_DEV void pl_sem_signal(pl_i32* s, pl_i32 inc) {
+  asm volatile("red.release.gpu.add.s32 [%0], %1;" ::"l"(s), "r"(inc) : "memory");
+}
+PL_DEV pl_i32 pl_sem_read(pl_i32* s) {
+  pl_i32 v;
+  asm volatile("ld.acquire.gpu.b32 %0, [%1];" : "=r"(v) : "l"(s) : "memory");
+  return v;
+}
+PL_DEV bool pl_sem_take(pl_i32* s, pl_i32 seen, pl_i32 value) {
+  pl_i32 old;
+  asm volatile("atom.acq_rel.gpu.cas.b32 %0, [%1], %2, %3;" : "=r"(old) : "l"(s), "r"(seen), "r"(seen - value) : "memory");
+  return old == seen;
+}
+#endif
+// False when the count was not reached within the wait limit (a deadlock: the caller reports it),
+// or when another thread has recorded an error meanwhile.
+PL_DEV bool pl_sem_wait(pl_i32* s, pl_i32 value, bool decrement, const pl_i64* err) {
+  const pl_u64 start = pl_now_ns(), limit = pl_wait_limit_ns();
+  while (true) {
+    const pl_i32 seen = pl_sem_read(s);
+    if (seen >= value) {
+      if (!decrement || pl_sem_take(s, seen, value)) return true;
+      continue;
+    }
+    if (pl_error_recorded(err) || pl_now_ns() - start > limit) return false;
+    pl_backoff();
+  }
 }
 // The kernel's mbarriers (PL_NUM_MBARRIERS, gpu::Barrier scratch): static shared memory, one set
 // per CTA; pl_mbar_arrive_peers(b, peers) arrives on barrier b of each CTA of the cluster whose
@@ -703,9 +762,11 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
 // mapa and a cluster-scope release.
 #ifdef PL_NUM_MBARRIERS
 #if PL_HOST_EMULATION
-static pl_u64 pl_host_mbar[PL_CLUSTER_CTAS][PL_NUM_MBARRIERS];
-#define pl_mbar (pl_host_mbar[pl_cluster_rank()])
-PL_DEV void pl_mbar_arrive_remote(pl_u64* b, int rank) { pl_mbar_arrive(&pl_host_mbar[rank][b - pl_mbar]); }
+static pl_u64 pl_host_mbar[PL_HOST_CTAS][PL_NUM_MBARRIERS];
+#define pl_mbar (pl_host_mbar[pl_host_cta()])
+PL_DEV void pl_mbar_arrive_remote(pl_u64* b, int rank) {
+  pl_mbar_arrive(&pl_host_mbar[pl_host_cta() - pl_cluster_rank() + rank][b - pl_mbar]);
+}
 #else
 __shared__ __align__(8) pl_u64 pl_mbar[PL_NUM_MBARRIERS];
 PL_DEV void pl_mbar_arrive_remote(pl_u64* b, int rank) {
@@ -755,8 +816,8 @@ PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
 #else
 #define PL_HOST_STAGING_SPAN 0
 #endif
-alignas(128) static pl_u8 pl_host_shared[PL_CLUSTER_CTAS][PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128];  // per CTA
-#define pl_host_shared_base (pl_host_shared[pl_cluster_rank()])
+alignas(128) static pl_u8 pl_host_shared[PL_HOST_CTAS][PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128];  // per CTA
+#define pl_host_shared_base (pl_host_shared[pl_host_cta()])
 #endif
 #ifdef PL_SLOT_BYTES
 #if PL_HOST_EMULATION
@@ -831,8 +892,8 @@ PL_DEV void pl_put(pl_bf16* p, float v) { *p = pl_to_bf16(v); }
 PL_DEV void pl_put(pl_f16* p, float v) { *p = pl_to_f16(v); }
 #if PL_HOST_EMULATION
 // Six words per lane of each warp of the CTA: what the lanes hand each other.
-static pl_u64 pl_host_warp_words[PL_CLUSTER_CTAS][32][32][6];
-PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_cluster_rank()][pl_cta_tid() >> 5][lane]; }
+static pl_u64 pl_host_warp_words[PL_HOST_CTAS][32][32][6];
+PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_host_cta()][pl_cta_tid() >> 5][lane]; }
 // Where the GPU's arena would be: the emulated tiles and scratch all live in it (a global-memory
 // operand of wgmma would be misjudged here; it only changes how fragments load, not the result).
 PL_DEV bool pl_is_shared(const void*) { return PL_ARENA_IN_SHARED != 0; }

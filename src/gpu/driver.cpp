@@ -311,22 +311,18 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   const DriverApi& api = d.api();
   const int64_t points = parallel_points(k, grid);
   if (points == 0) return;
-  // A grid-stride loop over the parallel points: as many CTAs as fit on the GPU at once (each SM
-  // needs several to hide memory latency: 4 per SM left a copy at ~30% of cudaMemcpy's bandwidth
-  // on an H100), but at most 4 per SM when the arena is in global memory, so that it stays
-  // bounded by the CTAs in flight, not by the grid.
-  // With clusters, a whole number of them (the points are too): a CTA's rank in its 1-D cluster
-  // is then its point's rank, which the kernel decodes the cluster axes from.
+  // A grid-stride loop over the parallel points (launch_ctas). With clusters, a whole number of
+  // them (the points are too): a CTA's rank in its 1-D cluster is then its point's rank, which the
+  // kernel decodes the cluster axes from.
   const int64_t cluster = k.cluster_ctas;
-  int64_t per_sm = resident_ctas_per_sm(d, function, k);
-  if (!k.arena_in_shared) per_sm = std::min<int64_t>(per_sm, 4);
-  const int64_t ctas = std::max<int64_t>(
-      cluster, std::min<int64_t>(points, static_cast<int64_t>(d.multiprocessors()) * per_sm) / cluster * cluster);
+  const int64_t ctas = launch_ctas(call, k, points, d.multiprocessors(), resident_ctas_per_sm(d, function, k));
   // Dropped (freed) instead of given back when anything below throws before the stream syncs.
-  std::unique_ptr<LaunchBuffers> buffers =
-      LaunchBufferPool::get().take(k.arena_in_shared ? 16 : static_cast<size_t>(k.arena_bytes * ctas));
+  std::unique_ptr<LaunchBuffers> buffers = LaunchBufferPool::get().take(
+      static_cast<size_t>(k.arena_offset() + (k.arena_in_shared ? 16 : k.arena_bytes * ctas)));
   const DeviceBuffer& workspace = buffers->workspace;
   DeviceBuffer& err = buffers->err;
+  if (k.semaphore_bytes > 0)  // every call's semaphores start at 0
+    d.check(api.MemsetD8Async(workspace.ptr(), 0, static_cast<size_t>(k.semaphore_bytes), stream), "cuMemsetD8Async");
   if (buffers->err_dirty) {  // the words before the flag's address
     d.check(api.MemsetD8Async(err.ptr(), 0, kErrorFlagWord * sizeof(int64_t), stream), "cuMemsetD8Async");
     buffers->host[kErrorRecordWords] = 0;

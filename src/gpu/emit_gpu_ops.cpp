@@ -17,6 +17,11 @@
 //    interpreter's order: the sum of the products, then added to the accumulator).
 //  * commit_smem syncs the group; wgmma_wait has nothing left to wait for; set_max_registers is
 //    a hint that is not emitted (setmaxnreg.inc waits for registers the kernel may not have).
+//  * semaphore_signal / semaphore_wait / semaphore_read (gpu::Semaphore, counters in the launch's
+//    workspace): the group syncs, so its writes come before the signal; one thread signals (a
+//    release at GPU scope) or waits (acquiring loads, then a compare-and-swap that takes the
+//    count; a time limit turns a deadlock into an error), and the group syncs again after a wait
+//    or a read (the read's value goes to every thread through a slot of the arena).
 //  * named_region begin/end (any kernel): when profiling, thread 0 of the group records the
 //    region's number and the time into the thread's profile slot (gpu/profiler.h).
 #include <algorithm>
@@ -97,6 +102,11 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
            ctx_.params + ".err))) " + record_failure(site, {}));
       return;
     }
+    case OpCode::SemaphoreSignal:
+    case OpCode::SemaphoreWait:
+    case OpCode::SemaphoreRead:
+      emit_semaphore_op(op);
+      return;
     case OpCode::GpuCommitSmem:
       barrier();
       return;
@@ -148,6 +158,47 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     default: break;
   }
   throw InternalError("gpu emitter: " + std::string(op.info().name) + " is not a gpu::kernel primitive");
+}
+
+void Emitter::emit_semaphore_op(const ir::Op& op) {
+  const std::string name(op.info().name);
+  const RefInfo& sem = ref_operand(*this, op, 0);
+  if (sem.dtype != DType::Semaphore || !sem.shape.empty())
+    throw NotSupportedError(name + " on the GPU backend on " + std::string(dtype_name(sem.dtype)) +
+                                " (a TPU semaphore: run the kernel with .interpret = pltpu::InterpretParams{}); "
+                                "a gpu::kernel's semaphores are gpu::Semaphore scratch",
+                            op.loc);
+  if (op.code == OpCode::SemaphoreSignal &&
+      (op.attrs.get_int_or(ir::AttrKey::HasCoreIndex, 0) != 0 || op.attrs.has(ir::AttrKey::DeviceIdType)))
+    throw NotSupportedError("semaphore_signal to another core or device on the GPU backend", op.loc);
+  const std::string counter = "(" + sem.ptr + ")";
+  if (op.code == OpCode::SemaphoreRead) {
+    std::string slot = scalar_slot_begin(op.results[0]);
+    line("if (pl_tid() == 0) " + slot + "[0] = pl_sem_read(" + counter + ");");
+    scalar_slot_end(op.results[0], slot);
+    return;
+  }
+  auto site = [&](ErrorSite::Kind kind, const std::string& what) {
+    ErrorSite s;
+    s.kind = kind;
+    s.op_name = what;
+    s.loc = op.loc;
+    ctx_.error_sites->push_back(s);
+    return static_cast<int>(ctx_.error_sites->size()) - 1;
+  };
+  const std::string n = "(pl_i32)" + at(op.operands[1], "0");
+  const bool signal = op.code == OpCode::SemaphoreSignal;
+  // The group's barrier that checks the count also orders its earlier writes before a signal.
+  const int bad = site(ErrorSite::Kind::SemaphoreValue, signal ? name + ": the increment" : name + ": the value");
+  line("if (!pl_group_all(" + n + " >= 0)) " + record_failure(bad, {"(pl_i64)" + n}));
+  if (signal) {
+    line("if (pl_tid() == 0) pl_sem_signal(" + counter + ", " + n + ");");
+    return;
+  }
+  const bool decrement = op.attrs.get_int_or(ir::AttrKey::Decrement, 1) != 0;
+  const int stuck = site(ErrorSite::Kind::SemaphoreWait, name);
+  line("if (!pl_group_all(pl_tid() != 0 || pl_sem_wait(" + counter + ", " + n + ", " + (decrement ? "true" : "false") +
+       ", " + ctx_.params + ".err))) " + record_failure(stuck, {}));
 }
 
 }  // namespace pallas::gpu::detail

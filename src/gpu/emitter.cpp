@@ -39,6 +39,7 @@ std::string ctype(DType t) {
     case DType::F32: return "float";
     case DType::F64: return "double";
     case DType::GpuBarrier: return "pl_u64";  // an mbarrier
+    case DType::Semaphore: return "pl_i32";   // a gpu::Semaphore counter
     default: break;
   }
   throw NotSupportedError("the dtype " + std::string(dtype_name(t)) + " on the GPU backend");
@@ -626,9 +627,7 @@ void Emitter::emit_op(const ir::Op& op) {
                                   ".interpret = pltpu::InterpretParams{})",
                               op.loc);
     }
-    case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::SemaphoreSignal:
-    case OpCode::SemaphoreWait: case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore:
-    case OpCode::SubcoreBarrier:
+    case OpCode::DmaStart: case OpCode::DmaWait: case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
       throw NotSupportedError(std::string(op.info().name) +
                                   " on the GPU backend (a TPU operation: run the kernel with "
                                   ".interpret = pltpu::InterpretParams{})",
@@ -636,7 +635,8 @@ void Emitter::emit_op(const ir::Op& op) {
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
-    case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
+    case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd: case OpCode::SemaphoreSignal:
+    case OpCode::SemaphoreWait: case OpCode::SemaphoreRead:
       emit_gpu_op(op);
       return;
     case OpCode::ScLoadGather: case OpCode::ScStoreScatter: case OpCode::ScAddupdateScatter:

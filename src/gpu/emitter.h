@@ -215,6 +215,7 @@ class Emitter {
   void emit_debug_print(const ir::Op& op);
   void emit_debug_check(const ir::Op& op);
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
+  void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
   // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can
   // compute the product (f32 accumulation of bf16 or f16 inputs into an f32, bf16 or f16 result,
   // m % 16 == n % 8 == k % 16 == 0), and counts it; the caller closes it when this returned true.

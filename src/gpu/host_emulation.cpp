@@ -23,6 +23,7 @@ namespace pallas::gpu {
 namespace {
 
 using EntryFn = void (*)(const uint64_t*, int);
+
 using CountFn = uint64_t (*)();
 
 // Compiled units stay loaded for the life of the process, one per distinct source.
@@ -140,8 +141,18 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   std::vector<uint64_t> ptrs;
   for (Array& a : operands) ptrs.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
   for (Array& a : outputs) ptrs.push_back(reinterpret_cast<uint64_t>(a.raw_data()));
-  // One arena per CTA of a cluster (they run together), 8-byte aligned: the widest element.
-  std::vector<uint64_t> arena(static_cast<size_t>(k.arena_bytes * k.cluster_ctas) / 8 + 2);
+  // The semaphores (zero), then one arena per CTA that runs at once (a cluster's, or every one
+  // when co-resident), 8-byte aligned: the widest element.
+  // Every group gets the same number of host threads.
+  const int groups = std::max(1, k.num_groups);
+  const int per_cta = (std::max(1, threads) + groups - 1) / groups * groups;
+  if (k.host_ctas * per_cta > kMaxHostEmulationThreads)
+    throw Error("host emulation runs all " + std::to_string(k.host_ctas) +
+                    " CTAs of a gpu::kernel with gpu::Semaphore scratch at once, here with " + std::to_string(per_cta) +
+                    " host threads each: more than " + std::to_string(kMaxHostEmulationThreads) +
+                    " threads (use a smaller grid, or fewer threads per CTA)",
+                call.kernel.loc);
+  std::vector<uint64_t> arena(static_cast<size_t>(k.arena_offset() + k.arena_bytes * k.host_ctas) / 8 + 2);
   int64_t err[kErrorRecordWords] = {};
   prepare_profile_dir(k, call.kernel.loc);
   std::vector<uint64_t> profile(profile_buffer_words(k, grid));
@@ -152,9 +163,7 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
     // The unit's emulation state (thread count, barrier) is global to its library: one run at a time.
     static std::mutex run_mu;
     std::lock_guard<std::mutex> lock(run_mu);
-    // Every group gets the same number of host threads.
-    const int groups = std::max(1, k.num_groups);
-    kernel.entry(words.data(), (std::max(1, threads) + groups - 1) / groups * groups);
+    kernel.entry(words.data(), per_cta);
     if (stats) {
       stats->mma_instructions = static_cast<int64_t>(kernel.mma_count());
       stats->wgmma_instructions = static_cast<int64_t>(kernel.wgmma_count());

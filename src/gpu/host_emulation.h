@@ -31,5 +31,8 @@ struct HostEmulationStats {
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
                                       const std::vector<Array>& args, const std::vector<int64_t>& grid,
                                       int threads = 1, HostEmulationStats* stats = nullptr);
+// The most host threads one run starts (CTAs at once x threads each; a co-resident kernel runs
+// all its CTAs at once, and a larger grid is a pallas::Error).
+inline constexpr int64_t kMaxHostEmulationThreads = 4096;
 
 }  // namespace pallas::gpu

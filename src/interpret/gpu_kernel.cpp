@@ -1,16 +1,18 @@
 // gpu::kernel in the interpreter (.interpret = true): the semantics of Mosaic GPU's primitives
 // on the CPU.
 //
-// The mesh is (grid..., cluster..., thread). Clusters run one after another; inside a cluster,
-// every Pallas thread of every CTA is an OS thread, but they cooperate: exactly one runs at a
-// time, and it hands over only when it must wait (a barrier_wait whose phase has not completed)
-// or when it ends. Handing over goes round-robin to the next thread that can go on, so a run is
+// The mesh is (grid..., cluster..., thread). Clusters run one after another, each a wave — but a
+// kernel with gpu::Semaphore scratch runs its whole grid as one wave, since a semaphore wait may
+// need any other CTA to go on. Inside a wave, every Pallas thread of every CTA is an OS thread,
+// but they cooperate: exactly one runs at a time, and it hands over only when it must wait (a
+// barrier_wait whose phase has not completed, a semaphore_wait for a count not yet reached) or
+// when it ends. Handing over goes round-robin to the next thread that can go on, so a run is
 // deterministic. When no thread can go on, the kernel would hang on a GPU: that is a
 // pallas::Error listing what every thread waits for.
 //
 // Memory: operands are whole arrays in GMEM, shared by all threads; each CTA gets fresh scratch
 // (SMEM and ACC arrays hold the uninitialized value; barriers start at phase 0) shared by its
-// threads. Copies and wgmma complete when issued (one valid timing of the asynchronous GPU
+// threads; gpu::Semaphore counters are in GMEM, one set for the grid, 0 at the start. Copies and wgmma complete when issued (one valid timing of the asynchronous GPU
 // operations; their wait ops have nothing left to wait for). Barriers follow the mbarrier rules
 // that JAX's GPU interpret mode checks: a phase completes after num_arrivals arrivals; each
 // thread's k-th wait on a barrier waits for the barrier's k-th phase; completing a phase again
@@ -25,8 +27,11 @@
 // clock into the barrier's phase, a wait for that phase acquires it; a copy to SMEM releases
 // into its barrier; the waits for copies to GMEM and for wgmma acquire those operations' clocks;
 // wgmmas of one thread are ordered among themselves (they chain on the accumulator). Two
-// conflicting accesses not ordered that way are a pallas::Error naming both lines. Races between
-// clusters (which only GMEM could carry) are not checked.
+// conflicting accesses not ordered that way are a pallas::Error naming both lines. A semaphore
+// signal releases the thread's clock into the semaphore, a wait (or read) acquires every clock
+// released into it so far (a join that may order more than the counts prove: it can miss a race,
+// never report a false one). Races are checked within a wave: between clusters only when the
+// kernel has semaphores (the only way one cluster can wait for another).
 //
 // A gpu::ClusterBarrier is one BarrierState per CTA; an arrival goes to each peer CTA's (its
 // `peers`), releasing the arriving thread's clock into every one of them.
@@ -62,12 +67,12 @@ struct BarrierState {
   // A gpu::ClusterBarrier: this barrier in each CTA an arrival reaches (this one's included);
   // empty for a barrier of one CTA.
   std::vector<const std::byte*> peers;
-  std::map<int, int64_t> next_phase;  // per thread of the cluster: the phase its next wait awaits
+  std::map<int, int64_t> next_phase;  // per thread of the wave: the phase its next wait awaits
   VectorClock arrived;                 // races: what the current phase's arrivals released
   std::map<int64_t, VectorClock> released;  // races: what each completed phase released
 };
 
-// The threads of one cluster, taking turns.
+// The threads of one wave, taking turns.
 class Turns {
  public:
   explicit Turns(std::vector<std::string> names) : names_(std::move(names)), threads_(names_.size()) {}
@@ -164,7 +169,7 @@ class Turns {
   std::exception_ptr error_;
 };
 
-// The memory a cluster's accesses may touch (operands, its CTAs' scratch), for race reports.
+// The memory a wave's accesses may touch (operands, its CTAs' scratch), for race reports.
 struct Buffer {
   const std::byte* base = nullptr;
   int64_t bytes = 0;
@@ -175,9 +180,17 @@ struct Buffer {
   bool by_bytes = false;
 };
 
-// What the threads of a cluster share.
-struct Cluster {
+// A gpu::Semaphore's counter (an i32 in the semaphore's array): what its signals released.
+struct SemaphoreState {
+  std::string name;      // "scratch[3][1]"
+  VectorClock released;  // races: every signal's clock, joined (a wait acquires them all)
+};
+
+// The CTAs that run together — one cluster, or the whole grid when the kernel has semaphores —
+// and what their threads share.
+struct Wave {
   std::map<const std::byte*, BarrierState> barriers;  // by the barrier's address
+  std::map<const std::byte*, SemaphoreState> semaphores;  // by the counter's address
   Turns* turns = nullptr;
   std::map<const std::byte*, Buffer> buffers;  // by base address
   tpu_interpret::RaceDetector races;
@@ -189,8 +202,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
   GpuThreadInterpreter(const TracedCall& call, int index) : Interpreter(call.kernel), call_(call), index_(index) {
     access_hooks_ = true;
   }
-  void start(Cluster* cluster, std::string name) {
-    cluster_ = cluster;
+  void start(Wave* wave, std::string name) {
+    wave_ = wave;
     name_ = std::move(name);
     clock_.clear();
     tpu_interpret::tick(clock_, index_);
@@ -249,7 +262,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
       case OpCode::GpuBarrierArrive: {
         BarrierState& b = barrier(op, op.operands[0]);
         if (b.peers.empty()) arrive(op, b, clock_);
-        for (const std::byte* peer : b.peers) arrive(op, cluster_->barriers.at(peer), clock_);
+        for (const std::byte* peer : b.peers) arrive(op, wave_->barriers.at(peer), clock_);
         tpu_interpret::tick(clock_, index_);  // later accesses are not covered by this release
         return true;
       }
@@ -262,6 +275,26 @@ class GpuThreadInterpreter : public eval::Interpreter {
       case OpCode::GpuWgmmaWait:
         acquire_all_but(wgmmas_, static_cast<size_t>(op.attrs.get_int(AttrKey::N)));
         return true;
+      case OpCode::SemaphoreSignal: {
+        if (op.attrs.get_int_or(AttrKey::HasCoreIndex, 0) != 0 || op.attrs.has(AttrKey::DeviceIdType))
+          throw NotSupportedError("semaphore_signal to another core or device in a gpu::kernel", op.loc);
+        const int64_t inc = scalar_int(op.operands[1]);
+        if (inc < 0) throw Error("semaphore_signal: the increment must be >= 0, got " + std::to_string(inc), op.loc);
+        auto [count, sem] = semaphore(op);
+        *count += static_cast<int32_t>(inc);
+        tpu_interpret::merge_into(sem.released, clock_);
+        tpu_interpret::tick(clock_, index_);  // later accesses are not covered by this release
+        return true;
+      }
+      case OpCode::SemaphoreWait:
+        semaphore_wait(op);
+        return true;
+      case OpCode::SemaphoreRead: {
+        auto [count, sem] = semaphore(op);
+        tpu_interpret::merge_into(clock_, sem.released);
+        set(op.results[0], eval::constant(Scalar::of_int(*count, DType::I32), {}));
+        return true;
+      }
       case OpCode::GpuCommitSmem: case OpCode::GpuSetMaxRegisters:
         return true;  // the thread's own stores are in program order here; registers are not modelled
       default:
@@ -272,13 +305,38 @@ class GpuThreadInterpreter : public eval::Interpreter {
  private:
   BarrierState& barrier(const ir::Op& op, ir::ValueId v) {
     const eval::RefValue& r = ref(v);
-    auto it = cluster_->barriers.find(r.data);
-    if (it == cluster_->barriers.end())
+    auto it = wave_->barriers.find(r.data);
+    if (it == wave_->barriers.end())
       throw NotSupportedError(std::string(op.info().name) +
                                   " on a barrier that is not in the kernel's scratch_shapes (barriers "
                                   "from run_scoped)",
                               op.loc);
     return it->second;
+  }
+
+  // A gpu::Semaphore's counter and state (operand 0 of a semaphore op).
+  std::pair<int32_t*, SemaphoreState&> semaphore(const ir::Op& op) {
+    const eval::RefValue& r = ref(op.operands[0]);
+    auto it = wave_->semaphores.find(r.data);
+    if (it == wave_->semaphores.end())
+      throw NotSupportedError(std::string(op.info().name) + " on a semaphore that is not a gpu::Semaphore of the "
+                                  "kernel's scratch_shapes",
+                              op.loc);
+    return {reinterpret_cast<int32_t*>(const_cast<std::byte*>(r.data)), it->second};
+  }
+
+  void semaphore_wait(const ir::Op& op) {
+    const int64_t value = scalar_int(op.operands[1]);
+    if (value < 0) throw Error("semaphore_wait: the value must be >= 0, got " + std::to_string(value), op.loc);
+    const bool decrement = op.attrs.get_int_or(AttrKey::Decrement, 1) != 0;
+    auto [count, sem] = semaphore(op);
+    std::ostringstream what;
+    what << "waits at " << op.loc.to_string() << " for semaphore " << sem.name << " to reach " << value << " ("
+         << *count << " when it began waiting)";
+    const int32_t* c = count;
+    wave_->turns->wait_until(index_, [c, value] { return *c >= value; }, what.str());
+    if (decrement) *count -= static_cast<int32_t>(value);
+    tpu_interpret::merge_into(clock_, sem.released);
   }
 
   // An arrival releasing `released` (the thread's clock, or a copy's).
@@ -315,7 +373,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
          << " (" << b.phase << " phases completed, " << b.arrivals << " of " << b.num_arrivals
          << " arrivals in the current one)";
     BarrierState* bp = &b;
-    cluster_->turns->wait_until(index_, [bp, want] { return bp->phase >= want; }, what.str());
+    wave_->turns->wait_until(index_, [bp, want] { return bp->phase >= want; }, what.str());
     if (b.phase > want) throw missed();
     b.observed = true;
     next = want + 1;
@@ -353,7 +411,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
   };
   // An asynchronous operation issued now, knowing what `known` knows.
   Actor new_actor(const VectorClock& known, const std::string& what) {
-    Actor a{cluster_->next_actor++, what + " issued by " + name_, known};
+    Actor a{wave_->next_actor++, what + " issued by " + name_, known};
     tpu_interpret::tick(a.clock, a.id);
     tpu_interpret::tick(clock_, index_);  // the issuer's later accesses are not covered by it
     return a;
@@ -366,26 +424,26 @@ class GpuThreadInterpreter : public eval::Interpreter {
   void record(const ir::Op& op, const eval::RefValue& view, bool is_write, const Actor& who) {
     record(op, view, is_write, who.id, who.name, who.clock, false);
   }
-  // Checks an access against the cluster's earlier ones; a race is an error at the user's line.
+  // Checks an access against the wave's earlier ones; a race is an error at the user's line.
   void record(const ir::Op& op, const eval::RefValue& view, bool is_write, int actor, const std::string& actor_name,
               const VectorClock& clock, bool atomic) {
-    auto it = cluster_->buffers.upper_bound(view.data);
-    if (it == cluster_->buffers.begin()) return;
+    auto it = wave_->buffers.upper_bound(view.data);
+    if (it == wave_->buffers.begin()) return;
     const Buffer& b = std::prev(it)->second;
     if (view.data >= b.base + b.bytes) return;
     const tpu_interpret::AccessInfo who{actor, actor_name, std::string(op.info().name), op.loc};
     int found = 0;
     if (b.by_bytes) {
       for (const tpu_interpret::Region& bytes : byte_regions(view, b.base))
-        found += cluster_->races.access(b.base, b.name, b.shape, bytes, is_write, clock, who, atomic);
+        found += wave_->races.access(b.base, b.name, b.shape, bytes, is_write, clock, who, atomic);
     } else {
-      found = cluster_->races.access(b.base, b.name, b.shape, tpu_interpret::region_of(view, b.base, b.shape),
+      found = wave_->races.access(b.base, b.name, b.shape, tpu_interpret::region_of(view, b.base, b.shape),
                                      is_write, clock, who, atomic);
     }
     if (found > 0)
       throw Error("gpu::kernel data race (on a GPU the result would depend on timing): " +
-                      cluster_->races.reports().back().to_string() +
-                      "order them with a barrier (copies to SMEM complete at their barrier's phase), "
+                      wave_->races.reports().back().to_string() +
+                      "order them with a barrier (copies to SMEM complete at their barrier's phase), a semaphore, "
                       "wait_smem_to_gmem or wgmma_wait",
                   op.loc);
   }
@@ -421,13 +479,25 @@ class GpuThreadInterpreter : public eval::Interpreter {
   }
 
   const TracedCall& call_;
-  int index_;  // the thread's number within its cluster
-  Cluster* cluster_ = nullptr;
+  int index_;  // the thread's number within its wave
+  Wave* wave_ = nullptr;
   std::string name_;
   VectorClock clock_;
   VectorClock last_wgmma_;
   std::deque<VectorClock> copies_read_, copies_written_, wgmmas_;  // in flight, oldest first
 };
+
+// The most Pallas threads the interpreter runs at once (a wave; each is an OS thread).
+constexpr int64_t kMaxWaveThreads = 4096;
+
+// "[1, 2]": the row-major position `flat` in an array of `shape`.
+std::string multi_index(const Shape& shape, int64_t flat) {
+  std::vector<int64_t> at;
+  core::unravel_row_major(flat, shape, at);
+  std::string s = "[";
+  for (size_t i = 0; i < at.size(); ++i) s += (i ? ", " : "") + std::to_string(at[i]);
+  return s + "]";
+}
 
 std::string tuple(const std::vector<int64_t>& v, size_t from, size_t to) {
   std::string s = "(";
@@ -474,6 +544,17 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     operands.push_back(a);
   }
 
+  // ---- Semaphores: one array per gpu::Semaphore scratch, in GMEM, shared by the whole grid and
+  // zero at the start. A wait may need any other CTA to go on, so with semaphores the whole grid
+  // is one wave; without, each cluster is.
+  std::vector<Array> semaphores(gm.scratch_types.size());
+  bool whole_grid = false;
+  for (size_t s = 0; s < gm.scratch_types.size(); ++s)
+    if (gm.scratch_types[s].dtype == DType::Semaphore) {
+      semaphores[s] = Array::zeros(gm.scratch_types[s].shape, DType::I32);
+      whole_grid = true;
+    }
+
   // ---- The mesh: clusters of CTAs of threads.
   const size_t g_axes = static_cast<size_t>(layout.num_grid_axes);
   const size_t c_axes = static_cast<size_t>(layout.num_cluster_axes);
@@ -481,31 +562,48 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
   std::vector<int64_t> cluster_dims(grid.begin() + g_axes, grid.begin() + g_axes + c_axes);
   const int64_t num_threads = layout.has_thread_axis ? grid.back() : 1;
   const std::vector<std::vector<int64_t>> ctas = points(cluster_dims);
-  const int threads_per_cluster = static_cast<int>(ctas.size() * num_threads);
+  const std::vector<std::vector<int64_t>> clusters = points(grid_dims);
+  std::vector<std::vector<std::vector<int64_t>>> waves;  // the cluster indices of each wave
+  if (whole_grid)
+    waves.push_back(clusters);
+  else
+    for (const std::vector<int64_t>& c : clusters) waves.push_back({c});
+  const int64_t threads_per_cluster = static_cast<int64_t>(ctas.size()) * num_threads;
+  const int64_t wave_threads = threads_per_cluster * static_cast<int64_t>(waves.empty() ? 0 : waves[0].size());
+  if (wave_threads > kMaxWaveThreads)
+    throw Error("gpu::kernel with gpu::Semaphore scratch: the interpreter runs the whole grid at once (a wait "
+                    "may need any CTA), here " + std::to_string(wave_threads) + " Pallas threads; it runs at most " +
+                    std::to_string(kMaxWaveThreads) + " (a GPU could not hold that many CTAs at once either)",
+                call.kernel.loc);
 
   std::vector<std::unique_ptr<GpuThreadInterpreter>> interps;
-  for (int t = 0; t < threads_per_cluster; ++t) {
+  for (int t = 0; t < wave_threads; ++t) {
     interps.push_back(std::make_unique<GpuThreadInterpreter>(call, t));
     interps.back()->set_debug_out(debug_out);
     interps.back()->set_debug_checks(call.debug_checks);
   }
 
-  for (const std::vector<int64_t>& cluster_index : points(grid_dims)) {
-    Cluster cluster;
-    std::vector<std::vector<Array>> scratch(ctas.size());
-    std::vector<std::vector<eval::RtValue>> params(threads_per_cluster);
-    std::vector<GridPoint> where(threads_per_cluster);
+  for (const std::vector<std::vector<int64_t>>& wave_clusters : waves) {
+    Wave wave;
+    const size_t wave_ctas = wave_clusters.size() * ctas.size();
+    std::vector<std::vector<Array>> scratch(wave_ctas);  // per CTA of the wave
+    std::vector<std::vector<int64_t>> cta_index(wave_ctas);
+    std::vector<std::vector<eval::RtValue>> params(static_cast<size_t>(wave_threads));
+    std::vector<GridPoint> where(static_cast<size_t>(wave_threads));
     std::vector<std::string> names;
-    for (size_t c = 0; c < ctas.size(); ++c) {
-      std::vector<int64_t> cta = cluster_index;
-      cta.insert(cta.end(), ctas[c].begin(), ctas[c].end());
+    for (size_t c = 0; c < wave_ctas; ++c) {
+      std::vector<int64_t>& cta = cta_index[c];
+      cta = wave_clusters[c / ctas.size()];
+      cta.insert(cta.end(), ctas[c % ctas.size()].begin(), ctas[c % ctas.size()].end());
       const std::string cta_name = cta.empty() ? "the CTA" : "CTA " + tuple(cta, 0, cta.size());
       std::map<int, Array> unions;  // this CTA's memory of each gpu::Union
       for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
         const ir::Type& t = gm.scratch_types[s];
         const ScratchUnionSlot& slot = gm.scratch_unions[s];
         Array a;
-        if (slot.union_index >= 0) {
+        if (t.dtype == DType::Semaphore) {
+          a = semaphores[s];
+        } else if (slot.union_index >= 0) {
           auto [u, fresh] = unions.try_emplace(slot.union_index);
           if (fresh) u->second = Array::uninitialized({slot.union_bytes}, DType::U8);
           Array whole = u->second;
@@ -521,57 +619,62 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
             st.name = "scratch[" + std::to_string(s) + "]" +
                       (a.size() > 1 ? "[" + std::to_string(k) + "]" : std::string()) +
                       (ctas.size() > 1 || !grid_dims.empty() ? " of " + cta_name : std::string());
-            cluster.barriers[static_cast<std::byte*>(a.raw_data()) + 8 * k] = st;
+            wave.barriers[static_cast<std::byte*>(a.raw_data()) + 8 * k] = st;
           }
+        } else if (t.dtype == DType::Semaphore) {
+          for (int64_t k = 0; k < a.size(); ++k)
+            wave.semaphores[static_cast<std::byte*>(a.raw_data()) + 4 * k].name =
+                "scratch[" + std::to_string(s) + "]" + (t.shape.empty() ? std::string() : multi_index(t.shape, k));
         } else {
           eval::fill_uninitialized(a);
         }
         scratch[c].push_back(a);
       }
       for (int64_t w = 0; w < num_threads; ++w) {
-        const int t = static_cast<int>(c * num_threads + w);
+        const int t = static_cast<int>(static_cast<int64_t>(c) * num_threads + w);
         std::vector<eval::RtValue>& p = params[t];
         for (Array& a : operands) p.push_back(eval::RefValue::of_array(a, MemorySpace::Gmem));
-        for (size_t s = 0; s < scratch[c].size(); ++s)
+        for (size_t s = 0; s < scratch[c].size(); ++s) {
           p.push_back(eval::RefValue::of_array(scratch[c][s], gm.scratch_types[s].space));
+          if (gm.scratch_types[s].dtype == DType::Semaphore) std::get<eval::RefValue>(p.back()).dtype = DType::Semaphore;
+        }
         where[t].num_programs = grid;
         where[t].program_ids = cta;
         if (layout.has_thread_axis) where[t].program_ids.push_back(w);
         names.push_back(layout.has_thread_axis ? "thread " + std::to_string(w) + " of " + cta_name : cta_name);
       }
     }
-    // A cluster barrier's peers (core::cluster_barrier_peers).
+    // A cluster barrier's peers (core::cluster_barrier_peers): CTAs of the same cluster.
     for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
       if (gm.scratch_barrier_collective_axes[s].empty()) continue;
       std::vector<int> collective;  // among the cluster axes
       for (int axis : gm.scratch_barrier_collective_axes[s]) collective.push_back(axis - static_cast<int>(g_axes));
-      for (size_t c = 0; c < ctas.size(); ++c)
-        for (size_t other = 0; other < ctas.size(); ++other) {
-          if (!core::cluster_barrier_peers(ctas[c], ctas[other], collective)) continue;
+      for (size_t c = 0; c < wave_ctas; ++c)
+        for (size_t other = c / ctas.size() * ctas.size(); other < (c / ctas.size() + 1) * ctas.size(); ++other) {
+          if (!core::cluster_barrier_peers(ctas[c % ctas.size()], ctas[other % ctas.size()], collective)) continue;
           auto* mine = static_cast<std::byte*>(scratch[c][s].raw_data());
           auto* theirs = static_cast<std::byte*>(scratch[other][s].raw_data());
-          for (int64_t k = 0; k < scratch[c][s].size(); ++k) cluster.barriers.at(mine + 8 * k).peers.push_back(theirs + 8 * k);
+          for (int64_t k = 0; k < scratch[c][s].size(); ++k) wave.barriers.at(mine + 8 * k).peers.push_back(theirs + 8 * k);
         }
     }
     for (size_t i = 0; i < operands.size(); ++i) {
       Array& a = operands[i];
       const bool is_input = static_cast<int>(i) < num_in;
       const auto* base = static_cast<const std::byte*>(a.raw_data());
-      if (cluster.buffers.count(base)) continue;  // an aliased input and output
-      cluster.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(),
-                               is_input ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in)};
+      if (wave.buffers.count(base)) continue;  // an aliased input and output
+      wave.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(),
+                            is_input ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in)};
     }
-    for (size_t c = 0; c < ctas.size(); ++c)
+    for (size_t c = 0; c < wave_ctas; ++c)
       for (size_t s = 0; s < scratch[c].size(); ++s) {
         Array& a = scratch[c][s];
-        if (gm.scratch_types[s].dtype == DType::GpuBarrier) continue;
+        if (gm.scratch_types[s].dtype == DType::GpuBarrier || gm.scratch_types[s].dtype == DType::Semaphore) continue;
         const auto* base = static_cast<const std::byte*>(a.raw_data());
-        std::vector<int64_t> cta = cluster_index;
-        cta.insert(cta.end(), ctas[c].begin(), ctas[c].end());
+        const std::vector<int64_t>& cta = cta_index[c];
         const std::string of_cta = cta.empty() ? std::string() : " of CTA " + tuple(cta, 0, cta.size());
         const ScratchUnionSlot& slot = gm.scratch_unions[s];
         if (slot.union_index < 0) {
-          cluster.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(), "scratch[" + std::to_string(s) + "]" + of_cta};
+          wave.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(), "scratch[" + std::to_string(s) + "]" + of_cta};
           continue;
         }
         // One buffer for the union (its arrays are consecutive scratch), named by them.
@@ -579,22 +682,21 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
         size_t last = s;
         while (last + 1 < scratch[c].size() && gm.scratch_unions[last + 1].union_index == slot.union_index) ++last;
         const std::byte* start = base - slot.offset;
-        cluster.buffers[start] = {start, slot.union_bytes, Shape{slot.union_bytes},
-                                  "the union of scratch[" + std::to_string(s) + ".." + std::to_string(last) +
-                                      "] (bytes)" + of_cta,
-                                  true};
+        wave.buffers[start] = {start, slot.union_bytes, Shape{slot.union_bytes},
+                               "the union of scratch[" + std::to_string(s) + ".." + std::to_string(last) +
+                                   "] (bytes)" + of_cta,
+                               true};
       }
-    cluster.next_actor = threads_per_cluster;
+    wave.next_actor = static_cast<int>(wave_threads);
     Turns turns(names);
-    cluster.turns = &turns;
-    for (int t = 0; t < threads_per_cluster; ++t) interps[t]->start(&cluster, names[t]);
+    wave.turns = &turns;
+    for (int t = 0; t < wave_threads; ++t) interps[t]->start(&wave, names[t]);
     auto body = [&](int t) { interps[t]->run(params[t], where[t]); };
-    if (threads_per_cluster == 1) {
+    if (wave_threads == 1) {
       turns.run(0, [&] { body(0); });
     } else {
       std::vector<std::thread> threads;
-      for (int t = 0; t < threads_per_cluster; ++t)
-        threads.emplace_back([&, t] { turns.run(t, [&] { body(t); }); });
+      for (int t = 0; t < wave_threads; ++t) threads.emplace_back([&, t] { turns.run(t, [&] { body(t); }); });
       for (std::thread& th : threads) th.join();
     }
     turns.rethrow_error();

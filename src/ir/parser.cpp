@@ -78,6 +78,7 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::Indirect:
     case AttrKey::AddAttr:
     case AttrKey::ReadOnly:
+    case AttrKey::Decrement:
     case AttrKey::N: return AttrKind::Int;
     case AttrKey::Index: return AttrKind::Indexer;
     case AttrKey::Kind:

@@ -407,6 +407,9 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
     case OpCode::SemaphoreSignal: semaphore_signal(op); return true;
     case OpCode::SubcoreBarrier: m_.subcore_barrier(t_, op.loc); return true;
     case OpCode::SemaphoreWait: {
+      if (op.attrs.get_int_or(AttrKey::Decrement, 1) == 0)
+        throw NotSupportedError("semaphore_wait with decrement = false (gpu::semaphore_wait) in the TPU interpret mode",
+                                op.loc);
       int64_t value = scalar_int(op.operands[1]);
       if (value < 0)
         throw Error("semaphore_wait: the value must be >= 0, got " + std::to_string(value), op.loc);

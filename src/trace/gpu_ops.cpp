@@ -44,6 +44,12 @@ ClusterBarrier::operator ScratchShape() const {
   return s;
 }
 
+Semaphore::operator ScratchShape() const {
+  for (int64_t d : shape)
+    if (d < 1) throw Error("gpu::Semaphore: the shape " + shape_to_string(shape) + " has a dimension below 1");
+  return ScratchShape{shape, DType::Semaphore, MemorySpace::Gmem};
+}
+
 namespace {
 
 constexpr int64_t kUnionAlignment = 16;  // each array of a union member starts on it
@@ -217,11 +223,14 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
                 loc);
   for (size_t i = 0; i < opts.scratch_shapes.size(); ++i) {
     const ScratchShape& s = opts.scratch_shapes[i];
-    const bool ok = s.space == MemorySpace::GpuShared || s.space == MemorySpace::GpuAcc;
+    const bool semaphore = s.space == MemorySpace::Gmem && s.dtype == DType::Semaphore;
+    const bool ok = s.space == MemorySpace::GpuShared || s.space == MemorySpace::GpuAcc || semaphore;
     if (!ok)
-      throw Error("scratch_shapes[" + std::to_string(i) + "] is in " +
-                      std::string(memory_space_name(s.space)) +
-                      "; a gpu::kernel's scratch is gpu::SMEM, gpu::ACC, gpu::Barrier or gpu::Union",
+      throw Error("scratch_shapes[" + std::to_string(i) + "] is " +
+                      (s.space == MemorySpace::Semaphore ? std::string("a TPU semaphore (pltpu::semaphores)")
+                                                         : "in " + std::string(memory_space_name(s.space))) +
+                      "; a gpu::kernel's scratch is gpu::SMEM, gpu::ACC, gpu::Barrier, gpu::Union or "
+                      "gpu::Semaphore (semaphores in GMEM)",
                   loc);
     if ((s.dtype == DType::GpuBarrier) != (s.barrier_arrivals > 0))
       throw Error("scratch_shapes[" + std::to_string(i) + "]: make barriers with gpu::Barrier{...}", loc);
@@ -313,6 +322,18 @@ void barrier_arrive(const Ref& barrier, Loc loc) {
 void barrier_wait(const Ref& barrier, Loc loc) {
   trace::add_op(OpCode::GpuBarrierWait, {barrier.handle()}, {}, loc);
 }
+
+void semaphore_signal(const Ref& sem, Operand inc, Loc loc) { tpu::semaphore_signal(sem, std::move(inc), {}, loc); }
+
+void semaphore_wait(const Ref& sem, Operand value, bool decrement, Loc loc) {
+  Value v = pallas::detail::as_index_scalar(value, "semaphore_wait value");
+  if (v.dtype() != DType::I32) v = trace::convert_to(v, DType::I32, loc);
+  Attrs a;
+  if (!decrement) a.set(AttrKey::Decrement, int64_t{0});
+  trace::add_op(OpCode::SemaphoreWait, {sem.handle(), v}, std::move(a), loc);
+}
+
+Value semaphore_read(const Ref& sem, Loc loc) { return tpu::semaphore_read(sem, loc); }
 
 void wgmma(const Ref& acc, const Ref& a, const Ref& b, Loc loc) {
   trace::add_op(OpCode::GpuWgmma, {acc.handle(), a.handle(), b.handle()}, {}, loc);

@@ -186,6 +186,7 @@ struct Indexer {
   X(Indirect, "indirect")                \
   X(AddAttr, "add")                      \
   X(ReadOnly, "read_only")               \
+  X(Decrement, "decrement")              \
   X(Name, "name")
 
 enum class AttrKey : uint8_t {

@@ -1,0 +1,220 @@
+// gpu::Semaphore: counters in GMEM shared by every CTA of a gpu::kernel's grid (Mosaic GPU's
+// SemaphoreType.REGULAR scratch). The kernels here only work when CTAs run at the same time and
+// the semaphores order what they write: values are checked against plain C++ loops, and the
+// misuse cases (a wait that nothing satisfies, a missing wait, a negative count, a grid too large
+// to be resident) against the errors' text.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "core/call.h"
+#include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
+#include "pallas/gpu.h"
+#include "pallas/pallas.h"
+#include "pallas/tpu.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/test_util.h"
+
+namespace pl = pallas;
+namespace plgpu = pallas::gpu;
+using test_util::error_of;
+
+namespace {
+
+pl::Array random_f32(pl::Shape s, uint32_t seed) {
+  pl::Array a = pl::Array::zeros(s, pl::f32);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
+  return a;
+}
+
+pl::CallOptions run_on(const std::string& how, std::vector<pl::ScratchShape> scratch) {
+  pl::CallOptions o;
+  o.scratch_shapes = std::move(scratch);
+  if (how == "interpret")
+    o.interpret = true;
+  else
+    o.backend = how;
+  return o;
+}
+
+class GpuSemaphore : public test_util::OnGpuBackends {};
+INSTANTIATE_TEST_SUITE_P(Backends, GpuSemaphore, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
+                         test_util::backend_name);
+
+constexpr int kCtas = 4, kChunk = 8;
+
+// A suffix sum over chunks, computed from the last CTA to the first: CTA i waits until CTA i + 1
+// has written its chunk of `out` and signalled sems[i], adds x's chunk to it, and signals CTA
+// i - 1. CTA 0 waits first and the last CTA never waits, so this finishes only when the CTAs run
+// at the same time; the reads of another CTA's chunk are ordered by the semaphores (no race).
+pl::PallasCall suffix_sum(const std::string& how, bool wait) {
+  return plgpu::kernel(
+      [wait](pl::Ref x, pl::Ref out, pl::Ref sems) {
+        pl::Value i = plgpu::axis_index("i");
+        pl::Value mine = i * kChunk;
+        pl::when(i == kCtas - 1, [&] { out[pl::ds(mine, kChunk)] = x[pl::ds(mine, kChunk)]; });
+        pl::when(i < kCtas - 1, [&] {
+          if (wait) plgpu::semaphore_wait(sems.at(i));
+          out[pl::ds(mine, kChunk)] = x[pl::ds(mine, kChunk)] + out[pl::ds(mine + kChunk, kChunk)];
+        });
+        pl::when(i > 0, [&] { plgpu::semaphore_signal(sems.at(i - 1)); });
+      },
+      {pl::ShapeDtype({kCtas * kChunk}, pl::f32)}, plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}},
+      run_on(how, {plgpu::Semaphore{.shape = {kCtas}}}));
+}
+
+TEST_P(GpuSemaphore, CtasWaitForEachOtherInReverseOrder) {
+  pl::Array x = random_f32({kCtas * kChunk}, 3);
+  pl::Array out = suffix_sum(GetParam(), true)(x)[0];
+  for (int e = 0; e < kChunk; ++e) {
+    float want = 0;
+    for (int c = kCtas - 1; c >= 0; --c) {
+      want += x.data<float>()[c * kChunk + e];  // the kernel's order of the sums
+      EXPECT_EQ(out.data<float>()[c * kChunk + e], want) << c << "," << e;
+    }
+  }
+}
+
+// Every Pallas thread (2 per CTA) writes its slot of `mid`, signals, and waits without
+// decrementing until all 2 x kCtas have signalled: a grid-wide barrier. Then each reads every
+// slot (written by the other CTAs) and the count, which stays at 2 x kCtas.
+TEST_P(GpuSemaphore, AWaitWithoutDecrementIsAGridBarrier) {
+  constexpr int kThreads = 2, kAll = kCtas * kThreads;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref mid, pl::Ref sum, pl::Ref count, pl::Ref sem) {
+        pl::Value me = plgpu::axis_index("i") * kThreads + plgpu::axis_index("t");
+        mid[me] = x[me] * 2.0f;
+        plgpu::semaphore_signal(sem);
+        plgpu::semaphore_wait(sem, kAll, /*decrement=*/false);
+        pl::Value total = mid[0];
+        for (int k = 1; k < kAll; ++k) total = total + mid[k];
+        sum[me] = total;
+        count[me] = plgpu::semaphore_read(sem);
+      },
+      {pl::ShapeDtype({kAll}, pl::f32), pl::ShapeDtype({kAll}, pl::f32), pl::ShapeDtype({kAll}, pl::i32)},
+      plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}, .num_threads = kThreads, .thread_name = "t"},
+      run_on(GetParam(), {plgpu::Semaphore{}}));
+  pl::Array x = random_f32({kAll}, 7);
+  std::vector<pl::Array> r = call(x);
+  float want = 2.0f * x.data<float>()[0];
+  for (int k = 1; k < kAll; ++k) want += 2.0f * x.data<float>()[k];
+  for (int k = 0; k < kAll; ++k) {
+    EXPECT_EQ(r[0].data<float>()[k], 2.0f * x.data<float>()[k]) << k;
+    EXPECT_EQ(r[1].data<float>()[k], want) << k;
+    EXPECT_EQ(r[2].data<int32_t>()[k], kAll) << k;
+  }
+  // The counters start at 0 in every call.
+  EXPECT_EQ(call(x)[2].data<int32_t>()[0], kAll);
+}
+
+// Without the waits the reads of the next CTA's chunk are not ordered after its writes.
+TEST(GpuSemaphoreErrors, ReadingAnotherCtasWritesWithoutWaitingIsARace) {
+  std::string e = error_of([] { suffix_sum("interpret", false)(random_f32({kCtas * kChunk}, 3)); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "output 0");
+}
+
+pl::PallasCall waits_for_two(const std::string& how) {
+  return plgpu::kernel(
+      [](pl::Ref out, pl::Ref sem) {
+        pl::Value i = plgpu::axis_index("i");
+        pl::when(i == 1, [&] { plgpu::semaphore_signal(sem); });
+        pl::when(i == 0, [&] { plgpu::semaphore_wait(sem, 2); });
+        out[i] = i;
+      },
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"i"}}, run_on(how, {plgpu::Semaphore{}}));
+}
+
+TEST(GpuSemaphoreErrors, AWaitNoSignalsSatisfyIsADeadlockNamingTheLine) {
+  const std::string line = "semaphore_test.cpp:" + std::to_string(__LINE__ - 7);
+  std::string e = error_of([] { waits_for_two("interpret")(); });
+  EXPECT_CONTAINS(e, "gpu::kernel deadlock");
+  EXPECT_CONTAINS(e, "CTA (0,): waits at ");
+  EXPECT_CONTAINS(e, line + " for semaphore scratch[0] to reach 2 (0 when it began waiting)");
+  EXPECT_CONTAINS(e, "CTA (1,): finished");
+  // Compiled, the wait gives up after the wait limit (shortened here) instead of hanging.
+  setenv("PALLAS_GPU_WAIT_TIMEOUT_MS", "200", 1);
+  e = error_of([] { waits_for_two("gpu_emulate")(); });
+  unsetenv("PALLAS_GPU_WAIT_TIMEOUT_MS");
+  EXPECT_CONTAINS(e, "semaphore_wait: the semaphore did not reach the awaited count");
+  EXPECT_CONTAINS(e, line);
+}
+
+TEST(GpuSemaphoreErrors, NegativeCountsAreErrors) {
+  for (const char* how : {"interpret", "gpu_emulate"}) {
+    auto make = [how](int inc, int value) {
+      return plgpu::kernel(
+          [inc, value](pl::Ref out, pl::Ref sem) {
+            pl::Value i = plgpu::axis_index("i");
+            plgpu::semaphore_signal(sem, i + inc);
+            plgpu::semaphore_wait(sem, i + value);
+            out[i] = i;
+          },
+          {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"i"}},
+          run_on(how, {plgpu::Semaphore{}}));
+    };
+    SCOPED_TRACE(how);
+    const std::string bad_inc = error_of([&] { make(-1, 0)(); });
+    const std::string bad_value = error_of([&] { make(1, -1)(); });
+    EXPECT_CONTAINS(bad_inc, "semaphore_signal: the increment must be >= 0, got -1");
+    EXPECT_CONTAINS(bad_value, "semaphore_wait: the value must be >= 0, got -1");
+  }
+}
+
+TEST(GpuSemaphoreErrors, ScratchAndGridChecks) {
+  auto body = [](pl::Ref out, pl::Ref) { out[0] = 1; };
+  // A TPU semaphore is not a gpu::kernel's.
+  EXPECT_CONTAINS(error_of([&] {
+                    plgpu::kernel(body, {pl::ShapeDtype({1}, pl::i32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"i"}},
+                                  run_on("interpret", {pl::tpu::semaphores(pl::tpu::SemaphoreType::REGULAR)}))();
+                  }),
+                  "is a TPU semaphore (pltpu::semaphores); a gpu::kernel's scratch is");
+  EXPECT_CONTAINS(error_of([] {
+                    pl::ScratchShape s = plgpu::Semaphore{.shape = {0}};
+                    (void)s;
+                  }),
+                  "gpu::Semaphore: the shape [0] has a dimension below 1");
+  // The interpreter runs the whole grid at once: a bounded number of threads.
+  EXPECT_CONTAINS(error_of([&] {
+                    plgpu::kernel(body, {pl::ShapeDtype({1}, pl::i32)},
+                                  plgpu::Mesh{.grid = {5000}, .grid_names = {"i"}},
+                                  run_on("interpret", {plgpu::Semaphore{}}))();
+                  }),
+                  "the interpreter runs the whole grid at once");
+}
+
+// The launch runs one CTA per point when the kernel has semaphores, and refuses a grid that the
+// GPU cannot hold at once; without semaphores it is a grid-stride loop over as many as fit.
+TEST(GpuSemaphoreErrors, ACoResidentLaunchChecksThatEveryCtaFits) {
+  pl::PallasCall call = suffix_sum("mosaic_gpu", true);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({kCtas * kChunk}, pl::f32)});
+  plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  ASSERT_TRUE(k.co_resident());
+  EXPECT_EQ(k.semaphore_bytes, kCtas * 4);
+  EXPECT_EQ(plgpu::launch_ctas(*tc, k, 300, 132, 3), 300);
+  std::string e = error_of([&] { plgpu::launch_ctas(*tc, k, 300, 132, 2); });
+  EXPECT_CONTAINS(e, "has gpu::Semaphore scratch, so all of its 300 CTAs must run at once");
+  EXPECT_CONTAINS(e, "holds at most 264 of them at a time (132 SMs x 2 per SM");
+  k.semaphore_bytes = 0;  // the same kernel without: a grid-stride loop
+  EXPECT_EQ(plgpu::launch_ctas(*tc, k, 300, 132, 2), 264);
+  EXPECT_EQ(plgpu::launch_ctas(*tc, k, 100, 132, 2), 100);
+}
+
+TEST(GpuSemaphore, CompilesWithNvrtcForHopperAndAmpere) {
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  pl::PallasCall call = suffix_sum("mosaic_gpu", true);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({kCtas * kChunk}, pl::f32)});
+  plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_CONTAINS(k.source, "pl_sem_wait(");
+  EXPECT_CONTAINS(k.source, "pl_sem_signal(");
+  for (const char* arch : {"sm_90a", "sm_80"}) {
+    plgpu::CompiledKernel c = plgpu::Nvrtc::get().compile(k.source, "semaphores.cu", arch);
+    EXPECT_TRUE(c.is_cubin) << arch;
+  }
+}
+
+}  // namespace
