@@ -47,6 +47,11 @@ std::string at_grid_point(std::span<const int64_t> program_ids) {
   return " at grid point (" + point + ")";
 }
 
+std::string negative_semaphore_amount(std::string_view op_name, int64_t amount) {
+  return std::string(op_name) + (op_name == "semaphore_signal" ? ": the increment" : ": the value") +
+         " must be >= 0, got " + std::to_string(amount);
+}
+
 RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic) {
   PALLAS_INTERNAL_CHECK(index.entries.size() == r.shape.size(), "indexer rank mismatch");
   RefValue out;

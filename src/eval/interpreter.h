@@ -127,6 +127,9 @@ std::string ref_index_out_of_bounds(int64_t dim, int64_t start, bool is_slice, i
 // names the program ids of the point that raised it, on every backend; "" without a grid (its
 // one point needs no name).
 std::string at_grid_point(std::span<const int64_t> program_ids);
+// "semaphore_signal: the increment must be >= 0, got -1" (or semaphore_wait's value): a negative
+// semaphore amount, on every backend that runs semaphores.
+std::string negative_semaphore_amount(std::string_view op_name, int64_t amount);
 Array read(const RefValue& r);             // copies a view into a fresh contiguous Array
 void write(const RefValue& r, const Array& value);
 // The offsets (in elements) of a view's elements, in row-major order.

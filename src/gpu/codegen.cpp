@@ -912,7 +912,7 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
                     "comes) — run it with .interpret = true to see what each thread waits for" + eval::at_grid_point(point),
                 site.loc);
   if (site.kind == ErrorSite::Kind::SemaphoreValue)
-    throw Error(site.op_name + " must be >= 0, got " + std::to_string(v[k.num_grid_dims]) + eval::at_grid_point(point),
+    throw Error(eval::negative_semaphore_amount(site.op_name, v[k.num_grid_dims]) + eval::at_grid_point(point),
                 site.loc);
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);

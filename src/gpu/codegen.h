@@ -64,7 +64,7 @@ struct CodegenOptions {
 struct ErrorSite {
   // BarrierWait: a gpu::kernel's barrier wait that did not complete in the wait limit (a deadlock);
   // SemaphoreWait: the same for a semaphore wait. SemaphoreValue: a negative semaphore increment
-  // or awaited value (op_name names which; the value follows the program ids).
+  // or awaited value (the value follows the program ids).
   enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)

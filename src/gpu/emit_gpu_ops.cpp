@@ -189,7 +189,7 @@ void Emitter::emit_semaphore_op(const ir::Op& op) {
   const std::string n = "(pl_i32)" + at(op.operands[1], "0");
   const bool signal = op.code == OpCode::SemaphoreSignal;
   // The group's barrier that checks the count also orders its earlier writes before a signal.
-  const int bad = site(ErrorSite::Kind::SemaphoreValue, signal ? name + ": the increment" : name + ": the value");
+  const int bad = site(ErrorSite::Kind::SemaphoreValue, name);
   line("if (!pl_group_all(" + n + " >= 0)) " + record_failure(bad, {"(pl_i64)" + n}));
   if (signal) {
     line("if (pl_tid() == 0) pl_sem_signal(" + counter + ", " + n + ");");

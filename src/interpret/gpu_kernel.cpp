@@ -12,8 +12,9 @@
 //
 // Memory: operands are whole arrays in GMEM, shared by all threads; each CTA gets fresh scratch
 // (SMEM and ACC arrays hold the uninitialized value; barriers start at phase 0) shared by its
-// threads; gpu::Semaphore counters are in GMEM, one set for the grid, 0 at the start. Copies and wgmma complete when issued (one valid timing of the asynchronous GPU
-// operations; their wait ops have nothing left to wait for). Barriers follow the mbarrier rules
+// threads; gpu::Semaphore counters are in GMEM, one set for the grid, 0 at the start. Copies and
+// wgmma complete when issued (one valid timing of the asynchronous GPU operations; their wait ops
+// have nothing left to wait for). Barriers follow the mbarrier rules
 // that JAX's GPU interpret mode checks: a phase completes after num_arrivals arrivals; each
 // thread's k-th wait on a barrier waits for the barrier's k-th phase; completing a phase again
 // before any thread waited for the previous one, or waiting for a phase the barrier has already
@@ -279,7 +280,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
         if (op.attrs.get_int_or(AttrKey::HasCoreIndex, 0) != 0 || op.attrs.has(AttrKey::DeviceIdType))
           throw NotSupportedError("semaphore_signal to another core or device in a gpu::kernel", op.loc);
         const int64_t inc = scalar_int(op.operands[1]);
-        if (inc < 0) throw Error("semaphore_signal: the increment must be >= 0, got " + std::to_string(inc), op.loc);
+        if (inc < 0) throw Error(eval::negative_semaphore_amount(op.info().name, inc), op.loc);
         auto [count, sem] = semaphore(op);
         *count += static_cast<int32_t>(inc);
         tpu_interpret::merge_into(sem.released, clock_);
@@ -327,7 +328,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
 
   void semaphore_wait(const ir::Op& op) {
     const int64_t value = scalar_int(op.operands[1]);
-    if (value < 0) throw Error("semaphore_wait: the value must be >= 0, got " + std::to_string(value), op.loc);
+    if (value < 0) throw Error(eval::negative_semaphore_amount(op.info().name, value), op.loc);
     const bool decrement = op.attrs.get_int_or(AttrKey::Decrement, 1) != 0;
     auto [count, sem] = semaphore(op);
     std::ostringstream what;
@@ -490,15 +491,6 @@ class GpuThreadInterpreter : public eval::Interpreter {
 // The most Pallas threads the interpreter runs at once (a wave; each is an OS thread).
 constexpr int64_t kMaxWaveThreads = 4096;
 
-// "[1, 2]": the row-major position `flat` in an array of `shape`.
-std::string multi_index(const Shape& shape, int64_t flat) {
-  std::vector<int64_t> at;
-  core::unravel_row_major(flat, shape, at);
-  std::string s = "[";
-  for (size_t i = 0; i < at.size(); ++i) s += (i ? ", " : "") + std::to_string(at[i]);
-  return s + "]";
-}
-
 std::string tuple(const std::vector<int64_t>& v, size_t from, size_t to) {
   std::string s = "(";
   for (size_t i = from; i < to; ++i) s += (i > from ? ", " : "") + std::to_string(v[i]);
@@ -622,9 +614,12 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
             wave.barriers[static_cast<std::byte*>(a.raw_data()) + 8 * k] = st;
           }
         } else if (t.dtype == DType::Semaphore) {
-          for (int64_t k = 0; k < a.size(); ++k)
+          std::vector<int64_t> at;  // the counter's index in the array, "[1, 2]" in its name
+          for (int64_t k = 0; k < a.size(); ++k) {
+            core::unravel_row_major(k, t.shape, at);
             wave.semaphores[static_cast<std::byte*>(a.raw_data()) + 4 * k].name =
-                "scratch[" + std::to_string(s) + "]" + (t.shape.empty() ? std::string() : multi_index(t.shape, k));
+                "scratch[" + std::to_string(s) + "]" + (t.shape.empty() ? std::string() : shape_to_string(at));
+          }
         } else {
           eval::fill_uninitialized(a);
         }

@@ -334,7 +334,7 @@ void CoreRunner::semaphore_signal(const ir::Op& op) {
   }
   int device = op.attrs.has(AttrKey::DeviceIdType) ? target_device(op, next) : t_.device;
   if (inc < 0)
-    throw Error("semaphore_signal: the increment must be >= 0, got " + std::to_string(inc), op.loc);
+    throw Error(eval::negative_semaphore_amount(op.info().name, inc), op.loc);
   m_.signal(t_, sem, device * m_.config().num_cores + static_cast<int>(core), inc, op.loc);
 }
 
@@ -412,7 +412,7 @@ bool CoreRunner::eval_extension_op(const ir::Op& op) {
                                 op.loc);
       int64_t value = scalar_int(op.operands[1]);
       if (value < 0)
-        throw Error("semaphore_wait: the value must be >= 0, got " + std::to_string(value), op.loc);
+        throw Error(eval::negative_semaphore_amount(op.info().name, value), op.loc);
       m_.wait(t_, m_.semaphore_id(ref(op.operands[0])), value, op.loc, "semaphore_wait");
       return true;
     }

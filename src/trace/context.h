@@ -41,4 +41,7 @@ Scalar wrap_integer(int64_t v, DType t);
 // Dtype a literal gets when it meets a value of dtype `other` (weak typing).
 DType weak_literal_dtype(Operand::Kind literal, DType other);
 
+// The semaphore_wait op (tpu::semaphore_wait, and gpu::semaphore_wait, which may not decrement).
+void semaphore_wait(const Ref& sem, const Operand& value, bool decrement, const Loc& loc);
+
 }  // namespace pallas::trace

@@ -326,11 +326,7 @@ void barrier_wait(const Ref& barrier, Loc loc) {
 void semaphore_signal(const Ref& sem, Operand inc, Loc loc) { tpu::semaphore_signal(sem, std::move(inc), {}, loc); }
 
 void semaphore_wait(const Ref& sem, Operand value, bool decrement, Loc loc) {
-  Value v = pallas::detail::as_index_scalar(value, "semaphore_wait value");
-  if (v.dtype() != DType::I32) v = trace::convert_to(v, DType::I32, loc);
-  Attrs a;
-  if (!decrement) a.set(AttrKey::Decrement, int64_t{0});
-  trace::add_op(OpCode::SemaphoreWait, {sem.handle(), v}, std::move(a), loc);
+  trace::semaphore_wait(sem, value, decrement, loc);
 }
 
 Value semaphore_read(const Ref& sem, Loc loc) { return tpu::semaphore_read(sem, loc); }

@@ -80,10 +80,7 @@ void semaphore_signal(const Ref& sem, Operand inc, SignalOptions opts, Loc loc) 
   trace::add_op(OpCode::SemaphoreSignal, ops, std::move(a), loc);
 }
 
-void semaphore_wait(const Ref& sem, Operand value, Loc loc) {
-  trace::add_op(OpCode::SemaphoreWait,
-                {sem.handle(), index_scalar(value, "semaphore_wait value", loc)}, {}, loc);
-}
+void semaphore_wait(const Ref& sem, Operand value, Loc loc) { trace::semaphore_wait(sem, value, true, loc); }
 
 Value semaphore_read(const Ref& sem, Loc loc) {
   return trace::add_op1(OpCode::SemaphoreRead, {sem.handle()}, {}, loc);
@@ -280,3 +277,14 @@ namespace pallas::tpu_sc {
 void subcore_barrier(Loc loc) { trace::add_op(ir::OpCode::SubcoreBarrier, {}, {}, loc); }
 
 }  // namespace pallas::tpu_sc
+
+namespace pallas::trace {
+
+void semaphore_wait(const Ref& sem, const Operand& value, bool decrement, const Loc& loc) {
+  ir::Attrs a;
+  if (!decrement) a.set(ir::AttrKey::Decrement, int64_t{0});
+  add_op(ir::OpCode::SemaphoreWait, {sem.handle(), tpu::index_scalar(value, "semaphore_wait value", loc)}, std::move(a),
+         loc);
+}
+
+}  // namespace pallas::trace

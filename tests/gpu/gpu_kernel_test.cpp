@@ -53,16 +53,10 @@ pl::CallOptions interpreted(std::vector<pl::ScratchShape> scratch) {
   return o;
 }
 
-// The kernels that both run in the interpreter and compile: "interpret", "gpu_emulate" (the
-// generated CUDA compiled as C++ and run on the CPU, two host threads per Pallas thread), or
-// "mosaic_gpu" (a GPU: skipped, saying why, where there is none; scripts/gpu_validate.sh).
-pl::CallOptions run_on(const std::string& how, std::vector<pl::ScratchShape> scratch) {
-  if (how == "interpret") return interpreted(std::move(scratch));
-  pl::CallOptions o;
-  o.scratch_shapes = std::move(scratch);
-  o.backend = how;
-  return o;
-}
+// The kernels that both run in the interpreter and compile: "interpret", "gpu_emulate" (two
+// host threads per Pallas thread), or "mosaic_gpu" (a GPU: skipped, saying why, where there is
+// none; scripts/gpu_validate.sh).
+using test_util::run_on;
 
 class GpuKernelBoth : public test_util::OnGpuBackends {};
 INSTANTIATE_TEST_SUITE_P(Backends, GpuKernelBoth, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),

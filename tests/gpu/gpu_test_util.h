@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "gpu/cuda_libs.h"
+#include "pallas/pallas_call.h"
 
 namespace test_util {
 
@@ -18,6 +20,18 @@ class OnGpuBackends : public testing::TestWithParam<std::string> {
     if (std::string why = pallas::gpu::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
   }
 };
+
+// Options that run a kernel where the parameter says: "interpret" (the interpreter),
+// "gpu_emulate" (the generated CUDA compiled as C++ and run on the CPU) or "mosaic_gpu".
+inline pallas::CallOptions run_on(const std::string& how, std::vector<pallas::ScratchShape> scratch) {
+  pallas::CallOptions o;
+  o.scratch_shapes = std::move(scratch);
+  if (how == "interpret")
+    o.interpret = true;
+  else
+    o.backend = how;
+  return o;
+}
 
 // The parameter as the case's name ("gpu_emulate").
 inline std::string backend_name(const testing::TestParamInfo<std::string>& i) { return i.param; }

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <random>
 
 #include "core/call.h"
 #include "gpu/codegen.h"
@@ -23,23 +22,9 @@ using test_util::error_of;
 
 namespace {
 
-pl::Array random_f32(pl::Shape s, uint32_t seed) {
-  pl::Array a = pl::Array::zeros(s, pl::f32);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
-  return a;
-}
+using test_util::run_on;
 
-pl::CallOptions run_on(const std::string& how, std::vector<pl::ScratchShape> scratch) {
-  pl::CallOptions o;
-  o.scratch_shapes = std::move(scratch);
-  if (how == "interpret")
-    o.interpret = true;
-  else
-    o.backend = how;
-  return o;
-}
+pl::Array random_f32(pl::Shape s, uint64_t seed) { return pl::Array::random_normal(std::move(s), pl::f32, seed); }
 
 class GpuSemaphore : public test_util::OnGpuBackends {};
 INSTANTIATE_TEST_SUITE_P(Backends, GpuSemaphore, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
