@@ -25,4 +25,5 @@ namespace embedding_bag { Example example(); }
 namespace segment_sum { Example example(); }
 namespace lane_sort { Example example(); }
 namespace ws_matmul { Example example(); }
+namespace grid_sum { Example example(); }
 }  // namespace pallas::examples

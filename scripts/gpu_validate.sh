@@ -28,7 +28,7 @@ fi
 run() { timeout -k 10 "$STEP_TIMEOUT" "$@"; }
 nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$REPORT"
 status=0
-examples="add matmul softmax layer_norm gather inplace ws_matmul"
+examples="add matmul softmax layer_norm gather inplace ws_matmul grid_sum"
 for e in $examples; do
   for seed in 1 2; do
     if out=$(run "$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
@@ -53,7 +53,7 @@ else log "FAIL  tests: $failed_shards of $shards shards failed; $passed passed (
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then
   for tool in memcheck racecheck; do
-    for e in add matmul softmax ws_matmul; do
+    for e in add matmul softmax ws_matmul grid_sum; do
       if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run "$e" --backend gpu --size 128 >"$OUT/san.log" 2>&1; then
         log "ok    compute-sanitizer $tool $e"
       else

@@ -135,6 +135,22 @@ for e in add softmax; do
   check "emulate_$e" 0 "$PALLAS" run "$e" --backend gpu-emulate --size "${size[$e]}" --seed 3
   expect "emulate_${e}_line" "^$e .* backend=gpu-emulate: .*  ok$"
 done
+# The persistent-grid example (a gpu::kernel with a GMEM semaphore): interpreted, emulated, and
+# its CUDA compiles with nvcc.
+for backend in reference gpu-emulate; do
+  check "grid_sum_$backend" 0 "$PALLAS" run grid_sum --backend "$backend" --size 256 --seed 2
+  expect "grid_sum_${backend}_line" "^grid_sum f32\[256,256\] backend=$backend: .*  ok$"
+done
+check grid_sum_cuda 0 "$PALLAS" cuda grid_sum --size 256
+expect grid_sum_cuda_wait "pl_sem_wait\("
+if [ -x "$NVCC" ]; then
+  tmp=$(mktemp -d)
+  "$PALLAS" cuda grid_sum --size 256 > "$tmp/grid_sum.cu" 2>/dev/null
+  check nvcc_grid_sum 0 "$NVCC" -cubin -arch=sm_90a -diag-suppress 177 -o "$tmp/grid_sum.cubin" "$tmp/grid_sum.cu"
+  rm -rf "$tmp"
+fi
+check grid_sum_on_tpu 2 "$PALLAS" run grid_sum --backend tpu-interpret
+expect grid_sum_on_tpu_msg "^error: grid_sum is a gpu::kernel"
 # The on-device profiler: a trace file per run, named on stdout; only with the GPU backends.
 tmp=$(mktemp -d)
 check profile_ws_matmul 0 "$PALLAS" run ws_matmul --backend gpu-emulate --size 128 --profile "$tmp/prof"

@@ -20,6 +20,7 @@ int64_t small_size(const std::string& name) {
   if (name == "gather") return 32;   // 4 blocks of 8 rows
   if (name == "inplace") return 24;  // whole blocks: see InplaceWithPaddedBlocks below
   if (name == "ws_matmul") return 256;  // 2 x 4 CTAs, 8 K-steps through 2 slots
+  if (name == "grid_sum") return 256;   // 16 CTAs, 2 loop steps each
   return 20;                         // 3 row blocks of 8, the last one padded
 }
 
@@ -120,7 +121,7 @@ TEST(Examples, RegistryHasEveryExampleOnceWithADescription) {
                                           "inplace", "dma_matmul", "right_permute", "all_gather",
                                           "all_reduce", "reduce_scatter", "core_map_pipeline",
                                           "racy", "deadlock", "embedding_bag", "segment_sum",
-                                          "lane_sort", "ws_matmul"}));
+                                          "lane_sort", "ws_matmul", "grid_sum"}));
   EXPECT_EQ(example_names(), (std::vector<std::string>{"add", "matmul", "softmax", "layer_norm",
                                                        "gather", "inplace"}));
 }
@@ -208,4 +209,24 @@ TEST(Examples, WsMatmulRunsInterpretedAndCompiled) {
   EXPECT_FALSE(ex::compare(p, p.inputs, outputs, p.reference(p.inputs)).ok);
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 200}), ex::UsageError);
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .backend = "tpu-interpret"}), ex::UsageError);
+}
+
+// The persistent-grid reduction with a GMEM semaphore, interpreted and compiled (host emulation;
+// the GPU in scripts/gpu_validate.sh). Both outputs are checked: the column sums and each CTA's
+// partial row, which only come out right if CTA c summed blocks c, c + 16, ...
+TEST(Examples, GridSumRunsInterpretedAndCompiled) {
+  for (const char* backend : {"reference", "gpu-emulate"})
+    for (pl::DType t : {pl::f32, pl::bf16}) {
+      SCOPED_TRACE(std::string(backend) + " " + std::string(pl::dtype_name(t)));
+      ex::Outcome o = ex::run(ex::find("grid_sum").build({.seed = 4, .size = 384, .dtype = t, .backend = backend}));
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  ex::Problem p = ex::find("grid_sum").build({.seed = 4, .size = 128});
+  std::vector<pl::Array> outputs = p.call(p.inputs);
+  ASSERT_TRUE(ex::compare(p, p.inputs, outputs, p.reference(p.inputs)).ok);
+  outputs[1].set_flat(300, outputs[1].get_flat(300) + 1);  // CTA 1's partial row
+  EXPECT_FALSE(ex::compare(p, p.inputs, outputs, p.reference(p.inputs)).ok);
+  EXPECT_THROW(ex::find("grid_sum").build({.size = 200}), ex::UsageError);
+  EXPECT_THROW(ex::find("grid_sum").build({.size = 256, .dtype = pl::f16}), ex::UsageError);
+  EXPECT_THROW(ex::find("grid_sum").build({.size = 256, .backend = "tpu-interpret"}), ex::UsageError);
 }
