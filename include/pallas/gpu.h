@@ -101,7 +101,9 @@ struct Union {
 // needs that CTA to be running, so a kernel with semaphores runs its whole grid at once: the GPU
 // launch checks that every CTA fits on the device at the same time (an error says how many fit),
 // and the interpreter runs all CTAs together (not cluster by cluster), checking races between
-// them through GMEM.
+// them through GMEM. The body may also ask for one where it needs it: pl::get_global(
+// gpu::Semaphore{...}) (Mosaic GPU's pl.get_global(SemaphoreType.REGULAR)) is the same as one more
+// entry at the end of scratch_shapes.
 struct Semaphore {
   Shape shape = {};
   operator ScratchShape() const;

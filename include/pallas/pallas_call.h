@@ -229,6 +229,14 @@ struct ScratchShape {
   ScratchUnionSlot in_union;
 };
 
+// pl.get_global: a buffer of the kind `what` that every program of the grid shares and that
+// lives for the whole call — scratch that the body asks for where it needs it, instead of in
+// scratch_shapes. Each call returns a new buffer (traced once inside a loop: one buffer). On the
+// GPU backends what = gpu::Semaphore{...} in a gpu::kernel's body, the same as that entry in
+// scratch_shapes (0 at the start of every call); other kinds, and a pallas_call body, raise "not
+// supported yet".
+Ref get_global(const ScratchShape& what, Loc loc = Loc::current());
+
 // grid / in_specs / out_specs / scratch_shapes in one object (like pl.GridSpec), with
 // num_scalar_prefetch leading operands (like pltpu.PrefetchScalarGridSpec): those are passed
 // whole to the kernel (as SMEM Refs, first) and to every index map (after the grid indices).

@@ -540,6 +540,9 @@ class TraceScope {
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
   std::vector<Value> add_params(const std::vector<ir::Type>& types);
+  // Lets pl::get_global add parameters to this trace (after the others), recording their types
+  // in *sink. Without it, get_global in this trace is an error.
+  void collect_globals(std::vector<ir::Type>* sink);
   ir::Kernel finish();
   // Ends the body with a yield of these values (functions that return values: index maps).
   ir::Kernel finish(const std::vector<Value>& yields, const Loc& loc);

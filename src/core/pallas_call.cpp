@@ -188,9 +188,19 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
     std::vector<Value> handles = scope.add_params(params);
     std::vector<Ref> refs;
     for (const Value& h : handles) refs.emplace_back(h);
+    // pl::get_global's buffers become scratch after the declared ones (gpu::kernel only, so far).
+    std::vector<ir::Type> globals;
+    if (opts.gpu_kernel) scope.collect_globals(&globals);
     kernel(refs);
     tc->kernel = scope.finish();
     tc->kernel.loc = loc;
+    GridMapping& mapping = tc->grid_mapping;
+    for (const ir::Type& t : globals) {
+      mapping.scratch_types.push_back(t);
+      mapping.scratch_barrier_arrivals.push_back(0);
+      mapping.scratch_unions.emplace_back();
+      mapping.scratch_barrier_collective_axes.emplace_back();
+    }
   }
   if (backend == "tpu_interpret") tpu_interpret::check_kernel(tc->kernel);
   if (opts.debug) {

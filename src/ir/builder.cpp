@@ -23,6 +23,14 @@ ValueId Builder::add_param(const Type& t) {
   return v;
 }
 
+ValueId Builder::add_late_param(const Type& t) {
+  kernel_.values.push_back(t);
+  value_scope_.push_back(0);  // the kernel body's scope, which stays open to the end
+  const ValueId v = static_cast<ValueId>(kernel_.values.size() - 1);
+  stack_[0].region.args.push_back(v);
+  return v;
+}
+
 std::vector<ValueId> Builder::begin_region(const std::vector<Type>& arg_types) {
   int scope = static_cast<int>(scope_open_.size());
   scope_open_.push_back(1);

@@ -15,6 +15,9 @@ class Builder {
 
   // A parameter of the kernel (only before any op is added to the body).
   ValueId add_param(const Type& t);
+  // A parameter appended while the body is being traced (pl::get_global): visible everywhere,
+  // as every parameter is, wherever the trace is at the moment.
+  ValueId add_late_param(const Type& t);
 
   // Regions nest: begin_region opens a region whose arguments have these types (returned ids),
   // end_region closes the innermost one and hands it back (to be given to add()).

@@ -177,6 +177,8 @@ std::vector<Value> TraceScope::add_params(const std::vector<ir::Type>& types) {
   return out;
 }
 
+void TraceScope::collect_globals(std::vector<ir::Type>* sink) { trace::g_current->globals = sink; }
+
 ir::Kernel TraceScope::finish() {
   PALLAS_INTERNAL_CHECK(trace::g_current->pending_regions.empty(), "dangling regions");
   ir::Kernel k = trace::g_current->builder.finish();

@@ -12,6 +12,8 @@ struct TraceState {
   ir::Builder builder;
   uint64_t id;
   std::vector<ir::Region> pending_regions;  // finished regions waiting for their control op
+  // Where pl::get_global records the parameters it adds (null: this body may not use it).
+  std::vector<ir::Type>* globals = nullptr;
   TraceState(std::string name, SourceLoc loc, uint64_t id_)
       : builder(std::move(name), std::move(loc)), id(id_) {}
 };

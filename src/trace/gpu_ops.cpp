@@ -363,3 +363,26 @@ void set_max_registers(int n, bool increase, Loc loc) {
 }
 
 }  // namespace pallas::gpu
+
+namespace pallas {
+
+Ref get_global(const ScratchShape& what, Loc loc) {
+  trace::TraceState& t = trace::current(loc);
+  if (what.space != MemorySpace::Gmem || what.dtype != DType::Semaphore)
+    throw NotSupportedError(
+        "pl::get_global of " +
+            (what.space == MemorySpace::Semaphore
+                 ? std::string("a TPU semaphore")
+                 : ShapeDtype(what.shape, what.dtype).to_string() + " in " + std::string(memory_space_name(what.space))) +
+            " (it allocates gpu::Semaphore{...}, in a gpu::kernel's body)",
+        trace::src(loc));
+  if (!t.globals)
+    throw NotSupportedError("pl::get_global outside a gpu::kernel's body (in a pallas_call body, an index map, "
+                            "or a vmapped or differentiated kernel): give the semaphore in scratch_shapes there",
+                            trace::src(loc));
+  const ir::Type type = ir::Type::ref(what.shape, what.dtype, what.space);
+  t.globals->push_back(type);
+  return Ref(trace::wrap(t.builder.add_late_param(type)));
+}
+
+}  // namespace pallas

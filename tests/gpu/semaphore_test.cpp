@@ -36,25 +36,33 @@ constexpr int kCtas = 4, kChunk = 8;
 // has written its chunk of `out` and signalled sems[i], adds x's chunk to it, and signals CTA
 // i - 1. CTA 0 waits first and the last CTA never waits, so this finishes only when the CTAs run
 // at the same time; the reads of another CTA's chunk are ordered by the semaphores (no race).
-pl::PallasCall suffix_sum(const std::string& how, bool wait) {
-  return plgpu::kernel(
-      [wait](pl::Ref x, pl::Ref out, pl::Ref sems) {
-        pl::Value i = plgpu::axis_index("i");
-        pl::Value mine = i * kChunk;
-        pl::when(i == kCtas - 1, [&] { out[pl::ds(mine, kChunk)] = x[pl::ds(mine, kChunk)]; });
-        pl::when(i < kCtas - 1, [&] {
-          if (wait) plgpu::semaphore_wait(sems.at(i));
-          out[pl::ds(mine, kChunk)] = x[pl::ds(mine, kChunk)] + out[pl::ds(mine + kChunk, kChunk)];
-        });
-        pl::when(i > 0, [&] { plgpu::semaphore_signal(sems.at(i - 1)); });
-      },
-      {pl::ShapeDtype({kCtas * kChunk}, pl::f32)}, plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}},
-      run_on(how, {plgpu::Semaphore{.shape = {kCtas}}}));
+void suffix_sum_body(const pl::Ref& x, const pl::Ref& out, const pl::Ref& sems, bool wait) {
+  pl::Value i = plgpu::axis_index("i");
+  pl::Value mine = i * kChunk;
+  pl::when(i == kCtas - 1, [&] { out[pl::ds(mine, kChunk)] = x[pl::ds(mine, kChunk)]; });
+  pl::when(i < kCtas - 1, [&] {
+    if (wait) plgpu::semaphore_wait(sems.at(i));
+    out[pl::ds(mine, kChunk)] = x[pl::ds(mine, kChunk)] + out[pl::ds(mine + kChunk, kChunk)];
+  });
+  pl::when(i > 0, [&] { plgpu::semaphore_signal(sems.at(i - 1)); });
 }
 
-TEST_P(GpuSemaphore, CtasWaitForEachOtherInReverseOrder) {
-  pl::Array x = random_f32({kCtas * kChunk}, 3);
-  pl::Array out = suffix_sum(GetParam(), true)(x)[0];
+pl::PallasCall suffix_sum(const std::string& how, bool wait) {
+  return plgpu::kernel([wait](pl::Ref x, pl::Ref out, pl::Ref sems) { suffix_sum_body(x, out, sems, wait); },
+                       {pl::ShapeDtype({kCtas * kChunk}, pl::f32)}, plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}},
+                       run_on(how, {plgpu::Semaphore{.shape = {kCtas}}}));
+}
+
+// The same kernel asking for its semaphores with pl::get_global (Mosaic GPU's other spelling).
+pl::PallasCall suffix_sum_with_get_global(const std::string& how) {
+  return plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        suffix_sum_body(x, out, pl::get_global(plgpu::Semaphore{.shape = {kCtas}}), true);
+      },
+      {pl::ShapeDtype({kCtas * kChunk}, pl::f32)}, plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}}, run_on(how, {}));
+}
+
+void expect_suffix_sums(const pl::Array& x, const pl::Array& out) {
   for (int e = 0; e < kChunk; ++e) {
     float want = 0;
     for (int c = kCtas - 1; c >= 0; --c) {
@@ -62,6 +70,50 @@ TEST_P(GpuSemaphore, CtasWaitForEachOtherInReverseOrder) {
       EXPECT_EQ(out.data<float>()[c * kChunk + e], want) << c << "," << e;
     }
   }
+}
+
+TEST_P(GpuSemaphore, CtasWaitForEachOtherInReverseOrder) {
+  pl::Array x = random_f32({kCtas * kChunk}, 3);
+  expect_suffix_sums(x, suffix_sum(GetParam(), true)(x)[0]);
+}
+
+TEST_P(GpuSemaphore, GetGlobalGivesTheBodyASemaphoreOfItsOwn) {
+  pl::Array x = random_f32({kCtas * kChunk}, 5);
+  pl::PallasCall call = suffix_sum_with_get_global(GetParam());
+  expect_suffix_sums(x, call(x)[0]);
+  expect_suffix_sums(x, call(x)[0]);  // 0 again at the start of the next call
+}
+
+// Each get_global is a new semaphore, apart from the scratch_shapes ones: CTA 1 signals the
+// scratch semaphore 5 times and the first global one 3 times; CTA 0 waits for both and reads all
+// three (the second global one was never signalled).
+TEST_P(GpuSemaphore, EachGetGlobalIsANewSemaphore) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref declared) {
+        pl::Value i = plgpu::axis_index("i");
+        pl::Ref first = pl::get_global(plgpu::Semaphore{});
+        pl::Ref second = pl::get_global(plgpu::Semaphore{.shape = {2}});
+        pl::when(i == 1, [&] {
+          plgpu::semaphore_signal(declared, 5);
+          plgpu::semaphore_signal(first, 3);
+        });
+        pl::when(i == 0, [&] {
+          plgpu::semaphore_wait(first, 3, /*decrement=*/false);
+          plgpu::semaphore_wait(declared, 5, /*decrement=*/false);
+          out[0] = plgpu::semaphore_read(declared);
+          out[1] = plgpu::semaphore_read(first);
+          out[2] = plgpu::semaphore_read(second.at(1));
+        });
+      },
+      {pl::ShapeDtype({3}, pl::i32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"i"}},
+      run_on(GetParam(), {plgpu::Semaphore{}}));
+  pl::Array out = call()[0];
+  EXPECT_EQ(out.data<int32_t>()[0], 5);
+  EXPECT_EQ(out.data<int32_t>()[1], 3);
+  EXPECT_EQ(out.data<int32_t>()[2], 0);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({});
+  EXPECT_EQ(tc->grid_mapping.scratch_types.size(), 3u);  // the declared one, then both globals
+  EXPECT_EQ(tc->kernel.body.args.size(), 4u);
 }
 
 // Every Pallas thread (2 per CTA) writes its slot of `mid`, signals, and waits without
@@ -148,6 +200,38 @@ TEST(GpuSemaphoreErrors, NegativeCountsAreErrors) {
     EXPECT_CONTAINS(bad_inc, "semaphore_signal: the increment must be >= 0, got -1");
     EXPECT_CONTAINS(bad_value, "semaphore_wait: the value must be >= 0, got -1");
   }
+}
+
+TEST(GpuSemaphoreErrors, GetGlobalTakesSemaphoresInAGpuKernelsBody) {
+  const std::string line = "semaphore_test.cpp:" + std::to_string(__LINE__ + 4);
+  std::string e = error_of([] {
+    plgpu::kernel(
+        [](pl::Ref out) {
+          pl::Ref s = pl::get_global(plgpu::SMEM({8}, pl::f32));
+          out[0] = 1;
+          (void)s;
+        },
+        {pl::ShapeDtype({1}, pl::i32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"i"}}, run_on("interpret", {}))();
+  });
+  EXPECT_CONTAINS(e, "not supported yet: pl::get_global of f32[8] in ");
+  EXPECT_CONTAINS(e, "it allocates gpu::Semaphore{...}");
+  EXPECT_CONTAINS(e, line);
+  EXPECT_CONTAINS(error_of([] {
+                    pl::Ref s = pl::get_global(pl::tpu::semaphores(pl::tpu::SemaphoreType::REGULAR));
+                    (void)s;
+                  }),
+                  "no kernel is being traced");
+  // A pallas_call body cannot ask for one yet.
+  e = error_of([] {
+    pl::pallas_call(
+        [](pl::Ref, pl::Ref o) {
+          pl::Ref s = pl::get_global(plgpu::Semaphore{});
+          o[pl::all] = pl::zeros({8}, pl::f32);
+          (void)s;
+        },
+        {pl::ShapeDtype({8}, pl::f32)}, {.interpret = true})(random_f32({8}, 1));
+  });
+  EXPECT_CONTAINS(e, "not supported yet: pl::get_global outside a gpu::kernel's body");
 }
 
 TEST(GpuSemaphoreErrors, ScratchAndGridChecks) {

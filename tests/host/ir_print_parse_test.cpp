@@ -325,6 +325,23 @@ ir::Kernel gpu_kernel() {
       "gpu");
 }
 
+// pl::get_global adds kernel parameters while the body is traced: after ops, inside a loop body.
+ir::Kernel get_global_kernel() {
+  namespace plgpu = pallas::gpu;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out) {
+        pl::Ref first = pl::get_global(plgpu::Semaphore{});
+        plgpu::semaphore_signal(first);
+        pl::fori_loop(0, 2, [&](pl::Value k) {
+          pl::Ref second = pl::get_global(plgpu::Semaphore{.shape = {2}});
+          plgpu::semaphore_signal(second.at(k));
+          out[k] = plgpu::semaphore_read(first);
+        });
+      },
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"i"}}, {.interpret = true});
+  return call.trace({})->kernel;
+}
+
 std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   std::vector<std::pair<std::string, ir::Kernel>> out;
   out.emplace_back("tpu", tpu_kernel());
@@ -338,6 +355,7 @@ std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   out.emplace_back("builder", builder_kernel());
   out.emplace_back("sparse_core", sparse_core_kernel());
   out.emplace_back("gpu", gpu_kernel());
+  out.emplace_back("get_global", get_global_kernel());
   return out;
 }
 
