@@ -99,18 +99,23 @@ int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& gr
 }
 
 int64_t launch_ctas(const TracedCall& call, const GeneratedKernel& k, int64_t points, int64_t multiprocessors,
-                    int64_t resident_per_sm) {
+                    int64_t resident_per_sm, int64_t max_active_clusters) {
   const int64_t cluster = k.cluster_ctas;
   if (k.co_resident()) {
-    // (With clusters the GPU may place fewer: a cluster's CTAs must share a GPC.)
-    const int64_t fit = multiprocessors * resident_per_sm / cluster * cluster;
+    int64_t fit = multiprocessors * resident_per_sm / cluster * cluster;
+    std::string why = std::to_string(multiprocessors) + " SMs x " + std::to_string(resident_per_sm) +
+                      " per SM, as the kernel's threads, registers and shared memory allow";
+    if (cluster > 1 && max_active_clusters > 0 && max_active_clusters * cluster < fit) {
+      fit = max_active_clusters * cluster;
+      why = std::to_string(max_active_clusters) + " clusters of " + std::to_string(cluster) +
+            " CTAs, as cuOccupancyMaxActiveClusters places them: a cluster's CTAs share one GPC";
+    }
     if (points > fit)
       throw Error("gpu::kernel \"" + call.name + "\" has gpu::Semaphore scratch, so all of its " +
                       std::to_string(points) + " CTAs must run at once (a semaphore wait may wait for any of "
-                      "them), but this GPU holds at most " + std::to_string(fit) + " of them at a time (" +
-                      std::to_string(multiprocessors) + " SMs x " + std::to_string(resident_per_sm) +
-                      " per SM, as the kernel's threads, registers and shared memory allow): use a grid of at "
-                      "most " + std::to_string(fit) + " CTAs, each looping over its share of the work",
+                      "them), but this GPU holds at most " + std::to_string(fit) + " of them at a time (" + why +
+                      "): use a grid of at most " + std::to_string(fit) +
+                      " CTAs, each looping over its share of the work",
                   call.kernel.loc);
     return points;
   }

@@ -152,9 +152,11 @@ int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& gr
 // CTAs as fit (at most 4 per SM when the arena is in global memory, which it then bounds), a
 // whole number of clusters. A co-resident kernel (gpu::Semaphore) runs one CTA per point, and
 // when they cannot all be resident at once — a semaphore wait could wait for a CTA that never
-// starts — that is a pallas::Error at the kernel's line saying how many fit.
+// starts — that is a pallas::Error at the kernel's line saying how many fit. With clusters,
+// `max_active_clusters` (cuOccupancyMaxActiveClusters: a cluster's CTAs must share a GPC, so fewer
+// may fit than SMs x per SM) bounds them further; 0 when unknown.
 int64_t launch_ctas(const TracedCall& call, const GeneratedKernel& k, int64_t points, int64_t multiprocessors,
-                    int64_t resident_per_sm);
+                    int64_t resident_per_sm, int64_t max_active_clusters = 0);
 
 // The options a call's compiler params ask for (gpu::CompilerParams under "mosaic_gpu").
 CodegenOptions codegen_options(const CompilerParamsMap& params);

@@ -57,6 +57,7 @@ struct DriverApi {
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
+  CUresult (*OccupancyMaxActiveClusters)(int*, CUfunction, const CUlaunchConfig*);  // null: unknown
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemFree)(CUdeviceptr);
   CUresult (*MemHostAlloc)(void**, size_t, unsigned);
@@ -92,6 +93,8 @@ Device& Device::get() {
     PALLAS_SYM(FuncSetAttribute, "cuFuncSetAttribute");
     PALLAS_SYM(LaunchKernelEx, "cuLaunchKernelEx");
     PALLAS_SYM(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    api->OccupancyMaxActiveClusters =
+        reinterpret_cast<decltype(api->OccupancyMaxActiveClusters)>(dlsym(h, "cuOccupancyMaxActiveClusters"));
     PALLAS_SYM(MemAlloc, "cuMemAlloc_v2");
     PALLAS_SYM(MemFree, "cuMemFree_v2");
     PALLAS_SYM(MemHostAlloc, "cuMemHostAlloc");
@@ -303,6 +306,22 @@ int64_t resident_ctas_per_sm(const Device& d, void* function, const GeneratedKer
   return (*known)[function] = std::max(1, n);
 }
 
+// How many clusters of a co-resident kernel's launch the device can hold at once (their CTAs must
+// share a GPC, which SMs x CTAs per SM does not see); 0 when there are no clusters or the driver
+// cannot say.
+int64_t max_active_clusters(const Device& d, void* function, const GeneratedKernel& k, int64_t points) {
+  if (!k.co_resident() || k.cluster_ctas <= 1 || !d.api().OccupancyMaxActiveClusters) return 0;
+  CUlaunchAttribute cluster_dims{};
+  cluster_dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster_dims.value.clusterDim.x = static_cast<unsigned>(k.cluster_ctas);
+  cluster_dims.value.clusterDim.y = cluster_dims.value.clusterDim.z = 1;
+  CUlaunchConfig cfg{static_cast<unsigned>(points), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
+                     static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), nullptr, &cluster_dims, 1u};
+  int n = 0;
+  d.check(d.api().OccupancyMaxActiveClusters(&n, function, &cfg), "cuOccupancyMaxActiveClusters");
+  return n;
+}
+
 }  // namespace
 
 void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
@@ -315,7 +334,8 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   // them (the points are too): a CTA's rank in its 1-D cluster is then its point's rank, which the
   // kernel decodes the cluster axes from.
   const int64_t cluster = k.cluster_ctas;
-  const int64_t ctas = launch_ctas(call, k, points, d.multiprocessors(), resident_ctas_per_sm(d, function, k));
+  const int64_t ctas = launch_ctas(call, k, points, d.multiprocessors(), resident_ctas_per_sm(d, function, k),
+                                   max_active_clusters(d, function, k, points));
   // Dropped (freed) instead of given back when anything below throws before the stream syncs.
   std::unique_ptr<LaunchBuffers> buffers = LaunchBufferPool::get().take(
       static_cast<size_t>(k.arena_offset() + (k.arena_in_shared ? 16 : k.arena_bytes * ctas)));

@@ -268,6 +268,15 @@ TEST(GpuSemaphoreErrors, ACoResidentLaunchChecksThatEveryCtaFits) {
   std::string e = error_of([&] { plgpu::launch_ctas(*tc, k, 300, 132, 2); });
   EXPECT_CONTAINS(e, "has gpu::Semaphore scratch, so all of its 300 CTAs must run at once");
   EXPECT_CONTAINS(e, "holds at most 264 of them at a time (132 SMs x 2 per SM");
+  // In clusters of 2 CTAs, which must share a GPC: the driver's count of active clusters bounds
+  // them further when it is the smaller (100 x 2 < 132 x 2), and is ignored when it is not.
+  k.cluster_ctas = 2;
+  e = error_of([&] { plgpu::launch_ctas(*tc, k, 300, 132, 2, 100); });
+  EXPECT_CONTAINS(e, "holds at most 200 of them at a time (100 clusters of 2 CTAs, as cuOccupancyMaxActiveClusters");
+  EXPECT_EQ(plgpu::launch_ctas(*tc, k, 200, 132, 2, 100), 200);
+  EXPECT_EQ(plgpu::launch_ctas(*tc, k, 264, 132, 2, 500), 264);
+  EXPECT_CONTAINS(error_of([&] { plgpu::launch_ctas(*tc, k, 266, 132, 2, 500); }), "(132 SMs x 2 per SM");
+  k.cluster_ctas = 1;
   k.semaphore_bytes = 0;  // the same kernel without: a grid-stride loop
   EXPECT_EQ(plgpu::launch_ctas(*tc, k, 300, 132, 2), 264);
   EXPECT_EQ(plgpu::launch_ctas(*tc, k, 100, 132, 2), 100);
