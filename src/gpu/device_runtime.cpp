@@ -793,6 +793,45 @@ PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
   for (int q = 0; q < PL_CLUSTER_CTAS; ++q)
     if ((peers >> q) & 1u) pl_mbar_arrive_remote(b, q);
 }
+// ---- Asynchronous copies from global to shared memory (gpu::kernel's copy_gmem_to_smem) ---------
+// On sm_90 one thread starts a bulk copy per row (cp.async.bulk, the TMA unit's untiled form) and
+// arrives on the barrier with the copy's bytes as the phase's expected transactions: the phase
+// completes when every arrival is in and every byte has landed, so the issuing group goes on at
+// once and the copy overlaps whatever comes next. Bulk copies need 16-byte aligned addresses
+// (the emitter checks sizes and strides; pl_bulk_ok the addresses at run time, else the group
+// copies the elements itself). In host emulation the thread copies the rows, then arrives.
+#if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PL_HAS_BULK_COPY 1
+#else
+#define PL_HAS_BULK_COPY PL_HOST_EMULATION
+#endif
+PL_DEV bool pl_bulk_ok(const void* src, const void* dst) {
+  return PL_HAS_BULK_COPY && (((unsigned long long)src | (unsigned long long)dst) & 15ull) == 0;
+}
+// Orders the thread's earlier accesses to shared and global memory (the generic proxy) before
+// bulk copies that a thread of its group starts after the group's next sync (the async proxy).
+PL_DEV void pl_fence_before_bulk_copy() {
+#if !PL_HOST_EMULATION && PL_HAS_BULK_COPY
+  asm volatile("fence.proxy.async;" ::: "memory");
+#endif
+}
+PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src, pl_i64 src_row_stride, pl_i64 rows,
+                              pl_u32 row_bytes, pl_u64* b) {
+#if PL_HOST_EMULATION
+  for (pl_i64 r = 0; r < rows; ++r)
+    memcpy((pl_u8*)dst + r * dst_row_stride, (const pl_u8*)src + r * src_row_stride, row_bytes);
+  pl_mbar_arrive(b);
+#elif PL_HAS_BULK_COPY
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)),
+               "r"((pl_u32)(rows * row_bytes))
+               : "memory");
+  for (pl_i64 r = 0; r < rows; ++r)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     pl_smem_u32((pl_u8*)dst + r * dst_row_stride)),
+                 "l"((const pl_u8*)src + r * src_row_stride), "r"(row_bytes), "r"(pl_smem_u32(b))
+                 : "memory");
+#endif
+}
 #endif
 // ---- The pipeline of a sequential axis: blocks copied ahead into shared-memory slots ---------------
 // (codegen.cpp, "pipelined" inputs.) pl_slots is the ring's shared memory: after the arena in the

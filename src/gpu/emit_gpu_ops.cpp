@@ -2,10 +2,12 @@
 //
 // Each Pallas thread is a group of the CTA's threads (a warpgroup), and a primitive is what that
 // group does together:
-//  * copy_gmem_to_smem: the group copies the elements, syncs, and one of its threads arrives on
-//    the barrier — one arrival per copy, as the interpreter (and Mosaic GPU's expect-tx arrival)
-//    counts it. The copy has landed when the barrier's phase completes, as on the GPU; it is a
-//    plain copy by the group's threads, not yet a TMA bulk copy.
+//  * copy_gmem_to_smem: one arrival on the barrier per copy, as the interpreter (and Mosaic GPU's
+//    expect-tx arrival) counts it; the copy has landed when the barrier's phase completes. When
+//    the views are rows of whole 16-byte chunks (bulk_rows) and the addresses are 16-byte aligned
+//    (checked at run time), one thread starts a bulk copy per row on sm_90 (cp.async.bulk,
+//    completing on the barrier with the bytes as expected transactions) and the group goes on
+//    without waiting; otherwise the group copies the elements, syncs, and one thread arrives.
 //  * copy_smem_to_gmem: the group copies; wait_smem_to_gmem then has nothing left to wait for.
 //  * barrier_arrive: the group syncs (its writes happen before the arrival), one thread arrives
 //    (on a gpu::ClusterBarrier: on the barrier of each peer CTA, pl_mbar_arrive_peers).
@@ -25,6 +27,7 @@
 //  * named_region begin/end (any kernel): when profiling, thread 0 of the group records the
 //    region's number and the time into the thread's profile slot (gpu/profiler.h).
 #include <algorithm>
+#include <optional>
 
 #include "gpu/emitter.h"
 #include "pallas/error.h"
@@ -41,6 +44,39 @@ const RefInfo& ref_operand(const Emitter& em, const ir::Op& op, size_t i) {
                             op.loc);
   return v.ref;
 }
+
+// A copy as rows for bulk copies: `rows` rows of `row_bytes` contiguous bytes, `stride` bytes
+// apart in each of the two views.
+struct BulkRows {
+  int64_t rows = 1, row_bytes = 0, src_stride = 0, dst_stride = 0;
+};
+// The row stride (elements) of a view whose last dim is contiguous and whose leading dims step
+// uniformly (dim i's stride is dim i + 1's times its size: one sequence of rows), else nullopt.
+std::optional<int64_t> uniform_row_stride(const RefInfo& r) {
+  const size_t n = r.shape.size();
+  if (n == 0 || r.strides.back() != 1) return std::nullopt;
+  if (n == 1) return 0;
+  for (size_t i = 0; i + 2 < n; ++i)
+    if (r.strides[i] != r.strides[i + 1] * r.shape[i + 1]) return std::nullopt;
+  return r.strides[n - 2];
+}
+// Whether a copy from `src` to `dst` can be bulk copies (cp.async.bulk: sizes and addresses
+// multiples of 16 bytes; the addresses are checked when the kernel runs).
+std::optional<BulkRows> bulk_rows(const RefInfo& src, const RefInfo& dst) {
+  if (src.shape != dst.shape || src.dtype != dst.dtype || src.shape.empty()) return std::nullopt;
+  const std::optional<int64_t> s = uniform_row_stride(src), d = uniform_row_stride(dst);
+  if (!s || !d) return std::nullopt;
+  const int64_t item = itemsize(src.dtype);
+  BulkRows b;
+  for (size_t i = 0; i + 1 < src.shape.size(); ++i) b.rows *= src.shape[i];
+  b.row_bytes = src.shape.back() * item;
+  b.src_stride = *s * item;
+  b.dst_stride = *d * item;
+  const bool aligned = b.row_bytes % 16 == 0 && b.src_stride % 16 == 0 && b.dst_stride % 16 == 0;
+  // A phase's expected transactions count at most 2^20 - 1 bytes.
+  if (!aligned || b.rows * b.row_bytes >= (int64_t{1} << 20)) return std::nullopt;
+  return b;
+}
 }  // namespace
 
 void Emitter::emit_gpu_op(const ir::Op& op) {
@@ -50,6 +86,31 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     case OpCode::GpuCopySmemToGmem: {
       const RefInfo& src = ref_operand(*this, op, 0);
       const RefInfo& dst = ref_operand(*this, op, 1);
+      const std::optional<BulkRows> bulk =
+          op.code == OpCode::GpuCopyGmemToSmem ? bulk_rows(src, dst) : std::nullopt;
+      if (bulk) {
+        // The group's earlier accesses (a consumer's reads of the slot, writes of the source)
+        // come before the copy: each thread fences its own, then the group syncs.
+        const std::string bar = ref_operand(*this, op, 2).ptr;
+        line("pl_fence_before_bulk_copy();");
+        just_synced_ = false;
+        barrier();
+        line("if (pl_bulk_ok(" + src.ptr + ", " + dst.ptr + ")) {");
+        line("  if (pl_tid() == 0) pl_bulk_copy_rows(" + dst.ptr + ", " + std::to_string(bulk->dst_stride) + ", " +
+             src.ptr + ", " + std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
+             std::to_string(bulk->row_bytes) + "u, " + bar + ");");
+        line("} else {");
+        ++indent_;
+        open_thread_loop(num_elements(src.shape));
+        line(dst.ptr + "[" + offset_of(dst.shape, dst.strides, "e") + "] = " + src.ptr + "[" +
+             offset_of(src.shape, src.strides, "e") + "];");
+        close_loop();
+        line("pl_sync();");
+        line("if (pl_tid() == 0) pl_mbar_arrive(" + bar + ");");
+        --indent_;
+        line("}");
+        return;
+      }
       before_mem_read();
       before_mem_write();
       const int64_t n = num_elements(src.shape);

@@ -81,6 +81,54 @@ TEST_P(GpuKernelBoth, CopiesThroughSharedMemoryOnBarriers) {
   for (int64_t i = 0; i < 1024; ++i) EXPECT_EQ(out.data<float>()[i], 2.0f * x.data<float>()[i]) << i;
 }
 
+// Three copies land on one barrier (3 arrivals): rows of whole 16-byte chunks at an aligned
+// address (compiled: bulk copies on sm_90 and in host emulation), the same rows one element to the
+// right (not 16-byte aligned: the group copies the elements) and rows of 12 bytes (never bulk).
+pl::PallasCall copies_of_every_alignment(const std::string& how) {
+  constexpr int64_t kRows = 4, kWidth = 20;
+  return plgpu::kernel(
+      [](pl::Ref x, pl::Ref out_a, pl::Ref out_b, pl::Ref out_c, pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref bar) {
+        pl::Value r0 = plgpu::axis_index("i") * kRows;
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(r0, kRows), pl::ds(0, 8)), a, bar);
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(r0, kRows), pl::ds(1, 8)), b, bar);
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(r0, kRows), pl::ds(0, 3)), c, bar);
+        plgpu::barrier_wait(bar);
+        out_a.at(pl::ds(r0, kRows), pl::all)[pl::all] = a[pl::all];
+        out_b.at(pl::ds(r0, kRows), pl::all)[pl::all] = b[pl::all];
+        out_c.at(pl::ds(r0, kRows), pl::all)[pl::all] = c[pl::all];
+      },
+      {pl::ShapeDtype({3 * kRows, 8}, pl::f32), pl::ShapeDtype({3 * kRows, 8}, pl::f32),
+       pl::ShapeDtype({3 * kRows, 3}, pl::f32)},
+      plgpu::Mesh{.grid = {3}, .grid_names = {"i"}},
+      run_on(how, {plgpu::SMEM({kRows, 8}, pl::f32), plgpu::SMEM({kRows, 8}, pl::f32), plgpu::SMEM({kRows, 3}, pl::f32),
+                   plgpu::Barrier{.num_arrivals = 3}}));
+}
+
+TEST_P(GpuKernelBoth, CopiesOfEveryAlignmentLandOnTheBarrier) {
+  pl::Array x = random_f32({12, 20}, 9);
+  std::vector<pl::Array> out = copies_of_every_alignment(GetParam())(x);
+  for (int64_t r = 0; r < 12; ++r) {
+    for (int64_t c = 0; c < 8; ++c) {
+      EXPECT_EQ(out[0].get({r, c}), x.get({r, c})) << r << "," << c;
+      EXPECT_EQ(out[1].get({r, c}), x.get({r, c + 1})) << r << "," << c;
+    }
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(out[2].get({r, c}), x.get({r, c})) << r << "," << c;
+  }
+}
+
+TEST(GpuKernel, CopiesOfWhole16ByteRowsCompileToBulkCopies) {
+  pl::PallasCall call = copies_of_every_alignment("mosaic_gpu");
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({12, 20}, pl::f32)});
+  const std::string src = plgpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
+  size_t bulk = 0;
+  const std::string call_site = "if (pl_tid() == 0) pl_bulk_copy_rows(";
+  for (size_t at = src.find(call_site); at != std::string::npos; at = src.find(call_site, at + 1)) ++bulk;
+  EXPECT_EQ(bulk, 2u);  // the 12-byte rows are never bulk copies
+  EXPECT_CONTAINS(src, ", 80, 4, 32u, ");  // source rows 80 bytes apart, 4 rows of 32 bytes
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(src, "bulk.cu", arch)) << arch;
+}
+
 // Axis indices of grid, cluster and thread axes, and program_id in mesh-axis order.
 TEST(GpuKernel, AxisIndicesNameGridClusterAndThreadAxes) {
   pl::PallasCall call = plgpu::kernel(
