@@ -378,7 +378,7 @@ Ref get_global(const ScratchShape& what, Loc loc) {
         trace::src(loc));
   if (!t.globals)
     throw NotSupportedError("pl::get_global outside a gpu::kernel's body (in a pallas_call body, an index map, "
-                            "or a vmapped or differentiated kernel): give the semaphore in scratch_shapes there",
+                            "or a vmapped or differentiated kernel)",
                             trace::src(loc));
   const ir::Type type = ir::Type::ref(what.shape, what.dtype, what.space);
   t.globals->push_back(type);
