@@ -306,17 +306,31 @@ int64_t resident_ctas_per_sm(const Device& d, void* function, const GeneratedKer
   return (*known)[function] = std::max(1, n);
 }
 
+// A launch of `ctas` CTAs of the generated kernel (1-D clusters of k.cluster_ctas, when more
+// than one); the config points at the cluster attribute it holds, so it stays where it was made.
+struct LaunchShape {
+  CUlaunchAttribute cluster_dims{};
+  CUlaunchConfig cfg{};
+  LaunchShape(const Device& d, const GeneratedKernel& k, int64_t ctas, CUstream stream) {
+    cluster_dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster_dims.value.clusterDim.x = static_cast<unsigned>(k.cluster_ctas);
+    cluster_dims.value.clusterDim.y = cluster_dims.value.clusterDim.z = 1;
+    const bool clusters = k.cluster_ctas > 1;
+    cfg = CUlaunchConfig{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
+                         static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), stream,
+                         clusters ? &cluster_dims : nullptr, clusters ? 1u : 0u};
+  }
+  LaunchShape(const LaunchShape&) = delete;
+  LaunchShape& operator=(const LaunchShape&) = delete;
+};
+
 // How many clusters of a co-resident kernel's launch the device can hold at once (their CTAs must
 // share a GPC, which SMs x CTAs per SM does not see); 0 when there are no clusters or the driver
 // cannot say.
 int64_t max_active_clusters(const Device& d, void* function, const GeneratedKernel& k, int64_t points) {
   if (!k.co_resident() || k.cluster_ctas <= 1 || !d.api().OccupancyMaxActiveClusters) return 0;
-  CUlaunchAttribute cluster_dims{};
-  cluster_dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  cluster_dims.value.clusterDim.x = static_cast<unsigned>(k.cluster_ctas);
-  cluster_dims.value.clusterDim.y = cluster_dims.value.clusterDim.z = 1;
-  CUlaunchConfig cfg{static_cast<unsigned>(points), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
-                     static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), nullptr, &cluster_dims, 1u};
+  const LaunchShape launch(d, k, points, nullptr);
+  const CUlaunchConfig& cfg = launch.cfg;
   int n = 0;
   d.check(d.api().OccupancyMaxActiveClusters(&n, function, &cfg), "cuOccupancyMaxActiveClusters");
   return n;
@@ -333,7 +347,6 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   // A grid-stride loop over the parallel points (launch_ctas). With clusters, a whole number of
   // them (the points are too): a CTA's rank in its 1-D cluster is then its point's rank, which the
   // kernel decodes the cluster axes from.
-  const int64_t cluster = k.cluster_ctas;
   const int64_t ctas = launch_ctas(call, k, points, d.multiprocessors(), resident_ctas_per_sm(d, function, k),
                                    max_active_clusters(d, function, k, points));
   // Dropped (freed) instead of given back when anything below throws before the stream syncs.
@@ -358,14 +371,8 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   std::vector<uint64_t> words =
       pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), profile_words > 0 ? profile.ptr() : 0, grid);
   void* params[] = {words.data()};
-  CUlaunchAttribute cluster_dims{};
-  cluster_dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  cluster_dims.value.clusterDim.x = static_cast<unsigned>(cluster);
-  cluster_dims.value.clusterDim.y = cluster_dims.value.clusterDim.z = 1;
-  CUlaunchConfig cfg{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
-                     static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), stream,
-                     cluster > 1 ? &cluster_dims : nullptr, cluster > 1 ? 1u : 0u};
-  d.check(api.LaunchKernelEx(&cfg, function, params, nullptr), "cuLaunchKernelEx");
+  const LaunchShape launch(d, k, ctas, stream);
+  d.check(api.LaunchKernelEx(&launch.cfg, function, params, nullptr), "cuLaunchKernelEx");
   // (A throw below drops the buffers altogether.)
   if (!buffers->mapped) err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
   d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");

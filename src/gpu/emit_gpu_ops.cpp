@@ -45,6 +45,16 @@ const RefInfo& ref_operand(const Emitter& em, const ir::Op& op, size_t i) {
   return v.ref;
 }
 
+// Records a run-time check of `op` (a wait that gave up, a bad value) and returns its number.
+int add_op_site(std::vector<ErrorSite>& sites, ErrorSite::Kind kind, const ir::Op& op) {
+  ErrorSite s;
+  s.kind = kind;
+  s.op_name = std::string(op.info().name);
+  s.loc = op.loc;
+  sites.push_back(s);
+  return static_cast<int>(sites.size()) - 1;
+}
+
 // A copy as rows for bulk copies: `rows` rows of `row_bytes` contiguous bytes, `stride` bytes
 // apart in each of the two views.
 struct BulkRows {
@@ -88,6 +98,12 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const RefInfo& dst = ref_operand(*this, op, 1);
       const std::optional<BulkRows> bulk =
           op.code == OpCode::GpuCopyGmemToSmem ? bulk_rows(src, dst) : std::nullopt;
+      auto copy_elements = [&] {  // the group's threads copy the elements
+        open_thread_loop(num_elements(src.shape));
+        line(dst.ptr + "[" + offset_of(dst.shape, dst.strides, "e") + "] = " + src.ptr + "[" +
+             offset_of(src.shape, src.strides, "e") + "];");
+        close_loop();
+      };
       if (bulk) {
         // The group's earlier accesses (a consumer's reads of the slot, writes of the source)
         // come before the copy: each thread fences its own, then the group syncs.
@@ -101,10 +117,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
              std::to_string(bulk->row_bytes) + "u, " + bar + ");");
         line("} else {");
         ++indent_;
-        open_thread_loop(num_elements(src.shape));
-        line(dst.ptr + "[" + offset_of(dst.shape, dst.strides, "e") + "] = " + src.ptr + "[" +
-             offset_of(src.shape, src.strides, "e") + "];");
-        close_loop();
+        copy_elements();
         line("pl_sync();");
         line("if (pl_tid() == 0) pl_mbar_arrive(" + bar + ");");
         --indent_;
@@ -113,11 +126,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       }
       before_mem_read();
       before_mem_write();
-      const int64_t n = num_elements(src.shape);
-      open_thread_loop(n);
-      line(dst.ptr + "[" + offset_of(dst.shape, dst.strides, "e") + "] = " + src.ptr + "[" +
-           offset_of(src.shape, src.strides, "e") + "];");
-      close_loop();
+      copy_elements();
       after_mem_read();
       after_mem_write();
       if (op.code == OpCode::GpuCopyGmemToSmem) {
@@ -151,12 +160,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     }
     case OpCode::GpuBarrierWait: {
       const RefInfo& b = ref_operand(*this, op, 0);
-      const int site = static_cast<int>(ctx_.error_sites->size());
-      ErrorSite s;
-      s.kind = ErrorSite::Kind::BarrierWait;
-      s.op_name = std::string(op.info().name);
-      s.loc = op.loc;
-      ctx_.error_sites->push_back(s);
+      const int site = add_op_site(*ctx_.error_sites, ErrorSite::Kind::BarrierWait, op);
       // The group decides together: a thread whose wait gave up takes its whole group out, so no
       // thread is left at a group barrier the others never reach.
       line("if (!pl_group_all(pl_mbar_wait(" + b.ptr + ", " + ctx_.phases + ", " + barrier_index(b) + ", " +
@@ -239,25 +243,17 @@ void Emitter::emit_semaphore_op(const ir::Op& op) {
     scalar_slot_end(op.results[0], slot);
     return;
   }
-  auto site = [&](ErrorSite::Kind kind, const std::string& what) {
-    ErrorSite s;
-    s.kind = kind;
-    s.op_name = what;
-    s.loc = op.loc;
-    ctx_.error_sites->push_back(s);
-    return static_cast<int>(ctx_.error_sites->size()) - 1;
-  };
   const std::string n = "(pl_i32)" + at(op.operands[1], "0");
   const bool signal = op.code == OpCode::SemaphoreSignal;
   // The group's barrier that checks the count also orders its earlier writes before a signal.
-  const int bad = site(ErrorSite::Kind::SemaphoreValue, name);
+  const int bad = add_op_site(*ctx_.error_sites, ErrorSite::Kind::SemaphoreValue, op);
   line("if (!pl_group_all(" + n + " >= 0)) " + record_failure(bad, {"(pl_i64)" + n}));
   if (signal) {
     line("if (pl_tid() == 0) pl_sem_signal(" + counter + ", " + n + ");");
     return;
   }
   const bool decrement = op.attrs.get_int_or(ir::AttrKey::Decrement, 1) != 0;
-  const int stuck = site(ErrorSite::Kind::SemaphoreWait, name);
+  const int stuck = add_op_site(*ctx_.error_sites, ErrorSite::Kind::SemaphoreWait, op);
   line("if (!pl_group_all(pl_tid() != 0 || pl_sem_wait(" + counter + ", " + n + ", " + (decrement ? "true" : "false") +
        ", " + ctx_.params + ".err))) " + record_failure(stuck, {}));
 }

@@ -23,7 +23,6 @@ namespace pallas::gpu {
 namespace {
 
 using EntryFn = void (*)(const uint64_t*, int);
-
 using CountFn = uint64_t (*)();
 
 // Compiled units stay loaded for the life of the process, one per distinct source.
