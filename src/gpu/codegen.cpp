@@ -380,6 +380,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   bool has_dot = false;
   for (const ir::Op& op : k.body.ops) has_dot = has_dot || op.code == ir::OpCode::DotGeneral;
   const int64_t staging_reserve = has_dot ? wgmma_stage_bytes() * std::max(1, out.threads_per_cta / 128) : 0;
+  // A pipelined 2-D block of 2-byte elements may be kept in a slot in wgmma's canonical layout
+  // (pl_slot_elem), when the body only reads it as a tensor-core operand: the emitter decides
+  // (Emitter::slot_layout), after the body; until then the code names it PL_SLOT_LAYOUT_j.
+  auto layout_candidate = [&](int j) {
+    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+    return bm.block_shape.size() == 2 && itemsize(bm.array.dtype) == 2;
+  };
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
     const std::vector<bool> params_written = ir::params_written(k);
@@ -401,25 +408,29 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       candidates.push_back(j);
       depth = std::max(depth, count);
     }
+    // A step's wgmma may still be reading its slots when the next step begins (async_wgmma: the
+    // register accumulator's products, operands in ring slots). Those slots must not be the
+    // ones the next step refills, so such a ring has one slot more than its depth: a slot is
+    // refilled two steps after its use, when the wait of the step between has retired its wgmma
+    // (Mosaic GPU's delay_release). Decided before the body, for any ring that may feed wgmma.
+    const bool feeds_async_wgmma =
+        opts.async_wgmma && has_dot && std::any_of(candidates.begin(), candidates.end(), layout_candidate);
+    const int slots = depth + (feeds_async_wgmma ? 1 : 0);
     const int64_t budget = opts.max_shared_bytes - 8 * out.num_barriers - staging_reserve;
     for (int j : candidates) {
       const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
       const int64_t bytes = (std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype) + 127) / 128 * 128;
-      if (out.pipeline_slot_bytes + depth * bytes > budget) continue;
+      if (out.pipeline_slot_bytes + slots * bytes > budget) continue;
       slot_offset[static_cast<size_t>(j)] = out.pipeline_slot_bytes;
       slot_block_bytes[static_cast<size_t>(j)] = bytes;
-      out.pipeline_slot_bytes += depth * bytes;
+      out.pipeline_slot_bytes += slots * bytes;
       out.pipelined_inputs.push_back(j);
     }
-    if (!out.pipelined_inputs.empty()) out.pipeline_depth = depth;
+    if (!out.pipelined_inputs.empty()) {
+      out.pipeline_depth = depth;
+      out.pipeline_slots = slots;
+    }
   }
-  // A pipelined 2-D block of 2-byte elements may be kept in a slot in wgmma's canonical layout
-  // (pl_slot_elem), when the body only reads it as a tensor-core operand: the emitter decides
-  // (Emitter::slot_layout), after the body; until then the code names it PL_SLOT_LAYOUT_j.
-  auto layout_candidate = [&](int j) {
-    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-    return bm.block_shape.size() == 2 && itemsize(bm.array.dtype) == 2;
-  };
   // pl_prefetch: the pipelined inputs' blocks at point g into slot `slot` of their rings, the
   // CTA's threads taking 16-byte chunks in turn. An array whose base is not 16-byte aligned (a
   // DLPack import of an offset view) is copied element by element instead, synchronously.
@@ -503,6 +514,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // ---- One grid point: block indices, checks, block pointers, staging, the body.
   if (out.profile_space > 0) ctx.region_names = &out.region_names;
   ctx.tensor_core_dots = &out.tensor_core_dots;
+  ctx.bulk_stores = &out.bulk_stores;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   Emitter em(k, ctx, 1);
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
@@ -797,24 +809,27 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     indent += "  ";
   }
   if (out.pipeline_depth > 0) {
-    // The innermost sequential axis with its ring: iteration s issues the copies of step s into
-    // slot s % depth — the slot step s - depth used, which every thread is done with (the barrier
-    // after each step; a step's wgmma reading the slots may run on into the next step, but each
-    // step waits for the previous step's, pl_wgmma_block's ASYNC) — then runs step k = s -
-    // (depth - 1) once its copies (the oldest group in flight) have landed. A group is committed
-    // every iteration, empty past the last step, so the count holds. One call site each for
-    // pl_prefetch and pl_grid_point (each is inlined: two would double their share of the cold
-    // compile).
+    // The innermost sequential axis with its ring of `slots` slots: iteration s issues the copies
+    // of step s into slot s % slots, then runs step k = s - (depth - 1) once its copies (the
+    // oldest group in flight) have landed. The slot refilled was last read by step s - slots,
+    // which ran in iteration s + depth - 1 - slots: with slots == depth the iteration just
+    // before (every thread is done with it: the barrier after each step); with slots == depth +
+    // 1 the one before that, so a step's wgmma left running into the next step (pl_wgmma_block's
+    // ASYNC) has been retired by that next step's wait before its slots are refilled. A group is
+    // committed every iteration, empty past the last step, so the count holds. One call site
+    // each for pl_prefetch and pl_grid_point (each is inlined: two would double their share of
+    // the cold compile).
     const std::string a = std::to_string(out.sequential_axes.back()), D = std::to_string(out.pipeline_depth);
+    const std::string S = std::to_string(out.pipeline_slots);
     const std::string ga = "g[" + a + "]", Ga = "G[" + a + "]";
     src << indent << "for (pl_i64 s = 0; s < " << Ga << " + " << D << " - 1; ++s) {\n"
-        << indent << "  if (s < " << Ga << ") { " << ga << " = s; pl_prefetch(p, g, G, (int)(s % " << D << ")); }\n"
+        << indent << "  if (s < " << Ga << ") { " << ga << " = s; pl_prefetch(p, g, G, (int)(s % " << S << ")); }\n"
         << indent << "  pl_cp_async_commit();\n"
         << indent << "  if (s < " << D << " - 1) continue;\n"
         << indent << "  " << ga << " = s - (" << D << " - 1);\n"
         << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
         << indent << "  pl_cta_sync();\n"
-        << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << D << ")" << acc_arg
+        << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << S << ")" << acc_arg
         << ")) { pl_cp_async_wait<0>(); " << drain << "return; }\n"
         << indent << "  pl_cta_sync();\n"
         << indent << "}\n";
@@ -847,7 +862,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << (out.cluster_ctas > 1 ? "  pl_cluster_sync();\n}\n\n" : "  pl_cta_sync();\n}\n\n");
   // After a point whose scratch is fresh: every thread is done with it before it is set up again
   // (with clusters: every thread of the cluster, which may still arrive on this CTA's barriers).
-  src << "PL_DEV void pl_end_scratch() {\n  " << (out.cluster_ctas > 1 ? "pl_cluster_sync" : "pl_cta_sync") << "();\n";
+  // (Bulk copies to global memory still reading the scratch are waited for first.)
+  src << "PL_DEV void pl_end_scratch() {\n"
+      << (out.bulk_stores > 0 ? "  if (pl_tid() == 0) pl_bulk_store_wait<0, false>();\n" : "") << "  "
+      << (out.cluster_ctas > 1 ? "pl_cluster_sync" : "pl_cta_sync") << "();\n";
   if (out.num_barriers > 0)
     src << "  if (pl_cta_tid() == 0) for (int i = 0; i < " << out.num_barriers << "; ++i) pl_mbar_inval(pl_mbar + i);\n"
         << "  pl_cta_sync();\n";

@@ -96,6 +96,9 @@ struct GeneratedKernel {
   // Matrix products emitted for the tensor cores (pl_tc_dot; each falls back to a CUDA-core
   // loop at run time only when the group is not whole warps, as host emulation may run it).
   int tensor_core_dots = 0;
+  // gpu::kernel copy_smem_to_gmem emitted as bulk copies (cp.async.bulk ... bulk_group on sm_90,
+  // where the addresses allow): asynchronous until wait_smem_to_gmem, drained at each CTA's end.
+  int bulk_stores = 0;
   // A gpu::kernel's CTAs per cluster (launched as 1-D clusters of this size; 1: no clusters).
   int cluster_ctas = 1;
   // gpu::Semaphore scratch: its counters (i32) at the start of the launch's workspace, zeroed
@@ -123,6 +126,9 @@ struct GeneratedKernel {
   // steps where wgmma runs (-1: none).
   int register_accumulator = -1;
   int pipeline_depth = 0;
+  // Slots per pipelined input: pipeline_depth, or one more when the ring may feed wgmma left
+  // running into the next step (the slots of the step before stay untouched one step longer).
+  int pipeline_slots = 0;
   int64_t pipeline_slot_bytes = 0;
   int64_t slots_offset() const { return arena_in_shared ? (arena_bytes + 127) / 128 * 128 : 0; }
   int64_t wgmma_staging_offset() const { return slots_offset() + (pipeline_slot_bytes + 127) / 128 * 128; }

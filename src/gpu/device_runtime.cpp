@@ -131,6 +131,57 @@ extern "C" pl_u64 pl_host_mma_instructions() { return pl_host_mma_count.load(); 
 // The same for warpgroup-wide wgmma instructions.
 static std::atomic<pl_u64> pl_host_wgmma_count{0};
 extern "C" pl_u64 pl_host_wgmma_instructions() { return pl_host_wgmma_count.load(); }
+// wgmma is asynchronous: the hardware may read its operands at any time until the group is
+// waited for. Host emulation reads them at the latest moment — an issued wgmma is queued per
+// thread and computed when a wait retires its group — so a copy that overwrites an operand
+// before the wait (a ring slot refilled too early) changes the result here as it may on a GPU.
+struct PlHostWgmmaOp {
+  void (*run)(float*, pl_u64, pl_u64);
+  float* d;
+  pl_u64 da, db;
+  long group;  // 0: not committed yet
+};
+struct PlHostWgmmaQueue {
+  std::vector<PlHostWgmmaOp> ops;
+  long committed = 0;  // groups committed so far
+};
+static std::vector<PlHostWgmmaQueue> pl_host_wgmma_queues;  // per host thread, sized by pl_host_start
+// The same for cp.async: a thread's 16-byte copies, landing when pl_cp_async_wait retires their
+// commit group.
+struct PlHostCopy {
+  pl_u8* dst;
+  const pl_u8* src;
+  long group;  // 0: not committed yet
+};
+struct PlHostCopyQueue {
+  std::vector<PlHostCopy> copies;
+  long committed = 0;
+};
+static std::vector<PlHostCopyQueue> pl_host_async_copies;  // per host thread, sized by pl_host_start
+// The same for bulk copies to global memory (pl_bulk_store_rows).
+struct PlHostBulkStore {
+  pl_u8* dst;
+  const pl_u8* src;
+  pl_i64 dst_stride, src_stride, rows;
+  pl_u32 row_bytes;
+  long group;  // 0: not committed yet
+};
+struct PlHostBulkStoreQueue {
+  std::vector<PlHostBulkStore> stores;
+  long committed = 0;
+};
+static std::vector<PlHostBulkStoreQueue> pl_host_bulk_stores;  // per host thread, sized by pl_host_start
+PL_DEV PlHostWgmmaQueue& pl_host_wgmma_queue() { return pl_host_wgmma_queues[(size_t)pl_host_tid()]; }
+// Computes (in issue order) the thread's wgmma of every group but the newest `pending`.
+PL_DEV void pl_host_wgmma_retire(long pending) {
+  PlHostWgmmaQueue& q = pl_host_wgmma_queue();
+  size_t done = 0;
+  while (done < q.ops.size() && q.ops[done].group != 0 && q.ops[done].group <= q.committed - pending) {
+    const PlHostWgmmaOp& op = q.ops[done++];
+    op.run(op.d, op.da, op.db);
+  }
+  q.ops.erase(q.ops.begin(), q.ops.begin() + (long)done);
+}
 PL_DEV bool pl_host_failed() { return pl_host_err && __atomic_load_n(pl_host_err, __ATOMIC_ACQUIRE) != 0; }
 PL_DEV void pl_host_wait(pl_host_barrier_t& b) {
   if (b.count <= 1) return;
@@ -161,6 +212,9 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_err = err;
   pl_host_mma_count.store(0);
   pl_host_wgmma_count.store(0);
+  pl_host_wgmma_queues.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostWgmmaQueue{});
+  pl_host_async_copies.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostCopyQueue{});
+  pl_host_bulk_stores.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostBulkStoreQueue{});
   for (pl_host_barrier_t& b : pl_host_cluster_barrier) {
     b.count = nthreads * PL_CLUSTER_CTAS;
     b.arrived.store(0);
@@ -760,6 +814,22 @@ PL_DEV bool pl_sem_wait(pl_i32* s, pl_i32 value, bool decrement, const pl_i64* e
 // per CTA; pl_mbar_arrive_peers(b, peers) arrives on barrier b of each CTA of the cluster whose
 // rank is in the mask `peers` (gpu::ClusterBarrier; 0: this CTA's barrier only), remotely with
 // mapa and a cluster-scope release.
+// ---- Bulk copies of either direction: what they need -------------------------------------------
+#if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PL_HAS_BULK_COPY 1
+#else
+#define PL_HAS_BULK_COPY PL_HOST_EMULATION
+#endif
+PL_DEV bool pl_bulk_ok(const void* src, const void* dst) {
+  return PL_HAS_BULK_COPY && (((unsigned long long)src | (unsigned long long)dst) & 15ull) == 0;
+}
+// Orders the thread's earlier accesses to shared and global memory (the generic proxy) before
+// bulk copies that a thread of its group starts after the group's next sync (the async proxy).
+PL_DEV void pl_fence_before_bulk_copy() {
+#if !PL_HOST_EMULATION && PL_HAS_BULK_COPY
+  asm volatile("fence.proxy.async;" ::: "memory");
+#endif
+}
 #ifdef PL_NUM_MBARRIERS
 #if PL_HOST_EMULATION
 static pl_u64 pl_host_mbar[PL_HOST_CTAS][PL_NUM_MBARRIERS];
@@ -800,21 +870,6 @@ PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
 // once and the copy overlaps whatever comes next. Bulk copies need 16-byte aligned addresses
 // (the emitter checks sizes and strides; pl_bulk_ok the addresses at run time, else the group
 // copies the elements itself). In host emulation the thread copies the rows, then arrives.
-#if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PL_HAS_BULK_COPY 1
-#else
-#define PL_HAS_BULK_COPY PL_HOST_EMULATION
-#endif
-PL_DEV bool pl_bulk_ok(const void* src, const void* dst) {
-  return PL_HAS_BULK_COPY && (((unsigned long long)src | (unsigned long long)dst) & 15ull) == 0;
-}
-// Orders the thread's earlier accesses to shared and global memory (the generic proxy) before
-// bulk copies that a thread of its group starts after the group's next sync (the async proxy).
-PL_DEV void pl_fence_before_bulk_copy() {
-#if !PL_HOST_EMULATION && PL_HAS_BULK_COPY
-  asm volatile("fence.proxy.async;" ::: "memory");
-#endif
-}
 PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src, pl_i64 src_row_stride, pl_i64 rows,
                               pl_u32 row_bytes, pl_u64* b) {
 #if PL_HOST_EMULATION
@@ -833,11 +888,60 @@ PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src,
 #endif
 }
 #endif
+// ---- Asynchronous copies from shared to global memory (gpu::kernel's copy_smem_to_gmem) ---------
+// On sm_90 thread 0 of the group starts a bulk copy per row (cp.async.bulk ... bulk_group) and
+// commits them as one bulk group; pl_bulk_store_wait<N, READ_ONLY> (wait_smem_to_gmem) returns
+// once at most N of the thread's newest groups are pending — with READ_ONLY, pending their reads
+// of shared memory only. Every copy_smem_to_gmem commits one group (an empty one when the group
+// copied the elements itself), so N counts copies. Host emulation takes both ends of a copy's
+// window, as for cp.async: at the issue the destination rows become all ones (NaN for floats),
+// and the rows are copied when a wait retires the group, reading the source then.
+PL_DEV void pl_bulk_store_commit() {
+#if PL_HOST_EMULATION
+  PlHostBulkStoreQueue& q = pl_host_bulk_stores[(size_t)pl_host_tid()];
+  ++q.committed;
+  for (PlHostBulkStore& c : q.stores)
+    if (c.group == 0) c.group = q.committed;
+#elif PL_HAS_BULK_COPY
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+PL_DEV void pl_bulk_store_rows(void* dst, pl_i64 dst_row_stride, const void* src, pl_i64 src_row_stride, pl_i64 rows,
+                               pl_u32 row_bytes) {
+#if PL_HOST_EMULATION
+  for (pl_i64 r = 0; r < rows; ++r) memset((pl_u8*)dst + r * dst_row_stride, 0xFF, row_bytes);
+  pl_host_bulk_stores[(size_t)pl_host_tid()].stores.push_back(
+      {(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes, 0});
+#elif PL_HAS_BULK_COPY
+  for (pl_i64 r = 0; r < rows; ++r)
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"((pl_u8*)dst + r * dst_row_stride),
+                 "r"(pl_smem_u32((const pl_u8*)src + r * src_row_stride)), "r"(row_bytes)
+                 : "memory");
+#endif
+  pl_bulk_store_commit();
+}
+template <int N, bool READ_ONLY> PL_DEV void pl_bulk_store_wait() {
+#if PL_HOST_EMULATION
+  PlHostBulkStoreQueue& q = pl_host_bulk_stores[(size_t)pl_host_tid()];
+  size_t done = 0;
+  for (; done < q.stores.size() && q.stores[done].group != 0 && q.stores[done].group <= q.committed - N; ++done) {
+    const PlHostBulkStore& c = q.stores[done];
+    for (pl_i64 r = 0; r < c.rows; ++r) memcpy(c.dst + r * c.dst_stride, c.src + r * c.src_stride, c.row_bytes);
+  }
+  q.stores.erase(q.stores.begin(), q.stores.begin() + (long)done);
+#elif PL_HAS_BULK_COPY
+  if (READ_ONLY)
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+  else
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 // ---- The pipeline of a sequential axis: blocks copied ahead into shared-memory slots ---------------
 // (codegen.cpp, "pipelined" inputs.) pl_slots is the ring's shared memory: after the arena in the
 // dynamic shared memory on the GPU (PL_SLOTS_OFFSET), a static buffer per CTA in host emulation.
 // pl_cp_async16 copies 16 bytes from global memory without passing through registers (cp.async,
-// sm_80 and later; a plain copy before sm_80 and in host emulation); a thread's copies since its
+// sm_80 and later; a plain copy before sm_80; in host emulation a copy that lands at the wait);
+// a thread's copies since its
 // last pl_cp_async_commit form a group, and pl_cp_async_wait<N>() returns once at most N of its
 // newest groups are still in flight. Other threads see the bytes after a barrier that follows.
 //
@@ -903,6 +1007,31 @@ PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
 }
 PL_DEV void pl_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> PL_DEV void pl_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+#elif PL_HOST_EMULATION
+// On the GPU the 16 bytes land at some time between the copy's issue and the wait that retires
+// its group. Emulation takes both ends: at the issue the destination becomes all ones (NaN for
+// floats) — so whatever still reads the old bytes (a wgmma left running on the slot) reads
+// garbage — and the bytes land at the wait (the thread's queue, pl_host_async_copies) — so a read
+// before the wait reads garbage too.
+PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
+  memset(smem, 0xFF, 16);
+  pl_host_async_copies[(size_t)pl_host_tid()].copies.push_back({(pl_u8*)smem, (const pl_u8*)gmem, 0});
+}
+PL_DEV void pl_cp_async_commit() {
+  PlHostCopyQueue& q = pl_host_async_copies[(size_t)pl_host_tid()];
+  ++q.committed;
+  for (PlHostCopy& c : q.copies)
+    if (c.group == 0) c.group = q.committed;
+}
+template <int N> PL_DEV void pl_cp_async_wait() {
+  PlHostCopyQueue& q = pl_host_async_copies[(size_t)pl_host_tid()];
+  size_t done = 0;
+  while (done < q.copies.size() && q.copies[done].group != 0 && q.copies[done].group <= q.committed - N) {
+    memcpy(q.copies[done].dst, q.copies[done].src, 16);
+    ++done;
+  }
+  q.copies.erase(q.copies.begin(), q.copies.begin() + (long)done);
+}
 #else
 PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
   ((pl_u64*)smem)[0] = ((const pl_u64*)gmem)[0];
@@ -1121,6 +1250,8 @@ template <int NC, int ROUNDS> PL_DEV void pl_acc_drain(PlAccRegs<NC, ROUNDS>& f)
 #if PL_HAS_WGMMA && !PL_HOST_EMULATION
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
   for (int i = 0; i < ROUNDS * NC / 2; ++i) asm volatile("" : "+f"(f.r[i])::"memory");
+#elif PL_HAS_WGMMA
+  pl_host_wgmma_retire(0);
 #endif
 }
 template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
@@ -1144,7 +1275,14 @@ template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f,
 #define pl_wgmma_staging (pl_host_shared_base + PL_HOST_SLOT_SPAN)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_host_shared_base); }
 PL_DEV void pl_wgmma_fence() {}
-template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {}
+// Commits the issued wgmma as a group and waits until at most PENDING groups are running.
+template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
+  PlHostWgmmaQueue& q = pl_host_wgmma_queue();
+  ++q.committed;
+  for (PlHostWgmmaOp& op : q.ops)
+    if (op.group == 0) op.group = q.committed;
+  pl_host_wgmma_retire(PENDING);
+}
 PL_DEV void pl_fence_proxy_async() {}
 // Element (r, k) of a no-swizzle operand described by `desc` (r: its row of a, or column of b):
 // K-major, or with `mn_major` (the transpose flag) MN-major — the layouts of pl_slot_elem.
@@ -1162,9 +1300,8 @@ template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k, boo
 // 64 x NC result lives (the ISA's figure for the m64nNk16 accumulator): element (r, c) is in thread
 // 32 (r / 16) + 4 (r % 8) + (c % 8) / 2 of the warpgroup, register 4 (c / 8) + 2 ((r % 16) / 8) + c % 2.
 // (pl_wgmma_dot_n loads and stores the registers by the inverse map, written independently.)
-template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
+template <int NC, class In, int TB> PL_DEV void pl_host_wgmma_run(float* d, pl_u64 da, pl_u64 db) {
   const int me = pl_tid() & 127;
-  if (me == 0) pl_host_wgmma_count.fetch_add(1);
   for (int r = 0; r < 64; ++r) {
     for (int c = 0; c < NC; ++c) {
       if (32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2 != me) continue;
@@ -1174,6 +1311,10 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_
       d[4 * (c / 8) + 2 * ((r % 16) / 8) + c % 2] += acc;
     }
   }
+}
+template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
+  if ((pl_tid() & 127) == 0) pl_host_wgmma_count.fetch_add(1);
+  pl_host_wgmma_queue().ops.push_back({&pl_host_wgmma_run<NC, In, TB>, d, da, db, 0});
 }
 #else
 // After the arena and the ring in the dynamic shared memory (launches on other GPUs leave it out).
@@ -1236,9 +1377,10 @@ PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed
 // a time, the wgmma waited for before the next copy; an operand in a canonical layout (a ring
 // slot) is read where it is, and with both so, a block's whole K is one group of wgmma.
 // The warpgroup's 64 x NC block at (m0, n0) of a . b added to its accumulator registers acc.
-// ASYNC (operands both in ring slots): the block's group is left running — the ring's next
-// refill of these slots comes after the next step's wait (pl_wgmma_dot_regs), and whatever reads
-// the registers first drains them (pl_acc_flush).
+// ASYNC (operands both in ring slots): the block's group is left running — the ring keeps these
+// slots one step longer (GeneratedKernel::pipeline_slots), so they are refilled only after the
+// next step's wait has retired the group — and whatever reads the registers first drains them
+// (pl_acc_flush).
 template <int NC, bool BNK, int LA, int LB, bool ASYNC = false, class In>
 PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int K) {
   constexpr bool staged = LA == 0 || LB == 0;

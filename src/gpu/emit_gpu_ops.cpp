@@ -8,7 +8,11 @@
 //    (checked at run time), one thread starts a bulk copy per row on sm_90 (cp.async.bulk,
 //    completing on the barrier with the bytes as expected transactions) and the group goes on
 //    without waiting; otherwise the group copies the elements, syncs, and one thread arrives.
-//  * copy_smem_to_gmem: the group copies; wait_smem_to_gmem then has nothing left to wait for.
+//  * copy_smem_to_gmem: with whole 16-byte rows (bulk_rows) and aligned addresses, thread 0
+//    starts a bulk copy per row on sm_90 (cp.async.bulk ... bulk_group) and commits them as one
+//    group; wait_smem_to_gmem(n) is thread 0's cp.async.bulk.wait_group(.read) n, then a group
+//    sync; each CTA waits for all of them at its end. Otherwise the group copies the elements
+//    (and thread 0 commits an empty group, so waits count copies).
 //  * barrier_arrive: the group syncs (its writes happen before the arrival), one thread arrives
 //    (on a gpu::ClusterBarrier: on the barrier of each peer CTA, pl_mbar_arrive_peers).
 //    barrier_wait: every thread of the group waits for the phase it awaits next (a parity bit
@@ -96,14 +100,36 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     case OpCode::GpuCopySmemToGmem: {
       const RefInfo& src = ref_operand(*this, op, 0);
       const RefInfo& dst = ref_operand(*this, op, 1);
-      const std::optional<BulkRows> bulk =
-          op.code == OpCode::GpuCopyGmemToSmem ? bulk_rows(src, dst) : std::nullopt;
+      const bool to_gmem = op.code == OpCode::GpuCopySmemToGmem;
+      const std::optional<BulkRows> bulk = bulk_rows(src, dst);
       auto copy_elements = [&] {  // the group's threads copy the elements
         open_thread_loop(num_elements(src.shape));
         line(dst.ptr + "[" + offset_of(dst.shape, dst.strides, "e") + "] = " + src.ptr + "[" +
              offset_of(src.shape, src.strides, "e") + "];");
         close_loop();
       };
+      if (bulk && to_gmem) {
+        // The group's writes of the source come before the copy (each thread fences its own,
+        // then the group syncs); thread 0 starts the rows' copies as one bulk group, which
+        // wait_smem_to_gmem awaits. Unaligned addresses: the group copies, and thread 0 commits
+        // an empty group, so every copy is one group and wait_smem_to_gmem(n) counts copies.
+        if (ctx_.bulk_stores) ++*ctx_.bulk_stores;
+        line("pl_fence_before_bulk_copy();");
+        just_synced_ = false;
+        barrier();
+        line("if (pl_bulk_ok(" + src.ptr + ", " + dst.ptr + ")) {");
+        line("  if (pl_tid() == 0) pl_bulk_store_rows(" + dst.ptr + ", " + std::to_string(bulk->dst_stride) + ", " +
+             src.ptr + ", " + std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
+             std::to_string(bulk->row_bytes) + "u);");
+        line("} else {");
+        ++indent_;
+        copy_elements();
+        line("pl_sync();");
+        line("if (pl_tid() == 0) pl_bulk_store_commit();");
+        --indent_;
+        line("}");
+        return;
+      }
       if (bulk) {
         // The group's earlier accesses (a consumer's reads of the slot, writes of the source)
         // come before the copy: each thread fences its own, then the group syncs.
@@ -129,9 +155,11 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       copy_elements();
       after_mem_read();
       after_mem_write();
-      if (op.code == OpCode::GpuCopyGmemToSmem) {
+      if (!to_gmem) {
         barrier();
         line("if (pl_tid() == 0) pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ");");
+      } else if (ctx_.bulk_stores) {
+        line("if (pl_tid() == 0) pl_bulk_store_commit();  // done: an empty group (wait_smem_to_gmem counts copies)");
       }
       return;
     }
@@ -175,9 +203,17 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     case OpCode::GpuCommitSmem:
       barrier();
       return;
-    case OpCode::GpuWaitSmemToGmem:
+    case OpCode::GpuWaitSmemToGmem: {
+      // Thread 0 issued the group's bulk copies; it waits, then the group syncs.
+      const std::string n = std::to_string(op.attrs.get_int(ir::AttrKey::N));
+      const bool read_only = op.attrs.get_int(ir::AttrKey::ReadOnly) != 0;
+      line(std::string("if (pl_tid() == 0) pl_bulk_store_wait<") + n + ", " + (read_only ? "true" : "false") + ">();");
+      just_synced_ = false;
+      barrier();
+      return;
+    }
     case OpCode::GpuWgmmaWait:
-      line("// complete: the group's copies and products are done when issued");
+      line("// complete: the group's products are done when issued");
       return;
     case OpCode::GpuSetMaxRegisters:
       line("// setmaxnreg." + std::string(op.attrs.get_string(ir::AttrKey::Kind) == "increase" ? "inc" : "dec") + " " +

@@ -116,6 +116,8 @@ struct EmitContext {
   std::string profile_slot = "pl_prof";  // the pl_u64* slot of this Pallas thread and point
   // Counts the products emitted for the tensor cores (GeneratedKernel::tensor_core_dots).
   int* tensor_core_dots = nullptr;
+  // Counts the copy_smem_to_gmem emitted as bulk copies (GeneratedKernel::bulk_stores).
+  int* bulk_stores = nullptr;
   int group_threads = 0;  // pl_nthreads() of the generated unit (0: unknown)
 };
 

@@ -15,6 +15,7 @@
 #include "gpu/cuda_libs.h"
 #include "gpu/host_emulation.h"
 #include "pallas/pallas.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
 namespace pallas {
@@ -370,43 +371,15 @@ TEST(GpuCodegenOps, WgmmaStagingNeedsRoomBesideTheArena) {
 }
 
 // The machine code: NVRTC's sm_90a cubin of a bf16 matmul has HGMMA (wgmma) instructions, its
-// sm_80 cubin HMMA (mma.sync) and none. Needs cuobjdump (the CUDA toolkit's, or the one
-// scripts/get_cuda_tools.sh fetches into .tools/, as scripts/build.sh does).
-std::string find_cuobjdump() {
-  std::vector<std::string> places;
-  if (const char* env = std::getenv("PALLAS_CUOBJDUMP")) places.emplace_back(env);
-  places.emplace_back(std::string(PALLAS_SOURCE_DIR) + "/.tools/cuobjdump");
-  places.emplace_back("/usr/local/cuda/bin/cuobjdump");
-  for (const std::string& p : places)
-    if (!p.empty() && std::filesystem::exists(p)) return p;
-  return std::system("command -v cuobjdump >/dev/null 2>&1") == 0 ? "cuobjdump" : "";
-}
-
-// The SASS of a generated unit compiled with NVRTC for `arch` ("" when there is no cuobjdump).
-std::string sass_of(const std::string& source, const char* arch) {
-  const std::string cuobjdump = find_cuobjdump();
-  if (cuobjdump.empty()) return "";
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pallas_sass_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  gpu::CompiledKernel c = gpu::Nvrtc::get().compile(source, "sass.cu", arch);
-  const std::filesystem::path cubin = dir / (std::string(arch) + ".cubin"), text = dir / (std::string(arch) + ".sass");
-  std::ofstream(cubin, std::ios::binary).write(c.image.data(), static_cast<std::streamsize>(c.image.size()));
-  const std::string cmd = "'" + cuobjdump + "' -sass '" + cubin.string() + "' > '" + text.string() + "' 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream in(text);
-  std::string out(std::istreambuf_iterator<char>(in), {});
-  std::filesystem::remove_all(dir);
-  return out;
-}
-
+// sm_80 cubin HMMA (mma.sync) and none (test_util::sass_of).
 TEST(GpuCodegenOps, SassShowsTheTensorCoreInstructions) {
   if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  if (find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
   PallasCall call = tensor_core_product(DType::F32, false, 128, 128);
   std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({128, 64}, DType::BF16), ShapeDtype({64, 128}, DType::BF16)});
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
   ASSERT_GT(k.wgmma_staging_bytes, 0);
-  const std::string hopper = sass_of(k.source, "sm_90a"), ampere = sass_of(k.source, "sm_80");
+  const std::string hopper = test_util::sass_of(k.source, "sm_90a"), ampere = test_util::sass_of(k.source, "sm_80");
   EXPECT_CONTAINS(hopper, "HGMMA.64x128x16.F32.BF16");  // the 128-wide block of this product
   EXPECT_CONTAINS(hopper, "WARPGROUP.DEPBAR");          // wgmma.wait_group
   EXPECT_CONTAINS(ampere, "HMMA.16816.F32.BF16");
@@ -419,7 +392,7 @@ TEST(GpuCodegenOps, SassShowsTheTensorCoreInstructions) {
 // (DEPBAR.LE gsb0, 0x1). With async_wgmma off each step waits for its own (0x0 only).
 TEST(GpuCodegenOps, WgmmaOfTheRegisterAccumulatorRunsIntoTheNextStep) {
   if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  if (find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
   const int64_t M = 128, N = 128, K = 512, bk = 64;
   auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
     pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = 0.0f; });
@@ -437,7 +410,7 @@ TEST(GpuCodegenOps, WgmmaOfTheRegisterAccumulatorRunsIntoTheNextStep) {
     options.async_wgmma = async;
     gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
     ASSERT_EQ(k.register_accumulator, 0);
-    const std::string sass = sass_of(k.source, "sm_90a");
+    const std::string sass = test_util::sass_of(k.source, "sm_90a");
     const size_t first = sass.find("HGMMA.64x128x16.F32.BF16"), wait = sass.find("WARPGROUP.DEPBAR", first);
     ASSERT_NE(first, std::string::npos) << sass;
     ASSERT_NE(wait, std::string::npos) << sass;
@@ -594,7 +567,11 @@ TEST(GpuCodegenOps, BlocksMovingAlongTheSequentialAxisComeThroughARingOfSlots) {
     EXPECT_EQ(k.sequential_axes, c.j_sequential ? (std::vector<int>{1, 2}) : std::vector<int>{2});
     EXPECT_EQ(k.pipelined_inputs, (std::vector<int>{0, 1}));
     EXPECT_EQ(k.pipeline_depth, c.depth);
-    EXPECT_EQ(k.pipeline_slot_bytes, c.depth * (bm * bk + bk * bn) * itemsize(c.in));
+    // A ring that may feed wgmma (bf16 operands) has a slot more than its depth (see
+    // AWgmmaLeftRunningKeepsItsSlotsUntilTheNextStepRetiresIt).
+    const int slots = c.depth + (c.in == DType::BF16 ? 1 : 0);
+    EXPECT_EQ(k.pipeline_slots, slots);
+    EXPECT_EQ(k.pipeline_slot_bytes, slots * (bm * bk + bk * bn) * itemsize(c.in));
     EXPECT_CONTAINS(k.source, "pl_cp_async16(");
     gpu::HostEmulationStats stats;
     std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, c.threads, &stats);
@@ -686,6 +663,72 @@ TEST(GpuCodegenOps, AnAccumulatorStaysInRegistersAcrossTheSteps) {
     EXPECT_EQ(stats.wgmma_instructions > 0, c.run_threads % 128 == 0);
     const AllCloseResult r = allclose(got[0], want[0], 1e-5, 1e-4);
     EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+// wgmma is asynchronous: a step's products of the register accumulator are left running into the
+// next step, still reading that step's ring slots. So such a ring has depth + 1 slots and a slot
+// is refilled two steps after its use. Host emulation computes a wgmma when a wait retires it
+// (its operands read at the latest moment the hardware may read them): the kernel is right with
+// the extra slot and wrong when the same source refills the slot a step early — the race a GPU
+// run would have. With async_wgmma off each step waits for its own products: depth slots; there
+// the source edited to wait for one copy group fewer reads slots before their copies land.
+TEST(GpuCodegenOps, AWgmmaLeftRunningKeepsItsSlotsUntilTheNextStepRetiresIt) {
+  const int64_t M = 64, N = 64, K = 256, bk = 32;
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
+    pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = 0.0f; });
+    acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+    pl::when(pl::program_id(0) == pl::num_programs(0) - 1, [&] { z[pl::all] = acc[pl::all]; });
+  };
+  for (int depth : {2, 3}) {
+    PallasCall call = pl::pallas_call(
+        kernel, ShapeDtype({M, N}, DType::F32),
+        opts({K / bk},
+             {BlockSpec({M, bk}, [](Value k) { return Indices{0, k}; }).with_pipeline_mode(Buffered{depth}),
+              BlockSpec({bk, N}, [](Value k) { return Indices{k, 0}; })},
+             {BlockSpec({M, N}, [](Value) { return Indices{0, 0}; })}, {ScratchShape{{M, N}, DType::F32, MemorySpace::Vmem}}));
+    const Array x = Array::random_normal({M, K}, DType::BF16, 91), y = Array::random_normal({K, N}, DType::BF16, 92);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    for (bool async : {true, false}) {
+      SCOPED_TRACE("depth " + std::to_string(depth) + (async ? ", async" : ", sync"));
+      gpu::CodegenOptions options;
+      options.threads_per_cta = 128;
+      options.async_wgmma = async;
+      gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+      ASSERT_EQ(k.register_accumulator, 0);
+      ASSERT_EQ(k.tensor_core_slots, (std::vector<int>{0, 1}));
+      EXPECT_EQ(k.pipeline_depth, depth);
+      EXPECT_EQ(k.pipeline_slots, depth + (async ? 1 : 0));
+      gpu::HostEmulationStats stats;
+      expect_plain_product(x, y, false, DType::F32, gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats)[0]);
+      EXPECT_GT(stats.wgmma_instructions, 0u);
+      const Array want = interpret::run_reference(*tc, {x, y}, tc->grid_mapping.grid, nullptr)[0];
+      if (!async) {
+        // And the copies: waiting for one group fewer, a step reads slots whose cp.async have not
+        // landed (emulated: they land at the wait, the slot reads as NaN before).
+        const std::string wait = "pl_cp_async_wait<" + std::to_string(depth) + " - 1>()";
+        gpu::GeneratedKernel early = k;
+        const size_t at = early.source.find(wait);
+        ASSERT_NE(at, std::string::npos);
+        early.source.replace(at, wait.size(), "pl_cp_async_wait<" + std::to_string(depth) + ">()");
+        const Array got = gpu::run_host_emulation(*tc, early, {x, y}, tc->grid_mapping.grid, 128)[0];
+        EXPECT_FALSE(allclose(got, want, 1e-4, 1e-3).ok) << "the early read went unnoticed";
+        continue;
+      }
+      // The same kernel with a ring of `depth` slots: each refill overwrites the slots of the step
+      // whose wgmma is still running.
+      const std::string slots = std::to_string(depth + 1), fewer = std::to_string(depth);
+      std::string early = k.source;
+      for (const std::string& use : {std::string("(int)(s % "), std::string("(int)(g[0] % ")}) {
+        const size_t at = early.find(use + slots + ")");
+        ASSERT_NE(at, std::string::npos) << use;
+        early.replace(at, use.size() + slots.size(), use + fewer);
+      }
+      gpu::GeneratedKernel racy = k;
+      racy.source = early;
+      const Array got = gpu::run_host_emulation(*tc, racy, {x, y}, tc->grid_mapping.grid, 128)[0];
+      EXPECT_FALSE(allclose(got, want, 1e-4, 1e-3).ok) << "the early refill went unnoticed";
+    }
   }
 }
 

@@ -127,6 +127,70 @@ TEST(GpuKernel, CopiesOfWhole16ByteRowsCompileToBulkCopies) {
   EXPECT_CONTAINS(src, ", 80, 4, 32u, ");  // source rows 80 bytes apart, 4 rows of 32 bytes
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(src, "bulk.cu", arch)) << arch;
+  // The machine code has the bulk copies (UBLKCP, shared <- global) and the expect-tx arrival.
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  const std::string sass = test_util::sass_of(src, "sm_90a");
+  EXPECT_CONTAINS(sass, "UBLKCP.S.G");
+  EXPECT_CONTAINS(sass, "SYNCS.ARRIVE.TRANS");
+}
+
+// Three copies to GMEM, each one group of wait_smem_to_gmem: rows of whole 16-byte chunks at
+// aligned addresses (compiled: bulk copies on sm_90 and in host emulation, asynchronous until the
+// wait), the same rows to a destination one element to the right (the group copies the elements
+// at run time) and rows of 12 bytes (never bulk). wait_smem_to_gmem(2, read_only) must have
+// retired the first copy's reads, so overwriting its source is safe — unless a copy that was not
+// a bulk copy failed to count as a group (host emulation would then copy the overwritten values).
+pl::PallasCall copies_to_gmem_of_every_alignment(const std::string& how) {
+  constexpr int64_t kRows = 4;
+  return plgpu::kernel(
+      [](pl::Ref x, pl::Ref out_a, pl::Ref out_b, pl::Ref out_c, pl::Ref a, pl::Ref b, pl::Ref c) {
+        pl::Value r0 = plgpu::axis_index("i") * kRows;
+        a[pl::all] = x.at(pl::ds(r0, kRows), pl::ds(0, 8))[pl::all];
+        b[pl::all] = x.at(pl::ds(r0, kRows), pl::ds(8, 8))[pl::all];
+        c[pl::all] = x.at(pl::ds(r0, kRows), pl::ds(0, 3))[pl::all];
+        plgpu::commit_smem();
+        plgpu::copy_smem_to_gmem(a, out_a.at(pl::ds(r0, kRows), pl::all));
+        plgpu::copy_smem_to_gmem(b, out_b.at(pl::ds(r0, kRows), pl::ds(1, 8)));
+        plgpu::copy_smem_to_gmem(c, out_c.at(pl::ds(r0, kRows), pl::all));
+        plgpu::wait_smem_to_gmem(2, /*wait_read_only=*/true);
+        a[pl::all] = a[pl::all] * -1.0f;
+        plgpu::wait_smem_to_gmem(0);
+      },
+      {pl::ShapeDtype({3 * kRows, 8}, pl::f32), pl::ShapeDtype({3 * kRows, 12}, pl::f32),
+       pl::ShapeDtype({3 * kRows, 3}, pl::f32)},
+      plgpu::Mesh{.grid = {3}, .grid_names = {"i"}},
+      run_on(how, {plgpu::SMEM({kRows, 8}, pl::f32), plgpu::SMEM({kRows, 8}, pl::f32), plgpu::SMEM({kRows, 3}, pl::f32)}));
+}
+
+TEST_P(GpuKernelBoth, CopiesToGmemOfEveryAlignmentAreOneGroupEach) {
+  pl::Array x = random_f32({12, 20}, 10);
+  std::vector<pl::Array> out = copies_to_gmem_of_every_alignment(GetParam())(x);
+  for (int64_t r = 0; r < 12; ++r) {
+    for (int64_t c = 0; c < 8; ++c) {
+      EXPECT_EQ(out[0].get({r, c}), x.get({r, c})) << r << "," << c;
+      EXPECT_EQ(out[1].get({r, c + 1}), x.get({r, c + 8})) << r << "," << c;
+    }
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(out[2].get({r, c}), x.get({r, c})) << r << "," << c;
+  }
+}
+
+TEST(GpuKernel, CopiesToGmemOfWhole16ByteRowsCompileToBulkCopies) {
+  pl::PallasCall call = copies_to_gmem_of_every_alignment("mosaic_gpu");
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({12, 20}, pl::f32)});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.bulk_stores, 2);  // the 12-byte rows are never bulk copies
+  EXPECT_CONTAINS(k.source, ", 48, (");  // destination rows 48 bytes apart (out_b)
+  EXPECT_CONTAINS(k.source, "pl_bulk_store_wait<2, true>()");
+  EXPECT_CONTAINS(k.source, "if (pl_tid() == 0) pl_bulk_store_wait<0, false>();\n  pl_cta_sync();");  // the CTA's end
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const pl::gpu::CompiledKernel ptx = pl::gpu::Nvrtc::get().compile(k.source, "bulk.cu", "compute_90a");
+  const std::string text(ptx.image.begin(), ptx.image.end());
+  EXPECT_CONTAINS(text, "cp.async.bulk.global.shared::cta.bulk_group");
+  EXPECT_CONTAINS(text, "cp.async.bulk.wait_group.read 2");
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "bulk.cu", arch)) << arch;
+  // The machine code has the bulk copies (UBLKCP, global <- shared).
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "UBLKCP.G.S");
 }
 
 // Axis indices of grid, cluster and thread axes, and program_id in mesh-axis order.

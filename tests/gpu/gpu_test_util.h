@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -35,5 +41,34 @@ inline pallas::CallOptions run_on(const std::string& how, std::vector<pallas::Sc
 
 // The parameter as the case's name ("gpu_emulate").
 inline std::string backend_name(const testing::TestParamInfo<std::string>& i) { return i.param; }
+
+// cuobjdump, to read the machine code of generated units: the CUDA toolkit's, or the one
+// scripts/get_cuda_tools.sh fetches into .tools/ (as scripts/build.sh does); "" if none.
+inline std::string find_cuobjdump() {
+  std::vector<std::string> places;
+  if (const char* env = std::getenv("PALLAS_CUOBJDUMP")) places.emplace_back(env);
+  places.emplace_back(std::string(PALLAS_SOURCE_DIR) + "/.tools/cuobjdump");
+  places.emplace_back("/usr/local/cuda/bin/cuobjdump");
+  for (const std::string& p : places)
+    if (!p.empty() && std::filesystem::exists(p)) return p;
+  return std::system("command -v cuobjdump >/dev/null 2>&1") == 0 ? "cuobjdump" : "";
+}
+
+// The SASS of a generated unit compiled with NVRTC for `arch` ("" when there is no cuobjdump).
+inline std::string sass_of(const std::string& source, const char* arch) {
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) return "";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pallas_sass_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  pallas::gpu::CompiledKernel c = pallas::gpu::Nvrtc::get().compile(source, "sass.cu", arch);
+  const std::filesystem::path cubin = dir / (std::string(arch) + ".cubin"), text = dir / (std::string(arch) + ".sass");
+  std::ofstream(cubin, std::ios::binary).write(c.image.data(), static_cast<std::streamsize>(c.image.size()));
+  const std::string cmd = "'" + cuobjdump + "' -sass '" + cubin.string() + "' > '" + text.string() + "' 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(text);
+  std::string out(std::istreambuf_iterator<char>(in), {});
+  std::filesystem::remove_all(dir);
+  return out;
+}
 
 }  // namespace test_util
