@@ -49,6 +49,7 @@ const char* runtime_template() {
 #include <atomic>
 #include <pthread.h>
 #include <chrono>
+#include <mutex>
 #include <stdlib.h>
 #include <thread>
 #include <vector>
@@ -158,6 +159,18 @@ struct PlHostCopyQueue {
   long committed = 0;
 };
 static std::vector<PlHostCopyQueue> pl_host_async_copies;  // per host thread, sized by pl_host_start
+// Bulk copies into shared memory (pl_bulk_copy_rows) in flight, for all threads: each lands, and
+// makes its arrival on its barrier, when a thread next tests that barrier (pl_host_land_bulk_loads).
+struct PlHostBulkLoad {
+  pl_u64* b;
+  pl_u8* dst;
+  const pl_u8* src;
+  pl_i64 dst_stride, src_stride, rows;
+  pl_u32 row_bytes;
+};
+static std::mutex pl_host_bulk_loads_mu;
+static std::vector<PlHostBulkLoad> pl_host_bulk_loads;
+static std::atomic<int> pl_host_bulk_loads_pending{0};
 // The same for bulk copies to global memory (pl_bulk_store_rows).
 struct PlHostBulkStore {
   pl_u8* dst;
@@ -215,6 +228,8 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_wgmma_queues.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostWgmmaQueue{});
   pl_host_async_copies.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostCopyQueue{});
   pl_host_bulk_stores.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostBulkStoreQueue{});
+  pl_host_bulk_loads.clear();
+  pl_host_bulk_loads_pending.store(0);
   for (pl_host_barrier_t& b : pl_host_cluster_barrier) {
     b.count = nthreads * PL_CLUSTER_CTAS;
     b.arrived.store(0);
@@ -690,7 +705,6 @@ template <int R, class F> PL_DEV void pl_print_array(const pl_i64 (&shape)[R], b
 // One 64-bit word: pending arrivals (bits 0-19), arrivals per phase (20-39), completed phases
 // (40-63), updated with atomics; waits spin on it, yielding.
 PL_DEV void pl_mbar_init(pl_u64* b, pl_u32 count) { __atomic_store_n(b, ((pl_u64)count << 20) | count, __ATOMIC_RELEASE); }
-PL_DEV void pl_mbar_inval(pl_u64*) {}
 PL_DEV void pl_mbar_arrive(pl_u64* b) {
   pl_u64 old = __atomic_load_n(b, __ATOMIC_RELAXED), next;
   do {
@@ -698,7 +712,28 @@ PL_DEV void pl_mbar_arrive(pl_u64* b) {
     next = pending > 1 ? old - 1 : ((phase + 1) << 40) | (count << 20) | count;
   } while (!__atomic_compare_exchange_n(b, &old, next, true, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
 }
+// A bulk copy into shared memory lands at the latest moment its barrier's phase can be seen to
+// complete: when some thread next tests the barrier. Until then its destination reads as all
+// ones (pl_bulk_copy_rows), and it reads its source only now, so a read before the wait, or a
+// write of the source after the issue, shows on the CPU.
+PL_DEV void pl_host_land_bulk_loads(pl_u64* b) {
+  if (pl_host_bulk_loads_pending.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
+  for (size_t i = 0; i < pl_host_bulk_loads.size();) {
+    const PlHostBulkLoad c = pl_host_bulk_loads[i];
+    if (c.b != b) {
+      ++i;
+      continue;
+    }
+    for (pl_i64 r = 0; r < c.rows; ++r) memcpy(c.dst + r * c.dst_stride, c.src + r * c.src_stride, c.row_bytes);
+    pl_host_bulk_loads.erase(pl_host_bulk_loads.begin() + (long)i);
+    pl_host_bulk_loads_pending.fetch_sub(1, std::memory_order_release);
+    pl_mbar_arrive(b);
+  }
+}
+PL_DEV void pl_mbar_inval(pl_u64* b) { pl_host_land_bulk_loads(b); }
 PL_DEV bool pl_mbar_test(pl_u64* b, pl_u32 parity) {
+  pl_host_land_bulk_loads(b);
   return ((__atomic_load_n(b, __ATOMIC_ACQUIRE) >> 40) & 1u) != parity;
 }
 PL_DEV pl_u64 pl_now_ns() {
@@ -869,13 +904,16 @@ PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
 // completes when every arrival is in and every byte has landed, so the issuing group goes on at
 // once and the copy overlaps whatever comes next. Bulk copies need 16-byte aligned addresses
 // (the emitter checks sizes and strides; pl_bulk_ok the addresses at run time, else the group
-// copies the elements itself). In host emulation the thread copies the rows, then arrives.
+// copies the elements itself). In host emulation the copy lands, and arrives, when a thread
+// next tests the barrier (pl_host_land_bulk_loads).
 PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src, pl_i64 src_row_stride, pl_i64 rows,
                               pl_u32 row_bytes, pl_u64* b) {
 #if PL_HOST_EMULATION
-  for (pl_i64 r = 0; r < rows; ++r)
-    memcpy((pl_u8*)dst + r * dst_row_stride, (const pl_u8*)src + r * src_row_stride, row_bytes);
-  pl_mbar_arrive(b);
+  for (pl_i64 r = 0; r < rows; ++r) memset((pl_u8*)dst + r * dst_row_stride, 0xFF, row_bytes);
+  std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
+  pl_host_bulk_loads.push_back(
+      {b, (pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes});
+  pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
 #elif PL_HAS_BULK_COPY
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)),
                "r"((pl_u32)(rows * row_bytes))

@@ -134,6 +134,33 @@ TEST(GpuKernel, CopiesOfWhole16ByteRowsCompileToBulkCopies) {
   EXPECT_CONTAINS(sass, "SYNCS.ARRIVE.TRANS");
 }
 
+// Host emulation lands a bulk copy into SMEM only when a thread tests its barrier (reading the
+// source then), and its destination reads as all ones before: the same generated source with the
+// barrier_wait taken out reads NaN where the bulk copies go (the copies the group makes itself are
+// done at once).
+TEST(GpuKernel, HostEmulationLandsABulkCopyOnlyWhenItsBarrierIsAwaited) {
+  pl::PallasCall call = copies_of_every_alignment("mosaic_gpu");
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({12, 20}, pl::f32)});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  pl::Array x = random_f32({12, 20}, 11);
+  plgpu::GeneratedKernel no_wait = k;
+  const std::string wait = "pl_group_all(pl_mbar_wait(";
+  const size_t at = no_wait.source.find(wait);
+  ASSERT_NE(at, std::string::npos);
+  no_wait.source.replace(at, wait.size(), "pl_group_all(true || pl_mbar_wait(");
+  for (bool waits : {true, false}) {
+    std::vector<pl::Array> out = plgpu::run_host_emulation(*tc, waits ? k : no_wait, {x}, tc->grid_mapping.grid, 2);
+    for (int64_t r = 0; r < 12; ++r)
+      for (int64_t c = 0; c < 8; ++c) {
+        if (waits)
+          EXPECT_EQ(out[0].get({r, c}), x.get({r, c})) << r << "," << c;
+        else
+          EXPECT_TRUE(std::isnan(out[0].get({r, c}))) << r << "," << c;  // the bulk copy's rows
+        EXPECT_EQ(out[1].get({r, c}), x.get({r, c + 1})) << r << "," << c;  // unaligned: copied at once
+      }
+  }
+}
+
 // Three copies to GMEM, each one group of wait_smem_to_gmem: rows of whole 16-byte chunks at
 // aligned addresses (compiled: bulk copies on sm_90 and in host emulation, asynchronous until the
 // wait), the same rows to a destination one element to the right (the group copies the elements
