@@ -4,7 +4,9 @@
 // x and y into a ring of shared-memory slots; threads 0 and 1, the consumers, each accumulate 64
 // rows of the tile with wgmma into an f32 accumulator and hand the slot back. A slot's "full"
 // barrier completes when both of its copies have landed, its "free" barrier when both consumers
-// are done with it.
+// are done with it. Each consumer writes its rows out through shared memory: it stores the
+// accumulator to an SMEM tile and copies that to z (bulk copies on sm_90, as Hopper kernels'
+// epilogues do), waiting for the copy before the CTA ends.
 #include "examples/registry.h"
 #include "examples/support.h"
 #include "pallas/gpu.h"
@@ -20,7 +22,7 @@ constexpr int64_t kTileM = 128, kTileN = 64, kStepK = 32, kSlots = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
 
 void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
-            const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& full, const pl::Ref& free) {
+            const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& out_s, const pl::Ref& full, const pl::Ref& free) {
   pl::Value i = plgpu::axis_index("i"), j = plgpu::axis_index("j"), wg = plgpu::axis_index("wg");
   // Named regions (gpu::named_region) show in the trace of `pallas run ws_matmul --backend
   // gpu-emulate --profile DIR`; they change nothing else.
@@ -46,8 +48,11 @@ void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& 
       plgpu::barrier_arrive(free.at(slot));
     }); });
     plgpu::named_region("epilogue", [&] {
-      z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * kTileN, kTileN))[pl::all] =
-          my_acc[pl::all];
+      pl::Ref my_out = out_s.at(wg);
+      my_out[pl::all] = my_acc[pl::all];
+      plgpu::commit_smem();  // the stores before the copy reads them
+      plgpu::copy_smem_to_gmem(my_out, z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * kTileN, kTileN)));
+      plgpu::wait_smem_to_gmem(0);
     });
   });
 }
@@ -65,14 +70,14 @@ Problem build(const RunOptions& opts) {
   pl::CallOptions options = on_backend(
       {.scratch_shapes = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
                           plgpu::SMEM({kSlots, kStepK, kTileN}, opts.dtype), plgpu::ACC({2, kConsumerRows, kTileN}),
+                          plgpu::SMEM({2, kConsumerRows, kTileN}, pl::f32),
                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots},
                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots}},
        .name = "ws_matmul"},
       opts);
   pl::PallasCall call = plgpu::kernel(
-      [k_steps](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref full, pl::Ref free) {
-        kernel(k_steps, x, y, z, x_s, y_s, acc, full, free);
-      },
+      [k_steps](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s, pl::Ref full,
+                pl::Ref free) { kernel(k_steps, x, y, z, x_s, y_s, acc, out_s, full, free); },
       {pl::ShapeDtype({n, n}, pl::f32)},
       plgpu::Mesh{.grid = {n / kTileM, n / kTileN}, .grid_names = {"i", "j"}, .num_threads = 3, .thread_name = "wg"},
       options);
