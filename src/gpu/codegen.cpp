@@ -316,12 +316,23 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     std::vector<int64_t> low, array_strides;
   };
   std::vector<Block> blocks(gm.block_mappings.size());
+  // An input block the kernel writes (not aliased to an output) is staged at every point: in
+  // place, the write would change the caller's array (a device array passed without a copy) and
+  // race with other CTAs reading the same block. Each point's block starts from the array.
+  const std::vector<bool> params_written = ir::params_written(k);
+  std::set<int> aliased_inputs;  // (block mapping indices)
+  for (auto [in, o] : call.input_output_aliases) aliased_inputs.insert(in - gm.num_index_operands);
+  bool written_input_staged = false;
   for (size_t j = 0; j < blocks.size(); ++j) {
     const BlockMapping& bm = gm.block_mappings[j];
     Block& b = blocks[j];
     core::padded_layout(bm, b.padded, b.low);
     b.array_strides = detail::contiguous_strides(bm.array.shape);
-    b.staged = needs_staging(bm);
+    const bool written_input = static_cast<int>(j) < gm.num_inputs && !gpu_kernel &&
+                               params_written[static_cast<size_t>(gm.num_index_operands) + j] &&
+                               aliased_inputs.count(static_cast<int>(j)) == 0;
+    written_input_staged = written_input_staged || written_input;
+    b.staged = needs_staging(bm) || written_input;
     if (b.staged)
       b.offset = arena.alloc(std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype));
   }
@@ -389,7 +400,6 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   };
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
-    const std::vector<bool> params_written = ir::params_written(k);
     std::vector<int> candidates;
     int depth = 0;
     for (int j = 0; j < gm.num_inputs; ++j) {
@@ -529,7 +539,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // arrays in place (`inside`, below), which is an edge-overhanging kernel's interior.
   std::vector<RefInfo> in_place(blocks.size()), staged_ref(blocks.size());
   std::string inside;
-  bool interior_fast_path = !gpu_kernel;
+  bool interior_fast_path = !gpu_kernel && !written_input_staged;
   for (size_t j = 0; j < blocks.size(); ++j) {
     const BlockMapping& bm = gm.block_mappings[j];
     const Block& b = blocks[j];

@@ -1029,5 +1029,30 @@ TEST(GpuCodegenOps, OutOfBoundsDynamicRefIndexNamesTheOpAndLine) {
                     "ref index out of bounds: slice of 8 elements from 6 (stride 1) in dimension 0 of size 8");
 }
 
+// A kernel that writes its input block (not aliased to an output): the block is staged at every
+// point, so the write changes neither the caller's array nor what other points (CTAs running at
+// once) read. Every point of this grid shares x's one block: each sees x, doubles it, stores 2x.
+// (The interpreters keep a block whose index repeats at the next point, write included, as
+// Pallas' TPU pipeline does not copy it again: there the points see 2x, 4x, 8x, 16x. GPU.md.)
+TEST(GpuCodegenOps, AWrittenInputBlockStartsFromTheArrayAtEveryPoint) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    x[pl::all] = x[pl::all] * 2.0f;
+    o[pl::all] = x[pl::all];
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({32, 128}, DType::F32),
+                                    opts({4}, {BlockSpec({8, 128}, [](Value) { return Indices{0, 0}; })},
+                                         {BlockSpec({8, 128}, [](Value i) { return Indices{i, 0}; })}));
+  const Array x = Array::random_normal({8, 128}, DType::F32, 5);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  for (int threads : {1, 3}) {
+    const Array arg = x.clone();
+    const Array got = gpu::run_host_emulation(*tc, k, {arg}, tc->grid_mapping.grid, threads)[0];
+    for (int64_t r = 0; r < 32; ++r)
+      for (int64_t c = 0; c < 128; ++c) ASSERT_EQ(got.get({r, c}), 2 * x.get({r % 8, c})) << r << "," << c;
+    for (int64_t e = 0; e < x.size(); ++e) ASSERT_EQ(arg.data<float>()[e], x.data<float>()[e]) << "the input changed at " << e;
+  }
+}
+
 }  // namespace
 }  // namespace pallas
