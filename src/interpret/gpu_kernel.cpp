@@ -31,8 +31,10 @@
 // conflicting accesses not ordered that way are a pallas::Error naming both lines. A semaphore
 // signal releases the thread's clock into the semaphore, a wait (or read) acquires every clock
 // released into it so far (a join that may order more than the counts prove: it can miss a race,
-// never report a false one). Races are checked within a wave: between clusters only when the
-// kernel has semaphores (the only way one cluster can wait for another).
+// never report a false one). Races are checked with vector clocks within a wave. Waves run one
+// after another here, but on a GPU clusters run at once and in any order, and without semaphores
+// nothing orders one cluster's accesses against another's: so two accesses to an element of an
+// operand from different waves, one of them a plain write, are a race too (CrossWaveAccesses).
 //
 // A gpu::ClusterBarrier is one BarrierState per CTA; an arrival goes to each peer CTA's (its
 // `peers`), releasing the arriving thread's clock into every one of them.
@@ -170,6 +172,96 @@ class Turns {
   std::exception_ptr error_;
 };
 
+// Races between waves (clusters of a kernel without semaphores): per element of each operand,
+// the access (and so the wave) of its last plain write and of a plain read (kSeveral: read by
+// more than one wave, so a write of any wave conflicts with one of them) — 8 bytes an element.
+// Atomic accesses are left out (they never race with each other; against plain ones this may
+// miss a race, never report a false one). The waves run one at a time and a wave's threads take
+// turns, so no lock.
+class CrossWaveAccesses {
+ public:
+  void add_operand(const std::byte* base, int64_t elements, int64_t item, Shape shape, std::string name) {
+    Operand& o = operands_[base];
+    if (!o.elems.empty()) return;  // an aliased input and output: one operand
+    o.elems.assign(static_cast<size_t>(elements), Elem{});
+    o.item = item;
+    o.shape = std::move(shape);
+    o.name = std::move(name);
+  }
+  // The accesses of `view` (inside the operand at `base`) by wave `wave`; a conflict with another
+  // wave's is a pallas::Error at `loc`.
+  void access(const std::byte* base, const eval::RefValue& view, bool is_write, int32_t wave,
+              const tpu_interpret::AccessInfo& who, const SourceLoc& loc) {
+    auto it = operands_.find(base);
+    if (it == operands_.end() || view.size() == 0) return;
+    Operand& o = it->second;
+    int32_t site = kNone;  // recorded on the first element that needs it
+    auto site_of = [&] {
+      if (site == kNone) {
+        site = static_cast<int32_t>(sites_.size());
+        sites_.push_back({who, wave});
+      }
+      return site;
+    };
+    auto other_wave = [&](int32_t s) { return s >= 0 && sites_[static_cast<size_t>(s)].wave != wave; };
+    const size_t rank = view.shape.size();
+    std::vector<int64_t> at(rank, 0);
+    while (true) {
+      int64_t off = view.data - base;
+      for (size_t d = 0; d < rank; ++d) off += at[d] * view.strides[d] * o.item;
+      Elem& e = o.elems[static_cast<size_t>(off / o.item)];
+      if (other_wave(e.write)) report(o, off / o.item, e.write, true, who, is_write, loc);
+      if (is_write && e.read != kNone && (e.read == kSeveral || other_wave(e.read)))
+        report(o, off / o.item, e.read == kSeveral ? kSeveral : e.read, false, who, is_write, loc);
+      if (is_write)
+        e.write = site_of();
+      else if (e.read == kNone)
+        e.read = site_of();
+      else if (e.read != kSeveral && other_wave(e.read))
+        e.read = kSeveral;
+      size_t d = rank;
+      while (d > 0 && ++at[d - 1] == view.shape[d - 1]) at[--d] = 0;
+      if (d == 0) break;
+    }
+  }
+
+ private:
+  static constexpr int32_t kNone = -1, kSeveral = -2;
+  struct Elem {
+    int32_t write = kNone, read = kNone;  // sites_ indices
+  };
+  struct Operand {
+    std::vector<Elem> elems;
+    int64_t item = 1;
+    Shape shape;
+    std::string name;
+  };
+  struct Site {
+    tpu_interpret::AccessInfo who;
+    int32_t wave;
+  };
+  [[noreturn]] void report(const Operand& o, int64_t element, int32_t first, bool first_wrote,
+                           const tpu_interpret::AccessInfo& second, bool second_writes, const SourceLoc& loc) const {
+    std::vector<int64_t> index;
+    core::unravel_row_major(element, o.shape, index);
+    std::ostringstream os;
+    os << "gpu::kernel data race between clusters (on a GPU clusters run at once and in any order; only "
+          "gpu::Semaphore orders them): RACE DETECTED on "
+       << o.name << " " << shape_to_string(o.shape) << ", element " << shape_to_string(index) << "\n";
+    if (first == kSeveral)
+      os << "  read by CTAs of several clusters\n";
+    else
+      os << "  " << (first_wrote ? "write" : "read") << " by " << sites_[static_cast<size_t>(first)].who.actor_name
+         << " (" << sites_[static_cast<size_t>(first)].who.what << ") at "
+         << sites_[static_cast<size_t>(first)].who.loc.to_string() << "\n";
+    os << "  " << (second_writes ? "write" : "read") << " by " << second.actor_name << " (" << second.what << ") at "
+       << second.loc.to_string() << "\n";
+    throw Error(os.str(), loc);
+  }
+  std::map<const std::byte*, Operand> operands_;
+  std::vector<Site> sites_;
+};
+
 // The memory a wave's accesses may touch (operands, its CTAs' scratch), for race reports.
 struct Buffer {
   const std::byte* base = nullptr;
@@ -196,6 +288,8 @@ struct Wave {
   std::map<const std::byte*, Buffer> buffers;  // by base address
   tpu_interpret::RaceDetector races;
   int next_actor = 0;  // threads are actors 0 .. n-1; each copy and wgmma gets the next one
+  int32_t index = 0;                          // of the wave in the run
+  CrossWaveAccesses* cross_wave = nullptr;    // when the run has several waves
 };
 
 class GpuThreadInterpreter : public eval::Interpreter {
@@ -433,6 +527,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
     const Buffer& b = std::prev(it)->second;
     if (view.data >= b.base + b.bytes) return;
     const tpu_interpret::AccessInfo who{actor, actor_name, std::string(op.info().name), op.loc};
+    if (wave_->cross_wave && !atomic) wave_->cross_wave->access(b.base, view, is_write, wave_->index, who, op.loc);
     int found = 0;
     if (b.by_bytes) {
       for (const tpu_interpret::Region& bytes : byte_regions(view, b.base))
@@ -575,8 +670,19 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     interps.back()->set_debug_checks(call.debug_checks);
   }
 
-  for (const std::vector<std::vector<int64_t>>& wave_clusters : waves) {
+  // Operands' accesses across waves (one wave: the vector clocks see everything).
+  CrossWaveAccesses cross_wave;
+  for (size_t i = 0; i < operands.size() && waves.size() > 1; ++i) {
+    const Array& a = operands[i];
+    const bool is_input = static_cast<int>(i) < num_in;
+    cross_wave.add_operand(static_cast<const std::byte*>(a.raw_data()), a.size(), itemsize(a.dtype()), a.shape(),
+                           is_input ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in));
+  }
+  for (size_t w = 0; w < waves.size(); ++w) {
+    const std::vector<std::vector<int64_t>>& wave_clusters = waves[w];
     Wave wave;
+    wave.index = static_cast<int32_t>(w);
+    if (waves.size() > 1) wave.cross_wave = &cross_wave;
     const size_t wave_ctas = wave_clusters.size() * ctas.size();
     std::vector<std::vector<Array>> scratch(wave_ctas);  // per CTA of the wave
     std::vector<std::vector<int64_t>> cta_index(wave_ctas);

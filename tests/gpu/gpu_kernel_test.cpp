@@ -509,6 +509,37 @@ TEST(GpuKernelErrors, ReusingACopysSourceBeforeWaitSmemToGmemIsARace) {
   EXPECT_CONTAINS(e, "write by the CTA (store)");
 }
 
+// CTAs of different clusters run at once and in any order on a GPU (the interpreter runs a
+// cluster at a time): two of them writing the same element of an output, or one reading what
+// another writes, is a race, reported with both lines. Disjoint writes and shared reads are not.
+TEST(GpuKernelErrors, AccessesOfDifferentClustersToOneElementRace) {
+  auto make = [](int mode) {  // 0: each CTA its own rows; 1: both write row 0; 2: CTA 1 reads CTA 0's row
+    return plgpu::kernel(
+        [mode](pl::Ref x, pl::Ref out, pl::Ref buf) {
+          pl::Value c = plgpu::axis_index("c");
+          pl::Value row = mode == 1 ? c * 0 : c;
+          buf[pl::all] = x.at(row, pl::all)[pl::all];
+          if (mode == 2) pl::when(c == 1, [&] { buf[pl::all] = buf[pl::all] + out.at(0, pl::all)[pl::all]; });
+          out.at(row, pl::all)[pl::all] = buf[pl::all] * 2.0f;
+        },
+        {pl::ShapeDtype({4, 8}, pl::f32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"c"}},
+        interpreted({plgpu::SMEM({8}, pl::f32)}));
+  };
+  pl::Array x = random_f32({4, 8}, 12);
+  pl::Array out = make(0)(x).at(0);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(out.get({r, c}), 2 * x.get({r, c})) << r << "," << c;
+  const std::string both = error_of([&] { make(1)(x); });
+  EXPECT_CONTAINS(both, "gpu::kernel data race between clusters");
+  EXPECT_CONTAINS(both, "RACE DETECTED on output 0 [4, 8], element [0, 0]");
+  EXPECT_CONTAINS(both, "write by CTA (0,) (store)");
+  EXPECT_CONTAINS(both, "write by CTA (1,) (store)");
+  const std::string read = error_of([&] { make(2)(x); });
+  EXPECT_CONTAINS(read, "RACE DETECTED on output 0 [4, 8], element [0, 0]");
+  EXPECT_CONTAINS(read, "write by CTA (0,) (store)");
+  EXPECT_CONTAINS(read, "read by CTA (1,) (load)");
+}
+
 TEST(GpuKernelErrors, SharedMemoryBeyondTheLimitNamesTheBuffers) {
   std::string e = error_of([&] {
     plgpu::kernel([](pl::Ref, pl::Ref, pl::Ref) {}, {pl::ShapeDtype({1}, pl::f32)}, plgpu::Mesh{},
