@@ -132,68 +132,64 @@ extern "C" pl_u64 pl_host_mma_instructions() { return pl_host_mma_count.load(); 
 // The same for warpgroup-wide wgmma instructions.
 static std::atomic<pl_u64> pl_host_wgmma_count{0};
 extern "C" pl_u64 pl_host_wgmma_instructions() { return pl_host_wgmma_count.load(); }
-// wgmma is asynchronous: the hardware may read its operands at any time until the group is
-// waited for. Host emulation reads them at the latest moment — an issued wgmma is queued per
-// thread and computed when a wait retires its group — so a copy that overwrites an operand
-// before the wait (a ring slot refilled too early) changes the result here as it may on a GPU.
+// Asynchronous operations in host emulation: wgmma, cp.async and bulk copies to global memory
+// complete when a wait retires their group, the latest moment the hardware may complete them —
+// so a kernel that touches their memory before the wait gets a wrong result on the CPU too.
+// Each host thread queues its operations (a thread's groups, as the hardware keeps them per
+// thread): `commit` closes the open group, `retire(pending, run)` runs, in issue order, the
+// operations of all groups but the newest `pending`.
+template <class Op> struct PlHostGroups {
+  struct Entry {
+    Op op;
+    long group;  // 0: not committed yet
+  };
+  std::vector<Entry> entries;
+  long committed = 0;
+  void push(const Op& op) { entries.push_back({op, 0}); }
+  void commit() {
+    ++committed;
+    for (Entry& e : entries)
+      if (e.group == 0) e.group = committed;
+  }
+  template <class F> void retire(long pending, F run) {
+    size_t done = 0;
+    for (; done < entries.size() && entries[done].group != 0 && entries[done].group <= committed - pending; ++done)
+      run(entries[done].op);
+    entries.erase(entries.begin(), entries.begin() + (long)done);
+  }
+};
+// A wgmma: its operands are read when it is computed (pl_host_wgmma_run).
 struct PlHostWgmmaOp {
   void (*run)(float*, pl_u64, pl_u64);
   float* d;
   pl_u64 da, db;
-  long group;  // 0: not committed yet
 };
-struct PlHostWgmmaQueue {
-  std::vector<PlHostWgmmaOp> ops;
-  long committed = 0;  // groups committed so far
-};
-static std::vector<PlHostWgmmaQueue> pl_host_wgmma_queues;  // per host thread, sized by pl_host_start
-// The same for cp.async: a thread's 16-byte copies, landing when pl_cp_async_wait retires their
-// commit group.
-struct PlHostCopy {
-  pl_u8* dst;
-  const pl_u8* src;
-  long group;  // 0: not committed yet
-};
-struct PlHostCopyQueue {
-  std::vector<PlHostCopy> copies;
-  long committed = 0;
-};
-static std::vector<PlHostCopyQueue> pl_host_async_copies;  // per host thread, sized by pl_host_start
-// Bulk copies into shared memory (pl_bulk_copy_rows) in flight, for all threads: each lands, and
-// makes its arrival on its barrier, when a thread next tests that barrier (pl_host_land_bulk_loads).
-struct PlHostBulkLoad {
-  pl_u64* b;
+// Rows copied from src to dst (a cp.async chunk is one row of 16 bytes).
+struct PlHostRows {
   pl_u8* dst;
   const pl_u8* src;
   pl_i64 dst_stride, src_stride, rows;
   pl_u32 row_bytes;
+  void land() const {
+    for (pl_i64 r = 0; r < rows; ++r) memcpy(dst + r * dst_stride, src + r * src_stride, row_bytes);
+  }
+};
+// Per host thread, sized by pl_host_start.
+static std::vector<PlHostGroups<PlHostWgmmaOp>> pl_host_wgmmas;
+static std::vector<PlHostGroups<PlHostRows>> pl_host_async_copies, pl_host_bulk_stores;
+// Bulk copies into shared memory in flight, for all threads: they complete on a barrier, not a
+// thread's group — each lands, and makes its arrival, when a thread next tests its barrier
+// (pl_host_land_bulk_loads).
+struct PlHostBulkLoad {
+  pl_u64* b;
+  PlHostRows rows;
 };
 static std::mutex pl_host_bulk_loads_mu;
 static std::vector<PlHostBulkLoad> pl_host_bulk_loads;
 static std::atomic<int> pl_host_bulk_loads_pending{0};
-// The same for bulk copies to global memory (pl_bulk_store_rows).
-struct PlHostBulkStore {
-  pl_u8* dst;
-  const pl_u8* src;
-  pl_i64 dst_stride, src_stride, rows;
-  pl_u32 row_bytes;
-  long group;  // 0: not committed yet
-};
-struct PlHostBulkStoreQueue {
-  std::vector<PlHostBulkStore> stores;
-  long committed = 0;
-};
-static std::vector<PlHostBulkStoreQueue> pl_host_bulk_stores;  // per host thread, sized by pl_host_start
-PL_DEV PlHostWgmmaQueue& pl_host_wgmma_queue() { return pl_host_wgmma_queues[(size_t)pl_host_tid()]; }
-// Computes (in issue order) the thread's wgmma of every group but the newest `pending`.
+// Computes the thread's wgmma of every group but the newest `pending`.
 PL_DEV void pl_host_wgmma_retire(long pending) {
-  PlHostWgmmaQueue& q = pl_host_wgmma_queue();
-  size_t done = 0;
-  while (done < q.ops.size() && q.ops[done].group != 0 && q.ops[done].group <= q.committed - pending) {
-    const PlHostWgmmaOp& op = q.ops[done++];
-    op.run(op.d, op.da, op.db);
-  }
-  q.ops.erase(q.ops.begin(), q.ops.begin() + (long)done);
+  pl_host_wgmmas[(size_t)pl_host_tid()].retire(pending, [](const PlHostWgmmaOp& op) { op.run(op.d, op.da, op.db); });
 }
 PL_DEV bool pl_host_failed() { return pl_host_err && __atomic_load_n(pl_host_err, __ATOMIC_ACQUIRE) != 0; }
 PL_DEV void pl_host_wait(pl_host_barrier_t& b) {
@@ -225,9 +221,10 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_err = err;
   pl_host_mma_count.store(0);
   pl_host_wgmma_count.store(0);
-  pl_host_wgmma_queues.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostWgmmaQueue{});
-  pl_host_async_copies.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostCopyQueue{});
-  pl_host_bulk_stores.assign((size_t)PL_HOST_CTAS * (size_t)nthreads, PlHostBulkStoreQueue{});
+  const size_t threads = (size_t)PL_HOST_CTAS * (size_t)nthreads;
+  pl_host_wgmmas.assign(threads, {});
+  pl_host_async_copies.assign(threads, {});
+  pl_host_bulk_stores.assign(threads, {});
   pl_host_bulk_loads.clear();
   pl_host_bulk_loads_pending.store(0);
   for (pl_host_barrier_t& b : pl_host_cluster_barrier) {
@@ -720,12 +717,11 @@ PL_DEV void pl_host_land_bulk_loads(pl_u64* b) {
   if (pl_host_bulk_loads_pending.load(std::memory_order_acquire) == 0) return;
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
   for (size_t i = 0; i < pl_host_bulk_loads.size();) {
-    const PlHostBulkLoad c = pl_host_bulk_loads[i];
-    if (c.b != b) {
+    if (pl_host_bulk_loads[i].b != b) {
       ++i;
       continue;
     }
-    for (pl_i64 r = 0; r < c.rows; ++r) memcpy(c.dst + r * c.dst_stride, c.src + r * c.src_stride, c.row_bytes);
+    pl_host_bulk_loads[i].rows.land();
     pl_host_bulk_loads.erase(pl_host_bulk_loads.begin() + (long)i);
     pl_host_bulk_loads_pending.fetch_sub(1, std::memory_order_release);
     pl_mbar_arrive(b);
@@ -845,10 +841,6 @@ PL_DEV bool pl_sem_wait(pl_i32* s, pl_i32 value, bool decrement, const pl_i64* e
     pl_backoff();
   }
 }
-// The kernel's mbarriers (PL_NUM_MBARRIERS, gpu::Barrier scratch): static shared memory, one set
-// per CTA; pl_mbar_arrive_peers(b, peers) arrives on barrier b of each CTA of the cluster whose
-// rank is in the mask `peers` (gpu::ClusterBarrier; 0: this CTA's barrier only), remotely with
-// mapa and a cluster-scope release.
 // ---- Bulk copies of either direction: what they need -------------------------------------------
 #if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PL_HAS_BULK_COPY 1
@@ -865,6 +857,10 @@ PL_DEV void pl_fence_before_bulk_copy() {
   asm volatile("fence.proxy.async;" ::: "memory");
 #endif
 }
+// The kernel's mbarriers (PL_NUM_MBARRIERS, gpu::Barrier scratch): static shared memory, one set
+// per CTA; pl_mbar_arrive_peers(b, peers) arrives on barrier b of each CTA of the cluster whose
+// rank is in the mask `peers` (gpu::ClusterBarrier; 0: this CTA's barrier only), remotely with
+// mapa and a cluster-scope release.
 #ifdef PL_NUM_MBARRIERS
 #if PL_HOST_EMULATION
 static pl_u64 pl_host_mbar[PL_HOST_CTAS][PL_NUM_MBARRIERS];
@@ -911,8 +907,7 @@ PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src,
 #if PL_HOST_EMULATION
   for (pl_i64 r = 0; r < rows; ++r) memset((pl_u8*)dst + r * dst_row_stride, 0xFF, row_bytes);
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
-  pl_host_bulk_loads.push_back(
-      {b, (pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes});
+  pl_host_bulk_loads.push_back({b, {(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes}});
   pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
 #elif PL_HAS_BULK_COPY
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)),
@@ -936,10 +931,7 @@ PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src,
 // and the rows are copied when a wait retires the group, reading the source then.
 PL_DEV void pl_bulk_store_commit() {
 #if PL_HOST_EMULATION
-  PlHostBulkStoreQueue& q = pl_host_bulk_stores[(size_t)pl_host_tid()];
-  ++q.committed;
-  for (PlHostBulkStore& c : q.stores)
-    if (c.group == 0) c.group = q.committed;
+  pl_host_bulk_stores[(size_t)pl_host_tid()].commit();
 #elif PL_HAS_BULK_COPY
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 #endif
@@ -948,8 +940,7 @@ PL_DEV void pl_bulk_store_rows(void* dst, pl_i64 dst_row_stride, const void* src
                                pl_u32 row_bytes) {
 #if PL_HOST_EMULATION
   for (pl_i64 r = 0; r < rows; ++r) memset((pl_u8*)dst + r * dst_row_stride, 0xFF, row_bytes);
-  pl_host_bulk_stores[(size_t)pl_host_tid()].stores.push_back(
-      {(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes, 0});
+  pl_host_bulk_stores[(size_t)pl_host_tid()].push({(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes});
 #elif PL_HAS_BULK_COPY
   for (pl_i64 r = 0; r < rows; ++r)
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"((pl_u8*)dst + r * dst_row_stride),
@@ -960,13 +951,7 @@ PL_DEV void pl_bulk_store_rows(void* dst, pl_i64 dst_row_stride, const void* src
 }
 template <int N, bool READ_ONLY> PL_DEV void pl_bulk_store_wait() {
 #if PL_HOST_EMULATION
-  PlHostBulkStoreQueue& q = pl_host_bulk_stores[(size_t)pl_host_tid()];
-  size_t done = 0;
-  for (; done < q.stores.size() && q.stores[done].group != 0 && q.stores[done].group <= q.committed - N; ++done) {
-    const PlHostBulkStore& c = q.stores[done];
-    for (pl_i64 r = 0; r < c.rows; ++r) memcpy(c.dst + r * c.dst_stride, c.src + r * c.src_stride, c.row_bytes);
-  }
-  q.stores.erase(q.stores.begin(), q.stores.begin() + (long)done);
+  pl_host_bulk_stores[(size_t)pl_host_tid()].retire(N, [](const PlHostRows& r) { r.land(); });
 #elif PL_HAS_BULK_COPY
   if (READ_ONLY)
     asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
@@ -1053,22 +1038,11 @@ template <int N> PL_DEV void pl_cp_async_wait() { asm volatile("cp.async.wait_gr
 // before the wait reads garbage too.
 PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
   memset(smem, 0xFF, 16);
-  pl_host_async_copies[(size_t)pl_host_tid()].copies.push_back({(pl_u8*)smem, (const pl_u8*)gmem, 0});
+  pl_host_async_copies[(size_t)pl_host_tid()].push({(pl_u8*)smem, (const pl_u8*)gmem, 0, 0, 1, 16});
 }
-PL_DEV void pl_cp_async_commit() {
-  PlHostCopyQueue& q = pl_host_async_copies[(size_t)pl_host_tid()];
-  ++q.committed;
-  for (PlHostCopy& c : q.copies)
-    if (c.group == 0) c.group = q.committed;
-}
+PL_DEV void pl_cp_async_commit() { pl_host_async_copies[(size_t)pl_host_tid()].commit(); }
 template <int N> PL_DEV void pl_cp_async_wait() {
-  PlHostCopyQueue& q = pl_host_async_copies[(size_t)pl_host_tid()];
-  size_t done = 0;
-  while (done < q.copies.size() && q.copies[done].group != 0 && q.copies[done].group <= q.committed - N) {
-    memcpy(q.copies[done].dst, q.copies[done].src, 16);
-    ++done;
-  }
-  q.copies.erase(q.copies.begin(), q.copies.begin() + (long)done);
+  pl_host_async_copies[(size_t)pl_host_tid()].retire(N, [](const PlHostRows& r) { r.land(); });
 }
 #else
 PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
@@ -1315,10 +1289,7 @@ PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)
 PL_DEV void pl_wgmma_fence() {}
 // Commits the issued wgmma as a group and waits until at most PENDING groups are running.
 template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
-  PlHostWgmmaQueue& q = pl_host_wgmma_queue();
-  ++q.committed;
-  for (PlHostWgmmaOp& op : q.ops)
-    if (op.group == 0) op.group = q.committed;
+  pl_host_wgmmas[(size_t)pl_host_tid()].commit();
   pl_host_wgmma_retire(PENDING);
 }
 PL_DEV void pl_fence_proxy_async() {}
@@ -1352,7 +1323,7 @@ template <int NC, class In, int TB> PL_DEV void pl_host_wgmma_run(float* d, pl_u
 }
 template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
   if ((pl_tid() & 127) == 0) pl_host_wgmma_count.fetch_add(1);
-  pl_host_wgmma_queue().ops.push_back({&pl_host_wgmma_run<NC, In, TB>, d, da, db, 0});
+  pl_host_wgmmas[(size_t)pl_host_tid()].push({&pl_host_wgmma_run<NC, In, TB>, d, da, db});
 }
 #else
 // After the arena and the ring in the dynamic shared memory (launches on other GPUs leave it out).
