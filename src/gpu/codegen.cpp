@@ -320,8 +320,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // place, the write would change the caller's array (a device array passed without a copy) and
   // race with other CTAs reading the same block. Each point's block starts from the array.
   const std::vector<bool> params_written = ir::params_written(k);
-  std::set<int> aliased_inputs;  // (block mapping indices)
-  for (auto [in, o] : call.input_output_aliases) aliased_inputs.insert(in - gm.num_index_operands);
+  std::map<int, int> input_of_output;  // input_output_aliases, by output
+  for (auto [in, o] : call.input_output_aliases) input_of_output[o] = in;
+  auto aliased_input = [&](int j) {
+    return std::any_of(input_of_output.begin(), input_of_output.end(),
+                       [&](const auto& io) { return io.second - gm.num_index_operands == j; });
+  };
   bool written_input_staged = false;
   for (size_t j = 0; j < blocks.size(); ++j) {
     const BlockMapping& bm = gm.block_mappings[j];
@@ -330,7 +334,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     b.array_strides = detail::contiguous_strides(bm.array.shape);
     const bool written_input = static_cast<int>(j) < gm.num_inputs && !gpu_kernel &&
                                params_written[static_cast<size_t>(gm.num_index_operands) + j] &&
-                               aliased_inputs.count(static_cast<int>(j)) == 0;
+                               !aliased_input(static_cast<int>(j));
     written_input_staged = written_input_staged || written_input;
     b.staged = needs_staging(bm) || written_input;
     if (b.staged)
@@ -377,12 +381,6 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // Buffered(count) among them (2 by default; Buffered(1) opts an input out). The ring must fit
   // in shared memory beside the barriers and wgmma's staging; inputs that do not fit stay in place.
   std::vector<int64_t> slot_offset(blocks.size(), -1), slot_block_bytes(blocks.size(), 0);
-  std::map<int, int> input_of_output;  // input_output_aliases, by output
-  for (auto [in, o] : call.input_output_aliases) input_of_output[o] = in;
-  auto aliased_input = [&](int j) {
-    return std::any_of(input_of_output.begin(), input_of_output.end(),
-                       [&](const auto& io) { return io.second - gm.num_index_operands == j; });
-  };
   // A pipelined input's slot `slot` (an int expression) of its ring.
   auto slot_pointer = [&](size_t j, const std::string& slot) {
     return "pl_slots + " + std::to_string(slot_offset[j]) + " + (pl_i64)" + slot + " * " + std::to_string(slot_block_bytes[j]);

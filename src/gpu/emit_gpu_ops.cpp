@@ -108,44 +108,30 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
              offset_of(src.shape, src.strides, "e") + "];");
         close_loop();
       };
-      if (bulk && to_gmem) {
-        // The group's writes of the source come before the copy (each thread fences its own,
-        // then the group syncs); thread 0 starts the rows' copies as one bulk group, which
-        // wait_smem_to_gmem awaits. Unaligned addresses: the group copies, and thread 0 commits
-        // an empty group, so every copy is one group and wait_smem_to_gmem(n) counts copies.
-        if (ctx_.bulk_stores) ++*ctx_.bulk_stores;
-        line("pl_fence_before_bulk_copy();");
-        just_synced_ = false;
-        barrier();
-        line("if (pl_bulk_ok(" + src.ptr + ", " + dst.ptr + ")) {");
-        line("  if (pl_tid() == 0) pl_bulk_store_rows(" + dst.ptr + ", " + std::to_string(bulk->dst_stride) + ", " +
-             src.ptr + ", " + std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
-             std::to_string(bulk->row_bytes) + "u);");
-        line("} else {");
-        ++indent_;
-        copy_elements();
-        line("pl_sync();");
-        line("if (pl_tid() == 0) pl_bulk_store_commit();");
-        --indent_;
-        line("}");
-        return;
-      }
+      // To SMEM, a copy completes on its barrier: thread 0 arrives (with the bytes as expected
+      // transactions when bulk). To GMEM, it is one group of thread 0's bulk groups, which
+      // wait_smem_to_gmem awaits; a copy the group makes itself commits an empty one, so
+      // wait_smem_to_gmem(n) counts copies.
+      const std::string done = to_gmem ? "pl_bulk_store_commit()" : "pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ")";
       if (bulk) {
         // The group's earlier accesses (a consumer's reads of the slot, writes of the source)
         // come before the copy: each thread fences its own, then the group syncs.
-        const std::string bar = ref_operand(*this, op, 2).ptr;
+        if (to_gmem && ctx_.bulk_stores) ++*ctx_.bulk_stores;
+        const std::string rows = std::to_string(bulk->dst_stride) + ", " + src.ptr + ", " +
+                                 std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
+                                 std::to_string(bulk->row_bytes) + "u";
         line("pl_fence_before_bulk_copy();");
         just_synced_ = false;
         barrier();
         line("if (pl_bulk_ok(" + src.ptr + ", " + dst.ptr + ")) {");
-        line("  if (pl_tid() == 0) pl_bulk_copy_rows(" + dst.ptr + ", " + std::to_string(bulk->dst_stride) + ", " +
-             src.ptr + ", " + std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
-             std::to_string(bulk->row_bytes) + "u, " + bar + ");");
+        line(to_gmem ? "  if (pl_tid() == 0) pl_bulk_store_rows(" + dst.ptr + ", " + rows + ");"
+                     : "  if (pl_tid() == 0) pl_bulk_copy_rows(" + dst.ptr + ", " + rows + ", " +
+                           ref_operand(*this, op, 2).ptr + ");");
         line("} else {");
         ++indent_;
         copy_elements();
         line("pl_sync();");
-        line("if (pl_tid() == 0) pl_mbar_arrive(" + bar + ");");
+        line("if (pl_tid() == 0) " + done + ";");
         --indent_;
         line("}");
         return;
@@ -155,12 +141,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       copy_elements();
       after_mem_read();
       after_mem_write();
-      if (!to_gmem) {
-        barrier();
-        line("if (pl_tid() == 0) pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ");");
-      } else if (ctx_.bulk_stores) {
-        line("if (pl_tid() == 0) pl_bulk_store_commit();  // done: an empty group (wait_smem_to_gmem counts copies)");
-      }
+      if (!to_gmem) barrier();
+      line("if (pl_tid() == 0) " + done + ";");
       return;
     }
     case OpCode::NamedRegionBegin:

@@ -670,13 +670,16 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     interps.back()->set_debug_checks(call.debug_checks);
   }
 
+  // "input 0", "output 1": how race reports name operand i.
+  auto operand_name = [&](size_t i) {
+    return static_cast<int>(i) < num_in ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in);
+  };
   // Operands' accesses across waves (one wave: the vector clocks see everything).
   CrossWaveAccesses cross_wave;
   for (size_t i = 0; i < operands.size() && waves.size() > 1; ++i) {
     const Array& a = operands[i];
-    const bool is_input = static_cast<int>(i) < num_in;
     cross_wave.add_operand(static_cast<const std::byte*>(a.raw_data()), a.size(), itemsize(a.dtype()), a.shape(),
-                           is_input ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in));
+                           operand_name(i));
   }
   for (size_t w = 0; w < waves.size(); ++w) {
     const std::vector<std::vector<int64_t>>& wave_clusters = waves[w];
@@ -760,11 +763,9 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     }
     for (size_t i = 0; i < operands.size(); ++i) {
       Array& a = operands[i];
-      const bool is_input = static_cast<int>(i) < num_in;
       const auto* base = static_cast<const std::byte*>(a.raw_data());
       if (wave.buffers.count(base)) continue;  // an aliased input and output
-      wave.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(),
-                            is_input ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in)};
+      wave.buffers[base] = {base, a.size() * itemsize(a.dtype()), a.shape(), operand_name(i)};
     }
     for (size_t c = 0; c < wave_ctas; ++c)
       for (size_t s = 0; s < scratch[c].size(); ++s) {
