@@ -34,7 +34,12 @@ for e in $examples; do
     if out=$(run "$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
   done
 done
-if out=$(run "$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    $out"; else log "FAIL  $out"; status=1; fi
+# The bf16 matmul with each of the ring's copy paths and both wgmma modes (TMA is the default on
+# Hopper; cp.async is what an unaligned array or another GPU takes).
+for v in "" PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
+  if out=$(run env $v "$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    ${v:-default}: $out"
+  else log "FAIL  ${v:-default}: $out"; status=1; fi
+done
 # The whole suite, sharded over the cores: with a GPU present the tests that skip without one run.
 shards=$(( $(nproc) > 2 ? $(nproc) : 2 ))
 pids=()
@@ -76,12 +81,20 @@ if [ -n "$CUOBJDUMP" ] && "$BUILD/pallas" cuda matmul --dtype bf16 --size 1024 -
      --image "$OUT/matmul.cubin" > "$OUT/matmul.cu" 2>>"$OUT/cuda.log"; then
   "$CUOBJDUMP" -sass "$OUT/matmul.cubin" > "$OUT/matmul.sass" 2>&1
   hgmma=$(grep -c HGMMA "$OUT/matmul.sass" 2>/dev/null); hmma=$(grep -c HMMA "$OUT/matmul.sass" 2>/dev/null)
-  log "sass  matmul bf16 (sm_${ARCH:-90a}): ${hgmma:-0} HGMMA, ${hmma:-0} HMMA instruction lines (matmul.sass)"
+  tma=$(grep -c UTMALDG "$OUT/matmul.sass" 2>/dev/null)
+  log "sass  matmul bf16 (sm_${ARCH:-90a}): ${hgmma:-0} HGMMA, ${hmma:-0} HMMA, ${tma:-0} UTMALDG instruction lines (matmul.sass)"
   if [ "${ARCH:-90a}" = 90a ] && [ "${hgmma:-0}" -eq 0 ]; then log "FAIL  no HGMMA in the sm_90a matmul"; status=1; fi
   rm -f "$OUT/matmul.cubin"
 else
   log "SKIP  sass (no cuobjdump: scripts/get_cuda_tools.sh; or the compile failed: cuda.log)"
 fi
 [ -z "${NO_BENCH:-}" ] && { run "$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: failed (bench.txt)"; }
+# What TMA and async wgmma bring, side by side in one run (the bf16 matmul, 4096^3).
+if [ -z "${NO_BENCH:-}" ]; then
+  for v in "" PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
+    out=$(run env $v "$BUILD/pallas" bench matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
+    log "bench ${v:-default}: $out"
+  done
+fi
 log "status $status"
 exit $status

@@ -127,7 +127,7 @@ int64_t launch_ctas(const TracedCall& call, const GeneratedKernel& k, int64_t po
 
 std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<uint64_t>& operand_ptrs,
                                   uint64_t workspace, uint64_t error_record, uint64_t profile,
-                                  const std::vector<int64_t>& grid) {
+                                  const std::vector<int64_t>& grid, const TensorMapEncoder& encode) {
   // The grid sizes are constants of the generated source (GeneratedKernel::grid).
   if (grid != k.grid)
     throw InternalError("gpu: a kernel generated for grid " + shape_to_string(k.grid) + " launched with grid " +
@@ -140,6 +140,16 @@ std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<ui
   for (int64_t g : grid) words.push_back(static_cast<uint64_t>(g));
   if (grid.empty()) words.push_back(0);
   words.push_back(static_cast<uint64_t>(parallel_points(k, grid)));
+  if (k.tensor_maps.empty()) return words;
+  const size_t ok_word = words.size();
+  words.push_back(0);
+  words.resize((words.size() + 7) / 8 * 8 + 16 * k.tensor_maps.size(), 0);  // (the maps: alignas(64))
+  uint64_t* maps = words.data() + (words.size() - 16 * k.tensor_maps.size());
+  for (size_t m = 0; m < k.tensor_maps.size(); ++m) {
+    const TensorMapSpec& spec = k.tensor_maps[m];
+    if (encode && encode(spec, operand_ptrs.at(static_cast<size_t>(spec.operand)), maps + 16 * m))
+      words[ok_word] |= uint64_t{1} << m;
+  }
   return words;
 }
 
@@ -154,6 +164,7 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
   }
   // A developer's switch for measuring what async wgmma brings (docs/GPU.md).
   if (const char* v = std::getenv("PALLAS_GPU_SYNC_WGMMA"); v && std::string(v) == "1") o.async_wgmma = false;
+  if (const char* v = std::getenv("PALLAS_GPU_NO_TMA"); v && std::string(v) == "1") o.tma = false;
   return o;
 }
 
@@ -343,13 +354,15 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // Barriers live apart, in static shared memory (an mbarrier must be in shared memory even when
   // the arena is not): scratch_offsets of a barrier scratch is its first index in pl_mbar.
   std::vector<int64_t> scratch_offsets;
-  std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena (16-byte aligned)
+  std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena
+  // A gpu::kernel's shared-memory scratch starts at 128-byte boundaries: what TMA copies need.
+  const int64_t scratch_align = gpu_kernel && opts.tma ? 128 : 16;
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     const ScratchUnionSlot& slot = gm.scratch_unions[s];
     if (slot.union_index >= 0) {
       auto [u, fresh] = union_offsets.try_emplace(slot.union_index);
-      if (fresh) u->second = arena.alloc(std::max<int64_t>(1, slot.union_bytes));
+      if (fresh) u->second = arena.alloc(std::max<int64_t>(1, slot.union_bytes), scratch_align);
       scratch_offsets.push_back(u->second + slot.offset);
       continue;
     }
@@ -368,7 +381,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     }
     if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
-    scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype)));
+    scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), scratch_align));
   }
   // ---- The pipeline of the innermost sequential axis. An input whose block moves along that axis
   // is copied ahead into a ring of shared-memory slots (cp.async): while the body runs step k,
@@ -438,13 +451,48 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       out.pipeline_depth = depth;
       out.pipeline_slots = slots;
     }
+    // The TMA unit copies the blocks that are boxes of their arrays: rank 5 at most, every dim
+    // blocked or squeezed, at most 256 elements along each (a box's limit), and at most 32 slots
+    // (each thread keeps a parity bit per slot's barrier).
+    for (int j : out.pipelined_inputs) {
+      const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+      bool box = opts.tma && out.pipeline_slots <= 32 && bm.array.shape.size() <= 5;
+      for (size_t d = 0; d < bm.block_shape.size(); ++d)
+        box = box && (bm.block_shape[d].is_blocked() || bm.block_shape[d].is_squeezed()) &&
+              core::block_extent(bm, d) <= 256 && bm.array.shape[d] <= (int64_t{1} << 32);
+      if (box) out.tma_inputs.push_back(j);
+    }
+    out.tensor_maps.resize(out.tma_inputs.size());  // (theirs come first; the body's copies add theirs)
   }
+  // Which of the TMA inputs' maps input j's is (-1: none).
+  auto tma_map_of = [&](int j) {
+    const auto it = std::find(out.tma_inputs.begin(), out.tma_inputs.end(), j);
+    return it == out.tma_inputs.end() ? -1 : static_cast<int>(it - out.tma_inputs.begin());
+  };
   // pl_prefetch: the pipelined inputs' blocks at point g into slot `slot` of their rings, the
   // CTA's threads taking 16-byte chunks in turn. An array whose base is not 16-byte aligned (a
   // DLPack import of an offset view) is copied element by element instead, synchronously.
   std::ostringstream prefetch;
+  // A TMA input's block: the bytes of its boxes (the whole block).
+  auto block_bytes = [&](int j) {
+    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+    return std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype);
+  };
   if (out.pipeline_depth > 0) {
     prefetch << "PL_DEV void pl_prefetch(const PlParams& p, const pl_i64* g, const pl_i64* G, int slot) {\n";
+    if (!out.tma_inputs.empty()) {
+      // Which inputs the TMA unit copies this launch: their maps were encoded, and the slot's layout
+      // in this compile is the one the map's boxes were made for (PL_TMA_LAYOUT_j).
+      std::string bytes;
+      prefetch << "#if PL_HAS_BULK_COPY\n";
+      for (size_t m = 0; m < out.tma_inputs.size(); ++m) {
+        const std::string J = std::to_string(out.tma_inputs[m]), M = std::to_string(m);
+        prefetch << "  const bool tma_" << M << " = ((p.tma_ok >> " << M << ") & 1u) && PL_TMA_LAYOUT_" << J
+                 << " == " << (layout_candidate(out.tma_inputs[m]) ? "PL_SLOT_LAYOUT_" + J : "0") << ";\n";
+        bytes += (bytes.empty() ? "" : " + ") + std::string("(tma_") + M + " ? " + std::to_string(block_bytes(out.tma_inputs[m])) + "u : 0u)";
+      }
+      prefetch << "  if (pl_cta_tid() == 0) pl_expect_tx(pl_ring_mbar + slot, " << bytes << ");\n#endif\n";
+    }
     for (int j : out.pipelined_inputs) {
       const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
       const Block& b = blocks[static_cast<size_t>(j)];
@@ -460,8 +508,25 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const std::vector<int64_t> row_strides(view_strides.begin(), view_strides.end() - 1);
       prefetch << "  {  // " << bm.origin << "\n    pl_i64 bi[" << rank << "];\n    pl_index_map_" << J << "(p, g, G, bi);\n"
                << "    const " << T << "* src = ((const " << T << "*)" << op << ") + (" << start << ");\n"
-               << "    pl_u8* dst = " << slot_pointer(static_cast<size_t>(j), "slot") << ";\n"
-               << "    if (((pl_u64)" << op << " & 15) == 0) {\n"
+               << "    pl_u8* dst = " << slot_pointer(static_cast<size_t>(j), "slot") << ";\n";
+      if (const int m = tma_map_of(j); m >= 0) {
+        // Thread 0 issues the boxes: the block's start, innermost dim first; a slot in a canonical
+        // layout (2-D) takes a box of 8 columns x all rows per 16-byte column chunk.
+        const std::string M = std::to_string(m), map = "&p.tmap[" + M + "]", bar = "pl_ring_mbar + slot";
+        std::string coords;
+        for (size_t d = rank; d-- > 0;)
+          coords += (coords.empty() ? "" : ", ") + std::string("(int)(") + block_start(bm.block_shape[d], "bi[" + std::to_string(d) + "]") + ")";
+        prefetch << "#if PL_HAS_BULK_COPY\n    if (tma_" << M << ") {\n      if (pl_cta_tid() == 0) {\n"
+                 << "        const int c[" << rank << "] = {" << coords << "};\n";
+        if (layout_candidate(j))
+          prefetch << "        if (PL_TMA_LAYOUT_" << J << " != 0) {\n"
+                   << "          for (int q = 0; q < " << chunks_per_row << "; ++q) {\n"
+                   << "            const int cq[2] = {c[0] + 8 * q, c[1]};\n"
+                   << "            pl_tma_load<2>(dst + q * " << 16 * rows << ", " << map << ", cq, " << bar << ");\n"
+                   << "          }\n        } else\n  ";
+        prefetch << "        pl_tma_load<" << rank << ">(dst, " << map << ", c, " << bar << ");\n      }\n    } else\n#endif\n";
+      }
+      prefetch << "    if (((pl_u64)" << op << " & 15) == 0) {\n"
                << "      #pragma unroll 1\n"  // (unrolled, the copies were a third of the matmul's cold compile)
                << "      for (pl_i64 c = pl_cta_tid(); c < " << rows * chunks_per_row << "; c += pl_cta_nthreads()) {\n";
       // Destination chunk c holds the block's chunk (r, q) of the slot's layout (row-major: 0).
@@ -523,6 +588,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (out.profile_space > 0) ctx.region_names = &out.region_names;
   ctx.tensor_core_dots = &out.tensor_core_dots;
   ctx.bulk_stores = &out.bulk_stores;
+  if (opts.tma) ctx.tensor_maps = &out.tensor_maps;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   Emitter em(k, ctx, 1);
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
@@ -583,7 +649,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     auto declare_in_place = [&](const std::string& name) {
       const auto [off, strides] = in_place_layout(bm, b.array_strides, [&](size_t d) { return st + "[" + std::to_string(d) + "]"; });
       em.line(T + "* " + name + " = " + base + (off.empty() ? "" : " + (" + off + ")") + ";");
-      return RefInfo{name, bm.array.dtype, rt.shape, strides};
+      RefInfo r{name, bm.array.dtype, rt.shape, strides};
+      r.operand = static_cast<int>(num_index + j);
+      r.operand_shape = bm.array.shape;
+      return r;
     };
     RefInfo r;
     if (!b.staged) {
@@ -736,6 +805,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   }
   const int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;
   out.arena_bytes = std::max<int64_t>(16, arena.peak() + (out.num_groups - 1) * group_tile_bytes);
+  out.arena_bytes = (out.arena_bytes + scratch_align - 1) / scratch_align * scratch_align;  // (each CTA's)
   // Scratch is fresh for every CTA of a gpu::kernel (as in the interpreter), and barriers must
   // start their phases with the phase bits each thread keeps: both are set up per parallel point.
   const bool fresh_scratch_per_point = gpu_kernel || out.num_barriers > 0;
@@ -751,6 +821,28 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const int64_t staging = wgmma_stage_bytes() * (out.threads_per_cta / 128);
     const int64_t used = 8 * out.num_barriers + out.wgmma_staging_offset();  // (the arena, rounded up)
     if (used + staging <= opts.max_shared_bytes) out.wgmma_staging_bytes = staging;
+  }
+  // The TMA inputs' maps. A slot's layout is canonical where wgmma runs — on the devices the
+  // host encodes maps for (Hopper, sm_90a), where PL_HAS_WGMMA is whether there is wgmma staging
+  // — and its boxes follow it: 8 columns x all rows for a canonical layout, else the block. The
+  // kernel checks the two agree (PL_TMA_LAYOUT_j against PL_SLOT_LAYOUT_j) before using a map.
+  for (int j : out.tma_inputs) {
+    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+    const size_t rank = bm.array.shape.size();
+    const int layout = layout_candidate(j) && out.wgmma_staging_bytes > 0 ? em.slot_layout(j) : 0;
+    TensorMapSpec spec;
+    spec.operand = gm.num_index_operands + j;
+    spec.elem_bytes = static_cast<int>(itemsize(bm.array.dtype));
+    const std::vector<int64_t>& strides = blocks[static_cast<size_t>(j)].array_strides;
+    for (size_t i = 0; i < rank; ++i) {
+      const size_t d = rank - 1 - i;
+      spec.dims.push_back(static_cast<uint64_t>(bm.array.shape[d]));
+      if (i > 0) spec.strides.push_back(static_cast<uint64_t>(strides[d] * spec.elem_bytes));
+      spec.box.push_back(static_cast<uint32_t>(core::block_extent(bm, d)));
+    }
+    if (layout > 0) spec.box[0] = 8;
+    out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = spec;
+    slot_layouts += "#define PL_TMA_LAYOUT_" + std::to_string(j) + " " + std::to_string(layout) + "\n";
   }
 
   // ---- The translation unit.
@@ -778,9 +870,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << out.wgmma_staging_offset() << "\n";
   if (out.pipeline_slot_bytes > 0)
     src << "#define PL_SLOT_BYTES " << out.pipeline_slot_bytes << "\n#define PL_SLOTS_OFFSET " << out.slots_offset() << "\n";
+  if (!out.tma_inputs.empty()) src << "#define PL_RING_SLOTS " << out.pipeline_slots << "\n";
   src << device_runtime_source();
   src << "\nstruct PlParams {\n  void* op[" << std::max(1, num_operands) << "];\n  char* workspace;\n  pl_i64* err;\n  pl_u64* prof;\n  pl_i64 grid["
-      << G << "];\n  pl_i64 num_points;\n};\n\n";
+      << G << "];\n  pl_i64 num_points;\n";
+  if (!out.tensor_maps.empty())
+    src << "  pl_u64 tma_ok;  // bit m: tmap[m] is encoded\n  PlTensorMap tmap[" << out.tensor_maps.size() << "];\n";
+  src << "};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
   // (The signature last: the body chose the register accumulator.)
   src << peers << maps.str() << slot_layouts << prefetch.str()
@@ -789,7 +885,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       << (acc_type.empty() ? "" : ", " + acc_type + "& pl_acc") << ") {\n"
       << body.str() << "\n";
   // The CTA: decode its parallel point, walk the sequential axes in order.
-  src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena) {\n";
+  src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena, [[maybe_unused]] pl_u32& pl_ring_phase) {\n";
   // The grid sizes as constants (p.grid holds the same): the decode of the point, the loops of the
   // sequential axes and num_programs fold, at run time and in NVVM (docs/PERFORMANCE.md, stop 19).
   std::string sizes;
@@ -830,15 +926,33 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const std::string a = std::to_string(out.sequential_axes.back()), D = std::to_string(out.pipeline_depth);
     const std::string S = std::to_string(out.pipeline_slots);
     const std::string ga = "g[" + a + "]", Ga = "G[" + a + "]";
+    // With TMA inputs every thread also waits for the step's slot barrier; a point left early
+    // first waits for the copies still landing (the steps after this one already issued).
+    std::string ring_wait, ring_drain;
+    if (!out.tma_inputs.empty()) {
+      const int site = static_cast<int>(out.error_sites.size());
+      ErrorSite e;
+      e.kind = ErrorSite::Kind::PipelineWait;
+      e.op_name = call.name;
+      e.loc = call.kernel.loc;
+      out.error_sites.push_back(e);
+      std::string ids;
+      for (int d = 0; d < G; ++d) ids += "g[" + std::to_string(d) + "], ";
+      ring_wait = indent + "  if (!pl_group_all(pl_ring_wait(p.err, pl_ring_phase, (int)(" + ga + " % " + S +
+                  ")))) { pl_i64 ev[] = {" + ids + "0}; pl_fail(p.err, " + std::to_string(site) + ", ev, " +
+                  std::to_string(G) + "); pl_cp_async_wait<0>(); " + drain + "return; }\n";
+      ring_drain = "pl_ring_drain(pl_ring_phase, " + ga + " + 1, s < " + Ga + " ? s : " + Ga + " - 1); ";
+    }
     src << indent << "for (pl_i64 s = 0; s < " << Ga << " + " << D << " - 1; ++s) {\n"
         << indent << "  if (s < " << Ga << ") { " << ga << " = s; pl_prefetch(p, g, G, (int)(s % " << S << ")); }\n"
         << indent << "  pl_cp_async_commit();\n"
         << indent << "  if (s < " << D << " - 1) continue;\n"
         << indent << "  " << ga << " = s - (" << D << " - 1);\n"
         << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
+        << ring_wait
         << indent << "  pl_cta_sync();\n"
         << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << S << ")" << acc_arg
-        << ")) { pl_cp_async_wait<0>(); " << drain << "return; }\n"
+        << ")) { pl_cp_async_wait<0>(); " << ring_drain << drain << "return; }\n"
         << indent << "  pl_cta_sync();\n"
         << indent << "}\n";
   } else {
@@ -879,13 +993,18 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << "  pl_cta_sync();\n";
   src << "}\n\n";
   const std::string point_body = fresh_scratch_per_point
-                                     ? "{ pl_init_scratch(arena); pl_cta(p, point, arena); pl_end_scratch(); }"
-                                     : "pl_cta(p, point, arena);";
+                                     ? "{ pl_init_scratch(arena); pl_cta(p, point, arena, ring_phase); pl_end_scratch(); }"
+                                     : "pl_cta(p, point, arena, ring_phase);";
+  // The ring's barriers (TMA inputs) and the parities each thread awaits next: per CTA, not per point.
+  const std::string ring_setup = out.tma_inputs.empty() ? "pl_u32 ring_phase = 0;" : "pl_u32 ring_phase = 0;\n  pl_ring_init();";
   // The workspace holds the semaphores first, then the CTAs' arenas.
   const std::string arena_after_semaphores = out.co_resident() ? std::to_string(out.arena_offset()) + " + " : "";
   src << "#if !PL_HOST_EMULATION\n";
   if (out.arena_in_shared) src << "extern __shared__ __align__(128) char pl_smem[];\n";
-  src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry << "(PlParams p) {\n";
+  // (__grid_constant__: the parameters stay where the launch put them, so the TMA unit can read
+  // the tensor maps there.)
+  src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry
+      << "(const __grid_constant__ PlParams p) {\n";
   // The runtime takes the block size as the constant PL_CTA_THREADS; a hand launch with another
   // (of this source compiled by nvcc) stops here instead of computing garbage.
   src << "  if (blockDim.x != PL_CTA_THREADS || blockDim.y * blockDim.z != 1) __trap();\n";
@@ -894,6 +1013,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   else
     src << "  char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)blockIdx.x * " << out.arena_bytes << "LL;\n";
   if (!fresh_scratch_per_point) src << "  pl_init_scratch(arena);\n";
+  src << "  " << ring_setup << "\n";
   src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) " << point_body << "\n}\n";
   src << "#else\n";
   // Host emulation: one cluster of CTAs at a time (all CTAs when co-resident), their threads host
@@ -906,6 +1026,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "    char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)pl_host_cta() * " << out.arena_bytes
       << "LL;\n";
   if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
+  src << "    " << ring_setup << "\n";
   src << "    for (pl_i64 point = pl_host_cta(); point < p.num_points; point += PL_HOST_CTAS) " << point_body
       << "\n  };\n";
   src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads * PL_HOST_CTAS; ++t) threads.emplace_back(run, t);\n";
@@ -945,6 +1066,10 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
   if (site.kind == ErrorSite::Kind::SemaphoreValue)
     throw Error(eval::negative_semaphore_amount(site.op_name, v[k.num_grid_dims]) + eval::at_grid_point(point),
                 site.loc);
+  if (site.kind == ErrorSite::Kind::PipelineWait)
+    throw InternalError("gpu: the TMA copies of a pipeline step of pallas_call \"" + site.op_name +
+                        "\" did not land within the wait limit" + eval::at_grid_point(point) +
+                        " (a fault of the GPU backend; PALLAS_GPU_NO_TMA=1 copies by cp.async instead)");
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);
   // RefIndex: {program ids..., start}

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,21 @@ struct CodegenOptions {
   // waits for it before the ring refills its slots. false (or PALLAS_GPU_SYNC_WGMMA=1 in the
   // environment, read by codegen_options): each step waits for its own wgmma.
   bool async_wgmma = true;
+  // The ring's blocks copied by the TMA unit on sm_90 (tensor maps), where they are boxes of their
+  // arrays. false (or PALLAS_GPU_NO_TMA=1): by cp.async, as on sm_80.
+  bool tma = true;
+};
+
+// A TMA tensor map the kernel's ring copies through (sm_90; the device runtime's pl_tma_load):
+// the array of operand `operand` (an index of PlParams::op), dims innermost first, boxes of
+// `box` elements. The host encodes it for each launch (the array's address changes), into the
+// parameters after the fixed fields (pack_params).
+struct TensorMapSpec {
+  int operand = 0;
+  int elem_bytes = 0;
+  std::vector<uint64_t> dims;     // elements, innermost first
+  std::vector<uint64_t> strides;  // bytes, of dims 1.. (rank - 1 entries)
+  std::vector<uint32_t> box;      // elements, innermost first
 };
 
 // A run-time check of the generated kernel. When it fails the kernel stores 1 + the site's
@@ -65,7 +81,9 @@ struct ErrorSite {
   // BarrierWait: a gpu::kernel's barrier wait that did not complete in the wait limit (a deadlock);
   // SemaphoreWait: the same for a semaphore wait. SemaphoreValue: a negative semaphore increment
   // or awaited value (the value follows the program ids).
-  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue };
+  // PipelineWait: the ring's TMA copies of a step did not land within the wait limit (a fault of
+  // the backend, reported as an internal error).
+  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue, PipelineWait };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
   std::string op_name;   // RefIndex, BarrierWait, SemaphoreWait: the op; DebugCheck: the message
@@ -129,6 +147,10 @@ struct GeneratedKernel {
   // Slots per pipelined input: pipeline_depth, or one more when the ring may feed wgmma left
   // running into the next step (the slots of the step before stay untouched one step longer).
   int pipeline_slots = 0;
+  // The pipelined inputs copied by the TMA unit where it can (each a box per slot; a slot in a
+  // canonical layout a box per 8 columns), their maps in this order (PlParams::tmap).
+  std::vector<int> tma_inputs;
+  std::vector<TensorMapSpec> tensor_maps;
   int64_t pipeline_slot_bytes = 0;
   int64_t slots_offset() const { return arena_in_shared ? (arena_bytes + 127) / 128 * 128 : 0; }
   int64_t wgmma_staging_offset() const { return slots_offset() + (pipeline_slot_bytes + 127) / 128 * 128; }
@@ -145,12 +167,19 @@ struct GeneratedKernel {
   std::string profile_dir;
 };
 
+// Writes the 16 words of `spec`'s tensor map for the array at `address` into `map` (64-byte
+// aligned); false when it cannot (the address is not 16-byte aligned, the device has no TMA):
+// the kernel then copies that input by cp.async.
+using TensorMapEncoder = std::function<bool(const TensorMapSpec& spec, uint64_t address, uint64_t* map)>;
+
 // The kernel's parameter block (its PlParams struct: one 8-byte word per field, arrays padded to
 // one entry at least): operands (prefetch, inputs, outputs), workspace, error record, profile
-// buffer (0 when not profiling), grid sizes, number of parallel points.
+// buffer (0 when not profiling), grid sizes, number of parallel points; with tensor maps, then a
+// word of their "encoded" bits, and the maps from the next 64-byte boundary, 16 words each,
+// written by `encode` (none when it is empty: every input takes cp.async).
 std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<uint64_t>& operand_ptrs,
                                   uint64_t workspace, uint64_t error_record, uint64_t profile,
-                                  const std::vector<int64_t>& grid);
+                                  const std::vector<int64_t>& grid, const TensorMapEncoder& encode = {});
 // The points of the kernel's parallel axes (one per CTA iteration).
 int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& grid);
 // How many CTAs a launch of `points` parallel points runs, on a GPU of `multiprocessors` SMs that

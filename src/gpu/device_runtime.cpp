@@ -49,6 +49,7 @@ const char* runtime_template() {
 #include <atomic>
 #include <pthread.h>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <stdlib.h>
 #include <thread>
@@ -132,6 +133,9 @@ extern "C" pl_u64 pl_host_mma_instructions() { return pl_host_mma_count.load(); 
 // The same for warpgroup-wide wgmma instructions.
 static std::atomic<pl_u64> pl_host_wgmma_count{0};
 extern "C" pl_u64 pl_host_wgmma_instructions() { return pl_host_wgmma_count.load(); }
+// The same for TMA boxes (the ring's cp.async.bulk.tensor copies).
+static std::atomic<pl_u64> pl_host_tma_count{0};
+extern "C" pl_u64 pl_host_tma_boxes() { return pl_host_tma_count.load(); }
 // Asynchronous operations in host emulation: wgmma, cp.async and bulk copies to global memory
 // complete when a wait retires their group, the latest moment the hardware may complete them —
 // so a kernel that touches their memory before the wait gets a wrong result on the CPU too.
@@ -180,12 +184,24 @@ static std::vector<PlHostGroups<PlHostRows>> pl_host_async_copies, pl_host_bulk_
 // Bulk copies into shared memory in flight, for all threads: they complete on a barrier, not a
 // thread's group — each lands, and makes its arrival, when a thread next tests its barrier
 // (pl_host_land_bulk_loads).
+// A copy without `arrive` (a TMA box) makes no arrival of its own: the expect-tx arrival of its
+// barrier (pl_expect_tx, an entry with no rows and `expect` bytes) does, once that many bytes of
+// boxes have landed on the barrier — the hardware's transaction count, so a test that comes
+// between the arrival and the issue of the boxes does not complete the phase.
 struct PlHostBulkLoad {
   pl_u64* b;
   PlHostRows rows;
+  bool arrive;
+  pl_i64 expect = 0;
 };
 static std::mutex pl_host_bulk_loads_mu;
 static std::vector<PlHostBulkLoad> pl_host_bulk_loads;
+// Per barrier: the bytes its landed expect-tx arrivals still wait for, and those arrivals.
+struct PlHostTx {
+  pl_i64 owed = 0;
+  int arrivals = 0;
+};
+static std::map<pl_u64*, PlHostTx> pl_host_tx;
 static std::atomic<int> pl_host_bulk_loads_pending{0};
 // Computes the thread's wgmma of every group but the newest `pending`.
 PL_DEV void pl_host_wgmma_retire(long pending) {
@@ -221,11 +237,13 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_err = err;
   pl_host_mma_count.store(0);
   pl_host_wgmma_count.store(0);
+  pl_host_tma_count.store(0);
   const size_t threads = (size_t)PL_HOST_CTAS * (size_t)nthreads;
   pl_host_wgmmas.assign(threads, {});
   pl_host_async_copies.assign(threads, {});
   pl_host_bulk_stores.assign(threads, {});
   pl_host_bulk_loads.clear();
+  pl_host_tx.clear();
   pl_host_bulk_loads_pending.store(0);
   for (pl_host_barrier_t& b : pl_host_cluster_barrier) {
     b.count = nthreads * PL_CLUSTER_CTAS;
@@ -716,18 +734,42 @@ PL_DEV void pl_mbar_arrive(pl_u64* b) {
 PL_DEV void pl_host_land_bulk_loads(pl_u64* b) {
   if (pl_host_bulk_loads_pending.load(std::memory_order_acquire) == 0) return;
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
-  for (size_t i = 0; i < pl_host_bulk_loads.size();) {
-    if (pl_host_bulk_loads[i].b != b) {
-      ++i;
+  std::vector<PlHostBulkLoad>& v = pl_host_bulk_loads;
+  size_t keep = 0;
+  int arrivals = 0, landed = 0;
+  PlHostTx* tx = nullptr;
+  for (size_t i = 0; i < v.size(); ++i) {  // (one pass: a slot's TMA boxes are many entries)
+    if (v[i].b != b) {
+      v[keep++] = v[i];
       continue;
     }
-    pl_host_bulk_loads[i].rows.land();
-    pl_host_bulk_loads.erase(pl_host_bulk_loads.begin() + (long)i);
-    pl_host_bulk_loads_pending.fetch_sub(1, std::memory_order_release);
-    pl_mbar_arrive(b);
+    v[i].rows.land();
+    ++landed;
+    if (v[i].arrive && v[i].expect == 0) {
+      ++arrivals;
+      continue;
+    }
+    if (!tx) tx = &pl_host_tx[b];
+    if (v[i].arrive) {
+      tx->owed += v[i].expect;
+      ++tx->arrivals;
+    } else {
+      tx->owed -= v[i].rows.rows * (pl_i64)v[i].rows.row_bytes;
+    }
   }
+  v.resize(keep);
+  if (tx && tx->arrivals > 0 && tx->owed <= 0) {
+    arrivals += tx->arrivals;
+    *tx = {};
+  }
+  pl_host_bulk_loads_pending.fetch_sub(landed, std::memory_order_release);
+  for (int a = 0; a < arrivals; ++a) pl_mbar_arrive(b);
 }
-PL_DEV void pl_mbar_inval(pl_u64* b) { pl_host_land_bulk_loads(b); }
+PL_DEV void pl_mbar_inval(pl_u64* b) {
+  pl_host_land_bulk_loads(b);
+  std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
+  pl_host_tx.erase(b);
+}
 PL_DEV bool pl_mbar_test(pl_u64* b, pl_u32 parity) {
   pl_host_land_bulk_loads(b);
   return ((__atomic_load_n(b, __ATOMIC_ACQUIRE) >> 40) & 1u) != parity;
@@ -907,7 +949,7 @@ PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src,
 #if PL_HOST_EMULATION
   for (pl_i64 r = 0; r < rows; ++r) memset((pl_u8*)dst + r * dst_row_stride, 0xFF, row_bytes);
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
-  pl_host_bulk_loads.push_back({b, {(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes}});
+  pl_host_bulk_loads.push_back({b, {(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes}, true});
   pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
 #elif PL_HAS_BULK_COPY
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)),
@@ -995,21 +1037,21 @@ extern __shared__ __align__(128) char pl_smem[];
 #endif
 // Where a ring slot keeps its block (codegen.cpp's PL_SLOT_LAYOUT_j): layout 0 is row-major;
 // 1 and 2 are wgmma's no-swizzle canonical layouts, so the tensor cores read the slot as it is
-// (no staging copy). Both are made of 8 x 16-byte "core matrices" (128 contiguous bytes):
-//  * 1, K-major (a's block m x k, or b's n x k): element (r, c) at byte
-//    (r / 8) * SBO + (c / 8) * 128 + (r % 8) * 16 + (c % 8) * size, SBO = 16 * row length;
-//  * 2, MN-major (b's block k x n, read with wgmma's transpose-b flag): element (r, c) at byte
-//    (c / 8) * SBO + (r / 8) * 128 + (r % 8) * 16 + (c % 8) * size, SBO = 16 * rows.
-// Either way the 16-byte chunk of a row's elements 8q .. 8q + 7 stays whole, so pl_prefetch
-// copies chunks. pl_slot_chunk names the source chunk (row r, chunk q) of destination chunk c —
-// consecutive threads write consecutive chunks of the slot (no bank conflicts). The layouts are
-// chosen for 2-byte elements only (bf16, f16: 8 to a chunk).
+// (no staging copy). Both keep the block (rows x cols) column chunk by column chunk: the 16-byte
+// chunks of columns 8q .. 8q + 7 of all rows, row after row, then those of the next q — element
+// (r, c) at byte (c / 8) * 16 * rows + r * 16 + (c % 8) * size. They differ in how wgmma reads
+// them (pl_wgmma_block's descriptors), by 8 x 16-byte "core matrices" (128 contiguous bytes):
+//  * 1, K-major (a's block m x k, or b's n x k): core matrices 128 bytes apart down the rows
+//    (the stride byte offset), 16 * rows apart along K (the leading byte offset);
+//  * 2, MN-major (b's block k x n, read with wgmma's transpose-b flag): 128 bytes apart along K
+//    (the rows), 16 * rows apart along N.
+// A chunk q of a slot is thus one TMA box of 8 columns x rows (pl_ring_issue), and pl_prefetch
+// copies 16-byte chunks otherwise: pl_slot_chunk names the source chunk (row r, chunk q) of
+// destination chunk c — consecutive threads write consecutive chunks of the slot (no bank
+// conflicts). The layouts are chosen for 2-byte elements only (bf16, f16: 8 to a chunk).
 template <int L>
 PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& r, pl_i64& q) {
-  if (L == 1) {
-    r = c / (8 * chunks_per_row) * 8 + c % 8;
-    q = c / 8 % chunks_per_row;
-  } else if (L == 2) {
+  if (L != 0) {
     r = c % rows;
     q = c / rows;
   } else {
@@ -1020,10 +1062,179 @@ PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& 
 // The element index in the slot of the block's element (r, col) (8 elements per chunk).
 template <int L>
 PL_DEV pl_i64 pl_slot_elem(pl_i64 r, pl_i64 col, pl_i64 rows, pl_i64 chunks_per_row) {
-  if (L == 1) return ((r / 8 * chunks_per_row + col / 8) * 8 + r % 8) * 8 + col % 8;
-  if (L == 2) return (col / 8 * rows + r) * 8 + col % 8;
+  if (L != 0) return (col / 8 * rows + r) * 8 + col % 8;
   return r * chunks_per_row * 8 + col;
 }
+// ---- TMA tensor copies (sm_90): the ring's, and gpu::kernel's copies of boxes -------------------
+// A box of an array is copied by the TMA unit through a tensor map the host encoded
+// (cuTensorMapEncodeTiled; GeneratedKernel::tensor_maps) into the kernel's parameters, which are
+// __grid_constant__ so that the unit reads it where it is: p.tmap[m], and bit m of p.tma_ok says
+// it was encoded (else the copy takes its other path: a base address that is not 16-byte aligned,
+// a device without TMA). Into shared memory a box completes on an mbarrier whose phase expects
+// its bytes (pl_expect_tx: one arrival with the bytes as expected transactions, before the
+// boxes); to global memory it joins the thread's bulk group (pl_bulk_store_commit / _wait).
+struct alignas(64) PlTensorMap {
+  pl_u64 w[16];
+};
+PL_DEV void pl_expect_tx(pl_u64* b, pl_u32 bytes) {
+#if PL_HOST_EMULATION
+  // The arrival lands with the boxes, when a thread tests the barrier and all `bytes` are there.
+  std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
+  pl_host_bulk_loads.push_back({b, {nullptr, nullptr, 0, 0, 0, 0}, true, (pl_i64)bytes});
+  pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
+#elif PL_HAS_BULK_COPY
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)), "r"(bytes) : "memory");
+#else
+  (void)b, (void)bytes;
+#endif
+}
+#if PL_HOST_EMULATION
+// The emulated tensor map (host_emulation.cpp writes it): w[0] the array's address, w[1] its rank
+// R, w[2] the element's bytes, w[3 + i] the size of dim i (innermost first), w[7 + i] the byte
+// stride of dim i >= 1, w[12 + i / 2] >> 32 (i % 2) the box's size in dim i.
+static const pl_u8 pl_host_zeros[256 * 8] = {};
+// Walks the box at element coordinates c (innermost first), laid out row-major in shared memory
+// at smem, as runs of rows along dim 1: run(smem_rows, gmem_rows, rows, gmem_row_stride, lo, hi)
+// for each run, gmem_rows the array's address of the first row's element c[0] (null: the rows lie
+// outside the array), [lo, hi) the elements of a row inside it.
+template <int R, class F> PL_DEV void pl_host_box_rows(const PlTensorMap* map, const int (&c)[R], pl_u8* smem, F run) {
+  const pl_u64* w = map->w;
+  if ((int)w[1] != R) abort();  // (boxes are issued with the map's rank)
+  pl_host_tma_count.fetch_add(1, std::memory_order_relaxed);
+  const pl_u8* base = (const pl_u8*)w[0];
+  const pl_i64 elem = (pl_i64)w[2];
+  pl_i64 dim[5] = {1, 1, 1, 1, 1}, stride[5] = {0, 0, 0, 0, 0}, box[5] = {1, 1, 1, 1, 1}, at[5] = {0, 0, 0, 0, 0};
+  for (int i = 0; i < R; ++i) {
+    dim[i] = (pl_i64)w[3 + i];
+    stride[i] = i == 0 ? elem : (pl_i64)w[7 + i];
+    box[i] = (pl_i64)((w[12 + i / 2] >> (32 * (i % 2))) & 0xFFFFFFFFu);
+    at[i] = c[i];
+  }
+  const pl_i64 lo = at[0] < 0 ? -at[0] : 0, hi = at[0] + box[0] > dim[0] ? dim[0] - at[0] : box[0];
+  const pl_i64 row_bytes = box[0] * elem, outer = box[2] * box[3] * box[4];
+  for (pl_i64 o = 0; o < outer; ++o) {
+    pl_i64 rest = o, offset = 0;
+    bool inside = hi > lo;
+    for (int i = 2; i < 5; ++i) {
+      const pl_i64 x = at[i] + rest % box[i];
+      rest /= box[i];
+      inside = inside && x >= 0 && x < dim[i];
+      offset += x * stride[i];
+    }
+    pl_u8* rows = smem + o * box[1] * row_bytes;
+    // Dim 1: the rows before the array, inside it, past it.
+    const pl_i64 first = at[1] < 0 ? -at[1] : 0, last = at[1] + box[1] > dim[1] ? dim[1] - at[1] : box[1];
+    if (!inside || last <= first) {
+      run(rows, (const pl_u8*)nullptr, box[1], stride[1], lo, hi);
+      continue;
+    }
+    if (first > 0) run(rows, (const pl_u8*)nullptr, first, stride[1], lo, hi);
+    run(rows + first * row_bytes, base + offset + (at[1] + first) * stride[1] + at[0] * elem, last - first, stride[1], lo, hi);
+    if (last < box[1]) run(rows + last * row_bytes, (const pl_u8*)nullptr, box[1] - last, stride[1], lo, hi);
+  }
+}
+// Loads the box at coordinates c into dst (row-major) as the TMA unit does: elements outside the
+// array read as zero. The rows land when a thread tests barrier b (pl_host_land_bulk_loads);
+// until then they read as all ones.
+template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
+  const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
+  std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
+  auto push = [&](pl_u8* to, const pl_u8* from, pl_i64 from_stride, pl_i64 rows, pl_i64 bytes) {
+    if (rows <= 0 || bytes <= 0) return;
+    for (pl_i64 r = 0; r < rows; ++r) memset(to + r * row_bytes, 0xFF, (size_t)bytes);
+    pl_host_bulk_loads.push_back({b, {to, from, row_bytes, from_stride, rows, (pl_u32)bytes}, false});
+    pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
+  };
+  pl_host_box_rows<R>(map, c, (pl_u8*)dst, [&](pl_u8* rows, const pl_u8* from, pl_i64 n, pl_i64 stride, pl_i64 lo, pl_i64 hi) {
+    if (!from) return push(rows, pl_host_zeros, 0, n, row_bytes);
+    push(rows, pl_host_zeros, 0, n, lo * elem);
+    push(rows + lo * elem, from + lo * elem, stride, n, (hi - lo) * elem);
+    push(rows + hi * elem, pl_host_zeros, 0, n, row_bytes - hi * elem);
+  });
+}
+// Stores the box at coordinates c from src (row-major) into the array, as the TMA unit does:
+// elements outside the array are not written. A part of the thread's open bulk group: at the issue
+// the destination reads as all ones, and the rows are copied (reading src then) when a
+// pl_bulk_store_wait retires the group.
+template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)[R], const void* src) {
+  const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
+  pl_host_box_rows<R>(map, c, (pl_u8*)src, [&](pl_u8* rows, const pl_u8* to, pl_i64 n, pl_i64 stride, pl_i64 lo, pl_i64 hi) {
+    if (!to || hi <= lo) return;
+    for (pl_i64 r = 0; r < n; ++r) memset((pl_u8*)to + r * stride + lo * elem, 0xFF, (size_t)((hi - lo) * elem));
+    pl_host_bulk_stores[(size_t)pl_host_tid()].push({(pl_u8*)to + lo * elem, rows + lo * elem, stride, row_bytes, n, (pl_u32)((hi - lo) * elem)});
+  });
+}
+#elif PL_HAS_BULK_COPY
+template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
+  const pl_u32 d = pl_smem_u32(dst), m = pl_smem_u32(b);
+  const pl_u64 t = (pl_u64)map;
+#define PL_TMA_LOAD(N, COORDS, ...)                                                                        \
+  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, " \
+               COORDS "], [%2];" ::"r"(d), "l"(t), "r"(m), __VA_ARGS__ : "memory")
+  if constexpr (R == 1) PL_TMA_LOAD(1, "{%3}", "r"(c[0]));
+  if constexpr (R == 2) PL_TMA_LOAD(2, "{%3, %4}", "r"(c[0]), "r"(c[1]));
+  if constexpr (R == 3) PL_TMA_LOAD(3, "{%3, %4, %5}", "r"(c[0]), "r"(c[1]), "r"(c[2]));
+  if constexpr (R == 4) PL_TMA_LOAD(4, "{%3, %4, %5, %6}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+  if constexpr (R == 5) PL_TMA_LOAD(5, "{%3, %4, %5, %6, %7}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
+#undef PL_TMA_LOAD
+}
+template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)[R], const void* src) {
+  const pl_u32 s = pl_smem_u32(src);
+  const pl_u64 t = (pl_u64)map;
+#define PL_TMA_STORE(N, COORDS, ...)                                                                               \
+  asm volatile("cp.async.bulk.tensor." #N "d.global.shared::cta.tile.bulk_group [%0, " COORDS "], [%1];" ::"l"(t), \
+               "r"(s), __VA_ARGS__ : "memory")
+  if constexpr (R == 1) PL_TMA_STORE(1, "{%2}", "r"(c[0]));
+  if constexpr (R == 2) PL_TMA_STORE(2, "{%2, %3}", "r"(c[0]), "r"(c[1]));
+  if constexpr (R == 3) PL_TMA_STORE(3, "{%2, %3, %4}", "r"(c[0]), "r"(c[1]), "r"(c[2]));
+  if constexpr (R == 4) PL_TMA_STORE(4, "{%2, %3, %4, %5}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+  if constexpr (R == 5) PL_TMA_STORE(5, "{%2, %3, %4, %5, %6}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
+#undef PL_TMA_STORE
+}
+#else
+template <int R> PL_DEV void pl_tma_load(void*, const PlTensorMap*, const int (&)[R], pl_u64*) {}
+template <int R> PL_DEV void pl_tma_store(const PlTensorMap*, const int (&)[R], const void*) {}
+#endif
+// The ring (codegen.cpp's pipelined inputs with TMA): one barrier per slot, initialized once per
+// CTA; at each step thread 0 expects the slot's bytes and issues its boxes (pl_prefetch), and
+// every thread waits for the slot's phase (pl_ring_wait), keeping the parity it awaits next per
+// slot (pl_ring_phase) across the CTA's points.
+#ifdef PL_RING_SLOTS
+#if PL_HOST_EMULATION
+static pl_u64 pl_host_ring_mbar[PL_HOST_CTAS][PL_RING_SLOTS];
+#define pl_ring_mbar (pl_host_ring_mbar[pl_host_cta()])
+#elif PL_HAS_BULK_COPY
+__shared__ __align__(8) pl_u64 pl_ring_mbar[PL_RING_SLOTS];
+#endif
+#if PL_HAS_BULK_COPY
+PL_DEV void pl_ring_init() {
+  if (pl_cta_tid() == 0) {
+    for (int i = 0; i < PL_RING_SLOTS; ++i) pl_mbar_init(pl_ring_mbar + i, 1);
+#if !PL_HOST_EMULATION
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // seen by the TMA unit
+#endif
+  }
+  pl_cta_sync();
+}
+// Waits for slot `slot`'s copies (false: not within the wait limit, or another thread failed).
+PL_DEV bool pl_ring_wait(const pl_i64* err, pl_u32& phases, int slot) {
+  return pl_mbar_wait(pl_ring_mbar + slot, &phases, slot, err);
+}
+// Leaving a point early: waits for the copies of steps [first, last] still landing in their slots
+// (the TMA unit always completes them), so the parities stay in step and no copy lands later.
+PL_DEV void pl_ring_drain(pl_u32& phases, pl_i64 first, pl_i64 last) {
+  for (pl_i64 s = first; s <= last; ++s) {
+    const int slot = (int)(s % PL_RING_SLOTS);
+    while (!pl_mbar_test(pl_ring_mbar + slot, (phases >> slot) & 1u)) pl_backoff();
+    phases ^= 1u << slot;
+  }
+}
+#else
+PL_DEV void pl_ring_init() {}
+PL_DEV bool pl_ring_wait(const pl_i64*, pl_u32&, int) { return true; }
+PL_DEV void pl_ring_drain(pl_u32&, pl_i64, pl_i64) {}
+#endif
+#endif
 #if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 PL_DEV void pl_cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(pl_smem_u32(smem)), "l"(gmem) : "memory");
@@ -1345,11 +1556,10 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_
   PlWgmma<NC, In>::template run<TB>(d, da, db);
 }
 #endif
-// The descriptor of a no-swizzle operand at p (16-byte aligned, in shared memory): K-adjacent
-// core matrices 128 bytes apart (the leading byte offset), the next 8 rows (or, MN-major, the
-// next 8 columns) `sbo` bytes on.
-PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 sbo) {
-  const pl_u64 lbo = 128;
+// The descriptor of a no-swizzle operand at p (16-byte aligned, in shared memory): core matrices
+// adjacent along K `lbo` bytes apart (the leading byte offset), the next 8 rows (or, MN-major,
+// the next 8 columns) `sbo` bytes on (the stride byte offset).
+PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 lbo, pl_u64 sbo) {
   return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32);
 }
 // Copies rows [r0, r0 + rows) x columns [k0, k0 + kc) of a K-contiguous matrix (row stride ld)
@@ -1391,7 +1601,8 @@ PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed
 // next step's wait has retired the group — and whatever reads the registers first drains them
 // (pl_acc_flush).
 template <int NC, bool BNK, int LA, int LB, bool ASYNC = false, class In>
-PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int K) {
+PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int M, int N,
+                           int K) {
   constexpr bool staged = LA == 0 || LB == 0;
   const int t = pl_tid() & 127, step = staged ? PL_WG_KC : K;
   pl_u8* stage_a = pl_wgmma_staging + (pl_cta_tid() >> 7) * PL_WG_STAGE_BYTES;
@@ -1414,11 +1625,17 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
     // issues them back to back; rolled, it injects a warpgroup.arrive before each (its C7519
     // note). Unrolled costs the bf16 matmul 40% more cold compile, rolled 20% (PERFORMANCE.md).
     for (int ks = 0; ks < kc; ks += 16) {  // the next 16 columns: two core matrices on
-      // A canonical operand's rows r0.. at column k: byte (r0 / 8) * 16 K + (k / 8) * 128.
-      const pl_u64 da = LA ? pl_wgmma_desc(a + (pl_i64)m0 * K + (k0 + ks) * 8, 16 * (pl_u64)K)
-                           : pl_wgmma_desc(stage_a + ks * 16, 16 * PL_WG_KC);
-      const pl_u64 db = LB ? pl_wgmma_desc(b + (pl_i64)n0 * K + (k0 + ks) * 8, 16 * (pl_u64)K)
-                           : pl_wgmma_desc(stage_b + ks * 16, 16 * PL_WG_KC);
+      // An operand in a slot (pl_slot_elem: element (r, c) at (c / 8) * 8 rows + 8 r + c % 8):
+      // layout 1 (a's m x K, b's n x K) from row r0 at column k is at element k rows + 8 r0,
+      // K-adjacent core matrices 16 rows bytes apart, row groups 128; layout 2 (b's K x n, MN-major)
+      // from column n0 at row k is at n0 K + 8 k, K-adjacent core matrices 128 bytes apart, groups
+      // of 8 columns 16 K. The staging is K-major with PL_WG_KC columns, a row group per 16 KC.
+      const pl_i64 k = k0 + ks;
+      const pl_u64 da = LA ? pl_wgmma_desc(a + k * M + 8 * m0, 16 * (pl_u64)M, 128)
+                           : pl_wgmma_desc(stage_a + ks * 16, 128, 16 * PL_WG_KC);
+      const pl_u64 db = LB == 1   ? pl_wgmma_desc(b + k * N + 8 * n0, 16 * (pl_u64)N, 128)
+                        : LB == 2 ? pl_wgmma_desc(b + (pl_i64)n0 * K + 8 * k, 128, 16 * (pl_u64)K)
+                                  : pl_wgmma_desc(stage_b + ks * 16, 128, 16 * PL_WG_KC);
       pl_wgmma_async<NC, In, LB == 2>(acc, da, db);
     }
     if constexpr (ASYNC && !staged) {
@@ -1443,7 +1660,7 @@ PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In
     Out* dq = d + pl_wgmma_acc_base(m0, n0, ldd);
     float acc[NC / 2];
     for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate ? (float)pl_ld(dq[pl_wgmma_acc_off(i, ldd)]) : 0.0f;
-    pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, K);
+    pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, M, N, K);
     if (mine)
       for (int i = 0; i < NC / 2; ++i) pl_put(&dq[pl_wgmma_acc_off(i, ldd)], acc[i]);
   }
@@ -1480,7 +1697,7 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
     if (!f.dirty)
 #pragma unroll
       for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? dq[pl_wgmma_acc_off(i, ldd)] : 0.0f;
-    pl_wgmma_block<NC, BNK, LA, LB, PL_WGMMA_ASYNC != 0>(acc, a, lda, b, ldb, m0, n0, K);
+    pl_wgmma_block<NC, BNK, LA, LB, PL_WGMMA_ASYNC != 0>(acc, a, lda, b, ldb, m0, n0, M, N, K);
   }
   f.dirty = 1;
 }

@@ -58,6 +58,10 @@ struct DriverApi {
   CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   CUresult (*OccupancyMaxActiveClusters)(int*, CUfunction, const CUlaunchConfig*);  // null: unknown
+  // cuTensorMapEncodeTiled (null: unknown; the ring's inputs then take cp.async). The enums are
+  // passed as their values (cuda.h's CUtensorMapDataType, ...), the map as 16 words.
+  CUresult (*TensorMapEncodeTiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
+                                   const unsigned*, int, int, int, int);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemFree)(CUdeviceptr);
   CUresult (*MemHostAlloc)(void**, size_t, unsigned);
@@ -95,6 +99,8 @@ Device& Device::get() {
     PALLAS_SYM(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     api->OccupancyMaxActiveClusters =
         reinterpret_cast<decltype(api->OccupancyMaxActiveClusters)>(dlsym(h, "cuOccupancyMaxActiveClusters"));
+    api->TensorMapEncodeTiled =
+        reinterpret_cast<decltype(api->TensorMapEncodeTiled)>(dlsym(h, "cuTensorMapEncodeTiled"));
     PALLAS_SYM(MemAlloc, "cuMemAlloc_v2");
     PALLAS_SYM(MemFree, "cuMemFree_v2");
     PALLAS_SYM(MemHostAlloc, "cuMemHostAlloc");
@@ -336,6 +342,23 @@ int64_t max_active_clusters(const Device& d, void* function, const GeneratedKern
   return n;
 }
 
+// Tensor maps for the kernel's TMA copies, on Hopper (the sm_90a code, whose slot layouts the
+// maps' boxes were made for). An array whose address is not 16-byte aligned (a DLPack import of an
+// offset view), or a map the driver refuses, leaves its input to cp.async.
+TensorMapEncoder tensor_map_encoder(const Device& d) {
+  if (!d.runs_wgmma() || !d.api().TensorMapEncodeTiled) return {};
+  return [&d](const TensorMapSpec& spec, uint64_t address, uint64_t* map) {
+    if (address % 16 != 0) return false;
+    // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32 / UINT64 (the bits are copied, not converted).
+    const int type = spec.elem_bytes == 1 ? 0 : spec.elem_bytes == 2 ? 1 : spec.elem_bytes == 4 ? 2 : 4;
+    const std::vector<unsigned> box(spec.box.begin(), spec.box.end()), element_strides(spec.box.size(), 1);
+    // interleave NONE (0), swizzle NONE (0), L2 promotion 128B (2), out-of-bounds fill NONE (0).
+    return d.api().TensorMapEncodeTiled(map, type, static_cast<unsigned>(spec.dims.size()),
+                                        reinterpret_cast<void*>(address), spec.dims.data(), spec.strides.data(),
+                                        box.data(), element_strides.data(), 0, 0, 2, 0) == 0;
+  };
+}
+
 }  // namespace
 
 void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
@@ -368,8 +391,8 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
     profile = DeviceBuffer(profile_words * sizeof(uint64_t));
     d.check(api.MemsetD8Async(profile.ptr(), 0, profile_words * sizeof(uint64_t), stream), "cuMemsetD8Async");
   }
-  std::vector<uint64_t> words =
-      pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(), profile_words > 0 ? profile.ptr() : 0, grid);
+  std::vector<uint64_t> words = pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(),
+                                            profile_words > 0 ? profile.ptr() : 0, grid, tensor_map_encoder(d));
   void* params[] = {words.data()};
   const LaunchShape launch(d, k, ctas, stream);
   d.check(api.LaunchKernelEx(&launch.cfg, function, params, nullptr), "cuLaunchKernelEx");

@@ -3,13 +3,17 @@
 // Each Pallas thread is a group of the CTA's threads (a warpgroup), and a primitive is what that
 // group does together:
 //  * copy_gmem_to_smem: one arrival on the barrier per copy, as the interpreter (and Mosaic GPU's
-//    expect-tx arrival) counts it; the copy has landed when the barrier's phase completes. When
-//    the views are rows of whole 16-byte chunks (bulk_rows) and the addresses are 16-byte aligned
-//    (checked at run time), one thread starts a bulk copy per row on sm_90 (cp.async.bulk,
-//    completing on the barrier with the bytes as expected transactions) and the group goes on
-//    without waiting; otherwise the group copies the elements, syncs, and one thread arrives.
-//  * copy_smem_to_gmem: with whole 16-byte rows (bulk_rows) and aligned addresses, thread 0
-//    starts a bulk copy per row on sm_90 (cp.async.bulk ... bulk_group) and commits them as one
+//    expect-tx arrival) counts it; the copy has landed when the barrier's phase completes. A box
+//    of an operand into dense shared memory (tma_box) is one TMA copy on sm_90 when its tensor map
+//    was encoded and the shared memory is 128-byte aligned (checked at run time): one thread
+//    arrives with the box's bytes as expected transactions and issues it. Else, when the views
+//    are rows of whole 16-byte chunks (bulk_rows) and the addresses are 16-byte aligned (checked
+//    at run time), one thread starts a bulk copy per row on sm_90 (cp.async.bulk, completing on
+//    the barrier likewise) and the group goes on without waiting; otherwise the group copies the
+//    elements, syncs, and one thread arrives.
+//  * copy_smem_to_gmem: a box as above is one TMA store (cp.async.bulk.tensor ... bulk_group),
+//    else with whole 16-byte rows (bulk_rows) and aligned addresses thread 0 starts a bulk copy
+//    per row on sm_90 (cp.async.bulk ... bulk_group); either way thread 0 commits them as one
 //    group; wait_smem_to_gmem(n) is thread 0's cp.async.bulk.wait_group(.read) n, then a group
 //    sync; each CTA waits for all of them at its end. Otherwise the group copies the elements
 //    (and thread 0 commits an empty group, so waits count copies).
@@ -91,6 +95,46 @@ std::optional<BulkRows> bulk_rows(const RefInfo& src, const RefInfo& dst) {
   if (!aligned || b.rows * b.row_bytes >= (int64_t{1} << 20)) return std::nullopt;
   return b;
 }
+
+// A copy between a box of an operand array (`gmem`: a view whose dims step as the array's do, in
+// order, the last one the array's last) and a dense row-major view of shared memory (`smem`) as
+// one TMA box (cp.async.bulk.tensor): the tensor map it needs, the box in the array's dims
+// (innermost first; 1 where the view drops a dim), or nullopt. The box's limits: rank 5, 256
+// elements a dim, rows of whole 16-byte chunks (and array rows too: the map's strides), fewer
+// than 2^20 bytes (a phase's expected transactions).
+std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem) {
+  const Shape& a = gmem.operand_shape;
+  const size_t rank = a.size();
+  if (gmem.operand < 0 || rank == 0 || rank > 5 || gmem.shape != smem.shape || gmem.dtype != smem.dtype ||
+      gmem.shape.empty() || smem.strides != contiguous_strides(smem.shape))
+    return std::nullopt;
+  const int64_t item = itemsize(gmem.dtype);
+  const std::vector<int64_t> as = contiguous_strides(a);
+  std::vector<int64_t> box(rank, 1);
+  size_t d = 0;
+  for (size_t v = 0; v < gmem.shape.size(); ++v) {
+    while (d < rank && as[d] != gmem.strides[v]) ++d;
+    if (d == rank || gmem.shape[v] > a[d]) return std::nullopt;
+    box[d++] = gmem.shape[v];
+  }
+  int64_t bytes = item;
+  for (size_t i = 0; i < rank; ++i) {
+    if (box[i] > 256 || a[i] > (int64_t{1} << 32)) return std::nullopt;
+    bytes *= box[i];
+  }
+  if ((box.back() * item) % 16 != 0 || (rank > 1 && (a.back() * item) % 16 != 0) || bytes >= (int64_t{1} << 20))
+    return std::nullopt;
+  TensorMapSpec spec;
+  spec.operand = gmem.operand;
+  spec.elem_bytes = static_cast<int>(item);
+  for (size_t i = 0; i < rank; ++i) {
+    const size_t dim = rank - 1 - i;
+    spec.dims.push_back(static_cast<uint64_t>(a[dim]));
+    if (i > 0) spec.strides.push_back(static_cast<uint64_t>(as[dim] * item));
+    spec.box.push_back(static_cast<uint32_t>(box[dim]));
+  }
+  return spec;
+}
 }  // namespace
 
 void Emitter::emit_gpu_op(const ir::Op& op) {
@@ -113,27 +157,81 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // wait_smem_to_gmem awaits; a copy the group makes itself commits an empty one, so
       // wait_smem_to_gmem(n) counts copies.
       const std::string done = to_gmem ? "pl_bulk_store_commit()" : "pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ")";
-      if (bulk) {
+      // On sm_90 a box of an operand goes by TMA when its map was encoded and the shared memory is
+      // 128-byte aligned (checked when running), as one box; else as bulk rows or elements.
+      const RefInfo& gmem = to_gmem ? dst : src;
+      const RefInfo& smem = to_gmem ? src : dst;
+      std::optional<TensorMapSpec> tma = ctx_.tensor_maps ? tma_box(gmem, smem) : std::nullopt;
+      int map = -1;
+      if (tma) {
+        std::vector<TensorMapSpec>& maps = *ctx_.tensor_maps;
+        for (size_t m = 0; m < maps.size() && map < 0; ++m)
+          if (maps[m].operand == tma->operand && maps[m].dims == tma->dims && maps[m].strides == tma->strides &&
+              maps[m].box == tma->box)
+            map = static_cast<int>(m);
+        if (map < 0 && maps.size() < 64) {  // (PlParams::tma_ok has a bit per map)
+          map = static_cast<int>(maps.size());
+          maps.push_back(*tma);
+        }
+        if (map < 0) tma.reset();
+      }
+      if (tma || bulk) {
         // The group's earlier accesses (a consumer's reads of the slot, writes of the source)
         // come before the copy: each thread fences its own, then the group syncs.
         if (to_gmem && ctx_.bulk_stores) ++*ctx_.bulk_stores;
-        const std::string rows = std::to_string(bulk->dst_stride) + ", " + src.ptr + ", " +
-                                 std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
-                                 std::to_string(bulk->row_bytes) + "u";
         line("pl_fence_before_bulk_copy();");
         just_synced_ = false;
         barrier();
+        if (tma) {
+          // The box's start in the array, innermost dim first, from the view's element offset.
+          const size_t rank = tma->dims.size();
+          const std::vector<int64_t> as = contiguous_strides(gmem.operand_shape);
+          const std::string T = ctype(gmem.dtype), M = std::to_string(map), P = ctx_.params;
+          std::string coords;
+          for (size_t i = 0; i < rank; ++i) {
+            const size_t d = rank - 1 - i;
+            coords += (i ? ", " : "") + std::string("(int)(off / ") + std::to_string(as[d]) + " % " +
+                      std::to_string(gmem.operand_shape[d]) + ")";
+          }
+          line("if (PL_HAS_BULK_COPY && ((" + P + ".tma_ok >> " + M + ") & 1u) && ((pl_u64)" + smem.ptr + " & 127) == 0) {");
+          line("  if (pl_tid() == 0) {");
+          line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) + "]);");
+          line("    const int c[" + std::to_string(rank) + "] = {" + coords + "};");
+          if (to_gmem) {
+            line("    pl_tma_store<" + std::to_string(rank) + ">(&" + P + ".tmap[" + M + "], c, " + src.ptr + ");");
+            line("    pl_bulk_store_commit();");
+          } else {
+            const std::string b = ref_operand(*this, op, 2).ptr;
+            int64_t bytes = tma->elem_bytes;
+            for (uint32_t x : tma->box) bytes *= x;
+            line("    pl_expect_tx(" + b + ", " + std::to_string(bytes) + "u);");
+            line("    pl_tma_load<" + std::to_string(rank) + ">(" + dst.ptr + ", &" + P + ".tmap[" + M + "], c, " + b + ");");
+          }
+          line("  }");
+          line(bulk ? "} else" : "} else {");
+        }
+        // The last branch: the group copies the elements, syncs, and thread 0 completes the copy.
+        auto elements_branch = [&] {
+          ++indent_;
+          copy_elements();
+          line("pl_sync();");
+          line("if (pl_tid() == 0) " + done + ";");
+          --indent_;
+          line("}");
+        };
+        if (!bulk) {
+          elements_branch();
+          return;
+        }
+        const std::string rows = std::to_string(bulk->dst_stride) + ", " + src.ptr + ", " +
+                                 std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
+                                 std::to_string(bulk->row_bytes) + "u";
         line("if (pl_bulk_ok(" + src.ptr + ", " + dst.ptr + ")) {");
         line(to_gmem ? "  if (pl_tid() == 0) pl_bulk_store_rows(" + dst.ptr + ", " + rows + ");"
                      : "  if (pl_tid() == 0) pl_bulk_copy_rows(" + dst.ptr + ", " + rows + ", " +
                            ref_operand(*this, op, 2).ptr + ");");
         line("} else {");
-        ++indent_;
-        copy_elements();
-        line("pl_sync();");
-        line("if (pl_tid() == 0) " + done + ";");
-        --indent_;
-        line("}");
+        elements_branch();
         return;
       }
       before_mem_read();

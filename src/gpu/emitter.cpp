@@ -124,18 +124,18 @@ std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides, c
 
 // ---- Arena --------------------------------------------------------------------------------------
 
-int64_t Arena::alloc(int64_t bytes) {
+int64_t Arena::alloc(int64_t bytes, int64_t align) {
   bytes = std::max<int64_t>(16, (bytes + 15) / 16 * 16);
   for (size_t i = 0; i < free_.size(); ++i) {
-    if (free_[i].bytes < bytes) continue;
+    if (free_[i].bytes < bytes || free_[i].offset % align != 0) continue;
     int64_t off = free_[i].offset;
     free_[i].offset += bytes;
     free_[i].bytes -= bytes;
     if (free_[i].bytes == 0) free_.erase(free_.begin() + static_cast<long>(i));
     return off;
   }
-  int64_t off = top_;
-  top_ += bytes;
+  int64_t off = (top_ + align - 1) / align * align;
+  top_ = off + bytes;
   peak_ = std::max(peak_, top_);
   return off;
 }
@@ -670,6 +670,8 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
   if (acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref) line(acc_regs_.flush(acc_regs_.ptr));
   RefInfo out;
   out.dtype = base.dtype;
+  out.operand = base.operand;
+  out.operand_shape = base.operand_shape;
   std::string offset;
   for (size_t d = 0; d < idx.entries.size(); ++d) {
     const ir::IndexEntry& e = idx.entries[d];

@@ -57,7 +57,7 @@ struct MmaProduct {
 // reusable only after the next barrier, so no thread overwrites a tile another is still reading.
 class Arena {
  public:
-  int64_t alloc(int64_t bytes);
+  int64_t alloc(int64_t bytes, int64_t align = 16);  // align: a power of 2, at least 16
   void release(int64_t offset, int64_t bytes);  // pending until on_barrier()
   void on_barrier();
   int64_t peak() const { return peak_; }
@@ -77,6 +77,10 @@ struct RefInfo {
   // Pipelined input j's ring slot (the whole block; -1: other memory). Its layout is decided
   // after the body is emitted (Emitter::slot_layout): the code names it PL_SLOT_LAYOUT_j.
   int slot_input = -1;
+  // The operand array this Ref views (an index of PlParams::op; -1: other memory) and the array's
+  // shape: a copy of a box of it may go through a TMA tensor map (emit_gpu_ops.cpp).
+  int operand = -1;
+  Shape operand_shape;
 };
 
 // An SSA value: a scalar register, a tile in the arena, a Ref, or a fused array value — one
@@ -118,6 +122,9 @@ struct EmitContext {
   int* tensor_core_dots = nullptr;
   // Counts the copy_smem_to_gmem emitted as bulk copies (GeneratedKernel::bulk_stores).
   int* bulk_stores = nullptr;
+  // The kernel's TMA tensor maps (GeneratedKernel::tensor_maps): a copy of a box of an operand
+  // adds the map it needs (nullptr: no TMA).
+  std::vector<TensorMapSpec>* tensor_maps = nullptr;
   int group_threads = 0;  // pl_nthreads() of the generated unit (0: unknown)
 };
 

@@ -29,7 +29,7 @@ using CountFn = uint64_t (*)();
 struct Loaded {
   void* handle = nullptr;
   EntryFn entry = nullptr;
-  CountFn mma_count = nullptr, wgmma_count = nullptr;
+  CountFn mma_count = nullptr, wgmma_count = nullptr, tma_count = nullptr;
 };
 
 std::string run_command(const std::string& cmd, int& status) {
@@ -91,7 +91,8 @@ Loaded load(const GeneratedKernel& k) {
     if (!f) throw Error(std::string("host emulation: the compiled kernel has no ") + name);
     return f;
   };
-  Loaded l{h, entry, counter("pl_host_mma_instructions"), counter("pl_host_wgmma_instructions")};
+  Loaded l{h, entry, counter("pl_host_mma_instructions"), counter("pl_host_wgmma_instructions"),
+           counter("pl_host_tma_boxes")};
   fs::remove_all(work, ec);  // the library stays mapped
   return loaded[k.source] = l;
 }
@@ -102,6 +103,22 @@ std::string host_compiler() {
   for (const char* var : {"PALLAS_HOST_CXX", "CXX"})
     if (const char* v = std::getenv(var); v && *v) return v;
   return "c++";
+}
+
+// The emulated tensor map the device runtime's pl_tma_load reads (its comment has the layout):
+// the array's address, rank, element bytes, dims, byte strides, box. As on the GPU, only an
+// address aligned to 16 bytes is encoded.
+static bool emulated_tensor_map(const TensorMapSpec& spec, uint64_t address, uint64_t* map) {
+  if (address % 16 != 0) return false;
+  map[0] = address;
+  map[1] = spec.dims.size();
+  map[2] = static_cast<uint64_t>(spec.elem_bytes);
+  for (size_t i = 0; i < spec.dims.size(); ++i) {
+    map[3 + i] = spec.dims[i];
+    if (i > 0) map[7 + i] = spec.strides[i - 1];
+    map[12 + i / 2] |= static_cast<uint64_t>(spec.box[i]) << (32 * (i % 2));
+  }
+  return true;
 }
 
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
@@ -151,13 +168,16 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
                     " host threads each: more than " + std::to_string(kMaxHostEmulationThreads) +
                     " threads (use a smaller grid, or fewer threads per CTA)",
                 call.kernel.loc);
-  std::vector<uint64_t> arena(static_cast<size_t>(k.arena_offset() + k.arena_bytes * k.host_ctas) / 8 + 2);
+  // (From a 128-byte boundary, as dynamic shared memory is: TMA copies check their addresses.)
+  std::vector<uint64_t> arena_words(static_cast<size_t>(k.arena_offset() + k.arena_bytes * k.host_ctas) / 8 + 2 + 16);
+  uint64_t* arena = arena_words.data() + (16 - reinterpret_cast<uintptr_t>(arena_words.data()) / 8 % 16) % 16;
   int64_t err[kErrorRecordWords] = {};
   prepare_profile_dir(k, call.kernel.loc);
   std::vector<uint64_t> profile(profile_buffer_words(k, grid));
-  std::vector<uint64_t> words = pack_params(k, ptrs, reinterpret_cast<uint64_t>(arena.data()),
+  std::vector<uint64_t> words = pack_params(k, ptrs, reinterpret_cast<uint64_t>(arena),
                                             reinterpret_cast<uint64_t>(err),
-                                            reinterpret_cast<uint64_t>(profile.empty() ? nullptr : profile.data()), grid);
+                                            reinterpret_cast<uint64_t>(profile.empty() ? nullptr : profile.data()), grid,
+                                            emulated_tensor_map);
   {
     // The unit's emulation state (thread count, barrier) is global to its library: one run at a time.
     static std::mutex run_mu;
@@ -166,6 +186,7 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
     if (stats) {
       stats->mma_instructions = static_cast<int64_t>(kernel.mma_count());
       stats->wgmma_instructions = static_cast<int64_t>(kernel.wgmma_count());
+      stats->tma_boxes = static_cast<int64_t>(kernel.tma_count());
     }
   }
   if (err[0] != 0) throw_kernel_error(call, k, err);

@@ -27,6 +27,7 @@ std::string host_compiler();
 struct HostEmulationStats {
   int64_t mma_instructions = 0;    // warp-wide mma.sync instructions (tensor-core dots)
   int64_t wgmma_instructions = 0;  // warpgroup-wide wgmma.mma_async instructions
+  int64_t tma_boxes = 0;           // TMA tensor copies (cp.async.bulk.tensor) of the ring
 };
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
                                       const std::vector<Array>& args, const std::vector<int64_t>& grid,

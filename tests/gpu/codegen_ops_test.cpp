@@ -389,7 +389,8 @@ TEST(GpuCodegenOps, SassShowsTheTensorCoreInstructions) {
 // acc[...] += dot of two pipelined bf16 blocks, the accumulator in registers: a step's wgmma are
 // issued back to back (one WARPGROUP.ARRIVE before the first, none between) and left running
 // while the next step's copies land — the step waits only for the previous step's group
-// (DEPBAR.LE gsb0, 0x1). With async_wgmma off each step waits for its own (0x0 only).
+// (DEPBAR.LE gsb0, 0x1). With async_wgmma off each step waits for its own (0x0 only). Either
+// way the slots are filled by TMA (UTMALDG).
 TEST(GpuCodegenOps, WgmmaOfTheRegisterAccumulatorRunsIntoTheNextStep) {
   if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh, or set PALLAS_CUOBJDUMP)";
@@ -418,6 +419,10 @@ TEST(GpuCodegenOps, WgmmaOfTheRegisterAccumulatorRunsIntoTheNextStep) {
     EXPECT_EQ(count_of(group, "HGMMA."), 4) << group;  // K = 64: 4 k16 steps, one group
     EXPECT_EQ(count_of(group, "WARPGROUP.ARRIVE"), 0) << group;
     EXPECT_EQ(sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x1") != std::string::npos, async) << sass;
+    // The ring's blocks come by TMA (RingBlocksThatAreBoxesComeByTheTmaUnit): the tensor copies
+    // and thread 0's expect-tx arrival on the slot's barrier.
+    EXPECT_CONTAINS(sass, "UTMALDG.2D");
+    EXPECT_CONTAINS(sass, "SYNCS.ARRIVE.TRANS");
   }
 }
 
@@ -694,6 +699,9 @@ TEST(GpuCodegenOps, AWgmmaLeftRunningKeepsItsSlotsUntilTheNextStepRetiresIt) {
       gpu::CodegenOptions options;
       options.threads_per_cta = 128;
       options.async_wgmma = async;
+      // (Synchronous, the ring's copies are cp.async, whose early-read edit is below; the TMA
+      // copies have theirs in RingBlocksThatAreBoxesComeByTheTmaUnit.)
+      options.tma = async;
       gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
       ASSERT_EQ(k.register_accumulator, 0);
       ASSERT_EQ(k.tensor_core_slots, (std::vector<int>{0, 1}));
@@ -720,15 +728,127 @@ TEST(GpuCodegenOps, AWgmmaLeftRunningKeepsItsSlotsUntilTheNextStepRetiresIt) {
       const std::string slots = std::to_string(depth + 1), fewer = std::to_string(depth);
       std::string early = k.source;
       for (const std::string& use : {std::string("(int)(s % "), std::string("(int)(g[0] % ")}) {
-        const size_t at = early.find(use + slots + ")");
+        size_t at = early.find(use + slots + ")");
         ASSERT_NE(at, std::string::npos) << use;
-        early.replace(at, use.size() + slots.size(), use + fewer);
+        for (; at != std::string::npos; at = early.find(use + slots + ")", at))  // (the slot, its barrier)
+          early.replace(at, use.size() + slots.size(), use + fewer);
       }
       gpu::GeneratedKernel racy = k;
       racy.source = early;
       const Array got = gpu::run_host_emulation(*tc, racy, {x, y}, tc->grid_mapping.grid, 128)[0];
       EXPECT_FALSE(allclose(got, want, 1e-4, 1e-3).ok) << "the early refill went unnoticed";
     }
+  }
+}
+
+// On sm_90 the ring's blocks that are boxes of their arrays come by the TMA unit: a tensor map per
+// input in the kernel's parameters, one mbarrier per slot that thread 0 arrives on with the slot's
+// bytes before issuing the boxes. A row-major slot is one box (the block); a slot in wgmma's
+// canonical layout is a box of 8 columns x all rows per 16-byte column chunk. Host emulation
+// copies the boxes from its own encoding of the maps and lands them when a thread tests the
+// slot's barrier. Checked: the maps (dims, byte strides, boxes, by hand), the boxes issued, the
+// result against a plain product (or sum) in double; and three edits of the generated source:
+// without the slot wait a step reads its slots before they land (NaN), without the arrival the
+// wait gives up after the wait limit with an error instead of hanging, and without the maps
+// (none encoded: an unaligned array, a device without TMA) the blocks come by cp.async.
+TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
+  auto spec = [](int operand, int elem, std::vector<uint64_t> dims, std::vector<uint64_t> strides, std::vector<uint32_t> box) {
+    gpu::TensorMapSpec s;
+    s.operand = operand, s.elem_bytes = elem, s.dims = std::move(dims), s.strides = std::move(strides), s.box = std::move(box);
+    return s;
+  };
+  auto same = [](const gpu::TensorMapSpec& a, const gpu::TensorMapSpec& b) {
+    return a.operand == b.operand && a.elem_bytes == b.elem_bytes && a.dims == b.dims && a.strides == b.strides && a.box == b.box;
+  };
+  // A generated kernel with every `from` replaced by `to` (it must be there).
+  auto edited = [](const gpu::GeneratedKernel& k, const std::string& from, const std::string& to) {
+    gpu::GeneratedKernel e = k;
+    size_t at = e.source.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    for (; at != std::string::npos; at = e.source.find(from, at + to.size())) e.source.replace(at, from.size(), to);
+    return e;
+  };
+  const std::string wait = "if (!pl_group_all(pl_ring_wait(", expect = "if (pl_cta_tid() == 0) pl_expect_tx(pl_ring_mbar + slot, ";
+  const std::string ok = "(p.tma_ok >> ";
+  // x (128 x 64) @ y (64 x 64) in (64, 16) x (16, 32) blocks, 4 K steps: bf16 with one warpgroup
+  // keeps both slots canonical (x K-major: 2 boxes of 8 x 64; y MN-major: 4 boxes of 8 x 16),
+  // f32 row-major (a box each).
+  for (DType in : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(in));
+    const int64_t M = 128, N = 64, K = 64, bm = 64, bn = 32, bk = 16;
+    const uint64_t e = static_cast<uint64_t>(itemsize(in));
+    PallasCall call = blocked_matmul(M, N, K, bm, bn, bk, 2);
+    const Array x = Array::random_normal({M, K}, in, 43), y = Array::random_normal({K, N}, in, 44);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    gpu::CodegenOptions options;
+    options.threads_per_cta = 128;
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    EXPECT_EQ(k.tma_inputs, (std::vector<int>{0, 1}));
+    ASSERT_EQ(k.tensor_maps.size(), 2u);
+    const bool canonical = in == DType::BF16;
+    EXPECT_EQ(k.tensor_core_slots, canonical ? (std::vector<int>{0, 1}) : std::vector<int>{});
+    EXPECT_TRUE(same(k.tensor_maps[0], spec(0, static_cast<int>(e), {64, 128}, {64 * e}, {canonical ? 8u : 16u, 64})));
+    EXPECT_TRUE(same(k.tensor_maps[1], spec(1, static_cast<int>(e), {64, 64}, {64 * e}, {canonical ? 8u : 32u, 16})));
+    EXPECT_CONTAINS(k.source, "const __grid_constant__ PlParams p");
+    gpu::HostEmulationStats stats;
+    expect_plain_product(x, y, false, DType::F32, gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats)[0]);
+    // 4 CTA points (i, j) x 4 steps, each step a box per chunk of 8 columns or a box per block.
+    EXPECT_EQ(stats.tma_boxes, 16 * (canonical ? 2 + 4 : 2));
+    EXPECT_EQ(stats.wgmma_instructions > 0, canonical);
+    const Array want = interpret::run_reference(*tc, {x, y}, tc->grid_mapping.grid, nullptr)[0];
+    const Array early = gpu::run_host_emulation(*tc, edited(k, wait, "if (false && !pl_group_all(pl_ring_wait("), {x, y},
+                                                tc->grid_mapping.grid, 128)[0];
+    EXPECT_FALSE(allclose(early, want, 1e-4, 1e-3).ok) << "a read before the slot's barrier went unnoticed";
+    gpu::HostEmulationStats cp;
+    const Array by_cp_async = gpu::run_host_emulation(*tc, edited(k, ok, "(0 >> "), {x, y}, tc->grid_mapping.grid, 128, &cp)[0];
+    EXPECT_EQ(cp.tma_boxes, 0);
+    expect_plain_product(x, y, false, DType::F32, by_cp_async);
+    if (in == DType::F32) {
+      setenv("PALLAS_GPU_WAIT_TIMEOUT_MS", "200", 1);
+      std::string err = "no error";
+      try {  // (a fault of the backend, not of the user's kernel: an InternalError)
+        gpu::run_host_emulation(*tc, edited(k, expect, "if (false) pl_expect_tx(pl_ring_mbar + slot, "), {x, y}, tc->grid_mapping.grid, 128);
+      } catch (const InternalError& e) {
+        err = e.what();
+      }
+      unsetenv("PALLAS_GPU_WAIT_TIMEOUT_MS");
+      EXPECT_CONTAINS(err, "the TMA copies of a pipeline step of pallas_call");
+      EXPECT_CONTAINS(err, "did not land within the wait limit");
+    }
+  }
+  // A 3-D array whose blocks squeeze its first dim (the sequential axis): boxes of rank 3 with a 1
+  // in it; and TMA off (CodegenOptions::tma, PALLAS_GPU_NO_TMA=1): no maps, cp.async.
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({16, 64}, DType::F32); });
+    o[pl::all] = o[pl::all] + x[pl::all];
+  };
+  PallasCall call = pl::pallas_call(
+      kernel, ShapeDtype({32, 64}, DType::F32),
+      opts({2, 4}, {BlockSpec({pl::squeezed, 16, 64}, [](Value i, Value k) { return Indices{k, i, 0}; })},
+           {BlockSpec({16, 64}, [](Value i, Value) { return Indices{i, 0}; })}));
+  const Array x = Array::random_normal({4, 32, 64}, DType::F32, 45);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+  for (bool tma : {true, false}) {
+    SCOPED_TRACE(tma ? "3-D, TMA" : "3-D, TMA off");
+    gpu::CodegenOptions options;
+    options.tma = tma;
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    EXPECT_EQ(k.pipelined_inputs, std::vector<int>{0});
+    EXPECT_EQ(k.tma_inputs, tma ? std::vector<int>{0} : std::vector<int>{});
+    ASSERT_EQ(k.tensor_maps.size(), tma ? 1u : 0u);
+    if (tma) EXPECT_TRUE(same(k.tensor_maps[0], spec(0, 4, {64, 32, 4}, {256, 32 * 256}, {64, 16, 1})));
+    EXPECT_EQ(k.source.find("pl_tma_load<3>(dst") != std::string::npos, tma);
+    gpu::HostEmulationStats stats;
+    const Array got = gpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 64, &stats)[0];
+    EXPECT_EQ(stats.tma_boxes, tma ? 8 : 0);  // 2 points x 4 steps
+    int bad = 0;
+    for (int64_t r = 0; r < 32; ++r)
+      for (int64_t c = 0; c < 64; ++c) {
+        double sum = 0;
+        for (int64_t s = 0; s < 4; ++s) sum += x.get({s, r, c});
+        if (std::abs(got.get({r, c}) - sum) > 1e-5 && ++bad <= 3)
+          ADD_FAILURE() << "[" << r << ", " << c << "]: " << got.get({r, c}) << ", want " << sum;
+      }
   }
 }
 

@@ -136,28 +136,43 @@ TEST(GpuKernel, CopiesOfWhole16ByteRowsCompileToBulkCopies) {
 
 // Host emulation lands a bulk copy into SMEM only when a thread tests its barrier (reading the
 // source then), and its destination reads as all ones before: the same generated source with the
-// barrier_wait taken out reads NaN where the bulk copies go (the copies the group makes itself are
-// done at once).
+// barrier_wait taken out reads NaN where the asynchronous copies go. With TMA (the default) those
+// are the boxes a and b (coordinates need no alignment); without it (CodegenOptions::tma = false)
+// a's bulk copies by rows, and b, not 16-byte aligned, is copied by the group at once — as the
+// 12-byte rows of c always are.
 TEST(GpuKernel, HostEmulationLandsABulkCopyOnlyWhenItsBarrierIsAwaited) {
   pl::PallasCall call = copies_of_every_alignment("mosaic_gpu");
   std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({12, 20}, pl::f32)});
-  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   pl::Array x = random_f32({12, 20}, 11);
-  plgpu::GeneratedKernel no_wait = k;
-  const std::string wait = "pl_group_all(pl_mbar_wait(";
-  const size_t at = no_wait.source.find(wait);
-  ASSERT_NE(at, std::string::npos);
-  no_wait.source.replace(at, wait.size(), "pl_group_all(true || pl_mbar_wait(");
-  for (bool waits : {true, false}) {
-    std::vector<pl::Array> out = plgpu::run_host_emulation(*tc, waits ? k : no_wait, {x}, tc->grid_mapping.grid, 2);
-    for (int64_t r = 0; r < 12; ++r)
-      for (int64_t c = 0; c < 8; ++c) {
-        if (waits)
-          EXPECT_EQ(out[0].get({r, c}), x.get({r, c})) << r << "," << c;
-        else
-          EXPECT_TRUE(std::isnan(out[0].get({r, c}))) << r << "," << c;  // the bulk copy's rows
-        EXPECT_EQ(out[1].get({r, c}), x.get({r, c + 1})) << r << "," << c;  // unaligned: copied at once
+  for (bool tma : {true, false}) {
+    SCOPED_TRACE(tma ? "TMA" : "no TMA");
+    plgpu::CodegenOptions options;
+    options.tma = tma;
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+    EXPECT_EQ(k.tensor_maps.size(), tma ? 1u : 0u);
+    plgpu::GeneratedKernel no_wait = k;
+    const std::string wait = "pl_group_all(pl_mbar_wait(";
+    const size_t at = no_wait.source.find(wait);
+    ASSERT_NE(at, std::string::npos);
+    no_wait.source.replace(at, wait.size(), "pl_group_all(true || pl_mbar_wait(");
+    for (bool waits : {true, false}) {
+      std::vector<pl::Array> out = plgpu::run_host_emulation(*tc, waits ? k : no_wait, {x}, tc->grid_mapping.grid, 2);
+      for (int64_t r = 0; r < 12; ++r) {
+        for (int64_t c = 0; c < 8; ++c) {
+          if (waits) {
+            EXPECT_EQ(out[0].get({r, c}), x.get({r, c})) << r << "," << c;
+          } else {
+            EXPECT_TRUE(std::isnan(out[0].get({r, c}))) << r << "," << c;
+          }
+          if (waits || !tma) {
+            EXPECT_EQ(out[1].get({r, c}), x.get({r, c + 1})) << r << "," << c;
+          } else {
+            EXPECT_TRUE(std::isnan(out[1].get({r, c}))) << r << "," << c;
+          }
+        }
+        for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(out[2].get({r, c}), x.get({r, c})) << r << "," << c;
       }
+    }
   }
 }
 
@@ -218,6 +233,88 @@ TEST(GpuKernel, CopiesToGmemOfWhole16ByteRowsCompileToBulkCopies) {
   // The machine code has the bulk copies (UBLKCP, global <- shared).
   if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
   EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "UBLKCP.G.S");
+}
+
+// On sm_90 a copy of a box of an operand goes by TMA (cp.async.bulk.tensor) when the box's rows
+// are whole 16-byte chunks and its shared memory side is dense: one instruction per copy, through
+// a tensor map per operand and box (maps shared between copies of the same box shape). Box
+// coordinates need no alignment, so the copy one element to the right is a box too. Checked: the
+// maps (by hand), one box per copy and CTA in host emulation, the results, and the machine code
+// (UTMALDG, UTMASTG). The 12-byte rows never go by TMA.
+TEST(GpuKernel, CopiesOfBoxesOfOperandsGoByTma) {
+  auto same = [](const plgpu::TensorMapSpec& m, int operand, std::vector<uint64_t> dims, std::vector<uint64_t> strides,
+                 std::vector<uint32_t> box) {
+    return m.operand == operand && m.elem_bytes == 4 && m.dims == dims && m.strides == strides && m.box == box;
+  };
+  const pl::Array x = random_f32({12, 20}, 12);
+  std::shared_ptr<const pl::TracedCall> to_smem = copies_of_every_alignment("mosaic_gpu").trace({x.shape_dtype()});
+  std::shared_ptr<const pl::TracedCall> to_gmem = copies_to_gmem_of_every_alignment("mosaic_gpu").trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel load = plgpu::generate_cuda(*to_smem, to_smem->grid_mapping.grid);
+  const plgpu::GeneratedKernel store = plgpu::generate_cuda(*to_gmem, to_gmem->grid_mapping.grid);
+  ASSERT_EQ(load.tensor_maps.size(), 1u);  // a and b: boxes of 8 x 4 of x
+  EXPECT_TRUE(same(load.tensor_maps[0], 0, {20, 12}, {80}, {8, 4}));
+  ASSERT_EQ(store.tensor_maps.size(), 2u);  // out_a's and out_b's
+  EXPECT_TRUE(same(store.tensor_maps[0], 1, {8, 12}, {32}, {8, 4}));
+  EXPECT_TRUE(same(store.tensor_maps[1], 2, {12, 12}, {48}, {8, 4}));
+  auto count_of = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count_of(load.source, "pl_tma_load<2>("), 2);
+  EXPECT_EQ(count_of(store.source, "pl_tma_store<2>("), 2);
+  plgpu::HostEmulationStats loads, stores;
+  std::vector<pl::Array> a = plgpu::run_host_emulation(*to_smem, load, {x}, to_smem->grid_mapping.grid, 2, &loads);
+  std::vector<pl::Array> b = plgpu::run_host_emulation(*to_gmem, store, {x}, to_gmem->grid_mapping.grid, 2, &stores);
+  EXPECT_EQ(loads.tma_boxes, 6);  // 3 CTAs x 2 copies
+  EXPECT_EQ(stores.tma_boxes, 6);
+  for (int64_t r = 0; r < 12; ++r) {
+    for (int64_t c = 0; c < 8; ++c) {
+      EXPECT_EQ(a[0].get({r, c}), x.get({r, c})) << r << "," << c;
+      EXPECT_EQ(a[1].get({r, c}), x.get({r, c + 1})) << r << "," << c;
+      EXPECT_EQ(b[0].get({r, c}), x.get({r, c})) << r << "," << c;
+      EXPECT_EQ(b[1].get({r, c + 1}), x.get({r, c + 8})) << r << "," << c;
+    }
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(a[2].get({r, c}), x.get({r, c})) << r << "," << c;
+  }
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) {
+    EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(load.source, "tma.cu", arch)) << arch;
+    EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(store.source, "tma.cu", arch)) << arch;
+  }
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  EXPECT_CONTAINS(test_util::sass_of(load.source, "sm_90a"), "UTMALDG.2D");
+  EXPECT_CONTAINS(test_util::sass_of(store.source, "sm_90a"), "UTMASTG.2D");
+}
+
+// A consumer may test the barrier between the producer's expect-tx arrival and its TMA copy. On
+// the GPU the phase then still waits for the box's bytes (the transaction count); host emulation
+// keeps that count too. Shown by the generated source with a pause between the two: the consumer
+// warpgroup still reads the landed box (2 x), not the scratch before it (NaN).
+TEST(GpuKernel, AnExpectTxArrivalWaitsForItsBytesInHostEmulation) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar) {
+        pl::Value b = plgpu::axis_index("b"), wg = plgpu::axis_index("wg");
+        pl::when(wg == 0, [&] { plgpu::copy_gmem_to_smem(x.at(pl::ds(b * 128, 128)), buf, bar); });
+        pl::when(wg == 1, [&] {
+          plgpu::barrier_wait(bar);
+          out.at(pl::ds(b * 128, 128))[pl::all] = buf[pl::all] * 2.0f;
+        });
+      },
+      {pl::ShapeDtype({256}, pl::f32)},
+      plgpu::Mesh{.grid = {2}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"},
+      run_on("mosaic_gpu", {plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}}));
+  const pl::Array x = random_f32({256}, 13);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  const std::string issue = "pl_tma_load<1>(";
+  const size_t at = k.source.find(issue);
+  ASSERT_NE(at, std::string::npos);
+  k.source.insert(at, "std::this_thread::sleep_for(std::chrono::milliseconds(30)); ");
+  plgpu::HostEmulationStats stats;
+  const pl::Array out = plgpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 4, &stats)[0];
+  EXPECT_EQ(stats.tma_boxes, 2);
+  for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(out.data<float>()[i], 2.0f * x.data<float>()[i]) << i;
 }
 
 // Axis indices of grid, cluster and thread axes, and program_id in mesh-axis order.
