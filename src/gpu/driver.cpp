@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -352,10 +354,24 @@ TensorMapEncoder tensor_map_encoder(const Device& d) {
     // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32 / UINT64 (the bits are copied, not converted).
     const int type = spec.elem_bytes == 1 ? 0 : spec.elem_bytes == 2 ? 1 : spec.elem_bytes == 4 ? 2 : 4;
     const std::vector<unsigned> box(spec.box.begin(), spec.box.end()), element_strides(spec.box.size(), 1);
+    const uint64_t no_strides[1] = {0};  // (rank 1: none, but not a null pointer)
+    // The driver writes the map only to a 64-byte aligned address; the parameter words are not.
+    alignas(64) uint64_t encoded[16] = {};
     // interleave NONE (0), swizzle NONE (0), L2 promotion 128B (2), out-of-bounds fill NONE (0).
-    return d.api().TensorMapEncodeTiled(map, type, static_cast<unsigned>(spec.dims.size()),
-                                        reinterpret_cast<void*>(address), spec.dims.data(), spec.strides.data(),
-                                        box.data(), element_strides.data(), 0, 0, 2, 0) == 0;
+    const int rc = d.api().TensorMapEncodeTiled(encoded, type, static_cast<unsigned>(spec.dims.size()),
+                                                reinterpret_cast<void*>(address), spec.dims.data(),
+                                                spec.strides.empty() ? no_strides : spec.strides.data(), box.data(),
+                                                element_strides.data(), 0, 0, 2, 0);
+    if (rc != 0) {
+      // Not wrong (the copy takes cp.async), but slower than it should be: say so, once.
+      static std::atomic<bool> told{false};
+      if (!told.exchange(true))
+        std::fprintf(stderr, "pallas: the driver refused a TMA tensor map (cuTensorMapEncodeTiled: error %d); "
+                     "the pipelined blocks are copied by cp.async instead\n", rc);
+      return false;
+    }
+    std::copy(encoded, encoded + 16, map);
+    return true;
   };
 }
 
