@@ -852,6 +852,38 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
   }
 }
 
+// The kernel's parameter words (pack_params): the fixed fields, then the word of encoded maps,
+// then the maps from the next 64-byte boundary, 16 words each — PlParams' layout with its
+// alignas(64) PlTensorMap. A map the encoder declines (here: an address that is not 16-byte
+// aligned, as the driver's and the emulation's encoders decline) leaves its bit clear.
+TEST(GpuCodegenOps, TensorMapsFollowTheFixedParametersFromA64ByteBoundary) {
+  PallasCall call = blocked_matmul(128, 64, 64, 64, 32, 16, 2);
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({128, 64}, DType::F32), ShapeDtype({64, 64}, DType::F32)});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  ASSERT_EQ(k.tensor_maps.size(), 2u);
+  std::vector<std::pair<int, uint64_t>> asked;
+  const gpu::TensorMapEncoder encode = [&](const gpu::TensorMapSpec& spec, uint64_t address, uint64_t* map) {
+    asked.emplace_back(spec.operand, address);
+    if (address % 16 != 0) return false;
+    for (int w = 0; w < 16; ++w) map[w] = 0xA0 + static_cast<uint64_t>(w);
+    return true;
+  };
+  const std::vector<uint64_t> words = gpu::pack_params(k, {0x1000, 0x2004, 0x3000}, 0x4000, 0x5000, 0, k.grid, encode);
+  // 3 operands, workspace, error record, profile, 3 grid sizes, the number of points: 10 words;
+  // the encoded bits at 10; the maps from word 16 (128 bytes).
+  ASSERT_EQ(words.size(), 16u + 2 * 16);
+  EXPECT_EQ(words[9], 4u);          // parallel points: (128 / 64) x (64 / 32)
+  EXPECT_EQ(words[10], 1u);         // x's map encoded, y's (unaligned) not
+  EXPECT_EQ(words[16], 0xA0u);      // x's map
+  EXPECT_EQ(words[16 + 15], 0xAFu);
+  EXPECT_EQ(words[32], 0u);         // y's: left as zeros
+  EXPECT_EQ(asked, (std::vector<std::pair<int, uint64_t>>{{0, 0x1000}, {1, 0x2004}}));
+  EXPECT_CONTAINS(k.source, "  pl_i64 num_points;\n  pl_u64 tma_ok;  // bit m: tmap[m] is encoded\n  PlTensorMap tmap[2];\n};");
+  // Without an encoder (or without maps) no map is used.
+  const std::vector<uint64_t> none = gpu::pack_params(k, {0x1000, 0x2000, 0x3000}, 0x4000, 0x5000, 0, k.grid);
+  EXPECT_EQ(none[10], 0u);
+}
+
 // What stays out of the ring, read in place as before: a block that does not move along the
 // sequential axis, one asking for Buffered(1), an input aliased to an output or written by the
 // kernel (a slot would not carry the write to the array), rows that are not whole 16-byte chunks.
