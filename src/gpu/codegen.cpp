@@ -809,11 +809,22 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // Scratch is fresh for every CTA of a gpu::kernel (as in the interpreter), and barriers must
   // start their phases with the phase bits each thread keeps: both are set up per parallel point.
   const bool fresh_scratch_per_point = gpu_kernel || out.num_barriers > 0;
-  // The ring comes first: the arena goes to global memory when both do not fit.
+  // The ring comes first: the arena goes to global memory when both do not fit. A gpu::kernel's
+  // arena holds its SMEM scratch, which its bulk and TMA copies and wgmma address as shared
+  // memory: it stays there up to the device's limit, and past it the kernel cannot run.
   out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes &&
                         (out.pipeline_slot_bytes == 0 || (out.arena_bytes + 127) / 128 * 128 + out.pipeline_slot_bytes +
                                                                  staging_reserve + 8 * out.num_barriers <=
                                                              opts.max_shared_bytes);
+  if (gpu_kernel) {
+    if (out.arena_bytes + 8 * out.num_barriers > opts.max_shared_bytes)
+      throw Error("gpu::kernel exceeds available shared memory: its SMEM scratch and the tiles of its body need " +
+                      std::to_string(out.arena_bytes) + " bytes (and " + std::to_string(8 * out.num_barriers) +
+                      " of barriers), a CTA may use at most " + std::to_string(opts.max_shared_bytes) +
+                      "; shrink the SMEM scratch or the arrays the body computes (smaller tiles)",
+                  call.kernel.loc);
+    out.arena_in_shared = true;
+  }
   // wgmma stages its operands in shared memory after the arena (dynamic shared memory), a stage
   // per warpgroup, when there is room beside the arena and the barriers; else sm_90a takes the
   // mma.sync path too.

@@ -1045,8 +1045,8 @@ extern __shared__ __align__(128) char pl_smem[];
 //    (the stride byte offset), 16 * rows apart along K (the leading byte offset);
 //  * 2, MN-major (b's block k x n, read with wgmma's transpose-b flag): 128 bytes apart along K
 //    (the rows), 16 * rows apart along N.
-// A chunk q of a slot is thus one TMA box of 8 columns x rows (pl_ring_issue), and pl_prefetch
-// copies 16-byte chunks otherwise: pl_slot_chunk names the source chunk (row r, chunk q) of
+// A chunk q of a slot is thus one TMA box of 8 columns x rows (pl_prefetch issues them); its
+// cp.async path copies 16-byte chunks: pl_slot_chunk names the source chunk (row r, chunk q) of
 // destination chunk c — consecutive threads write consecutive chunks of the slot (no bank
 // conflicts). The layouts are chosen for 2-byte elements only (bf16, f16: 8 to a chunk).
 template <int L>

@@ -317,6 +317,41 @@ TEST(GpuKernel, AnExpectTxArrivalWaitsForItsBytesInHostEmulation) {
   for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(out.data<float>()[i], 2.0f * x.data<float>()[i]) << i;
 }
 
+// A gpu::kernel's SMEM scratch is shared memory whatever its size up to the device's limit (its
+// copies are bulk and TMA copies into shared memory, its mbarriers wait on them), not only up
+// to the budget past which a pallas_call's arena moves to global memory (96 KiB).
+TEST(GpuKernel, SharedMemoryScratchStaysInSharedMemoryUpToTheLimit) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(x, buf, bar);
+        plgpu::barrier_wait(bar);
+        out.at(pl::ds(0, 64))[pl::all] = buf.at(pl::ds(32704, 64))[pl::all];
+      },
+      {pl::ShapeDtype({64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+      run_on("mosaic_gpu", {plgpu::SMEM({32768}, pl::f32), plgpu::Barrier{}}));  // 128 KiB
+  const pl::Array x = random_f32({32768}, 14);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_TRUE(k.arena_in_shared);
+  EXPECT_GE(k.dynamic_shared_bytes(true), 128 * 1024);
+  const pl::Array out = plgpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 2)[0];
+  for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(out.data<float>()[i], x.data<float>()[32704 + i]) << i;
+  // 224 KiB of scratch passes the scratch's own check (227 KiB), but with a 16 KiB tile of the
+  // body beside it the CTA's shared memory would not hold both: an error, not global memory.
+  pl::PallasCall big = plgpu::kernel(
+      [](pl::Ref out, pl::Ref buf) {
+        pl::Value v = buf.at(pl::ds(0, 4096))[pl::all];
+        out[pl::all] = v + pl::sum(v, {0});
+      },
+      {pl::ShapeDtype({4096}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+      run_on("mosaic_gpu", {plgpu::SMEM({57344}, pl::f32)}));
+  std::shared_ptr<const pl::TracedCall> bt = big.trace({});
+  const std::string e = error_of([&] { plgpu::generate_cuda(*bt, bt->grid_mapping.grid); });
+  EXPECT_CONTAINS(e, "gpu::kernel exceeds available shared memory");
+  EXPECT_CONTAINS(e, "a CTA may use at most 232448");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:");
+}
+
 // Axis indices of grid, cluster and thread axes, and program_id in mesh-axis order.
 TEST(GpuKernel, AxisIndicesNameGridClusterAndThreadAxes) {
   pl::PallasCall call = plgpu::kernel(
