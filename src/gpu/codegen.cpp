@@ -3,13 +3,17 @@
 #include "gpu/codegen.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <cctype>
 #include <cstdlib>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/blocks.h"
 #include "core/call.h"
@@ -151,6 +155,28 @@ std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<ui
       words[ok_word] |= uint64_t{1} << m;
   }
   return words;
+}
+
+TensorMapEncoder cached_tensor_map_encoder(TensorMapEncoder encode) {
+  using Key = std::tuple<int, std::vector<uint64_t>, std::vector<uint64_t>, std::vector<uint32_t>, uint64_t>;
+  struct Cache {
+    std::mutex mu;
+    std::map<Key, std::pair<bool, std::array<uint64_t, 16>>> maps;
+  };
+  auto cache = std::make_shared<Cache>();
+  return [cache, encode = std::move(encode)](const TensorMapSpec& spec, uint64_t address, uint64_t* map) {
+    Key key{spec.elem_bytes, spec.dims, spec.strides, spec.box, address};
+    std::lock_guard<std::mutex> lock(cache->mu);
+    auto it = cache->maps.find(key);
+    if (it == cache->maps.end()) {
+      if (cache->maps.size() >= 1024) cache->maps.clear();  // (bounded: arrays come and go)
+      std::pair<bool, std::array<uint64_t, 16>> made{false, {}};
+      made.first = encode(spec, address, made.second.data());
+      it = cache->maps.emplace(std::move(key), made).first;
+    }
+    if (it->second.first) std::copy(it->second.second.begin(), it->second.second.end(), map);
+    return it->second.first;
+  };
 }
 
 CodegenOptions codegen_options(const CompilerParamsMap& params) {

@@ -172,6 +172,11 @@ struct GeneratedKernel {
 // the kernel then copies that input by cp.async.
 using TensorMapEncoder = std::function<bool(const TensorMapSpec& spec, uint64_t address, uint64_t* map)>;
 
+// `encode` behind a cache of the maps it made, keyed by what determines a map (the element size,
+// dims, strides and box, and the address): launches over the same arrays encode nothing again
+// (the driver's encoding is host time in every launch). A refusal is remembered too. Thread-safe.
+TensorMapEncoder cached_tensor_map_encoder(TensorMapEncoder encode);
+
 // The kernel's parameter block (its PlParams struct: one 8-byte word per field, arrays padded to
 // one entry at least): operands (prefetch, inputs, outputs), workspace, error record, profile
 // buffer (0 when not profiling), grid sizes, number of parallel points; with tensor maps, then a

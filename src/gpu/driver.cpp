@@ -347,9 +347,12 @@ int64_t max_active_clusters(const Device& d, void* function, const GeneratedKern
 // Tensor maps for the kernel's TMA copies, on Hopper (the sm_90a code, whose slot layouts the
 // maps' boxes were made for). An array whose address is not 16-byte aligned (a DLPack import of an
 // offset view), or a map the driver refuses, leaves its input to cp.async.
-TensorMapEncoder tensor_map_encoder(const Device& d) {
-  if (!d.runs_wgmma() || !d.api().TensorMapEncodeTiled) return {};
-  return [&d](const TensorMapSpec& spec, uint64_t address, uint64_t* map) {
+const TensorMapEncoder& tensor_map_encoder(const Device& d) {
+  static const TensorMapEncoder none;
+  if (!d.runs_wgmma() || !d.api().TensorMapEncodeTiled) return none;
+  // (One cache for the process: the device is the process's one.)
+  static const TensorMapEncoder cached = cached_tensor_map_encoder([&d](const TensorMapSpec& spec, uint64_t address,
+                                                                         uint64_t* map) {
     if (address % 16 != 0) return false;
     // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32 / UINT64 (the bits are copied, not converted).
     const int type = spec.elem_bytes == 1 ? 0 : spec.elem_bytes == 2 ? 1 : spec.elem_bytes == 4 ? 2 : 4;
@@ -372,7 +375,8 @@ TensorMapEncoder tensor_map_encoder(const Device& d) {
     }
     std::copy(encoded, encoded + 16, map);
     return true;
-  };
+  });
+  return cached;
 }
 
 }  // namespace

@@ -836,7 +836,9 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     EXPECT_EQ(k.pipelined_inputs, std::vector<int>{0});
     EXPECT_EQ(k.tma_inputs, tma ? std::vector<int>{0} : std::vector<int>{});
     ASSERT_EQ(k.tensor_maps.size(), tma ? 1u : 0u);
-    if (tma) EXPECT_TRUE(same(k.tensor_maps[0], spec(0, 4, {64, 32, 4}, {256, 32 * 256}, {64, 16, 1})));
+    if (tma) {
+      EXPECT_TRUE(same(k.tensor_maps[0], spec(0, 4, {64, 32, 4}, {256, 32 * 256}, {64, 16, 1})));
+    }
     EXPECT_EQ(k.source.find("pl_tma_load<3>(dst") != std::string::npos, tma);
     gpu::HostEmulationStats stats;
     const Array got = gpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 64, &stats)[0];
@@ -855,7 +857,8 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
 // The kernel's parameter words (pack_params): the fixed fields, then the word of encoded maps,
 // then the maps from the next 64-byte boundary, 16 words each — PlParams' layout with its
 // alignas(64) PlTensorMap. A map the encoder declines (here: an address that is not 16-byte
-// aligned, as the driver's and the emulation's encoders decline) leaves its bit clear.
+// aligned, as the driver's and the emulation's encoders decline) leaves its bit clear. The
+// driver's encoder sits behind a cache (cached_tensor_map_encoder).
 TEST(GpuCodegenOps, TensorMapsFollowTheFixedParametersFromA64ByteBoundary) {
   PallasCall call = blocked_matmul(128, 64, 64, 64, 32, 16, 2);
   std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({128, 64}, DType::F32), ShapeDtype({64, 64}, DType::F32)});
@@ -882,6 +885,18 @@ TEST(GpuCodegenOps, TensorMapsFollowTheFixedParametersFromA64ByteBoundary) {
   // Without an encoder (or without maps) no map is used.
   const std::vector<uint64_t> none = gpu::pack_params(k, {0x1000, 0x2000, 0x3000}, 0x4000, 0x5000, 0, k.grid);
   EXPECT_EQ(none[10], 0u);
+  // Behind the cache (the driver's encoder is), a launch over the same arrays encodes nothing
+  // again, a refusal included, and gets the same words; another address is encoded anew.
+  asked.clear();
+  const gpu::TensorMapEncoder cached = gpu::cached_tensor_map_encoder(encode);
+  const std::vector<uint64_t> first = gpu::pack_params(k, {0x1000, 0x2004, 0x3000}, 0x4000, 0x5000, 0, k.grid, cached);
+  const std::vector<uint64_t> again = gpu::pack_params(k, {0x1000, 0x2004, 0x3000}, 0x4000, 0x5000, 0, k.grid, cached);
+  EXPECT_EQ(first, words);
+  EXPECT_EQ(again, words);
+  EXPECT_EQ(asked.size(), 2u);
+  const std::vector<uint64_t> moved = gpu::pack_params(k, {0x1000, 0x2010, 0x3000}, 0x4000, 0x5000, 0, k.grid, cached);
+  EXPECT_EQ(moved[10], 3u);  // y now aligned: both encoded
+  EXPECT_EQ(asked, (std::vector<std::pair<int, uint64_t>>{{0, 0x1000}, {1, 0x2004}, {1, 0x2010}}));
 }
 
 // What stays out of the ring, read in place as before: a block that does not move along the

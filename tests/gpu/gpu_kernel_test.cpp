@@ -82,10 +82,11 @@ TEST_P(GpuKernelBoth, CopiesThroughSharedMemoryOnBarriers) {
 }
 
 // Three copies land on one barrier (3 arrivals): rows of whole 16-byte chunks at an aligned
-// address (compiled: bulk copies on sm_90 and in host emulation), the same rows one element to the
-// right (not 16-byte aligned: the group copies the elements) and rows of 12 bytes (never bulk).
+// address (compiled: a TMA box on sm_90 and in host emulation, else bulk copies), the same rows
+// one element to the right (a TMA box too; without TMA not 16-byte aligned: the group copies the
+// elements) and rows of 12 bytes (never TMA or bulk).
 pl::PallasCall copies_of_every_alignment(const std::string& how) {
-  constexpr int64_t kRows = 4, kWidth = 20;
+  constexpr int64_t kRows = 4;
   return plgpu::kernel(
       [](pl::Ref x, pl::Ref out_a, pl::Ref out_b, pl::Ref out_c, pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref bar) {
         pl::Value r0 = plgpu::axis_index("i") * kRows;
