@@ -435,6 +435,15 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
     return bm.block_shape.size() == 2 && itemsize(bm.array.dtype) == 2;
   };
+  // Input j's blocks as TMA boxes: the tensor map of boxes of its block (of `columns` columns
+  // each, a slot in a canonical layout; 0: the whole block), or nullopt past a map's limits.
+  auto block_box = [&](int j, int64_t columns = 0) {
+    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+    std::vector<int64_t> box;
+    for (size_t d = 0; d < bm.block_shape.size(); ++d) box.push_back(core::block_extent(bm, d));
+    if (columns > 0) box.back() = columns;
+    return detail::tensor_map_for_boxes(gm.num_index_operands + j, bm.array.dtype, bm.array.shape, box);
+  };
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
     std::vector<int> candidates;
@@ -477,16 +486,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       out.pipeline_depth = depth;
       out.pipeline_slots = slots;
     }
-    // The TMA unit copies the blocks that are boxes of their arrays: rank 5 at most, every dim
-    // blocked or squeezed, at most 256 elements along each (a box's limit), and at most 32 slots
-    // (each thread keeps a parity bit per slot's barrier).
+    // The TMA unit copies the blocks that are boxes of their arrays (every dim blocked or
+    // squeezed, within a map's limits: detail::tensor_map_for_boxes), with at most 32 slots (each
+    // thread keeps a parity bit per slot's barrier).
     for (int j : out.pipelined_inputs) {
       const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-      bool box = opts.tma && out.pipeline_slots <= 32 && bm.array.shape.size() <= 5;
-      for (size_t d = 0; d < bm.block_shape.size(); ++d)
-        box = box && (bm.block_shape[d].is_blocked() || bm.block_shape[d].is_squeezed()) &&
-              core::block_extent(bm, d) <= 256 && bm.array.shape[d] <= (int64_t{1} << 32);
-      if (box) out.tma_inputs.push_back(j);
+      bool box = opts.tma && out.pipeline_slots <= 32;
+      for (const BlockDim& bd : bm.block_shape) box = box && (bd.is_blocked() || bd.is_squeezed());
+      if (box && block_box(j)) out.tma_inputs.push_back(j);
     }
     out.tensor_maps.resize(out.tma_inputs.size());  // (theirs come first; the body's copies add theirs)
   }
@@ -864,21 +871,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // — and its boxes follow it: 8 columns x all rows for a canonical layout, else the block. The
   // kernel checks the two agree (PL_TMA_LAYOUT_j against PL_SLOT_LAYOUT_j) before using a map.
   for (int j : out.tma_inputs) {
-    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-    const size_t rank = bm.array.shape.size();
     const int layout = layout_candidate(j) && out.wgmma_staging_bytes > 0 ? em.slot_layout(j) : 0;
-    TensorMapSpec spec;
-    spec.operand = gm.num_index_operands + j;
-    spec.elem_bytes = static_cast<int>(itemsize(bm.array.dtype));
-    const std::vector<int64_t>& strides = blocks[static_cast<size_t>(j)].array_strides;
-    for (size_t i = 0; i < rank; ++i) {
-      const size_t d = rank - 1 - i;
-      spec.dims.push_back(static_cast<uint64_t>(bm.array.shape[d]));
-      if (i > 0) spec.strides.push_back(static_cast<uint64_t>(strides[d] * spec.elem_bytes));
-      spec.box.push_back(static_cast<uint32_t>(core::block_extent(bm, d)));
-    }
-    if (layout > 0) spec.box[0] = 8;
-    out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = spec;
+    out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = *block_box(j, layout > 0 ? 8 : 0);
     slot_layouts += "#define PL_TMA_LAYOUT_" + std::to_string(j) + " " + std::to_string(layout) + "\n";
   }
 

@@ -71,6 +71,7 @@ struct TensorMapSpec {
   std::vector<uint64_t> dims;     // elements, innermost first
   std::vector<uint64_t> strides;  // bytes, of dims 1.. (rank - 1 entries)
   std::vector<uint32_t> box;      // elements, innermost first
+  bool operator==(const TensorMapSpec&) const = default;
 };
 
 // A run-time check of the generated kernel. When it fails the kernel stores 1 + the site's

@@ -184,10 +184,10 @@ static std::vector<PlHostGroups<PlHostRows>> pl_host_async_copies, pl_host_bulk_
 // Bulk copies into shared memory in flight, for all threads: they complete on a barrier, not a
 // thread's group — each lands, and makes its arrival, when a thread next tests its barrier
 // (pl_host_land_bulk_loads).
-// A copy without `arrive` (a TMA box) makes no arrival of its own: the expect-tx arrival of its
-// barrier (pl_expect_tx, an entry with no rows and `expect` bytes) does, once that many bytes of
-// boxes have landed on the barrier — the hardware's transaction count, so a test that comes
-// between the arrival and the issue of the boxes does not complete the phase.
+// An entry is either a copy's rows or an expect-tx arrival (`arrive`, no rows: pl_expect_tx),
+// which arrives once `expect` bytes of copies have landed on the barrier — the hardware's
+// transaction count, so a test that comes between the arrival and the issue of the copies does
+// not complete the phase.
 struct PlHostBulkLoad {
   pl_u64* b;
   PlHostRows rows;
@@ -736,7 +736,7 @@ PL_DEV void pl_host_land_bulk_loads(pl_u64* b) {
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
   std::vector<PlHostBulkLoad>& v = pl_host_bulk_loads;
   size_t keep = 0;
-  int arrivals = 0, landed = 0;
+  int landed = 0;
   PlHostTx* tx = nullptr;
   for (size_t i = 0; i < v.size(); ++i) {  // (one pass: a slot's TMA boxes are many entries)
     if (v[i].b != b) {
@@ -745,10 +745,6 @@ PL_DEV void pl_host_land_bulk_loads(pl_u64* b) {
     }
     v[i].rows.land();
     ++landed;
-    if (v[i].arrive && v[i].expect == 0) {
-      ++arrivals;
-      continue;
-    }
     if (!tx) tx = &pl_host_tx[b];
     if (v[i].arrive) {
       tx->owed += v[i].expect;
@@ -758,11 +754,10 @@ PL_DEV void pl_host_land_bulk_loads(pl_u64* b) {
     }
   }
   v.resize(keep);
-  if (tx && tx->arrivals > 0 && tx->owed <= 0) {
-    arrivals += tx->arrivals;
-    *tx = {};
-  }
   pl_host_bulk_loads_pending.fetch_sub(landed, std::memory_order_release);
+  if (!tx || tx->arrivals == 0 || tx->owed > 0) return;
+  const int arrivals = tx->arrivals;
+  *tx = {};
   for (int a = 0; a < arrivals; ++a) pl_mbar_arrive(b);
 }
 PL_DEV void pl_mbar_inval(pl_u64* b) {
@@ -892,6 +887,21 @@ PL_DEV bool pl_sem_wait(pl_i32* s, pl_i32 value, bool decrement, const pl_i64* e
 PL_DEV bool pl_bulk_ok(const void* src, const void* dst) {
   return PL_HAS_BULK_COPY && (((unsigned long long)src | (unsigned long long)dst) & 15ull) == 0;
 }
+// Arrives on barrier b with `bytes` as expected transactions: the phase completes once every
+// arrival is in and that many bytes of bulk or TMA copies (complete_tx on b) have landed. Each
+// bulk or TMA copy into shared memory arrives through it, once, before its copies are issued.
+PL_DEV void pl_expect_tx(pl_u64* b, pl_u32 bytes) {
+#if PL_HOST_EMULATION
+  // The arrival lands when a thread tests the barrier and `bytes` of copies have landed on it.
+  std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
+  pl_host_bulk_loads.push_back({b, {nullptr, nullptr, 0, 0, 0, 0}, true, (pl_i64)bytes});
+  pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
+#elif PL_HAS_BULK_COPY
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)), "r"(bytes) : "memory");
+#else
+  (void)b, (void)bytes;
+#endif
+}
 // Orders the thread's earlier accesses to shared and global memory (the generic proxy) before
 // bulk copies that a thread of its group starts after the group's next sync (the async proxy).
 PL_DEV void pl_fence_before_bulk_copy() {
@@ -946,15 +956,13 @@ PL_DEV void pl_mbar_arrive_peers(pl_u64* b, pl_u32 peers) {
 // next tests the barrier (pl_host_land_bulk_loads).
 PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src, pl_i64 src_row_stride, pl_i64 rows,
                               pl_u32 row_bytes, pl_u64* b) {
+  pl_expect_tx(b, (pl_u32)(rows * row_bytes));
 #if PL_HOST_EMULATION
   for (pl_i64 r = 0; r < rows; ++r) memset((pl_u8*)dst + r * dst_row_stride, 0xFF, row_bytes);
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
-  pl_host_bulk_loads.push_back({b, {(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes}, true});
+  pl_host_bulk_loads.push_back({b, {(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes}, false});
   pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
 #elif PL_HAS_BULK_COPY
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)),
-               "r"((pl_u32)(rows * row_bytes))
-               : "memory");
   for (pl_i64 r = 0; r < rows; ++r)
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      pl_smem_u32((pl_u8*)dst + r * dst_row_stride)),
@@ -1076,18 +1084,6 @@ PL_DEV pl_i64 pl_slot_elem(pl_i64 r, pl_i64 col, pl_i64 rows, pl_i64 chunks_per_
 struct alignas(64) PlTensorMap {
   pl_u64 w[16];
 };
-PL_DEV void pl_expect_tx(pl_u64* b, pl_u32 bytes) {
-#if PL_HOST_EMULATION
-  // The arrival lands with the boxes, when a thread tests the barrier and all `bytes` are there.
-  std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
-  pl_host_bulk_loads.push_back({b, {nullptr, nullptr, 0, 0, 0, 0}, true, (pl_i64)bytes});
-  pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
-#elif PL_HAS_BULK_COPY
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pl_smem_u32(b)), "r"(bytes) : "memory");
-#else
-  (void)b, (void)bytes;
-#endif
-}
 #if PL_HOST_EMULATION
 // The emulated tensor map (host_emulation.cpp writes it): w[0] the array's address, w[1] its rank
 // R, w[2] the element's bytes, w[3 + i] the size of dim i (innermost first), w[7 + i] the byte

@@ -98,17 +98,15 @@ std::optional<BulkRows> bulk_rows(const RefInfo& src, const RefInfo& dst) {
 
 // A copy between a box of an operand array (`gmem`: a view whose dims step as the array's do, in
 // order, the last one the array's last) and a dense row-major view of shared memory (`smem`) as
-// one TMA box (cp.async.bulk.tensor): the tensor map it needs, the box in the array's dims
-// (innermost first; 1 where the view drops a dim), or nullopt. The box's limits: rank 5, 256
-// elements a dim, rows of whole 16-byte chunks (and array rows too: the map's strides), fewer
-// than 2^20 bytes (a phase's expected transactions).
+// one TMA box (cp.async.bulk.tensor): the tensor map it needs (1 in the box where the view drops
+// a dim), or nullopt — past the limits of tensor_map_for_boxes, or of a phase's expected
+// transactions (fewer than 2^20 bytes).
 std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem) {
   const Shape& a = gmem.operand_shape;
   const size_t rank = a.size();
-  if (gmem.operand < 0 || rank == 0 || rank > 5 || gmem.shape != smem.shape || gmem.dtype != smem.dtype ||
-      gmem.shape.empty() || smem.strides != contiguous_strides(smem.shape))
+  if (gmem.operand < 0 || rank == 0 || gmem.shape != smem.shape || gmem.dtype != smem.dtype || gmem.shape.empty() ||
+      smem.strides != contiguous_strides(smem.shape))
     return std::nullopt;
-  const int64_t item = itemsize(gmem.dtype);
   const std::vector<int64_t> as = contiguous_strides(a);
   std::vector<int64_t> box(rank, 1);
   size_t d = 0;
@@ -117,25 +115,30 @@ std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem) {
     if (d == rank || gmem.shape[v] > a[d]) return std::nullopt;
     box[d++] = gmem.shape[v];
   }
-  int64_t bytes = item;
-  for (size_t i = 0; i < rank; ++i) {
-    if (box[i] > 256 || a[i] > (int64_t{1} << 32)) return std::nullopt;
-    bytes *= box[i];
-  }
-  if ((box.back() * item) % 16 != 0 || (rank > 1 && (a.back() * item) % 16 != 0) || bytes >= (int64_t{1} << 20))
+  if (num_elements(box) * itemsize(gmem.dtype) >= (int64_t{1} << 20)) return std::nullopt;
+  return tensor_map_for_boxes(gmem.operand, gmem.dtype, a, box);
+}
+}  // namespace
+
+std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, const Shape& array,
+                                                  const std::vector<int64_t>& box) {
+  const size_t rank = array.size();
+  const int64_t item = itemsize(dtype);
+  if (rank == 0 || rank > 5 || box.size() != rank || (box.back() * item) % 16 != 0 || (array.back() * item) % 16 != 0)
     return std::nullopt;
+  const std::vector<int64_t> strides = contiguous_strides(array);
   TensorMapSpec spec;
-  spec.operand = gmem.operand;
+  spec.operand = operand;
   spec.elem_bytes = static_cast<int>(item);
   for (size_t i = 0; i < rank; ++i) {
-    const size_t dim = rank - 1 - i;
-    spec.dims.push_back(static_cast<uint64_t>(a[dim]));
-    if (i > 0) spec.strides.push_back(static_cast<uint64_t>(as[dim] * item));
-    spec.box.push_back(static_cast<uint32_t>(box[dim]));
+    const size_t d = rank - 1 - i;
+    if (box[d] < 1 || box[d] > 256 || array[d] > (int64_t{1} << 32)) return std::nullopt;
+    spec.dims.push_back(static_cast<uint64_t>(array[d]));
+    if (i > 0) spec.strides.push_back(static_cast<uint64_t>(strides[d] * item));
+    spec.box.push_back(static_cast<uint32_t>(box[d]));
   }
   return spec;
 }
-}  // namespace
 
 void Emitter::emit_gpu_op(const ir::Op& op) {
   auto barrier_index = [&](const RefInfo& b) { return "(" + b.ptr + " - " + ctx_.barriers + ")"; };
@@ -165,10 +168,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       int map = -1;
       if (tma) {
         std::vector<TensorMapSpec>& maps = *ctx_.tensor_maps;
-        for (size_t m = 0; m < maps.size() && map < 0; ++m)
-          if (maps[m].operand == tma->operand && maps[m].dims == tma->dims && maps[m].strides == tma->strides &&
-              maps[m].box == tma->box)
-            map = static_cast<int>(m);
+        if (const auto same = std::find(maps.begin(), maps.end(), *tma); same != maps.end())
+          map = static_cast<int>(same - maps.begin());
         if (map < 0 && maps.size() < 64) {  // (PlParams::tma_ok has a bit per map)
           map = static_cast<int>(maps.size());
           maps.push_back(*tma);

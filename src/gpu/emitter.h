@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -33,6 +34,11 @@ std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_
 std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
                       const std::string& flat);
 std::vector<int64_t> contiguous_strides(const Shape& s);
+// The TMA tensor map of boxes `box` (elements per dim, in the array's dim order) of operand
+// `operand`'s row-major array, or nullopt past TMA's limits: rank 1 to 5, 1 to 256 elements a box
+// dim, 2^32 a dim, rows of the box and of the array whole 16-byte chunks (the map's strides).
+std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, const Shape& array,
+                                                  const std::vector<int64_t>& box);
 std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
 
 // A matrix product d (+)= a . b for the runtime's pl_mma_dot (mma.sync tensor cores): row-major

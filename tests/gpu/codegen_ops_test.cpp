@@ -757,9 +757,6 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     s.operand = operand, s.elem_bytes = elem, s.dims = std::move(dims), s.strides = std::move(strides), s.box = std::move(box);
     return s;
   };
-  auto same = [](const gpu::TensorMapSpec& a, const gpu::TensorMapSpec& b) {
-    return a.operand == b.operand && a.elem_bytes == b.elem_bytes && a.dims == b.dims && a.strides == b.strides && a.box == b.box;
-  };
   // A generated kernel with every `from` replaced by `to` (it must be there).
   auto edited = [](const gpu::GeneratedKernel& k, const std::string& from, const std::string& to) {
     gpu::GeneratedKernel e = k;
@@ -787,8 +784,8 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     ASSERT_EQ(k.tensor_maps.size(), 2u);
     const bool canonical = in == DType::BF16;
     EXPECT_EQ(k.tensor_core_slots, canonical ? (std::vector<int>{0, 1}) : std::vector<int>{});
-    EXPECT_TRUE(same(k.tensor_maps[0], spec(0, static_cast<int>(e), {64, 128}, {64 * e}, {canonical ? 8u : 16u, 64})));
-    EXPECT_TRUE(same(k.tensor_maps[1], spec(1, static_cast<int>(e), {64, 64}, {64 * e}, {canonical ? 8u : 32u, 16})));
+    EXPECT_EQ(k.tensor_maps[0], spec(0, static_cast<int>(e), {64, 128}, {64 * e}, {canonical ? 8u : 16u, 64}));
+    EXPECT_EQ(k.tensor_maps[1], spec(1, static_cast<int>(e), {64, 64}, {64 * e}, {canonical ? 8u : 32u, 16}));
     EXPECT_CONTAINS(k.source, "const __grid_constant__ PlParams p");
     gpu::HostEmulationStats stats;
     expect_plain_product(x, y, false, DType::F32, gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats)[0]);
@@ -837,7 +834,7 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     EXPECT_EQ(k.tma_inputs, tma ? std::vector<int>{0} : std::vector<int>{});
     ASSERT_EQ(k.tensor_maps.size(), tma ? 1u : 0u);
     if (tma) {
-      EXPECT_TRUE(same(k.tensor_maps[0], spec(0, 4, {64, 32, 4}, {256, 32 * 256}, {64, 16, 1})));
+      EXPECT_EQ(k.tensor_maps[0], spec(0, 4, {64, 32, 4}, {256, 32 * 256}, {64, 16, 1}));
     }
     EXPECT_EQ(k.source.find("pl_tma_load<3>(dst") != std::string::npos, tma);
     gpu::HostEmulationStats stats;

@@ -105,9 +105,9 @@ pl::PallasCall copies_of_every_alignment(const std::string& how) {
                    plgpu::Barrier{.num_arrivals = 3}}));
 }
 
-TEST_P(GpuKernelBoth, CopiesOfEveryAlignmentLandOnTheBarrier) {
-  pl::Array x = random_f32({12, 20}, 9);
-  std::vector<pl::Array> out = copies_of_every_alignment(GetParam())(x);
+// What copies_of_every_alignment writes for x (12 x 20): its copies of x's rows, column 0 on, 1 on,
+// and the first 3 columns.
+void expect_copies_of_every_alignment(const pl::Array& x, const std::vector<pl::Array>& out) {
   for (int64_t r = 0; r < 12; ++r) {
     for (int64_t c = 0; c < 8; ++c) {
       EXPECT_EQ(out[0].get({r, c}), x.get({r, c})) << r << "," << c;
@@ -115,6 +115,11 @@ TEST_P(GpuKernelBoth, CopiesOfEveryAlignmentLandOnTheBarrier) {
     }
     for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(out[2].get({r, c}), x.get({r, c})) << r << "," << c;
   }
+}
+
+TEST_P(GpuKernelBoth, CopiesOfEveryAlignmentLandOnTheBarrier) {
+  pl::Array x = random_f32({12, 20}, 9);
+  expect_copies_of_every_alignment(x, copies_of_every_alignment(GetParam())(x));
 }
 
 TEST(GpuKernel, CopiesOfWhole16ByteRowsCompileToBulkCopies) {
@@ -205,9 +210,9 @@ pl::PallasCall copies_to_gmem_of_every_alignment(const std::string& how) {
       run_on(how, {plgpu::SMEM({kRows, 8}, pl::f32), plgpu::SMEM({kRows, 8}, pl::f32), plgpu::SMEM({kRows, 3}, pl::f32)}));
 }
 
-TEST_P(GpuKernelBoth, CopiesToGmemOfEveryAlignmentAreOneGroupEach) {
-  pl::Array x = random_f32({12, 20}, 10);
-  std::vector<pl::Array> out = copies_to_gmem_of_every_alignment(GetParam())(x);
+// What copies_to_gmem_of_every_alignment writes for x (12 x 20): x's first 8 columns, the next 8
+// one column to the right, and the first 3.
+void expect_copies_to_gmem_of_every_alignment(const pl::Array& x, const std::vector<pl::Array>& out) {
   for (int64_t r = 0; r < 12; ++r) {
     for (int64_t c = 0; c < 8; ++c) {
       EXPECT_EQ(out[0].get({r, c}), x.get({r, c})) << r << "," << c;
@@ -215,6 +220,11 @@ TEST_P(GpuKernelBoth, CopiesToGmemOfEveryAlignmentAreOneGroupEach) {
     }
     for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(out[2].get({r, c}), x.get({r, c})) << r << "," << c;
   }
+}
+
+TEST_P(GpuKernelBoth, CopiesToGmemOfEveryAlignmentAreOneGroupEach) {
+  pl::Array x = random_f32({12, 20}, 10);
+  expect_copies_to_gmem_of_every_alignment(x, copies_to_gmem_of_every_alignment(GetParam())(x));
 }
 
 TEST(GpuKernel, CopiesToGmemOfWhole16ByteRowsCompileToBulkCopies) {
@@ -243,9 +253,9 @@ TEST(GpuKernel, CopiesToGmemOfWhole16ByteRowsCompileToBulkCopies) {
 // maps (by hand), one box per copy and CTA in host emulation, the results, and the machine code
 // (UTMALDG, UTMASTG). The 12-byte rows never go by TMA.
 TEST(GpuKernel, CopiesOfBoxesOfOperandsGoByTma) {
-  auto same = [](const plgpu::TensorMapSpec& m, int operand, std::vector<uint64_t> dims, std::vector<uint64_t> strides,
-                 std::vector<uint32_t> box) {
-    return m.operand == operand && m.elem_bytes == 4 && m.dims == dims && m.strides == strides && m.box == box;
+  // The map of f32 boxes of operand `operand` (dims, byte strides, box: innermost first).
+  auto f32_map = [](int operand, std::vector<uint64_t> dims, std::vector<uint64_t> strides, std::vector<uint32_t> box) {
+    return plgpu::TensorMapSpec{operand, 4, std::move(dims), std::move(strides), std::move(box)};
   };
   const pl::Array x = random_f32({12, 20}, 12);
   std::shared_ptr<const pl::TracedCall> to_smem = copies_of_every_alignment("mosaic_gpu").trace({x.shape_dtype()});
@@ -253,10 +263,10 @@ TEST(GpuKernel, CopiesOfBoxesOfOperandsGoByTma) {
   const plgpu::GeneratedKernel load = plgpu::generate_cuda(*to_smem, to_smem->grid_mapping.grid);
   const plgpu::GeneratedKernel store = plgpu::generate_cuda(*to_gmem, to_gmem->grid_mapping.grid);
   ASSERT_EQ(load.tensor_maps.size(), 1u);  // a and b: boxes of 8 x 4 of x
-  EXPECT_TRUE(same(load.tensor_maps[0], 0, {20, 12}, {80}, {8, 4}));
+  EXPECT_EQ(load.tensor_maps[0], f32_map(0, {20, 12}, {80}, {8, 4}));
   ASSERT_EQ(store.tensor_maps.size(), 2u);  // out_a's and out_b's
-  EXPECT_TRUE(same(store.tensor_maps[0], 1, {8, 12}, {32}, {8, 4}));
-  EXPECT_TRUE(same(store.tensor_maps[1], 2, {12, 12}, {48}, {8, 4}));
+  EXPECT_EQ(store.tensor_maps[0], f32_map(1, {8, 12}, {32}, {8, 4}));
+  EXPECT_EQ(store.tensor_maps[1], f32_map(2, {12, 12}, {48}, {8, 4}));
   auto count_of = [](const std::string& text, const std::string& what) {
     int n = 0;
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -269,15 +279,8 @@ TEST(GpuKernel, CopiesOfBoxesOfOperandsGoByTma) {
   std::vector<pl::Array> b = plgpu::run_host_emulation(*to_gmem, store, {x}, to_gmem->grid_mapping.grid, 2, &stores);
   EXPECT_EQ(loads.tma_boxes, 6);  // 3 CTAs x 2 copies
   EXPECT_EQ(stores.tma_boxes, 6);
-  for (int64_t r = 0; r < 12; ++r) {
-    for (int64_t c = 0; c < 8; ++c) {
-      EXPECT_EQ(a[0].get({r, c}), x.get({r, c})) << r << "," << c;
-      EXPECT_EQ(a[1].get({r, c}), x.get({r, c + 1})) << r << "," << c;
-      EXPECT_EQ(b[0].get({r, c}), x.get({r, c})) << r << "," << c;
-      EXPECT_EQ(b[1].get({r, c + 1}), x.get({r, c + 8})) << r << "," << c;
-    }
-    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(a[2].get({r, c}), x.get({r, c})) << r << "," << c;
-  }
+  expect_copies_of_every_alignment(x, a);
+  expect_copies_to_gmem_of_every_alignment(x, b);
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) {
     EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(load.source, "tma.cu", arch)) << arch;
