@@ -34,9 +34,10 @@ for e in $examples; do
     if out=$(run "$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
   done
 done
-# The bf16 matmul with each of the ring's copy paths and both wgmma modes (TMA is the default on
-# Hopper; cp.async is what an unaligned array or another GPU takes).
-for v in "" PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
+# The bf16 matmul with each of the ring's copy paths, both slot layouts and both wgmma modes (TMA
+# and 128-byte swizzled slots are the default on Hopper; cp.async is what an unaligned array or
+# another GPU takes).
+for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
   if out=$(run env $v "$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    ${v:-default}: $out"
   else log "FAIL  ${v:-default}: $out"; status=1; fi
 done
@@ -89,9 +90,9 @@ else
   log "SKIP  sass (no cuobjdump: scripts/get_cuda_tools.sh; or the compile failed: cuda.log)"
 fi
 [ -z "${NO_BENCH:-}" ] && { run "$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: failed (bench.txt)"; }
-# What TMA and async wgmma bring, side by side in one run (the bf16 matmul, 4096^3).
+# What swizzled slots, TMA and async wgmma bring, side by side in one run (the bf16 matmul, 4096^3).
 if [ -z "${NO_BENCH:-}" ]; then
-  for v in "" PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
+  for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
     out=$(run env $v "$BUILD/pallas" bench matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
     log "bench ${v:-default}: $out"
   done

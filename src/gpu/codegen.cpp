@@ -158,14 +158,14 @@ std::vector<uint64_t> pack_params(const GeneratedKernel& k, const std::vector<ui
 }
 
 TensorMapEncoder cached_tensor_map_encoder(TensorMapEncoder encode) {
-  using Key = std::tuple<int, std::vector<uint64_t>, std::vector<uint64_t>, std::vector<uint32_t>, uint64_t>;
+  using Key = std::tuple<int, std::vector<uint64_t>, std::vector<uint64_t>, std::vector<uint32_t>, int, uint64_t>;
   struct Cache {
     std::mutex mu;
     std::map<Key, std::pair<bool, std::array<uint64_t, 16>>> maps;
   };
   auto cache = std::make_shared<Cache>();
   return [cache, encode = std::move(encode)](const TensorMapSpec& spec, uint64_t address, uint64_t* map) {
-    Key key{spec.elem_bytes, spec.dims, spec.strides, spec.box, address};
+    Key key{spec.elem_bytes, spec.dims, spec.strides, spec.box, spec.swizzle_bytes, address};
     std::lock_guard<std::mutex> lock(cache->mu);
     auto it = cache->maps.find(key);
     if (it == cache->maps.end()) {
@@ -191,6 +191,7 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
   // A developer's switch for measuring what async wgmma brings (docs/GPU.md).
   if (const char* v = std::getenv("PALLAS_GPU_SYNC_WGMMA"); v && std::string(v) == "1") o.async_wgmma = false;
   if (const char* v = std::getenv("PALLAS_GPU_NO_TMA"); v && std::string(v) == "1") o.tma = false;
+  if (const char* v = std::getenv("PALLAS_GPU_NO_SWIZZLE"); v && std::string(v) == "1") o.swizzle = false;
   return o;
 }
 
@@ -437,12 +438,22 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   };
   // Input j's blocks as TMA boxes: the tensor map of boxes of its block (of `columns` columns
   // each, a slot in a canonical layout; 0: the whole block), or nullopt past a map's limits.
-  auto block_box = [&](int j, int64_t columns = 0) {
+  auto block_box = [&](int j, int64_t columns = 0, int swizzle_bytes = 0) {
     const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
     std::vector<int64_t> box;
     for (size_t d = 0; d < bm.block_shape.size(); ++d) box.push_back(core::block_extent(bm, d));
     if (columns > 0) box.back() = columns;
-    return detail::tensor_map_for_boxes(gm.num_index_operands + j, bm.array.dtype, bm.array.shape, box);
+    return detail::tensor_map_for_boxes(gm.num_index_operands + j, bm.array.dtype, bm.array.shape, box, swizzle_bytes);
+  };
+  // The layout of input j's slot (pl_slot_elem) where wgmma runs, once the body has chosen a
+  // canonical one (Emitter::slot_layout: 1 K-major, 2 MN-major; 0 row-major): its 128-byte
+  // swizzled twin (3, 4) when the block is whole 64-column panels of whole 8-row groups.
+  auto canonical_layout = [&](const Emitter& em, int j) {
+    const int layout = em.slot_layout(j);
+    const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
+    const int64_t rows = core::block_extent(bm, 0), cols = core::block_extent(bm, 1);
+    const bool panels = (cols * itemsize(bm.array.dtype)) % 128 == 0 && rows % 8 == 0;
+    return layout > 0 && opts.swizzle && panels ? layout + 2 : layout;
   };
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
@@ -472,10 +483,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const bool feeds_async_wgmma =
         opts.async_wgmma && has_dot && std::any_of(candidates.begin(), candidates.end(), layout_candidate);
     const int slots = depth + (feeds_async_wgmma ? 1 : 0);
-    const int64_t budget = opts.max_shared_bytes - 8 * out.num_barriers - staging_reserve;
+    // (Beside the ring: the static shared memory — the barriers, the ring's own — and up to the
+    // next 1024-byte boundary, where dynamic shared memory starts when a slot is swizzled.)
+    const int64_t budget = opts.max_shared_bytes - static_shared_reserve(out.num_barriers) - staging_reserve;
     for (int j : candidates) {
       const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-      const int64_t bytes = (std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype) + 127) / 128 * 128;
+      const int64_t align = GeneratedKernel::kSlotAlign;
+      const int64_t bytes = (std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype) + align - 1) / align * align;
       if (out.pipeline_slot_bytes + slots * bytes > budget) continue;
       slot_offset[static_cast<size_t>(j)] = out.pipeline_slot_bytes;
       slot_block_bytes[static_cast<size_t>(j)] = bytes;
@@ -544,7 +558,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                << "    pl_u8* dst = " << slot_pointer(static_cast<size_t>(j), "slot") << ";\n";
       if (const int m = tma_map_of(j); m >= 0) {
         // Thread 0 issues the boxes: the block's start, innermost dim first; a slot in a canonical
-        // layout (2-D) takes a box of 8 columns x all rows per 16-byte column chunk.
+        // layout (2-D) takes a box of all rows per 8 columns (no swizzle: a 16-byte column chunk)
+        // or per 64 (swizzled: a panel).
         const std::string M = std::to_string(m), map = "&p.tmap[" + M + "]", bar = "pl_ring_mbar + slot";
         std::string coords;
         for (size_t d = rank; d-- > 0;)
@@ -553,9 +568,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                  << "        const int c[" << rank << "] = {" << coords << "};\n";
         if (layout_candidate(j))
           prefetch << "        if (PL_TMA_LAYOUT_" << J << " != 0) {\n"
-                   << "          for (int q = 0; q < " << chunks_per_row << "; ++q) {\n"
-                   << "            const int cq[2] = {c[0] + 8 * q, c[1]};\n"
-                   << "            pl_tma_load<2>(dst + q * " << 16 * rows << ", " << map << ", cq, " << bar << ");\n"
+                   << "          constexpr int box_cols = PL_TMA_LAYOUT_" << J << " >= 3 ? 64 : 8;\n"
+                   << "          for (int q = 0; q < " << row << " / box_cols; ++q) {\n"
+                   << "            const int cq[2] = {c[0] + box_cols * q, c[1]};\n"
+                   << "            pl_tma_load<2>(dst + q * box_cols * " << rows * itemsize(bm.array.dtype) << ", " << map
+                   << ", cq, " << bar << ");\n"
                    << "          }\n        } else\n  ";
         prefetch << "        pl_tma_load<" << rank << ">(dst, " << map << ", c, " << bar << ");\n      }\n    } else\n#endif\n";
       }
@@ -830,10 +847,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The slots' layouts, now that the body has made every access to them (canonical ones only
   // where wgmma runs: the mma.sync path and the CUDA-core loops read row-major blocks).
   std::string slot_layouts;
+  bool swizzled_slots = false;
   for (int j : out.pipelined_inputs) {
     if (!layout_candidate(j)) continue;
-    const int layout = em.slot_layout(j);
+    const int layout = canonical_layout(em, j);
     if (layout > 0) out.tensor_core_slots.push_back(j);
+    swizzled_slots = swizzled_slots || layout >= 3;
     slot_layouts += "#define PL_SLOT_LAYOUT_" + std::to_string(j) + " (PL_HAS_WGMMA ? " + std::to_string(layout) + " : 0)\n";
   }
   const int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;
@@ -845,9 +864,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The ring comes first: the arena goes to global memory when both do not fit. A gpu::kernel's
   // arena holds its SMEM scratch, which its bulk and TMA copies and wgmma address as shared
   // memory: it stays there up to the device's limit, and past it the kernel cannot run.
+  const int64_t static_bytes = out.pipeline_slot_bytes > 0 ? static_shared_reserve(out.num_barriers) : 8 * out.num_barriers;
+  const int64_t align = GeneratedKernel::kSlotAlign;
   out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes &&
-                        (out.pipeline_slot_bytes == 0 || (out.arena_bytes + 127) / 128 * 128 + out.pipeline_slot_bytes +
-                                                                 staging_reserve + 8 * out.num_barriers <=
+                        (out.pipeline_slot_bytes == 0 || (out.arena_bytes + align - 1) / align * align + out.pipeline_slot_bytes +
+                                                                 staging_reserve + static_bytes <=
                                                              opts.max_shared_bytes);
   if (gpu_kernel) {
     if (out.arena_bytes + 8 * out.num_barriers > opts.max_shared_bytes)
@@ -863,16 +884,16 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // mma.sync path too.
   if (out.tensor_core_dots > 0 && out.threads_per_cta % 128 == 0) {
     const int64_t staging = wgmma_stage_bytes() * (out.threads_per_cta / 128);
-    const int64_t used = 8 * out.num_barriers + out.wgmma_staging_offset();  // (the arena, rounded up)
+    const int64_t used = static_bytes + out.wgmma_staging_offset();  // (the arena, rounded up)
     if (used + staging <= opts.max_shared_bytes) out.wgmma_staging_bytes = staging;
   }
   // The TMA inputs' maps. A slot's layout is canonical where wgmma runs — on the devices the
   // host encodes maps for (Hopper, sm_90a), where PL_HAS_WGMMA is whether there is wgmma staging
-  // — and its boxes follow it: 8 columns x all rows for a canonical layout, else the block. The
-  // kernel checks the two agree (PL_TMA_LAYOUT_j against PL_SLOT_LAYOUT_j) before using a map.
+  // — and its boxes follow it: all rows x 8 columns for a no-swizzle canonical layout, x 64 (a
+  // panel) for a swizzled one, else the block. The kernel checks the two agree (PL_TMA_LAYOUT_j against PL_SLOT_LAYOUT_j) before using a map.
   for (int j : out.tma_inputs) {
-    const int layout = layout_candidate(j) && out.wgmma_staging_bytes > 0 ? em.slot_layout(j) : 0;
-    out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = *block_box(j, layout > 0 ? 8 : 0);
+    const int layout = layout_candidate(j) && out.wgmma_staging_bytes > 0 ? canonical_layout(em, j) : 0;
+    out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = *block_box(j, layout >= 3 ? 64 : layout > 0 ? 8 : 0, layout >= 3 ? 128 : 0);
     slot_layouts += "#define PL_TMA_LAYOUT_" + std::to_string(j) + " " + std::to_string(layout) + "\n";
   }
 
@@ -886,6 +907,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "#define PL_NUM_GROUPS " << out.num_groups << "\n";
   src << "#define PL_CTA_THREADS " << out.threads_per_cta << "\n";
   src << "#define PL_ARENA_IN_SHARED " << (out.arena_in_shared ? 1 : 0) << "\n";
+  if (swizzled_slots) src << "#define PL_SMEM_ALIGN 1024\n";  // (codegen.h's static_shared_reserve)
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
   if (out.num_barriers > 0) src << "#define PL_NUM_MBARRIERS " << out.num_barriers << "\n";
   if (out.cluster_ctas > 1) src << "#define PL_CLUSTER_CTAS " << out.cluster_ctas << "\n";
@@ -1031,7 +1053,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The workspace holds the semaphores first, then the CTAs' arenas.
   const std::string arena_after_semaphores = out.co_resident() ? std::to_string(out.arena_offset()) + " + " : "";
   src << "#if !PL_HOST_EMULATION\n";
-  if (out.arena_in_shared) src << "extern __shared__ __align__(128) char pl_smem[];\n";
+  if (out.arena_in_shared) src << "extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];\n";
   // (__grid_constant__: the parameters stay where the launch put them, so the TMA unit can read
   // the tensor maps there.)
   src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry
@@ -1039,6 +1061,22 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The runtime takes the block size as the constant PL_CTA_THREADS; a hand launch with another
   // (of this source compiled by nvcc) stops here instead of computing garbage.
   src << "  if (blockDim.x != PL_CTA_THREADS || blockDim.y * blockDim.z != 1) __trap();\n";
+  if (swizzled_slots) {
+    // The swizzle's pattern comes from the address bits: the slots' offsets are multiples of 1024
+    // from a base that __align__(PL_SMEM_ALIGN) should put on a 1024-byte boundary; if it does
+    // not, the kernel stops rather than reading scrambled blocks.
+    const int site = static_cast<int>(out.error_sites.size());
+    ErrorSite e;
+    e.kind = ErrorSite::Kind::SlotAlignment;
+    e.op_name = call.name;
+    e.loc = call.kernel.loc;
+    out.error_sites.push_back(e);
+    std::string swizzled;
+    for (int j : out.tensor_core_slots)
+      swizzled += (swizzled.empty() ? "" : " || ") + std::string("PL_SLOT_LAYOUT_") + std::to_string(j) + " >= 3";
+    src << "  if ((" << swizzled << ") && (pl_smem_u32(pl_slots) & 1023u) != 0) { const pl_i64 ev[" << G
+        << "] = {0}; pl_fail(p.err, " << site << ", ev, " << G << "); return; }\n";
+  }
   if (out.arena_in_shared)
     src << "  char* arena = pl_smem;\n";
   else
@@ -1101,6 +1139,10 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     throw InternalError("gpu: the TMA copies of a pipeline step of pallas_call \"" + site.op_name +
                         "\" did not land within the wait limit" + eval::at_grid_point(point) +
                         " (a fault of the GPU backend; PALLAS_GPU_NO_TMA=1 copies by cp.async instead)");
+  if (site.kind == ErrorSite::Kind::SlotAlignment)
+    throw InternalError("gpu: the swizzled ring slots of pallas_call \"" + site.op_name +
+                        "\" do not start on a 1024-byte boundary of shared memory (a fault of the GPU backend; "
+                        "PALLAS_GPU_NO_SWIZZLE=1 keeps the slots unswizzled)");
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);
   // RefIndex: {program ids..., start}

@@ -37,6 +37,10 @@ const char* device_runtime_source();
 // in the instruction's layout.
 constexpr int64_t kWgmmaStepK = 32;
 constexpr int64_t wgmma_stage_bytes() { return (64 + 128) * kWgmmaStepK * 2; }
+// What a kernel with a ring keeps before its dynamic shared memory: its static shared memory (8
+// bytes a barrier, and the ring's barriers, at most 32), up to the 1024-byte boundary where the
+// dynamic part starts when a slot is swizzled (PL_SMEM_ALIGN).
+constexpr int64_t static_shared_reserve(int64_t num_barriers) { return (8 * (num_barriers + 32) + 1023) / 1024 * 1024; }
 
 struct CodegenOptions {
   int threads_per_cta = 256;
@@ -59,6 +63,10 @@ struct CodegenOptions {
   // The ring's blocks copied by the TMA unit on sm_90 (tensor maps), where they are boxes of their
   // arrays. false (or PALLAS_GPU_NO_TMA=1): by cp.async, as on sm_80.
   bool tma = true;
+  // Ring slots that wgmma reads in place take its 128-byte swizzled layouts where their rows
+  // allow (64-column panels): a TMA box per panel, reads without bank conflicts. false (or
+  // PALLAS_GPU_NO_SWIZZLE=1): the no-swizzle layouts, a TMA box per 8 columns.
+  bool swizzle = true;
 };
 
 // A TMA tensor map the kernel's ring copies through (sm_90; the device runtime's pl_tma_load):
@@ -71,6 +79,9 @@ struct TensorMapSpec {
   std::vector<uint64_t> dims;     // elements, innermost first
   std::vector<uint64_t> strides;  // bytes, of dims 1.. (rank - 1 entries)
   std::vector<uint32_t> box;      // elements, innermost first
+  // 0, or 128: the box lands in shared memory with the 128-byte swizzle (its rows are 128 bytes;
+  // the device runtime's pl_swizzle128), as a swizzled ring slot holds it.
+  int swizzle_bytes = 0;
   bool operator==(const TensorMapSpec&) const = default;
 };
 
@@ -82,9 +93,10 @@ struct ErrorSite {
   // BarrierWait: a gpu::kernel's barrier wait that did not complete in the wait limit (a deadlock);
   // SemaphoreWait: the same for a semaphore wait. SemaphoreValue: a negative semaphore increment
   // or awaited value (the value follows the program ids).
-  // PipelineWait: the ring's TMA copies of a step did not land within the wait limit (a fault of
-  // the backend, reported as an internal error).
-  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue, PipelineWait };
+  // PipelineWait: the ring's TMA copies of a step did not land within the wait limit;
+  // SlotAlignment: the swizzled ring slots do not start on a 1024-byte boundary (both faults of
+  // the backend, reported as internal errors).
+  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue, PipelineWait, SlotAlignment };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
   std::string op_name;   // RefIndex, BarrierWait, SemaphoreWait: the op; DebugCheck: the message
@@ -153,7 +165,11 @@ struct GeneratedKernel {
   std::vector<int> tma_inputs;
   std::vector<TensorMapSpec> tensor_maps;
   int64_t pipeline_slot_bytes = 0;
-  int64_t slots_offset() const { return arena_in_shared ? (arena_bytes + 127) / 128 * 128 : 0; }
+  // The ring starts on a 1024-byte boundary (a swizzled slot's pattern repeats every 1024 bytes;
+  // dynamic shared memory starts on one when PL_SMEM_ALIGN says so), and each input's slots are
+  // whole 1024 bytes.
+  static constexpr int64_t kSlotAlign = 1024;
+  int64_t slots_offset() const { return arena_in_shared ? (arena_bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign : 0; }
   int64_t wgmma_staging_offset() const { return slots_offset() + (pipeline_slot_bytes + 127) / 128 * 128; }
   // The dynamic shared memory a launch asks for (`wgmma`: on a device that runs the sm_90a code).
   int64_t dynamic_shared_bytes(bool wgmma) const {

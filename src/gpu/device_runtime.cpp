@@ -37,6 +37,11 @@ std::string wgmma_instructions() {
 
 const char* runtime_template() {
   return R"PALLAS_RT(// ---- Pallas device runtime -------------------------------------------------------------------
+// Dynamic shared memory starts on a PL_SMEM_ALIGN boundary: 1024 where the generated code has
+// swizzled ring slots (pl_swizzle128), else 128.
+#ifndef PL_SMEM_ALIGN
+#define PL_SMEM_ALIGN 128
+#endif
 #if defined(__CUDACC__)
 #define PL_DEV __device__ __forceinline__
 #define PL_MEMBER __device__ __forceinline__
@@ -168,14 +173,27 @@ struct PlHostWgmmaOp {
   float* d;
   pl_u64 da, db;
 };
+// Copies n bytes from src to dst; with `swizzle128`, each byte to its 128-byte swizzled address
+// (pl_swizzle128 of the host address: the emulated shared memory starts on a 1024-byte boundary),
+// as the TMA unit writes a box with CU_TENSOR_MAP_SWIZZLE_128B.
+static inline void pl_host_copy_bytes(pl_u8* dst, const pl_u8* src, pl_i64 n, bool swizzle128) {
+  if (!swizzle128) return (void)memcpy(dst, src, (size_t)n);
+  for (pl_i64 i = 0; i < n;) {
+    const pl_u64 at = (pl_u64)(dst + i);
+    const pl_i64 piece = 16 - (pl_i64)(at % 16) < n - i ? 16 - (pl_i64)(at % 16) : n - i;  // (within a chunk)
+    memcpy((pl_u8*)(at ^ ((at >> 3) & 0x70)), src + i, (size_t)piece);
+    i += piece;
+  }
+}
 // Rows copied from src to dst (a cp.async chunk is one row of 16 bytes).
 struct PlHostRows {
   pl_u8* dst;
   const pl_u8* src;
   pl_i64 dst_stride, src_stride, rows;
   pl_u32 row_bytes;
+  bool swizzle128 = false;  // (pl_host_copy_bytes)
   void land() const {
-    for (pl_i64 r = 0; r < rows; ++r) memcpy(dst + r * dst_stride, src + r * src_stride, row_bytes);
+    for (pl_i64 r = 0; r < rows; ++r) pl_host_copy_bytes(dst + r * dst_stride, src + r * src_stride, row_bytes, swizzle128);
   }
 };
 // Per host thread, sized by pl_host_start.
@@ -1032,34 +1050,53 @@ template <int N, bool READ_ONLY> PL_DEV void pl_bulk_store_wait() {
 #else
 #define PL_HOST_STAGING_SPAN 0
 #endif
-alignas(128) static pl_u8 pl_host_shared[PL_HOST_CTAS][PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128];  // per CTA
+// (Each CTA's from a 1024-byte boundary, as the swizzled slots need: pl_swizzle128.)
+alignas(1024) static pl_u8 pl_host_shared[PL_HOST_CTAS][(PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128 + 1023) / 1024 * 1024];
 #define pl_host_shared_base (pl_host_shared[pl_host_cta()])
 #endif
 #ifdef PL_SLOT_BYTES
 #if PL_HOST_EMULATION
 #define pl_slots (pl_host_shared_base)
 #else
-extern __shared__ __align__(128) char pl_smem[];
+extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 #define pl_slots ((pl_u8*)pl_smem + PL_SLOTS_OFFSET)
 #endif
 #endif
 // Where a ring slot keeps its block (codegen.cpp's PL_SLOT_LAYOUT_j): layout 0 is row-major;
-// 1 and 2 are wgmma's no-swizzle canonical layouts, so the tensor cores read the slot as it is
-// (no staging copy). Both keep the block (rows x cols) column chunk by column chunk: the 16-byte
-// chunks of columns 8q .. 8q + 7 of all rows, row after row, then those of the next q — element
-// (r, c) at byte (c / 8) * 16 * rows + r * 16 + (c % 8) * size. They differ in how wgmma reads
-// them (pl_wgmma_block's descriptors), by 8 x 16-byte "core matrices" (128 contiguous bytes):
-//  * 1, K-major (a's block m x k, or b's n x k): core matrices 128 bytes apart down the rows
-//    (the stride byte offset), 16 * rows apart along K (the leading byte offset);
-//  * 2, MN-major (b's block k x n, read with wgmma's transpose-b flag): 128 bytes apart along K
-//    (the rows), 16 * rows apart along N.
-// A chunk q of a slot is thus one TMA box of 8 columns x rows (pl_prefetch issues them); its
-// cp.async path copies 16-byte chunks: pl_slot_chunk names the source chunk (row r, chunk q) of
-// destination chunk c — consecutive threads write consecutive chunks of the slot (no bank
-// conflicts). The layouts are chosen for 2-byte elements only (bf16, f16: 8 to a chunk).
+// 1 to 4 are wgmma's canonical layouts, so the tensor cores read the slot as it is (no staging
+// copy). They differ in how wgmma reads them (pl_wgmma_block's descriptors):
+//  * 1 and 3, K-major: a's block m x k, or b's n x k;
+//  * 2 and 4, MN-major: b's block k x n, read with wgmma's transpose-b flag.
+// 1 and 2 are the no-swizzle layouts, for any block of 8-column chunks. They keep the block
+// (rows x cols) column chunk by column chunk: the 16-byte chunks of columns 8q .. 8q + 7 of all
+// rows, row after row, then those of the next q — element (r, c) at byte (c / 8) * 16 * rows +
+// r * 16 + (c % 8) * size — read by 8 x 16-byte "core matrices" (128 contiguous bytes):
+//  * 1: core matrices 128 bytes apart down the rows (the stride byte offset), 16 * rows apart
+//    along K (the leading byte offset);
+//  * 2: 128 bytes apart along K (the rows), 16 * rows apart along N.
+// 3 and 4 are the 128-byte swizzled layouts, for blocks of 64-column panels (rows % 8 == 0): a
+// panel is its rows of 128 bytes one after the other, the panels one after the other, and within
+// each 1024 bytes (8 rows) the 16-byte chunk j of row r sits at chunk j ^ (r % 8)
+// (pl_swizzle128) — what the TMA unit writes with CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads
+// with descriptor layout 1, both from the address bits, so a slot starts on a 1024-byte boundary.
+// A panel is one TMA box (64 columns x rows), where the no-swizzle layouts take a box per
+// 8-column chunk, and the 8 rows of a 16-byte column chunk that wgmma reads together lie in
+// different banks.
+// A chunk of a slot is thus one TMA box of 8 columns x rows (layouts 1, 2) or a panel of 64 (3,
+// 4) (pl_prefetch issues them); its cp.async path copies 16-byte chunks: pl_slot_chunk names the
+// source chunk (row r, chunk q) of destination chunk c — consecutive threads write consecutive
+// chunks of the slot (no bank conflicts). The layouts are chosen for 2-byte elements only (bf16,
+// f16: 8 to a chunk).
+// The 128-byte swizzle of a byte offset from a 1024-byte boundary: its 16-byte chunk bits (4-6)
+// XOR its 128-byte row bits (7-9).
+PL_DEV constexpr pl_i64 pl_swizzle128(pl_i64 byte) { return byte ^ ((byte >> 3) & 0x70); }
 template <int L>
 PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& r, pl_i64& q) {
-  if (L != 0) {
+  if (L >= 3) {
+    const pl_i64 in_panel = c % (rows * 8);
+    r = in_panel / 8;
+    q = c / (rows * 8) * 8 + ((in_panel % 8) ^ (r % 8));
+  } else if (L != 0) {
     r = c % rows;
     q = c / rows;
   } else {
@@ -1070,6 +1107,7 @@ PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& 
 // The element index in the slot of the block's element (r, col) (8 elements per chunk).
 template <int L>
 PL_DEV pl_i64 pl_slot_elem(pl_i64 r, pl_i64 col, pl_i64 rows, pl_i64 chunks_per_row) {
+  if (L >= 3) return (col / 64 * rows * 128 + pl_swizzle128(r * 128 + col % 64 * 2)) / 2;
   if (L != 0) return (col / 8 * rows + r) * 8 + col % 8;
   return r * chunks_per_row * 8 + col;
 }
@@ -1087,7 +1125,8 @@ struct alignas(64) PlTensorMap {
 #if PL_HOST_EMULATION
 // The emulated tensor map (host_emulation.cpp writes it): w[0] the array's address, w[1] its rank
 // R, w[2] the element's bytes, w[3 + i] the size of dim i (innermost first), w[7 + i] the byte
-// stride of dim i >= 1, w[12 + i / 2] >> 32 (i % 2) the box's size in dim i.
+// stride of dim i >= 1, w[12 + i / 2] >> 32 (i % 2) the box's size in dim i, w[15] its swizzle
+// (0, or 128: CU_TENSOR_MAP_SWIZZLE_128B).
 static const pl_u8 pl_host_zeros[256 * 8] = {};
 // Walks the box at element coordinates c (innermost first), laid out row-major in shared memory
 // at smem, as runs of rows along dim 1: run(smem_rows, gmem_rows, rows, gmem_row_stride, lo, hi)
@@ -1132,13 +1171,22 @@ template <int R, class F> PL_DEV void pl_host_box_rows(const PlTensorMap* map, c
 // Loads the box at coordinates c into dst (row-major) as the TMA unit does: elements outside the
 // array read as zero. The rows land when a thread tests barrier b (pl_host_land_bulk_loads);
 // until then they read as all ones.
+// With the 128-byte swizzle each row's 16-byte chunks are permuted (pl_host_copy_bytes): the box's
+// rows are 128 bytes and it starts on a 1024-byte boundary, as the swizzle's pattern repeats.
 template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
   const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
+  const bool swizzle128 = map->w[15] == 128;
+  if (map->w[15] != 0 && (!swizzle128 || row_bytes != 128 || (pl_u64)dst % 1024 != 0)) abort();  // (never emitted)
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
+  pl_u8 ones[128];
+  memset(ones, 0xFF, sizeof ones);
   auto push = [&](pl_u8* to, const pl_u8* from, pl_i64 from_stride, pl_i64 rows, pl_i64 bytes) {
     if (rows <= 0 || bytes <= 0) return;
-    for (pl_i64 r = 0; r < rows; ++r) memset(to + r * row_bytes, 0xFF, (size_t)bytes);
-    pl_host_bulk_loads.push_back({b, {to, from, row_bytes, from_stride, rows, (pl_u32)bytes}, false});
+    for (pl_i64 r = 0; r < rows; ++r) {
+      if (swizzle128) pl_host_copy_bytes(to + r * row_bytes, ones, bytes, true);
+      else memset(to + r * row_bytes, 0xFF, (size_t)bytes);
+    }
+    pl_host_bulk_loads.push_back({b, {to, from, row_bytes, from_stride, rows, (pl_u32)bytes, swizzle128}, false});
     pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
   };
   pl_host_box_rows<R>(map, c, (pl_u8*)dst, [&](pl_u8* rows, const pl_u8* from, pl_i64 n, pl_i64 stride, pl_i64 lo, pl_i64 hi) {
@@ -1154,6 +1202,7 @@ template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, cons
 // pl_bulk_store_wait retires the group.
 template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)[R], const void* src) {
   const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
+  if (map->w[15] != 0) abort();  // a swizzled store: never emitted
   pl_host_box_rows<R>(map, c, (pl_u8*)src, [&](pl_u8* rows, const pl_u8* to, pl_i64 n, pl_i64 stride, pl_i64 lo, pl_i64 hi) {
     if (!to || hi <= lo) return;
     for (pl_i64 r = 0; r < n; ++r) memset((pl_u8*)to + r * stride + lo * elem, 0xFF, (size_t)((hi - lo) * elem));
@@ -1502,11 +1551,24 @@ template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
 PL_DEV void pl_fence_proxy_async() {}
 // Element (r, k) of a no-swizzle operand described by `desc` (r: its row of a, or column of b):
 // K-major, or with `mn_major` (the transpose flag) MN-major — the layouts of pl_slot_elem.
+// A 128-byte swizzled operand (layout type 1, pl_swizzle128): K-major, rows of 128 bytes with
+// K along them, 8-row groups `sbo` apart (the leading offset unused: 16 K elements lie within a
+// row); MN-major, 8 K rows of 64 elements along MN, the next 8 rows `sbo` on and the next 64
+// elements `lbo` on; then the swizzle of the address, as the hardware applies it.
 template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k, bool mn_major) {
-  if ((desc >> 62) != 0) abort();  // a swizzled layout: not emulated (never emitted)
+  const pl_u64 mode = desc >> 62;
+  if (mode > 1) abort();  // a 32- or 64-byte swizzle: not emulated (never emitted)
   const pl_u64 start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4, sbo = ((desc >> 32) & 0x3FFF) << 4;
-  const pl_u64 in_core = mn_major ? (k % 8) * 16 + (r % 8) * 2 : (r % 8) * 16 + (k % 8) * 2;
-  const pl_u8* p = pl_host_shared_base + start + (r / 8) * sbo + (k / 8) * lbo + in_core;
+  pl_u64 at;
+  if (mode == 1) {
+    at = start + (mn_major ? (r / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + (r % 64) * 2
+                           : (r / 8) * sbo + (r % 8) * 128 + k * 2);
+    at = (pl_u64)pl_swizzle128((pl_i64)at);
+  } else {
+    const pl_u64 in_core = mn_major ? (k % 8) * 16 + (r % 8) * 2 : (r % 8) * 16 + (k % 8) * 2;
+    at = start + (r / 8) * sbo + (k / 8) * lbo + in_core;
+  }
+  const pl_u8* p = pl_host_shared_base + at;
   In x;
   x.bits = *(const pl_u16*)p;
   return pl_widen(x);
@@ -1534,7 +1596,7 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_
 }
 #else
 // After the arena and the ring in the dynamic shared memory (launches on other GPUs leave it out).
-extern __shared__ __align__(128) char pl_smem[];
+extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 #define pl_wgmma_staging ((pl_u8*)pl_smem + PL_WGMMA_STAGING_OFFSET)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return pl_smem_u32(p); }
 PL_DEV void pl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -1552,11 +1614,14 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_
   PlWgmma<NC, In>::template run<TB>(d, da, db);
 }
 #endif
-// The descriptor of a no-swizzle operand at p (16-byte aligned, in shared memory): core matrices
-// adjacent along K `lbo` bytes apart (the leading byte offset), the next 8 rows (or, MN-major,
-// the next 8 columns) `sbo` bytes on (the stride byte offset).
-PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 lbo, pl_u64 sbo) {
-  return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32);
+// The descriptor of an operand at p (16-byte aligned, in shared memory). No swizzle: core
+// matrices adjacent along K `lbo` bytes apart (the leading byte offset), the next 8 rows (or,
+// MN-major, the next 8 columns) `sbo` bytes on (the stride byte offset). `swizzle128` (layout
+// type 1 in bits 62-63): pl_wgmma_operand's 128-byte swizzled layouts, whose 1024-byte pattern
+// the hardware takes from the address bits (the base offset field stays 0).
+PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 lbo, pl_u64 sbo, bool swizzle128 = false) {
+  return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) |
+         ((pl_u64)swizzle128 << 62);
 }
 // Copies rows [r0, r0 + rows) x columns [k0, k0 + kc) of a K-contiguous matrix (row stride ld)
 // — or, with `transposed`, of the transpose of a row-major (K x rows) matrix — into the staging
@@ -1621,18 +1686,25 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
     // issues them back to back; rolled, it injects a warpgroup.arrive before each (its C7519
     // note). Unrolled costs the bf16 matmul 40% more cold compile, rolled 20% (PERFORMANCE.md).
     for (int ks = 0; ks < kc; ks += 16) {  // the next 16 columns: two core matrices on
-      // An operand in a slot (pl_slot_elem: element (r, c) at (c / 8) * 8 rows + 8 r + c % 8):
-      // layout 1 (a's m x K, b's n x K) from row r0 at column k is at element k rows + 8 r0,
-      // K-adjacent core matrices 16 rows bytes apart, row groups 128; layout 2 (b's K x n, MN-major)
-      // from column n0 at row k is at n0 K + 8 k, K-adjacent core matrices 128 bytes apart, groups
-      // of 8 columns 16 K. The staging is K-major with PL_WG_KC columns, a row group per 16 KC.
+      // An operand in a slot (pl_slot_elem). No swizzle (element (r, c) at (c / 8) * 8 rows + 8 r
+      // + c % 8): layout 1 (a's m x K, b's n x K) from row r0 at column k is at element k rows + 8
+      // r0, K-adjacent core matrices 16 rows bytes apart, row groups 128; layout 2 (b's K x n,
+      // MN-major) from column n0 at row k is at n0 K + 8 k, K-adjacent core matrices 128 bytes
+      // apart, groups of 8 columns 16 K. Swizzled (64-column panels of 128-byte rows): layout 3
+      // from row r0 at column k is in panel k / 64 at row r0, k % 64 elements along it, 8-row
+      // groups 1024 bytes apart; layout 4 from column n0 at row k is in panel n0 / 64 at row k,
+      // n0 % 64 along it (n0 % 64 + NC <= 64 when NC < 64), 8-row groups 1024 bytes apart and
+      // panels 128 K. The staging is K-major with PL_WG_KC columns, a row group per 16 KC.
       const pl_i64 k = k0 + ks;
-      const pl_u64 da = LA ? pl_wgmma_desc(a + k * M + 8 * m0, 16 * (pl_u64)M, 128)
-                           : pl_wgmma_desc(stage_a + ks * 16, 128, 16 * PL_WG_KC);
-      const pl_u64 db = LB == 1   ? pl_wgmma_desc(b + k * N + 8 * n0, 16 * (pl_u64)N, 128)
+      const pl_u64 da = LA == 3   ? pl_wgmma_desc(a + k / 64 * 64 * M + 64 * m0 + k % 64, 16, 1024, true)
+                        : LA      ? pl_wgmma_desc(a + k * M + 8 * m0, 16 * (pl_u64)M, 128)
+                                  : pl_wgmma_desc(stage_a + ks * 16, 128, 16 * PL_WG_KC);
+      const pl_u64 db = LB == 4   ? pl_wgmma_desc(b + n0 / 64 * 64 * K + 64 * k + n0 % 64, 128 * (pl_u64)K, 1024, true)
+                        : LB == 3 ? pl_wgmma_desc(b + k / 64 * 64 * N + 64 * n0 + k % 64, 16, 1024, true)
                         : LB == 2 ? pl_wgmma_desc(b + (pl_i64)n0 * K + 8 * k, 128, 16 * (pl_u64)K)
+                        : LB == 1 ? pl_wgmma_desc(b + k * N + 8 * n0, 16 * (pl_u64)N, 128)
                                   : pl_wgmma_desc(stage_b + ks * 16, 128, 16 * PL_WG_KC);
-      pl_wgmma_async<NC, In, LB == 2>(acc, da, db);
+      pl_wgmma_async<NC, In, LB == 2 || LB == 4>(acc, da, db);
     }
     if constexpr (ASYNC && !staged) {
       pl_wgmma_commit_and_wait<1>();  // the previous group (the previous step's) is done

@@ -121,11 +121,12 @@ std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem) {
 }  // namespace
 
 std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, const Shape& array,
-                                                  const std::vector<int64_t>& box) {
+                                                  const std::vector<int64_t>& box, int swizzle_bytes) {
   const size_t rank = array.size();
   const int64_t item = itemsize(dtype);
   if (rank == 0 || rank > 5 || box.size() != rank || (box.back() * item) % 16 != 0 || (array.back() * item) % 16 != 0)
     return std::nullopt;
+  if (swizzle_bytes != 0 && (swizzle_bytes != 128 || box.back() * item != 128)) return std::nullopt;
   const std::vector<int64_t> strides = contiguous_strides(array);
   TensorMapSpec spec;
   spec.operand = operand;
@@ -137,6 +138,7 @@ std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, cons
     if (i > 0) spec.strides.push_back(static_cast<uint64_t>(strides[d] * item));
     spec.box.push_back(static_cast<uint32_t>(box[d]));
   }
+  spec.swizzle_bytes = swizzle_bytes;
   return spec;
 }
 

@@ -37,8 +37,9 @@ std::vector<int64_t> contiguous_strides(const Shape& s);
 // The TMA tensor map of boxes `box` (elements per dim, in the array's dim order) of operand
 // `operand`'s row-major array, or nullopt past TMA's limits: rank 1 to 5, 1 to 256 elements a box
 // dim, 2^32 a dim, rows of the box and of the array whole 16-byte chunks (the map's strides).
+// `swizzle_bytes` 128: the boxes land 128-byte swizzled, so their rows must be 128 bytes.
 std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, const Shape& array,
-                                                  const std::vector<int64_t>& box);
+                                                  const std::vector<int64_t>& box, int swizzle_bytes = 0);
 std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
 
 // A matrix product d (+)= a . b for the runtime's pl_mma_dot (mma.sync tensor cores): row-major

@@ -118,6 +118,7 @@ static bool emulated_tensor_map(const TensorMapSpec& spec, uint64_t address, uin
     if (i > 0) map[7 + i] = spec.strides[i - 1];
     map[12 + i / 2] |= static_cast<uint64_t>(spec.box[i]) << (32 * (i % 2));
   }
+  map[15] = static_cast<uint64_t>(spec.swizzle_bytes);
   return true;
 }
 

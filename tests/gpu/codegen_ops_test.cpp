@@ -851,6 +851,155 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
   }
 }
 
+// Slots of whole 64-column panels (8-row groups) that wgmma reads in place take its 128-byte
+// swizzled layouts: one TMA box per panel with CU_TENSOR_MAP_SWIZZLE_128B, descriptors of layout
+// type 1. The slot's three writers — the TMA unit (emulated from the map), the cp.async chunks
+// (TMA off) and the element-wise copy of an unaligned array (the alignment test edited to fail) —
+// and its two readers — wgmma (emulated from the descriptor) and the CUDA-core loop (64 threads)
+// — must agree on where each element is: each combination against a plain product. x's slots are
+// two panels along K (64 x 128), y's two along N (MN-major, 128 x 128, one 128-wide wgmma across
+// both) or, as n x k, two along K. Without swizzle (CodegenOptions::swizzle) the same products
+// take the no-swizzle layouts and 8-column boxes; with a descriptor edited to no swizzle, wgmma
+// reads the swizzled slot wrong.
+TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
+  auto spec = [](int operand, std::vector<uint64_t> dims, std::vector<uint64_t> strides, std::vector<uint32_t> box, int swz) {
+    gpu::TensorMapSpec s;
+    s.operand = operand, s.elem_bytes = 2, s.dims = std::move(dims), s.strides = std::move(strides), s.box = std::move(box);
+    s.swizzle_bytes = swz;
+    return s;
+  };
+  auto edited = [](gpu::GeneratedKernel k, const std::string& from, const std::string& to) {
+    size_t at = k.source.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    for (; at != std::string::npos; at = k.source.find(from, at + to.size())) k.source.replace(at, from.size(), to);
+    return k;
+  };
+  const int64_t M = 64, N = 128, K = 256, bk = 128;
+  for (bool b_nk : {false, true}) {
+    SCOPED_TRACE(b_nk ? "y n x k" : "y k x n");
+    const int64_t bn = b_nk ? 64 : 128;
+    auto kernel = [b_nk](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
+      pl::when(pl::program_id(1) == 0, [&] { acc[pl::all] = 0.0f; });
+      acc[pl::all] += b_nk ? pl::dot_general(x[pl::all], y[pl::all], pl::DotDims{{1}, {1}, {}, {}}, DType::F32)
+                           : pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+      pl::when(pl::program_id(1) == pl::num_programs(1) - 1, [&] { z[pl::all] = acc[pl::all]; });
+    };
+    const BlockSpec y_spec = b_nk ? BlockSpec({bn, bk}, [](Value j, Value k) { return Indices{j, k}; })
+                                  : BlockSpec({bk, bn}, [](Value j, Value k) { return Indices{k, j}; });
+    PallasCall call = pl::pallas_call(
+        kernel, ShapeDtype({M, N}, DType::F32),
+        opts({N / bn, K / bk}, {BlockSpec({M, bk}, [](Value, Value k) { return Indices{0, k}; }), y_spec},
+             {BlockSpec({M, bn}, [](Value j, Value) { return Indices{0, j}; })},
+             {ScratchShape{{M, bn}, DType::F32, MemorySpace::Vmem}}));
+    const Array x = Array::random_normal({M, K}, DType::BF16, 61);
+    const Array y = Array::random_normal(b_nk ? Shape{N, K} : Shape{K, N}, DType::BF16, 62);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    const int64_t steps = (N / bn) * (K / bk);  // (one CTA point per j, K / bk steps each)
+    for (bool swizzle : {true, false}) {
+      SCOPED_TRACE(swizzle ? "swizzled" : "no swizzle");
+      gpu::CodegenOptions options;
+      options.threads_per_cta = 128;
+      options.swizzle = swizzle;
+      const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+      ASSERT_EQ(k.tensor_core_slots, (std::vector<int>{0, 1}));
+      ASSERT_EQ(k.tma_inputs, (std::vector<int>{0, 1}));
+      ASSERT_EQ(k.tensor_maps.size(), 2u);
+      const uint32_t cols = swizzle ? 64 : 8;
+      const int swz = swizzle ? 128 : 0;
+      EXPECT_EQ(k.tensor_maps[0], spec(0, {256, 64}, {512}, {cols, 64}, swz));
+      EXPECT_EQ(k.tensor_maps[1], b_nk ? spec(1, {256, 128}, {512}, {cols, 64}, swz) : spec(1, {128, 256}, {256}, {cols, 128}, swz));
+      EXPECT_EQ(k.source.find("#define PL_SLOT_LAYOUT_0 (PL_HAS_WGMMA ? 3 : 0)") != std::string::npos, swizzle);
+      EXPECT_EQ(k.source.find(b_nk ? "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 3 : 0)" : "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 4 : 0)") !=
+                    std::string::npos,
+                swizzle);
+      gpu::HostEmulationStats stats;
+      expect_plain_product(x, y, b_nk, DType::F32, gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats)[0]);
+      EXPECT_EQ(stats.tma_boxes, steps * (bk / cols + (b_nk ? bk : bn) / cols));  // (a box per panel or chunk)
+      EXPECT_GT(stats.wgmma_instructions, 0u);
+      if (!swizzle) continue;
+      // The other writers and reader of the same slots.
+      gpu::HostEmulationStats cp;
+      const gpu::GeneratedKernel by_cp_async = edited(k, "(p.tma_ok >> ", "(0 >> ");
+      expect_plain_product(x, y, b_nk, DType::F32, gpu::run_host_emulation(*tc, by_cp_async, {x, y}, tc->grid_mapping.grid, 128, &cp)[0]);
+      EXPECT_EQ(cp.tma_boxes, 0);
+      const gpu::GeneratedKernel by_elements = edited(by_cp_async, " & 15) == 0) {\n      #pragma unroll 1", " & 15) == 99) {\n      #pragma unroll 1");
+      expect_plain_product(x, y, b_nk, DType::F32, gpu::run_host_emulation(*tc, by_elements, {x, y}, tc->grid_mapping.grid, 128)[0]);
+      gpu::HostEmulationStats cuda_cores;
+      expect_plain_product(x, y, b_nk, DType::F32, gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 64, &cuda_cores)[0]);
+      EXPECT_EQ(cuda_cores.wgmma_instructions, 0u);
+      const Array want = interpret::run_reference(*tc, {x, y}, tc->grid_mapping.grid, nullptr)[0];
+      const Array unswizzled = gpu::run_host_emulation(*tc, edited(k, "1024, true)", "1024, false)"), {x, y}, tc->grid_mapping.grid, 128)[0];
+      EXPECT_FALSE(allclose(unswizzled, want, 1e-4, 1e-3).ok) << "wgmma read a swizzled slot through no-swizzle descriptors";
+    }
+  }
+}
+
+// The 128-byte swizzle against numbers worked out by hand from its definition (CUTLASS's
+// Swizzle<3, 4, 3>, the pattern of CU_TENSOR_MAP_SWIZZLE_128B and of wgmma's layout type 1: the
+// 16-byte chunk bits 4-6 of a byte address XOR its bits 7-9, so chunk j of 128-byte row r lands
+// at chunk j ^ (r % 8)), checked in the device runtime compiled as C++: where pl_slot_elem puts a
+// block's elements, which source chunk pl_slot_chunk copies into each slot chunk (cp.async), and
+// where the emulated TMA unit lands a box of a swizzled map (every element once, at the same
+// places).
+TEST(GpuCodegenOps, TheSwizzleOfSlotsIsTheHardwares128BytePattern) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pallas-swizzle-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir / "t.cc");
+    f << "#define PL_NUM_GROUPS 1\n#define PL_CTA_THREADS 1\n#define PL_ARENA_IN_SHARED 1\n" << gpu::device_runtime_source()
+      << R"(
+int main() {
+  // A 16 x 128 bf16 block (two 64-column panels) in a swizzled slot.
+  printf("elem %lld %lld %lld %lld\n", (long long)pl_slot_elem<3>(0, 0, 16, 16), (long long)pl_slot_elem<3>(1, 0, 16, 16),
+         (long long)pl_slot_elem<4>(3, 9, 16, 16), (long long)pl_slot_elem<3>(9, 70, 16, 16));
+  pl_i64 r1, q1, r2, q2;
+  pl_slot_chunk<3>(9, 16, 16, r1, q1);
+  pl_slot_chunk<4>(138, 16, 16, r2, q2);
+  printf("chunk %lld %lld %lld %lld\n", (long long)r1, (long long)q1, (long long)r2, (long long)q2);
+  // A 16 x 64 box of a 16 x 64 array whose element (r, c) holds r * 64 + c, landed by the TMA unit.
+  static pl_u16 src[16 * 64];
+  for (int e = 0; e < 16 * 64; ++e) src[e] = (pl_u16)e;
+  alignas(1024) static pl_u16 slot[16 * 64];
+  PlTensorMap map = {};
+  map.w[0] = (pl_u64)src, map.w[1] = 2, map.w[2] = 2, map.w[3] = 64, map.w[4] = 16, map.w[8] = 128;
+  map.w[12] = 64 | (16ull << 32), map.w[15] = 128;
+  static pl_u64 bar = 0;
+  const int c[2] = {0, 0};
+  pl_tma_load<2>(slot, &map, c, &bar);
+  pl_host_land_bulk_loads(&bar);
+  printf("box %u %u %u %u\n", slot[72], slot[1 * 64 + 9], slot[3 * 64 + 8 * (1 ^ 3) + 1], slot[15 * 64 + 8 * (7 ^ 7) + 7]);
+  int seen[16 * 64] = {0};
+  for (int e = 0; e < 16 * 64; ++e) ++seen[slot[e] % (16 * 64)];
+  int once = 0;
+  for (int e = 0; e < 16 * 64; ++e) once += seen[e] == 1;
+  printf("once %d\n", once);
+})";
+  }
+  const std::string cmd = gpu::host_compiler() + " -std=c++20 -w -pthread -o '" + (dir / "t").string() + "' '" +
+                          (dir / "t.cc").string() + "' 2>&1 && '" + (dir / "t").string() + "'";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  fs::remove_all(dir);
+  // Elements: (0, 0) at byte 0; (1, 0): row 1, chunk 0 ^ 1 = 1, byte 128 + 16 = 144 (element 72);
+  // (3, 9) of layout 4 (the same storage): chunk 1 ^ 3 = 2, byte 384 + 32 + 2 = 418 (209); (9, 70):
+  // panel 1 (16 rows x 128 bytes = 2048), row 9, chunk 0 ^ 1 = 1, byte 2048 + 1152 + 16 + 12 =
+  // 3228 (1614).
+  EXPECT_CONTAINS(out, "elem 0 72 209 1614\n");
+  // Chunks: slot chunk 9 is row 1's physical chunk 1, so its chunk 1 ^ 1 = 0; slot chunk 138 is
+  // in panel 1 (128 chunks a panel), row 1, physical chunk 2: the row's chunk 8 + (2 ^ 1) = 11.
+  EXPECT_CONTAINS(out, "chunk 1 0 1 11\n");
+  // The box: element 72 holds (1, 0) = 64; position (1, 9) holds row 1's chunk 1 ^ 1 = 0, element 1:
+  // (1, 1) = 65; row 3's physical chunk 1 ^ 3 = 2, element 1 holds (3, 9) = 201; row 15's chunk 0,
+  // element 7 holds (15, 7 * 8 + 7) = 1023.
+  EXPECT_CONTAINS(out, "box 64 65 201 1023\n");
+  EXPECT_CONTAINS(out, "once 1024\n");
+}
+
 // The kernel's parameter words (pack_params): the fixed fields, then the word of encoded maps,
 // then the maps from the next 64-byte boundary, 16 words each — PlParams' layout with its
 // alignas(64) PlTensorMap. A map the encoder declines (here: an address that is not 16-byte
