@@ -1807,13 +1807,32 @@ PL_DEV bool pl_tc_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b, 
     return pl_mma_dot<BNK>(d, ldd, a, lda, b, ldb, M, N, K, accumulate);
   }
 }
+// Whether the accumulator's products run on its registers: whole warpgroups covering its
+// blocks in ROUNDS rounds, with wgmma's staging for each.
+template <int NC, int ROUNDS> PL_DEV bool pl_acc_in_registers(int M, int N) {
+#if PL_HAS_WGMMA
+  return pl_wgmma_fits(M) && (pl_nthreads() >> 7) * ROUNDS >= (M / 64) * (N / NC);
+#else
+  return (void)M, (void)N, false;
+#endif
+}
+// Sets every element of the accumulator to `value` in its registers (newer than the scratch)
+// where the products run on them; false, having done nothing, where they do not: the caller
+// stores to the scratch.
+template <int NC, int ROUNDS> PL_DEV bool pl_acc_fill(PlAccRegs<NC, ROUNDS>& f, float value, int M, int N) {
+  if (!pl_acc_in_registers<NC, ROUNDS>(M, N)) return false;
+  pl_acc_drain(f);
+  for (int i = 0; i < ROUNDS * NC / 2; ++i) f.r[i] = value;
+  f.dirty = 1;
+  return true;
+}
 // d += a . b where d is the scratch of register accumulator f: on wgmma into the registers when
 // the group's warpgroups cover the blocks in ROUNDS rounds, else (flushed first) as pl_tc_dot.
 template <bool BNK, int NC, int LA, int LB, int ROUNDS, class In>
 PL_DEV bool pl_tc_dot_acc(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
                           pl_i64 ldb, int M, int N, int K) {
 #if PL_HAS_WGMMA
-  if (pl_wgmma_fits(M) && (pl_nthreads() >> 7) * ROUNDS >= (M / 64) * (N / NC)) {
+  if (pl_acc_in_registers<NC, ROUNDS>(M, N)) {
     pl_wgmma_dot_regs<NC, BNK, LA, LB>(f, d, ldd, a, lda, b, ldb, M, N, K);
     return true;
   }

@@ -717,7 +717,44 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
   return out;
 }
 
+bool Emitter::is_uniform(ValueId v) const {
+  if (type(v).shape.empty()) return true;
+  const auto it = fused_producers_.find(v);
+  if (it == fused_producers_.end()) return false;  // a tile: its elements are its own
+  const ir::Op& op = *it->second;
+  if (op.code == OpCode::Constant) return true;
+  if (op.code == OpCode::BroadcastInDim) return is_uniform(op.operands[0]);
+  if (!is_elementwise(op)) return false;
+  for (ValueId o : op.operands)
+    if (!is_uniform(o)) return false;
+  return true;
+}
+
 void Emitter::emit_ref_op(const ir::Op& op) {
+  // A store of one value to the whole of the register accumulator's scratch (`acc[...] = 0`,
+  // the zeroing before the first step) sets the registers instead, newer than the scratch:
+  // nothing written to it, and the next product does not reload it (pl_acc_fill). Where the
+  // products run in memory instead, the store does too.
+  const ir::Indexer& idx = op.attrs.get_indexer(ir::AttrKey::Index);
+  bool whole = op.code == OpCode::Store && acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref &&
+               op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
+  for (size_t d = 0; whole && d < idx.entries.size(); ++d) {
+    const ir::IndexEntry& e = idx.entries[d];
+    whole = e.is_slice && e.dynamic < 0 && e.start == 0 && e.stride == 1 && e.size == type(acc_regs_.ref).shape[d];
+  }
+  if (whole && op.operands.size() == 2 && is_uniform(op.operands[1])) {
+    line("if (!pl_acc_fill(pl_acc, (float)(" + at(op.operands[1], "0") + "), " + std::to_string(acc_regs_.m) + ", " +
+         std::to_string(acc_regs_.n) + ")) {");
+    ++indent_;
+    emit_ref_op_in_memory(op);
+    --indent_;
+    line("}");
+    return;
+  }
+  emit_ref_op_in_memory(op);
+}
+
+void Emitter::emit_ref_op_in_memory(const ir::Op& op) {
   const RefInfo& base = info(op.operands[0]).ref;
   const ir::Indexer& idx = op.attrs.get_indexer(ir::AttrKey::Index);
   RefInfo v = view(op, base, idx);

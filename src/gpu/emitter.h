@@ -227,6 +227,10 @@ class Emitter {
   void emit_op(const ir::Op& op);
   void emit_pure(const ir::Op& op);  // emit_ops.cpp
   void emit_ref_op(const ir::Op& op);
+  void emit_ref_op_in_memory(const ir::Op& op);
+  // Whether every element of value v is the same (a scalar, a fused constant, a broadcast of a
+  // scalar, elementwise ops of such): `at(v, "0")` is all of it.
+  bool is_uniform(ir::ValueId v) const;
   void emit_control(const ir::Op& op);
   void emit_debug_print(const ir::Op& op);
   void emit_debug_check(const ir::Op& op);

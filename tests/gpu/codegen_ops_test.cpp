@@ -635,8 +635,10 @@ TEST(GpuCodegenOps, TensorCoreOperandsAreKeptInWgmmaLayoutInTheirSlots) {
 }
 
 // `acc[...] += dot(x, y)` into a whole f32 scratch keeps the accumulator in wgmma's registers
-// across the K steps; every other access to acc (zeroing it, halving it between two products,
-// writing it out) finds it current, and a product after one reloads it. Generated for one
+// across the K steps; every other access to acc (halving it between two products, writing it
+// out) finds it current, and a product after one reloads it. Setting it to one value (0.25 here,
+// so that a fill of zeros would show) sets the registers (pl_acc_fill), or the scratch where the
+// products run in memory. Generated for one
 // warpgroup (two rounds of 64 rows each) or two (one round), run with those threads (wgmma,
 // emulated) or with 64 (the registers unused: the product in memory). Checked against the
 // reference interpreter.
@@ -646,7 +648,7 @@ TEST(GpuCodegenOps, AnAccumulatorStaysInRegistersAcrossTheSteps) {
     SCOPED_TRACE(std::to_string(c.threads) + " threads, run with " + std::to_string(c.run_threads));
     const int64_t M = 128, N = 64, K = 128, bk = 32;
     auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
-      pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = 0.0f; });
+      pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = 0.25f; });
       acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
       pl::when(pl::program_id(0) == 1, [&] { acc[pl::all] = acc[pl::all] * 0.5f; });
       pl::when(pl::program_id(0) == pl::num_programs(0) - 1, [&] { z[pl::all] = acc[pl::all]; });
@@ -662,6 +664,7 @@ TEST(GpuCodegenOps, AnAccumulatorStaysInRegistersAcrossTheSteps) {
     gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
     EXPECT_EQ(k.register_accumulator, 0);
     EXPECT_CONTAINS(k.source, "PlAccRegs<64, " + std::to_string(c.threads == 128 ? 2 : 1) + "> pl_acc;");
+    EXPECT_CONTAINS(k.source, "if (!pl_acc_fill(pl_acc, (float)(");
     const std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), tc->grid_mapping.grid, nullptr);
     gpu::HostEmulationStats stats;
     const std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid, c.run_threads, &stats);
