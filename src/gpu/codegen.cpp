@@ -890,7 +890,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The TMA inputs' maps. A slot's layout is canonical where wgmma runs — on the devices the
   // host encodes maps for (Hopper, sm_90a), where PL_HAS_WGMMA is whether there is wgmma staging
   // — and its boxes follow it: all rows x 8 columns for a no-swizzle canonical layout, x 64 (a
-  // panel) for a swizzled one, else the block. The kernel checks the two agree (PL_TMA_LAYOUT_j against PL_SLOT_LAYOUT_j) before using a map.
+  // panel) for a swizzled one, else the block. The kernel checks the two agree (PL_TMA_LAYOUT_j
+  // against PL_SLOT_LAYOUT_j) before using a map.
   for (int j : out.tma_inputs) {
     const int layout = layout_candidate(j) && out.wgmma_staging_bytes > 0 ? canonical_layout(em, j) : 0;
     out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = *block_box(j, layout >= 3 ? 64 : layout > 0 ? 8 : 0, layout >= 3 ? 128 : 0);

@@ -161,7 +161,8 @@ struct GeneratedKernel {
   // running into the next step (the slots of the step before stay untouched one step longer).
   int pipeline_slots = 0;
   // The pipelined inputs copied by the TMA unit where it can (each a box per slot; a slot in a
-  // canonical layout a box per 8 columns), their maps in this order (PlParams::tmap).
+  // canonical layout a box per 8 columns, or per 64 when swizzled), their maps in this order
+  // (PlParams::tmap).
   std::vector<int> tma_inputs;
   std::vector<TensorMapSpec> tensor_maps;
   int64_t pipeline_slot_bytes = 0;

@@ -861,7 +861,7 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
 // and its two readers — wgmma (emulated from the descriptor) and the CUDA-core loop (64 threads)
 // — must agree on where each element is: each combination against a plain product. x's slots are
 // two panels along K (64 x 128), y's two along N (MN-major, 128 x 128, one 128-wide wgmma across
-// both) or, as n x k, two along K. Without swizzle (CodegenOptions::swizzle) the same products
+// both), one (128 x 64, a 64-wide wgmma) or, as n x k, two along K. Without swizzle (CodegenOptions::swizzle) the same products
 // take the no-swizzle layouts and 8-column boxes; with a descriptor edited to no swizzle, wgmma
 // reads the swizzled slot wrong.
 TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
@@ -878,9 +878,11 @@ TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
     return k;
   };
   const int64_t M = 64, N = 128, K = 256, bk = 128;
-  for (bool b_nk : {false, true}) {
-    SCOPED_TRACE(b_nk ? "y n x k" : "y k x n");
-    const int64_t bn = b_nk ? 64 : 128;
+  struct Case { bool b_nk; int64_t bn; };
+  for (Case c : {Case{false, 128}, Case{true, 64}, Case{false, 64}}) {
+    const bool b_nk = c.b_nk;
+    const int64_t bn = c.bn;
+    SCOPED_TRACE(std::string(b_nk ? "y n x k" : "y k x n") + ", blocks of " + std::to_string(bn) + " columns");
     auto kernel = [b_nk](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
       pl::when(pl::program_id(1) == 0, [&] { acc[pl::all] = 0.0f; });
       acc[pl::all] += b_nk ? pl::dot_general(x[pl::all], y[pl::all], pl::DotDims{{1}, {1}, {}, {}}, DType::F32)
