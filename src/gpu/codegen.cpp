@@ -938,6 +938,16 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot"
       << (acc_type.empty() ? "" : ", " + acc_type + "& pl_acc") << ") {\n"
       << body.str() << "\n";
+  // A run-time check of the generated code itself (a fault of the backend, named by the call):
+  // its error site's number.
+  auto backend_fault_site = [&](ErrorSite::Kind kind) {
+    ErrorSite e;
+    e.kind = kind;
+    e.op_name = call.name;
+    e.loc = call.kernel.loc;
+    out.error_sites.push_back(e);
+    return static_cast<int>(out.error_sites.size()) - 1;
+  };
   // The CTA: decode its parallel point, walk the sequential axes in order.
   src << "PL_DEV void pl_cta(const PlParams& p, pl_i64 point, char* arena, [[maybe_unused]] pl_u32& pl_ring_phase) {\n";
   // The grid sizes as constants (p.grid holds the same): the decode of the point, the loops of the
@@ -984,12 +994,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     // first waits for the copies still landing (the steps after this one already issued).
     std::string ring_wait, ring_drain;
     if (!out.tma_inputs.empty()) {
-      const int site = static_cast<int>(out.error_sites.size());
-      ErrorSite e;
-      e.kind = ErrorSite::Kind::PipelineWait;
-      e.op_name = call.name;
-      e.loc = call.kernel.loc;
-      out.error_sites.push_back(e);
+      const int site = backend_fault_site(ErrorSite::Kind::PipelineWait);
       std::string ids;
       for (int d = 0; d < G; ++d) ids += "g[" + std::to_string(d) + "], ";
       ring_wait = indent + "  if (!pl_group_all(pl_ring_wait(p.err, pl_ring_phase, (int)(" + ga + " % " + S +
@@ -1066,12 +1071,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     // The swizzle's pattern comes from the address bits: the slots' offsets are multiples of 1024
     // from a base that __align__(PL_SMEM_ALIGN) should put on a 1024-byte boundary; if it does
     // not, the kernel stops rather than reading scrambled blocks.
-    const int site = static_cast<int>(out.error_sites.size());
-    ErrorSite e;
-    e.kind = ErrorSite::Kind::SlotAlignment;
-    e.op_name = call.name;
-    e.loc = call.kernel.loc;
-    out.error_sites.push_back(e);
+    const int site = backend_fault_site(ErrorSite::Kind::SlotAlignment);
     std::string swizzled;
     for (int j : out.tensor_core_slots)
       swizzled += (swizzled.empty() ? "" : " || ") + std::string("PL_SLOT_LAYOUT_") + std::to_string(j) + " >= 3";
