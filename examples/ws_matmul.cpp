@@ -18,7 +18,9 @@ namespace pl = ::pallas;
 namespace plgpu = ::pallas::gpu;
 
 constexpr int64_t kDefaultSize = 256;
-constexpr int64_t kTileM = 128, kTileN = 64, kStepK = 32, kSlots = 2;
+// K-steps of 64: with bf16 / f16 a slot's rows are 128 bytes, which the GPU backend keeps 128-byte
+// swizzled, so TMA lands them in wgmma's layout and wgmma reads them in place (docs/GPU.md).
+constexpr int64_t kTileM = 128, kTileN = 64, kStepK = 64, kSlots = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
 
 void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,

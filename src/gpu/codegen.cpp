@@ -382,8 +382,28 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // the arena is not): scratch_offsets of a barrier scratch is its first index in pl_mbar.
   std::vector<int64_t> scratch_offsets;
   std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena
-  // A gpu::kernel's shared-memory scratch starts at 128-byte boundaries: what TMA copies need.
-  const int64_t scratch_align = gpu_kernel && opts.tma ? 128 : 16;
+  // A gpu::kernel's SMEM tiles that wgmma reads, of rows of 128 bytes (2-byte elements, 64 to a
+  // row, whole 8-row groups) written only by copies from GMEM, are kept 128-byte swizzled
+  // (swizzled_smem_tiles), each from a 1024-byte boundary: TMA boxes land in wgmma's layout and
+  // wgmma reads them in place, with no staging copy. The choice is the backend's, as Mosaic GPU
+  // infers its SMEM transforms; the kernel's results do not depend on it.
+  const size_t first_scratch = static_cast<size_t>(gm.num_index_operands) + blocks.size();
+  std::set<ir::ValueId> swizzled_tiles;
+  if (gpu_kernel && opts.swizzle) {
+    std::set<ir::ValueId> candidates;
+    for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+      const ir::Type& t = gm.scratch_types[s];
+      const size_t r = t.shape.size();
+      if (t.space == MemorySpace::GpuShared && gm.scratch_unions[s].union_index < 0 && itemsize(t.dtype) == 2 &&
+          (t.dtype == DType::BF16 || t.dtype == DType::F16) && r >= 2 && t.shape[r - 1] == 64 && t.shape[r - 2] % 8 == 0)
+        candidates.insert(k.body.args[first_scratch + s]);
+    }
+    swizzled_tiles = detail::swizzled_smem_tiles(k, candidates);
+  }
+  auto is_swizzled = [&](size_t s) { return swizzled_tiles.count(k.body.args[first_scratch + s]) > 0; };
+  // A gpu::kernel's shared-memory scratch starts at 128-byte boundaries: what TMA copies need
+  // (1024 for the swizzled tiles, and then the arena is whole KiB: each CTA's in host emulation).
+  const int64_t scratch_align = swizzled_tiles.empty() ? (gpu_kernel && opts.tma ? 128 : 16) : 1024;
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     const ScratchUnionSlot& slot = gm.scratch_unions[s];
@@ -408,7 +428,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     }
     if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
-    scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), scratch_align));
+    scratch_offsets.push_back(
+        arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), is_swizzled(s) ? 1024 : std::min<int64_t>(scratch_align, 128)));
   }
   // ---- The pipeline of the innermost sequential axis. An input whose block moves along that axis
   // is copied ahead into a ring of shared-memory slots (cp.async): while the body runs step k,
@@ -775,14 +796,20 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       }
     }
   };
-  const size_t first_scratch = num_index + blocks.size();
+  std::string smem_layouts;  // PL_SMEM_SWIZZLED_s
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     const std::string ptr = t.dtype == DType::GpuBarrier  ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
                             : t.dtype == DType::Semaphore ? "((pl_i32*)(p.workspace + " + std::to_string(scratch_offsets[s]) + "))"
                                                           : "((" + ctype(t.dtype) + "*)(cta_arena + " +
                                                                 std::to_string(scratch_offsets[s]) + "))";
-    em.bind_ref(k.body.args[first_scratch + s], RefInfo{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)});
+    RefInfo ref{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)};
+    if (is_swizzled(s)) {
+      // Swizzled where wgmma runs (the sm_90a code, and host emulation); row-major elsewhere.
+      ref.swizzled = "PL_SMEM_SWIZZLED_" + std::to_string(s);
+      smem_layouts += "#define " + ref.swizzled + " (PL_HAS_WGMMA ? 1 : 0)\n";
+    }
+    em.bind_ref(k.body.args[first_scratch + s], ref);
     // A scratch buffer is memory of its own too, but for a Union's members, which overlap
     // (negative groups: not an operand's block).
     if (gm.scratch_unions[s].union_index < 0)
@@ -864,16 +891,19 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The ring comes first: the arena goes to global memory when both do not fit. A gpu::kernel's
   // arena holds its SMEM scratch, which its bulk and TMA copies and wgmma address as shared
   // memory: it stays there up to the device's limit, and past it the kernel cannot run.
-  const int64_t static_bytes = out.pipeline_slot_bytes > 0 ? static_shared_reserve(out.num_barriers) : 8 * out.num_barriers;
+  const int64_t static_bytes = out.pipeline_slot_bytes > 0 || !swizzled_tiles.empty() ? static_shared_reserve(out.num_barriers)
+                                                                                       : 8 * out.num_barriers;
   const int64_t align = GeneratedKernel::kSlotAlign;
   out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes &&
                         (out.pipeline_slot_bytes == 0 || (out.arena_bytes + align - 1) / align * align + out.pipeline_slot_bytes +
                                                                  staging_reserve + static_bytes <=
                                                              opts.max_shared_bytes);
   if (gpu_kernel) {
-    if (out.arena_bytes + 8 * out.num_barriers > opts.max_shared_bytes)
+    // (Swizzled tiles: dynamic shared memory starts on a 1024-byte boundary after the barriers.)
+    const int64_t barrier_bytes = swizzled_tiles.empty() ? 8 * out.num_barriers : static_shared_reserve(out.num_barriers);
+    if (out.arena_bytes + barrier_bytes > opts.max_shared_bytes)
       throw Error("gpu::kernel exceeds available shared memory: its SMEM scratch and the tiles of its body need " +
-                      std::to_string(out.arena_bytes) + " bytes (and " + std::to_string(8 * out.num_barriers) +
+                      std::to_string(out.arena_bytes) + " bytes (and " + std::to_string(barrier_bytes) +
                       " of barriers), a CTA may use at most " + std::to_string(opts.max_shared_bytes) +
                       "; shrink the SMEM scratch or the arrays the body computes (smaller tiles)",
                   call.kernel.loc);
@@ -908,7 +938,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "#define PL_NUM_GROUPS " << out.num_groups << "\n";
   src << "#define PL_CTA_THREADS " << out.threads_per_cta << "\n";
   src << "#define PL_ARENA_IN_SHARED " << (out.arena_in_shared ? 1 : 0) << "\n";
-  if (swizzled_slots) src << "#define PL_SMEM_ALIGN 1024\n";  // (codegen.h's static_shared_reserve)
+  const bool swizzled_smem = swizzled_slots || !swizzled_tiles.empty();
+  if (swizzled_smem) src << "#define PL_SMEM_ALIGN 1024\n";  // (codegen.h's static_shared_reserve)
+  // Host emulation keeps a gpu::kernel's arena (its SMEM scratch) in the emulated shared memory,
+  // where wgmma's descriptors can address it.
+  if (gpu_kernel) src << "#define PL_HOST_ARENA_SPAN " << (out.arena_bytes + 1023) / 1024 * 1024 << "\n";
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
   if (out.num_barriers > 0) src << "#define PL_NUM_MBARRIERS " << out.num_barriers << "\n";
   if (out.cluster_ctas > 1) src << "#define PL_CLUSTER_CTAS " << out.cluster_ctas << "\n";
@@ -933,7 +967,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "};\n\n";
   src << "\n#define PL_GROUP_TILE_BYTES " << group_tile_bytes << "LL\n";
   // (The signature last: the body chose the register accumulator.)
-  src << peers << maps.str() << slot_layouts << prefetch.str()
+  src << peers << maps.str() << slot_layouts << smem_layouts << prefetch.str()
       << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot"
       << (acc_type.empty() ? "" : ", " + acc_type + "& pl_acc") << ") {\n"
@@ -1067,16 +1101,18 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The runtime takes the block size as the constant PL_CTA_THREADS; a hand launch with another
   // (of this source compiled by nvcc) stops here instead of computing garbage.
   src << "  if (blockDim.x != PL_CTA_THREADS || blockDim.y * blockDim.z != 1) __trap();\n";
-  if (swizzled_slots) {
-    // The swizzle's pattern comes from the address bits: the slots' offsets are multiples of 1024
-    // from a base that __align__(PL_SMEM_ALIGN) should put on a 1024-byte boundary; if it does
-    // not, the kernel stops rather than reading scrambled blocks.
+  if (swizzled_smem) {
+    // The swizzle's pattern comes from the address bits: the slots' and the swizzled tiles'
+    // offsets are multiples of 1024 from a base that __align__(PL_SMEM_ALIGN) should put on a
+    // 1024-byte boundary; if it does not, the kernel stops rather than reading scrambled blocks.
     const int site = backend_fault_site(ErrorSite::Kind::SlotAlignment);
     std::string swizzled;
     for (int j : out.tensor_core_slots)
       swizzled += (swizzled.empty() ? "" : " || ") + std::string("PL_SLOT_LAYOUT_") + std::to_string(j) + " >= 3";
-    src << "  if ((" << swizzled << ") && (pl_smem_u32(pl_slots) & 1023u) != 0) { const pl_i64 ev[" << G
-        << "] = {0}; pl_fail(p.err, " << site << ", ev, " << G << "); return; }\n";
+    for (size_t s = 0; s < gm.scratch_types.size(); ++s)
+      if (is_swizzled(s)) swizzled += (swizzled.empty() ? "" : " || ") + std::string("PL_SMEM_SWIZZLED_") + std::to_string(s);
+    src << "  if ((" << swizzled << ") && (pl_smem_u32(" << (swizzled_slots ? "pl_slots" : "pl_smem") << ") & 1023u) != 0) { const pl_i64 ev["
+        << G << "] = {0}; pl_fail(p.err, " << site << ", ev, " << G << "); return; }\n";
   }
   if (out.arena_in_shared)
     src << "  char* arena = pl_smem;\n";
@@ -1093,8 +1129,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   src << "  PlParams p;\n  memcpy(&p, words, sizeof p);\n";
   src << "  pl_host_start(nthreads, p.err);\n";
   src << "  auto run = [&](int t) {\n    pl_host_set_tid(t);\n";
-  src << "    char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)pl_host_cta() * " << out.arena_bytes
-      << "LL;\n";
+  if (gpu_kernel)
+    src << "    char* arena = (char*)pl_host_shared_base;\n";
+  else
+    src << "    char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)pl_host_cta() * " << out.arena_bytes
+        << "LL;\n";
   if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
   src << "    " << ring_setup << "\n";
   src << "    for (pl_i64 point = pl_host_cta(); point < p.num_points; point += PL_HOST_CTAS) " << point_body
@@ -1141,9 +1180,9 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
                         "\" did not land within the wait limit" + eval::at_grid_point(point) +
                         " (a fault of the GPU backend; PALLAS_GPU_NO_TMA=1 copies by cp.async instead)");
   if (site.kind == ErrorSite::Kind::SlotAlignment)
-    throw InternalError("gpu: the swizzled ring slots of pallas_call \"" + site.op_name +
-                        "\" do not start on a 1024-byte boundary of shared memory (a fault of the GPU backend; "
-                        "PALLAS_GPU_NO_SWIZZLE=1 keeps the slots unswizzled)");
+    throw InternalError("gpu: the swizzled shared memory (ring slots, SMEM tiles) of \"" + site.op_name +
+                        "\" does not start on a 1024-byte boundary (a fault of the GPU backend; "
+                        "PALLAS_GPU_NO_SWIZZLE=1 keeps shared memory unswizzled)");
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);
   // RefIndex: {program ids..., start}

@@ -64,8 +64,10 @@ struct CodegenOptions {
   // arrays. false (or PALLAS_GPU_NO_TMA=1): by cp.async, as on sm_80.
   bool tma = true;
   // Ring slots that wgmma reads in place take its 128-byte swizzled layouts where their rows
-  // allow (64-column panels): a TMA box per panel, reads without bank conflicts. false (or
-  // PALLAS_GPU_NO_SWIZZLE=1): the no-swizzle layouts, a TMA box per 8 columns.
+  // allow (64-column panels): a TMA box per panel, reads without bank conflicts; so do a
+  // gpu::kernel's SMEM tiles of 128-byte rows that feed wgmma (swizzled_smem_tiles), which wgmma
+  // then reads in place. false (or PALLAS_GPU_NO_SWIZZLE=1): the no-swizzle layouts, a TMA box
+  // per 8 columns; gpu::kernel tiles row-major, staged for wgmma.
   bool swizzle = true;
 };
 

@@ -1050,13 +1050,18 @@ template <int N, bool READ_ONLY> PL_DEV void pl_bulk_store_wait() {
 #else
 #define PL_HOST_STAGING_SPAN 0
 #endif
-// (Each CTA's from a 1024-byte boundary, as the swizzled slots need: pl_swizzle128.)
-alignas(1024) static pl_u8 pl_host_shared[PL_HOST_CTAS][(PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128 + 1023) / 1024 * 1024];
+// A gpu::kernel's arena (its SMEM scratch) comes first, as in the GPU's dynamic shared memory:
+// PL_HOST_ARENA_SPAN bytes (whole KiB), so that wgmma can read its operands there in place.
+#ifndef PL_HOST_ARENA_SPAN
+#define PL_HOST_ARENA_SPAN 0
+#endif
+// (Each CTA's from a 1024-byte boundary, as swizzled shared memory needs: pl_swizzle128.)
+alignas(1024) static pl_u8 pl_host_shared[PL_HOST_CTAS][(PL_HOST_ARENA_SPAN + PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128 + 1023) / 1024 * 1024];
 #define pl_host_shared_base (pl_host_shared[pl_host_cta()])
 #endif
 #ifdef PL_SLOT_BYTES
 #if PL_HOST_EMULATION
-#define pl_slots (pl_host_shared_base)
+#define pl_slots (pl_host_shared_base + PL_HOST_ARENA_SPAN)
 #else
 extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 #define pl_slots ((pl_u8*)pl_smem + PL_SLOTS_OFFSET)
@@ -1090,6 +1095,12 @@ extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 // The 128-byte swizzle of a byte offset from a 1024-byte boundary: its 16-byte chunk bits (4-6)
 // XOR its 128-byte row bits (7-9).
 PL_DEV constexpr pl_i64 pl_swizzle128(pl_i64 byte) { return byte ^ ((byte >> 3) & 0x70); }
+// Element e (counted row-major from a 1024-byte boundary) of a gpu::kernel's swizzled SMEM tile
+// (PL_SMEM_SWIZZLED_s: rows of 128 bytes, each 16-byte chunk at its position XOR the row's
+// number mod 8, as a 128-byte swizzled TMA box lands and as wgmma reads it); e itself when not.
+template <bool SWIZZLED, class T> PL_DEV pl_i64 pl_smem_elem(pl_i64 e) {
+  return SWIZZLED ? pl_swizzle128(e * (pl_i64)sizeof(T)) / (pl_i64)sizeof(T) : e;
+}
 template <int L>
 PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& r, pl_i64& q) {
   if (L >= 3) {
@@ -1540,7 +1551,7 @@ template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f,
 #if PL_HAS_WGMMA
 #define PL_WGMMA_STAGING_BYTES (PL_WGMMA_STAGES * PL_WG_STAGE_BYTES)
 #if PL_HOST_EMULATION
-#define pl_wgmma_staging (pl_host_shared_base + PL_HOST_SLOT_SPAN)
+#define pl_wgmma_staging (pl_host_shared_base + PL_HOST_ARENA_SPAN + PL_HOST_SLOT_SPAN)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_host_shared_base); }
 PL_DEV void pl_wgmma_fence() {}
 // Commits the issued wgmma as a group and waits until at most PENDING groups are running.

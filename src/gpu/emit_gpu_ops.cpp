@@ -35,7 +35,10 @@
 //  * named_region begin/end (any kernel): when profiling, thread 0 of the group records the
 //    region's number and the time into the thread's profile slot (gpu/profiler.h).
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "gpu/emitter.h"
 #include "pallas/error.h"
@@ -43,6 +46,7 @@
 namespace pallas::gpu::detail {
 
 using ir::OpCode;
+using ir::ValueId;
 
 namespace {
 const RefInfo& ref_operand(const Emitter& em, const ir::Op& op, size_t i) {
@@ -100,8 +104,9 @@ std::optional<BulkRows> bulk_rows(const RefInfo& src, const RefInfo& dst) {
 // order, the last one the array's last) and a dense row-major view of shared memory (`smem`) as
 // one TMA box (cp.async.bulk.tensor): the tensor map it needs (1 in the box where the view drops
 // a dim), or nullopt — past the limits of tensor_map_for_boxes, or of a phase's expected
-// transactions (fewer than 2^20 bytes).
-std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem) {
+// transactions (fewer than 2^20 bytes). `swizzle_bytes` 128: into a swizzled tile (rows of 128
+// bytes), whose map makes the box land swizzled.
+std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem, int swizzle_bytes) {
   const Shape& a = gmem.operand_shape;
   const size_t rank = a.size();
   if (gmem.operand < 0 || rank == 0 || gmem.shape != smem.shape || gmem.dtype != smem.dtype || gmem.shape.empty() ||
@@ -116,7 +121,7 @@ std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem) {
     box[d++] = gmem.shape[v];
   }
   if (num_elements(box) * itemsize(gmem.dtype) >= (int64_t{1} << 20)) return std::nullopt;
-  return tensor_map_for_boxes(gmem.operand, gmem.dtype, a, box);
+  return tensor_map_for_boxes(gmem.operand, gmem.dtype, a, box, swizzle_bytes);
 }
 }  // namespace
 
@@ -142,6 +147,70 @@ std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, cons
   return spec;
 }
 
+std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueId>& candidates) {
+  std::map<ValueId, const ir::Op*> producer;
+  // Whether a dynamic index is a multiple of 8 by construction: a constant, a product with one,
+  // a sum of two, pl::multiple_of(x, 8k).
+  std::function<bool(ValueId)> multiple_of_8 = [&](ValueId v) {
+    const auto it = producer.find(v);
+    if (it == producer.end()) return false;
+    const ir::Op& op = *it->second;
+    switch (op.code) {
+      case OpCode::Constant: return op.attrs.get_scalar(ir::AttrKey::Value).as_int64() % 8 == 0;
+      case OpCode::MultipleOf: return op.attrs.get_int(ir::AttrKey::N) % 8 == 0 || multiple_of_8(op.operands[0]);
+      case OpCode::Mul: return multiple_of_8(op.operands[0]) || multiple_of_8(op.operands[1]);
+      case OpCode::Add: return multiple_of_8(op.operands[0]) && multiple_of_8(op.operands[1]);
+      default: return false;
+    }
+  };
+  std::map<ValueId, ValueId> root_of;  // a candidate, or a view of one that keeps its rows whole
+  std::set<ValueId> refused, fed_wgmma;
+  for (ValueId c : candidates) root_of[c] = c;
+  auto refuse = [&](ValueId v) {
+    if (const auto it = root_of.find(v); it != root_of.end()) refused.insert(it->second);
+  };
+  std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
+    for (const ir::Op& op : region.ops) {
+      for (ValueId r : op.results) producer[r] = &op;
+      if (op.code == OpCode::RefView && root_of.count(op.operands[0])) {
+        // Leading dims any way; the rows a stride-1 slice from a multiple of 8; the row whole.
+        const ValueId base = op.operands[0];
+        const Shape& shape = k.values.at(static_cast<size_t>(base)).shape;
+        const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
+        const size_t rows = shape.size() - 2, row = shape.size() - 1;
+        bool keeps = true;
+        if (e.size() > rows) {
+          const ir::IndexEntry& r = e[rows];
+          const bool start_ok = r.dynamic >= 0 ? multiple_of_8(op.operands.at(static_cast<size_t>(r.dynamic)))
+                                               : r.start % 8 == 0;
+          keeps = r.is_slice && r.stride == 1 && start_ok;
+        }
+        if (e.size() > row) keeps = keeps && e[row].is_slice && e[row].start == 0 && e[row].size == shape[row] &&
+                                    e[row].stride == 1 && e[row].dynamic < 0;
+        if (keeps)
+          root_of[op.results[0]] = root_of[base];
+        else
+          refuse(base);
+        continue;
+      }
+      for (size_t i = 0; i < op.operands.size(); ++i) {
+        const auto it = root_of.find(op.operands[i]);
+        if (it == root_of.end()) continue;
+        if (op.code == OpCode::GpuWgmma && i >= 1)
+          fed_wgmma.insert(it->second);
+        else if (!(op.code == OpCode::GpuCopyGmemToSmem && i == 1))
+          refused.insert(it->second);
+      }
+      for (const ir::Region& sub : op.regions) scan(sub);
+    }
+  };
+  scan(k.body);
+  std::set<ValueId> out;
+  for (ValueId c : candidates)
+    if (fed_wgmma.count(c) && !refused.count(c)) out.insert(c);
+  return out;
+}
+
 void Emitter::emit_gpu_op(const ir::Op& op) {
   auto barrier_index = [&](const RefInfo& b) { return "(" + b.ptr + " - " + ctx_.barriers + ")"; };
   switch (op.code) {
@@ -150,11 +219,15 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const RefInfo& src = ref_operand(*this, op, 0);
       const RefInfo& dst = ref_operand(*this, op, 1);
       const bool to_gmem = op.code == OpCode::GpuCopySmemToGmem;
-      const std::optional<BulkRows> bulk = bulk_rows(src, dst);
+      // Into a swizzled tile (swizzled_smem_tiles: only copies to SMEM) by a swizzled TMA box, or
+      // element by element to the swizzled positions; bulk rows cannot permute their chunks.
+      const std::string& swizzled = dst.swizzled;
+      const std::optional<BulkRows> bulk = swizzled.empty() ? bulk_rows(src, dst) : std::nullopt;
       auto copy_elements = [&] {  // the group's threads copy the elements
         open_thread_loop(num_elements(src.shape));
-        line(dst.ptr + "[" + offset_of(dst.shape, dst.strides, "e") + "] = " + src.ptr + "[" +
-             offset_of(src.shape, src.strides, "e") + "];");
+        std::string at = offset_of(dst.shape, dst.strides, "e");
+        if (!swizzled.empty()) at = "pl_smem_elem<" + swizzled + ", " + ctype(dst.dtype) + ">(" + at + ")";
+        line(dst.ptr + "[" + at + "] = " + src.ptr + "[" + offset_of(src.shape, src.strides, "e") + "];");
         close_loop();
       };
       // To SMEM, a copy completes on its barrier: thread 0 arrives (with the bytes as expected
@@ -166,7 +239,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // 128-byte aligned (checked when running), as one box; else as bulk rows or elements.
       const RefInfo& gmem = to_gmem ? dst : src;
       const RefInfo& smem = to_gmem ? src : dst;
-      std::optional<TensorMapSpec> tma = ctx_.tensor_maps ? tma_box(gmem, smem) : std::nullopt;
+      std::optional<TensorMapSpec> tma =
+          ctx_.tensor_maps ? tma_box(gmem, smem, swizzled.empty() ? 0 : 128) : std::nullopt;
       int map = -1;
       if (tma) {
         std::vector<TensorMapSpec>& maps = *ctx_.tensor_maps;
@@ -196,7 +270,11 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
             coords += (i ? ", " : "") + std::string("(int)(off / ") + std::to_string(as[d]) + " % " +
                       std::to_string(gmem.operand_shape[d]) + ")";
           }
-          line("if (PL_HAS_BULK_COPY && ((" + P + ".tma_ok >> " + M + ") & 1u) && ((pl_u64)" + smem.ptr + " & 127) == 0) {");
+          // (A swizzled box lands by its address bits: only where the tile is swizzled, from a
+          // 1024-byte boundary.)
+          const std::string layout_ok = swizzled.empty() ? "" : swizzled + " && ";
+          line("if (PL_HAS_BULK_COPY && " + layout_ok + "((" + P + ".tma_ok >> " + M + ") & 1u) && ((pl_u64)" + smem.ptr +
+               (swizzled.empty() ? " & 127" : " & 1023") + ") == 0) {");
           line("  if (pl_tid() == 0) {");
           line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) + "]);");
           line("    const int c[" + std::to_string(rank) + "] = {" + coords + "};");
@@ -321,16 +399,23 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         p.d_dtype = acc.dtype, p.a_dtype = a.dtype, p.b_dtype = b.dtype;
         p.m = m, p.n = n, p.k = k;
         p.accumulate = true;
+        // A swizzled tile (one 128-byte panel: k or n is 64) is read in place: a K-major, b
+        // (k x n) MN-major — wgmma's layouts 3 and 4, which store a panel alike.
+        if (!a.swizzled.empty()) p.a_layout = "3 * " + a.swizzled;
+        if (!b.swizzled.empty()) p.b_layout = "4 * " + b.swizzled;
         on_tensor_cores = open_tensor_core_product(p);
       }
+      // The group's loop (where the tensor cores do not run), reading swizzled tiles where they are.
+      auto element = [&](const RefInfo& r, const std::string& offset) {
+        const std::string at = r.swizzled.empty() ? offset : "pl_smem_elem<" + r.swizzled + ", " + ctype(r.dtype) + ">(" + offset + ")";
+        return widen(r.dtype, r.ptr + "[" + at + "]");
+      };
       open_thread_loop(m * n);
       line("const pl_i64 i = e / " + std::to_string(n) + ", j = e % " + std::to_string(n) + ";");
       line("float s = 0;");
       line("for (pl_i64 k = 0; k < " + std::to_string(k) + "; ++k) s += (float)" +
-           widen(a.dtype, a.ptr + "[i * " + std::to_string(a.strides[0]) + " + k * " + std::to_string(a.strides[1]) + "]") +
-           " * (float)" +
-           widen(b.dtype, b.ptr + "[k * " + std::to_string(b.strides[0]) + " + j * " + std::to_string(b.strides[1]) + "]") +
-           ";");
+           element(a, "i * " + std::to_string(a.strides[0]) + " + k * " + std::to_string(a.strides[1])) + " * (float)" +
+           element(b, "k * " + std::to_string(b.strides[0]) + " + j * " + std::to_string(b.strides[1])) + ";");
       const std::string c = acc.ptr + "[i * " + std::to_string(acc.strides[0]) + " + j * " + std::to_string(acc.strides[1]) + "]";
       line(c + " = " + narrow(acc.dtype, "(float)" + widen(acc.dtype, c) + " + s") + ";");
       close_loop();

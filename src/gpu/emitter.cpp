@@ -672,6 +672,7 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
   out.dtype = base.dtype;
   out.operand = base.operand;
   out.operand_shape = base.operand_shape;
+  out.swizzled = base.swizzled;  // (swizzled_smem_tiles admits only views that keep the layout)
   std::string offset;
   for (size_t d = 0; d < idx.entries.size(); ++d) {
     const ir::IndexEntry& e = idx.entries[d];

@@ -19,7 +19,7 @@ int64_t small_size(const std::string& name) {
   if (name == "add") return 100;     // (100, 137) in (64, 128) blocks: both edges padded
   if (name == "gather") return 32;   // 4 blocks of 8 rows
   if (name == "inplace") return 24;  // whole blocks: see InplaceWithPaddedBlocks below
-  if (name == "ws_matmul") return 256;  // 2 x 4 CTAs, 8 K-steps through 2 slots
+  if (name == "ws_matmul") return 256;  // 2 x 4 CTAs, 4 K-steps through 2 slots
   if (name == "grid_sum") return 256;   // 16 CTAs, 2 loop steps each
   return 20;                         // 3 row blocks of 8, the last one padded
 }
