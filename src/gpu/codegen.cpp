@@ -394,7 +394,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
       const ir::Type& t = gm.scratch_types[s];
       const size_t r = t.shape.size();
-      if (t.space == MemorySpace::GpuShared && gm.scratch_unions[s].union_index < 0 && itemsize(t.dtype) == 2 &&
+      if (t.space == MemorySpace::GpuShared && gm.scratch_unions[s].union_index < 0 &&
           (t.dtype == DType::BF16 || t.dtype == DType::F16) && r >= 2 && t.shape[r - 1] == 64 && t.shape[r - 2] % 8 == 0)
         candidates.insert(k.body.args[first_scratch + s]);
     }
@@ -428,8 +428,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     }
     if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
-    scratch_offsets.push_back(
-        arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), is_swizzled(s) ? 1024 : std::min<int64_t>(scratch_align, 128)));
+    const int64_t align = is_swizzled(s) ? 1024 : std::min<int64_t>(scratch_align, 128);
+    scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), align));
   }
   // ---- The pipeline of the innermost sequential axis. An input whose block moves along that axis
   // is copied ahead into a ring of shared-memory slots (cp.async): while the body runs step k,
