@@ -901,6 +901,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (gpu_kernel) {
     // (Swizzled tiles: dynamic shared memory starts on a 1024-byte boundary after the barriers.)
     const int64_t barrier_bytes = swizzled_tiles.empty() ? 8 * out.num_barriers : static_shared_reserve(out.num_barriers);
+    if (out.arena_bytes + barrier_bytes > opts.max_shared_bytes && !swizzled_tiles.empty()) {
+      // The swizzle's KiB alignment may be what does not fit: the kernel runs unswizzled then.
+      CodegenOptions unswizzled = opts;
+      unswizzled.swizzle = false;
+      return generate_cuda(call, grid, unswizzled);
+    }
     if (out.arena_bytes + barrier_bytes > opts.max_shared_bytes)
       throw Error("gpu::kernel exceeds available shared memory: its SMEM scratch and the tiles of its body need " +
                       std::to_string(out.arena_bytes) + " bytes (and " + std::to_string(barrier_bytes) +

@@ -1216,6 +1216,12 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
     EXPECT_EQ(count_of(plain.source, "#define PL_SMEM_SWIZZLED_"), 0);
     EXPECT_EQ(plain.tensor_maps[0].swizzle_bytes, 0);
     run(plain, nullptr);
+    // Where the swizzle's KiB alignment (here the static shared memory padded to 1 KiB) is what
+    // does not fit in the device's shared memory, the kernel is generated unswizzled instead.
+    const plgpu::GeneratedKernel tight = plgpu::generate_cuda(*tc, tc->grid_mapping.grid,
+                                                              {.max_shared_bytes = plain.arena_bytes + 512});
+    EXPECT_EQ(count_of(tight.source, "#define PL_SMEM_SWIZZLED_"), 0);
+    EXPECT_THROW(plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.max_shared_bytes = plain.arena_bytes}), pl::Error);
   }
   // A swizzled box's descriptor read as unswizzled gives other numbers (the test can fail).
   std::shared_ptr<const pl::TracedCall> tc = swizzled_tiles_matmul(false).trace({a.shape_dtype(), b.shape_dtype()});
