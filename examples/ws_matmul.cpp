@@ -19,7 +19,8 @@ namespace plgpu = ::pallas::gpu;
 
 constexpr int64_t kDefaultSize = 256;
 // K-steps of 64: with bf16 / f16 a slot's rows are 128 bytes, which the GPU backend keeps 128-byte
-// swizzled, so TMA lands them in wgmma's layout and wgmma reads them in place (docs/GPU.md).
+// swizzled (the widest pattern: no bank conflicts), so TMA lands them in wgmma's layout and wgmma
+// reads them in place (docs/GPU.md, "Swizzled SMEM tiles").
 constexpr int64_t kTileM = 128, kTileN = 64, kStepK = 64, kSlots = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
 

@@ -382,8 +382,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // the arena is not): scratch_offsets of a barrier scratch is its first index in pl_mbar.
   std::vector<int64_t> scratch_offsets;
   std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena
-  // A gpu::kernel's SMEM tiles that wgmma reads, of rows of 128 bytes (2-byte elements, 64 to a
-  // row, whole 8-row groups) written only by copies from GMEM, are kept 128-byte swizzled
+  // A gpu::kernel's SMEM tiles that wgmma reads, of rows of 128, 64 or 32 bytes (2-byte elements,
+  // whole 8-row groups) written only by copies from GMEM, are kept swizzled by their row's bytes
   // (swizzled_smem_tiles), each from a 1024-byte boundary: TMA boxes land in wgmma's layout and
   // wgmma reads them in place, with no staging copy. The choice is the backend's, as Mosaic GPU
   // infers its SMEM transforms; the kernel's results do not depend on it.
@@ -395,7 +395,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const ir::Type& t = gm.scratch_types[s];
       const size_t r = t.shape.size();
       if (t.space == MemorySpace::GpuShared && gm.scratch_unions[s].union_index < 0 &&
-          (t.dtype == DType::BF16 || t.dtype == DType::F16) && r >= 2 && t.shape[r - 1] == 64 && t.shape[r - 2] % 8 == 0)
+          (t.dtype == DType::BF16 || t.dtype == DType::F16) && r >= 2 &&
+          (t.shape[r - 1] == 64 || t.shape[r - 1] == 32 || t.shape[r - 1] == 16) && t.shape[r - 2] % 8 == 0)
         candidates.insert(k.body.args[first_scratch + s]);
     }
     swizzled_tiles = detail::swizzled_smem_tiles(k, candidates);
@@ -805,9 +806,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                                                 std::to_string(scratch_offsets[s]) + "))";
     RefInfo ref{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)};
     if (is_swizzled(s)) {
-      // Swizzled where wgmma runs (the sm_90a code, and host emulation); row-major elsewhere.
+      // Swizzled by its rows' bytes where wgmma runs (the sm_90a code, and host emulation);
+      // row-major (0) elsewhere.
       ref.swizzled = "PL_SMEM_SWIZZLED_" + std::to_string(s);
-      smem_layouts += "#define " + ref.swizzled + " (PL_HAS_WGMMA ? 1 : 0)\n";
+      smem_layouts += "#define " + ref.swizzled + " (PL_HAS_WGMMA ? " + std::to_string(t.shape.back() * itemsize(t.dtype)) +
+                      " : 0)\n";
     }
     em.bind_ref(k.body.args[first_scratch + s], ref);
     // A scratch buffer is memory of its own too, but for a Union's members, which overlap

@@ -81,8 +81,8 @@ struct TensorMapSpec {
   std::vector<uint64_t> dims;     // elements, innermost first
   std::vector<uint64_t> strides;  // bytes, of dims 1.. (rank - 1 entries)
   std::vector<uint32_t> box;      // elements, innermost first
-  // 0, or 128: the box lands in shared memory with the 128-byte swizzle (its rows are 128 bytes;
-  // the device runtime's pl_swizzle128), as a swizzled ring slot holds it.
+  // 0, or 32, 64, 128: the box lands in shared memory with that swizzle (its rows are that many
+  // bytes; the device runtime's pl_swizzle), as a swizzled ring slot or SMEM tile holds it.
   int swizzle_bytes = 0;
   bool operator==(const TensorMapSpec&) const = default;
 };

@@ -173,15 +173,17 @@ struct PlHostWgmmaOp {
   float* d;
   pl_u64 da, db;
 };
-// Copies n bytes from src to dst; with `swizzle128`, each byte to its 128-byte swizzled address
-// (pl_swizzle128 of the host address: the emulated shared memory starts on a 1024-byte boundary),
-// as the TMA unit writes a box with CU_TENSOR_MAP_SWIZZLE_128B.
-static inline void pl_host_copy_bytes(pl_u8* dst, const pl_u8* src, pl_i64 n, bool swizzle128) {
-  if (!swizzle128) return (void)memcpy(dst, src, (size_t)n);
+// Copies n bytes from src to dst; with `swizzle` 32, 64 or 128, each byte to its swizzled address
+// (pl_swizzle of the host address: the emulated shared memory starts on a 1024-byte boundary),
+// as the TMA unit writes a box with CU_TENSOR_MAP_SWIZZLE_32B / 64B / 128B: the 16-byte chunk
+// bits of the address XOR its bits 7.. (1, 2 or 3 of them).
+static inline void pl_host_copy_bytes(pl_u8* dst, const pl_u8* src, pl_i64 n, int swizzle) {
+  if (swizzle == 0) return (void)memcpy(dst, src, (size_t)n);
+  const pl_u64 mask = (pl_u64)(swizzle / 16 - 1) << 4;
   for (pl_i64 i = 0; i < n;) {
     const pl_u64 at = (pl_u64)(dst + i);
     const pl_i64 piece = 16 - (pl_i64)(at % 16) < n - i ? 16 - (pl_i64)(at % 16) : n - i;  // (within a chunk)
-    memcpy((pl_u8*)(at ^ ((at >> 3) & 0x70)), src + i, (size_t)piece);
+    memcpy((pl_u8*)(at ^ ((at >> 3) & mask)), src + i, (size_t)piece);
     i += piece;
   }
 }
@@ -191,9 +193,9 @@ struct PlHostRows {
   const pl_u8* src;
   pl_i64 dst_stride, src_stride, rows;
   pl_u32 row_bytes;
-  bool swizzle128 = false;  // (pl_host_copy_bytes)
+  int swizzle = 0;  // bytes (pl_host_copy_bytes)
   void land() const {
-    for (pl_i64 r = 0; r < rows; ++r) pl_host_copy_bytes(dst + r * dst_stride, src + r * src_stride, row_bytes, swizzle128);
+    for (pl_i64 r = 0; r < rows; ++r) pl_host_copy_bytes(dst + r * dst_stride, src + r * src_stride, row_bytes, swizzle);
   }
 };
 // Per host thread, sized by pl_host_start.
@@ -1095,18 +1097,32 @@ extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 // The 128-byte swizzle of a byte offset from a 1024-byte boundary: its 16-byte chunk bits (4-6)
 // XOR its 128-byte row bits (7-9).
 PL_DEV constexpr pl_i64 pl_swizzle128(pl_i64 byte) { return byte ^ ((byte >> 3) & 0x70); }
+// The W-byte swizzle (W 32, 64, 128: CUTLASS's Swizzle<1|2|3, 4, 3>) of a byte offset from an
+// 8 W-byte boundary: its 16-byte chunk bits XOR the bits from bit 7 up (rows of W bytes: chunk j
+// of row r goes to j ^ ((r * W >> 7) % (W / 16))); 0: none.
+template <int W> PL_DEV constexpr pl_i64 pl_swizzle(pl_i64 byte) {
+  return W == 0 ? byte : byte ^ ((byte >> 3) & ((W / 16 - 1) << 4));
+}
+// The layout (of pl_slot_elem, pl_wgmma_block's descriptors) of a W-byte swizzled panel read
+// K-major or MN-major: 3 / 4 for 128 bytes, 5 / 6 for 64, 7 / 8 for 32; 0 for none.
+PL_DEV constexpr int pl_swizzled_layout(int w, bool mn_major) {
+  return w == 128 ? 3 + mn_major : w == 64 ? 5 + mn_major : w == 32 ? 7 + mn_major : 0;
+}
+// The row bytes of layout L's panels (0: not swizzled).
+PL_DEV constexpr int pl_layout_swizzle(int L) { return L == 3 || L == 4 ? 128 : L == 5 || L == 6 ? 64 : L >= 7 ? 32 : 0; }
 // Element e (counted row-major from a 1024-byte boundary) of a gpu::kernel's swizzled SMEM tile
-// (PL_SMEM_SWIZZLED_s: rows of 128 bytes, each 16-byte chunk at its position XOR the row's
-// number mod 8, as a 128-byte swizzled TMA box lands and as wgmma reads it); e itself when not.
-template <bool SWIZZLED, class T> PL_DEV pl_i64 pl_smem_elem(pl_i64 e) {
-  return SWIZZLED ? pl_swizzle128(e * (pl_i64)sizeof(T)) / (pl_i64)sizeof(T) : e;
+// (PL_SMEM_SWIZZLED_s = W: rows of W bytes, each 16-byte chunk moved by pl_swizzle<W>, as a
+// W-byte swizzled TMA box lands and as wgmma reads it); e itself when W is 0.
+template <int W, class T> PL_DEV pl_i64 pl_smem_elem(pl_i64 e) {
+  return pl_swizzle<W>(e * (pl_i64)sizeof(T)) / (pl_i64)sizeof(T);
 }
 template <int L>
 PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& r, pl_i64& q) {
   if (L >= 3) {
-    const pl_i64 in_panel = c % (rows * 8);
-    r = in_panel / 8;
-    q = c / (rows * 8) * 8 + ((in_panel % 8) ^ (r % 8));
+    constexpr int W = pl_layout_swizzle(L), C = W / 16;  // chunks per panel row
+    const pl_i64 in_panel = c % (rows * C);
+    r = in_panel / C;
+    q = c / (rows * C) * C + ((in_panel % C) ^ ((r * W >> 7) % C));
   } else if (L != 0) {
     r = c % rows;
     q = c / rows;
@@ -1118,7 +1134,10 @@ PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& 
 // The element index in the slot of the block's element (r, col) (8 elements per chunk).
 template <int L>
 PL_DEV pl_i64 pl_slot_elem(pl_i64 r, pl_i64 col, pl_i64 rows, pl_i64 chunks_per_row) {
-  if (L >= 3) return (col / 64 * rows * 128 + pl_swizzle128(r * 128 + col % 64 * 2)) / 2;
+  if (L >= 3) {
+    constexpr int W = pl_layout_swizzle(L), P = W / 2;  // a panel's row: bytes, elements
+    return (col / P * rows * W + pl_swizzle<W>(r * W + col % P * 2)) / 2;
+  }
   if (L != 0) return (col / 8 * rows + r) * 8 + col % 8;
   return r * chunks_per_row * 8 + col;
 }
@@ -1182,22 +1201,22 @@ template <int R, class F> PL_DEV void pl_host_box_rows(const PlTensorMap* map, c
 // Loads the box at coordinates c into dst (row-major) as the TMA unit does: elements outside the
 // array read as zero. The rows land when a thread tests barrier b (pl_host_land_bulk_loads);
 // until then they read as all ones.
-// With the 128-byte swizzle each row's 16-byte chunks are permuted (pl_host_copy_bytes): the box's
-// rows are 128 bytes and it starts on a 1024-byte boundary, as the swizzle's pattern repeats.
+// With a W-byte swizzle each row's 16-byte chunks are permuted (pl_host_copy_bytes): the box's
+// rows are W bytes and it starts on an 8 W-byte boundary, where the swizzle's pattern repeats.
 template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
   const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
-  const bool swizzle128 = map->w[15] == 128;
-  if (map->w[15] != 0 && (!swizzle128 || row_bytes != 128 || (pl_u64)dst % 1024 != 0)) abort();  // (never emitted)
+  const int swizzle = (int)map->w[15];  // (rows of that many bytes from a boundary of 8 of them)
+  if (swizzle != 0 && (row_bytes != swizzle || (pl_u64)dst % (8 * swizzle) != 0)) abort();  // (never emitted)
   std::lock_guard<std::mutex> lock(pl_host_bulk_loads_mu);
   pl_u8 ones[128];
   memset(ones, 0xFF, sizeof ones);
   auto push = [&](pl_u8* to, const pl_u8* from, pl_i64 from_stride, pl_i64 rows, pl_i64 bytes) {
     if (rows <= 0 || bytes <= 0) return;
     for (pl_i64 r = 0; r < rows; ++r) {
-      if (swizzle128) pl_host_copy_bytes(to + r * row_bytes, ones, bytes, true);
+      if (swizzle != 0) pl_host_copy_bytes(to + r * row_bytes, ones, bytes, swizzle);
       else memset(to + r * row_bytes, 0xFF, (size_t)bytes);
     }
-    pl_host_bulk_loads.push_back({b, {to, from, row_bytes, from_stride, rows, (pl_u32)bytes, swizzle128}, false});
+    pl_host_bulk_loads.push_back({b, {to, from, row_bytes, from_stride, rows, (pl_u32)bytes, swizzle}, false});
     pl_host_bulk_loads_pending.fetch_add(1, std::memory_order_release);
   };
   pl_host_box_rows<R>(map, c, (pl_u8*)dst, [&](pl_u8* rows, const pl_u8* from, pl_i64 n, pl_i64 stride, pl_i64 lo, pl_i64 hi) {
@@ -1562,19 +1581,20 @@ template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
 PL_DEV void pl_fence_proxy_async() {}
 // Element (r, k) of a no-swizzle operand described by `desc` (r: its row of a, or column of b):
 // K-major, or with `mn_major` (the transpose flag) MN-major — the layouts of pl_slot_elem.
-// A 128-byte swizzled operand (layout type 1, pl_swizzle128): K-major, rows of 128 bytes with
-// K along them, 8-row groups `sbo` apart (the leading offset unused: 16 K elements lie within a
-// row); MN-major, 8 K rows of 64 elements along MN, the next 8 rows `sbo` on and the next 64
-// elements `lbo` on; then the swizzle of the address, as the hardware applies it.
+// A W-byte swizzled operand (layout type 1, 2, 3: W = 128, 64, 32; pl_swizzle): K-major, rows of
+// W bytes with K along them, 8-row groups `sbo` apart (the leading offset unused: 16 K elements
+// lie within a row); MN-major, 8 K rows of W / 2 elements along MN, the next 8 rows `sbo` on and
+// the next W / 2 elements `lbo` on; then the swizzle of the address, as the hardware applies it:
+// its 16-byte chunk bits XOR its bits from 7 up.
 template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k, bool mn_major) {
   const pl_u64 mode = desc >> 62;
-  if (mode > 1) abort();  // a 32- or 64-byte swizzle: not emulated (never emitted)
   const pl_u64 start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4, sbo = ((desc >> 32) & 0x3FFF) << 4;
   pl_u64 at;
-  if (mode == 1) {
-    at = start + (mn_major ? (r / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + (r % 64) * 2
-                           : (r / 8) * sbo + (r % 8) * 128 + k * 2);
-    at = (pl_u64)pl_swizzle128((pl_i64)at);
+  if (mode != 0) {
+    const pl_u64 w = 256 >> mode, p = w / 2;  // a row's bytes, elements
+    at = start + (mn_major ? (r / p) * lbo + (k / 8) * sbo + (k % 8) * w + (r % p) * 2
+                           : (r / 8) * sbo + (r % 8) * w + k * 2);
+    at ^= (at >> 3) & ((w / 16 - 1) << 4);
   } else {
     const pl_u64 in_core = mn_major ? (k % 8) * 16 + (r % 8) * 2 : (r % 8) * 16 + (k % 8) * 2;
     at = start + (r / 8) * sbo + (k / 8) * lbo + in_core;
@@ -1627,12 +1647,12 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_
 #endif
 // The descriptor of an operand at p (16-byte aligned, in shared memory). No swizzle: core
 // matrices adjacent along K `lbo` bytes apart (the leading byte offset), the next 8 rows (or,
-// MN-major, the next 8 columns) `sbo` bytes on (the stride byte offset). `swizzle128` (layout
-// type 1 in bits 62-63): pl_wgmma_operand's 128-byte swizzled layouts, whose 1024-byte pattern
-// the hardware takes from the address bits (the base offset field stays 0).
-PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 lbo, pl_u64 sbo, bool swizzle128 = false) {
-  return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) |
-         ((pl_u64)swizzle128 << 62);
+// MN-major, the next 8 columns) `sbo` bytes on (the stride byte offset). `swizzle` 128, 64 or 32
+// (layout type 1, 2 or 3 in bits 62-63): pl_wgmma_operand's swizzled layouts, whose pattern the
+// hardware takes from the address bits (the base offset field stays 0).
+PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 lbo, pl_u64 sbo, int swizzle = 0) {
+  const pl_u64 type = swizzle == 128 ? 1 : swizzle == 64 ? 2 : swizzle == 32 ? 3 : 0;
+  return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (type << 62);
 }
 // Copies rows [r0, r0 + rows) x columns [k0, k0 + kc) of a K-contiguous matrix (row stride ld)
 // — or, with `transposed`, of the transpose of a row-major (K x rows) matrix — into the staging
@@ -1701,21 +1721,25 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
       // + c % 8): layout 1 (a's m x K, b's n x K) from row r0 at column k is at element k rows + 8
       // r0, K-adjacent core matrices 16 rows bytes apart, row groups 128; layout 2 (b's K x n,
       // MN-major) from column n0 at row k is at n0 K + 8 k, K-adjacent core matrices 128 bytes
-      // apart, groups of 8 columns 16 K. Swizzled (64-column panels of 128-byte rows): layout 3
-      // from row r0 at column k is in panel k / 64 at row r0, k % 64 elements along it, 8-row
-      // groups 1024 bytes apart; layout 4 from column n0 at row k is in panel n0 / 64 at row k,
-      // n0 % 64 along it (n0 % 64 + NC <= 64 when NC < 64), 8-row groups 1024 bytes apart and
-      // panels 128 K. The staging is K-major with PL_WG_KC columns, a row group per 16 KC.
+      // apart, groups of 8 columns 16 K. Swizzled (panels of P = W / 2 columns, rows of W = 128,
+      // 64 or 32 bytes): K-major (3, 5, 7) from row r0 at column k is in panel k / P at row r0,
+      // k % P elements along it, 8-row groups 8 W bytes apart; MN-major (4, 6, 8) from column n0
+      // at row k is in panel n0 / P at row k, n0 % P along it (n0 % P + NC <= P when NC < P),
+      // 8-row groups 8 W bytes apart and panels W K. The staging is K-major with PL_WG_KC
+      // columns, a row group per 16 KC.
       const pl_i64 k = k0 + ks;
-      const pl_u64 da = LA == 3   ? pl_wgmma_desc(a + k / 64 * 64 * M + 64 * m0 + k % 64, 16, 1024, true)
+      constexpr int WA = pl_layout_swizzle(LA), WB = pl_layout_swizzle(LB);
+      constexpr int PA = WA ? WA / 2 : 1, PB = WB ? WB / 2 : 1;
+      constexpr bool b_mn_major = LB != 0 && LB % 2 == 0;  // (wgmma's transpose-b flag)
+      const pl_u64 da = WA        ? pl_wgmma_desc(a + k / PA * PA * M + PA * m0 + k % PA, 16, 8 * WA, WA)
                         : LA      ? pl_wgmma_desc(a + k * M + 8 * m0, 16 * (pl_u64)M, 128)
                                   : pl_wgmma_desc(stage_a + ks * 16, 128, 16 * PL_WG_KC);
-      const pl_u64 db = LB == 4   ? pl_wgmma_desc(b + n0 / 64 * 64 * K + 64 * k + n0 % 64, 128 * (pl_u64)K, 1024, true)
-                        : LB == 3 ? pl_wgmma_desc(b + k / 64 * 64 * N + 64 * n0 + k % 64, 16, 1024, true)
-                        : LB == 2 ? pl_wgmma_desc(b + (pl_i64)n0 * K + 8 * k, 128, 16 * (pl_u64)K)
-                        : LB == 1 ? pl_wgmma_desc(b + k * N + 8 * n0, 16 * (pl_u64)N, 128)
-                                  : pl_wgmma_desc(stage_b + ks * 16, 128, 16 * PL_WG_KC);
-      pl_wgmma_async<NC, In, LB == 2 || LB == 4>(acc, da, db);
+      const pl_u64 db = WB && b_mn_major ? pl_wgmma_desc(b + n0 / PB * PB * K + PB * k + n0 % PB, (pl_u64)WB * K, 8 * WB, WB)
+                        : WB             ? pl_wgmma_desc(b + k / PB * PB * N + PB * n0 + k % PB, 16, 8 * WB, WB)
+                        : LB == 2        ? pl_wgmma_desc(b + (pl_i64)n0 * K + 8 * k, 128, 16 * (pl_u64)K)
+                        : LB == 1        ? pl_wgmma_desc(b + k * N + 8 * n0, 16 * (pl_u64)N, 128)
+                                         : pl_wgmma_desc(stage_b + ks * 16, 128, 16 * PL_WG_KC);
+      pl_wgmma_async<NC, In, b_mn_major>(acc, da, db);
     }
     if constexpr (ASYNC && !staged) {
       pl_wgmma_commit_and_wait<1>();  // the previous group (the previous step's) is done

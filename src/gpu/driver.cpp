@@ -360,9 +360,9 @@ const TensorMapEncoder& tensor_map_encoder(const Device& d) {
     const uint64_t no_strides[1] = {0};  // (rank 1: none, but not a null pointer)
     // The driver writes the map only to a 64-byte aligned address; the parameter words are not.
     alignas(64) uint64_t encoded[16] = {};
-    // interleave NONE (0), swizzle NONE (0) or 128B (3), L2 promotion 128B (2), out-of-bounds fill
-    // NONE (0).
-    const int swizzle = spec.swizzle_bytes == 128 ? 3 : 0;
+    // interleave NONE (0), swizzle NONE (0), 32B (1), 64B (2) or 128B (3), L2 promotion 128B (2),
+    // out-of-bounds fill NONE (0).
+    const int swizzle = spec.swizzle_bytes == 128 ? 3 : spec.swizzle_bytes == 64 ? 2 : spec.swizzle_bytes == 32 ? 1 : 0;
     const int rc = d.api().TensorMapEncodeTiled(encoded, type, static_cast<unsigned>(spec.dims.size()),
                                                 reinterpret_cast<void*>(address), spec.dims.data(),
                                                 spec.strides.empty() ? no_strides : spec.strides.data(), box.data(),

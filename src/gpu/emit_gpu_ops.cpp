@@ -104,8 +104,8 @@ std::optional<BulkRows> bulk_rows(const RefInfo& src, const RefInfo& dst) {
 // order, the last one the array's last) and a dense row-major view of shared memory (`smem`) as
 // one TMA box (cp.async.bulk.tensor): the tensor map it needs (1 in the box where the view drops
 // a dim), or nullopt — past the limits of tensor_map_for_boxes, or of a phase's expected
-// transactions (fewer than 2^20 bytes). `swizzle_bytes` 128: into a swizzled tile (rows of 128
-// bytes), whose map makes the box land swizzled.
+// transactions (fewer than 2^20 bytes). `swizzle_bytes` 32, 64, 128: into a swizzled tile (rows
+// of that many bytes), whose map makes the box land swizzled.
 std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem, int swizzle_bytes) {
   const Shape& a = gmem.operand_shape;
   const size_t rank = a.size();
@@ -131,7 +131,9 @@ std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, cons
   const int64_t item = itemsize(dtype);
   if (rank == 0 || rank > 5 || box.size() != rank || (box.back() * item) % 16 != 0 || (array.back() * item) % 16 != 0)
     return std::nullopt;
-  if (swizzle_bytes != 0 && (swizzle_bytes != 128 || box.back() * item != 128)) return std::nullopt;
+  if (swizzle_bytes != 0 && ((swizzle_bytes != 32 && swizzle_bytes != 64 && swizzle_bytes != 128) ||
+                             box.back() * item != swizzle_bytes))
+    return std::nullopt;
   const std::vector<int64_t> strides = contiguous_strides(array);
   TensorMapSpec spec;
   spec.operand = operand;
@@ -239,8 +241,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // 128-byte aligned (checked when running), as one box; else as bulk rows or elements.
       const RefInfo& gmem = to_gmem ? dst : src;
       const RefInfo& smem = to_gmem ? src : dst;
-      std::optional<TensorMapSpec> tma =
-          ctx_.tensor_maps ? tma_box(gmem, smem, swizzled.empty() ? 0 : 128) : std::nullopt;
+      const int swizzle_bytes = swizzled.empty() ? 0 : static_cast<int>(dst.shape.back() * itemsize(dst.dtype));
+      std::optional<TensorMapSpec> tma = ctx_.tensor_maps ? tma_box(gmem, smem, swizzle_bytes) : std::nullopt;
       int map = -1;
       if (tma) {
         std::vector<TensorMapSpec>& maps = *ctx_.tensor_maps;
@@ -271,10 +273,11 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
                       std::to_string(gmem.operand_shape[d]) + ")";
           }
           // (A swizzled box lands by its address bits: only where the tile is swizzled, from a
-          // 1024-byte boundary.)
+          // boundary of its pattern, 8 rows.)
           const std::string layout_ok = swizzled.empty() ? "" : swizzled + " && ";
-          line("if (PL_HAS_BULK_COPY && " + layout_ok + "((" + P + ".tma_ok >> " + M + ") & 1u) && ((pl_u64)" + smem.ptr +
-               (swizzled.empty() ? " & 127" : " & 1023") + ") == 0) {");
+          const std::string align_mask = std::to_string(swizzle_bytes ? 8 * swizzle_bytes - 1 : 127);
+          line("if (PL_HAS_BULK_COPY && " + layout_ok + "((" + P + ".tma_ok >> " + M + ") & 1u) && ((pl_u64)" + smem.ptr + " & " +
+               align_mask + ") == 0) {");
           line("  if (pl_tid() == 0) {");
           line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) + "]);");
           line("    const int c[" + std::to_string(rank) + "] = {" + coords + "};");
@@ -399,10 +402,10 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         p.d_dtype = acc.dtype, p.a_dtype = a.dtype, p.b_dtype = b.dtype;
         p.m = m, p.n = n, p.k = k;
         p.accumulate = true;
-        // A swizzled tile (one 128-byte panel: k or n is 64) is read in place: a K-major, b
-        // (k x n) MN-major — wgmma's layouts 3 and 4, which store a panel alike.
-        if (!a.swizzled.empty()) p.a_layout = "3 * " + a.swizzled;
-        if (!b.swizzled.empty()) p.b_layout = "4 * " + b.swizzled;
+        // A swizzled tile (one panel: k or n is its row) is read in place: a K-major, b (k x n)
+        // MN-major — wgmma's swizzled layouts, which store a single panel alike.
+        if (!a.swizzled.empty()) p.a_layout = "pl_swizzled_layout(" + a.swizzled + ", false)";
+        if (!b.swizzled.empty()) p.b_layout = "pl_swizzled_layout(" + b.swizzled + ", true)";
         on_tensor_cores = open_tensor_core_product(p);
       }
       // The group's loop (where the tensor cores do not run), reading swizzled tiles where they are.

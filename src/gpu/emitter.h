@@ -37,12 +37,12 @@ std::vector<int64_t> contiguous_strides(const Shape& s);
 // The TMA tensor map of boxes `box` (elements per dim, in the array's dim order) of operand
 // `operand`'s row-major array, or nullopt past TMA's limits: rank 1 to 5, 1 to 256 elements a box
 // dim, 2^32 a dim, rows of the box and of the array whole 16-byte chunks (the map's strides).
-// `swizzle_bytes` 128: the boxes land 128-byte swizzled, so their rows must be 128 bytes.
+// `swizzle_bytes` 32, 64 or 128: the boxes land swizzled so, so their rows must be that many bytes.
 std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, const Shape& array,
                                                   const std::vector<int64_t>& box, int swizzle_bytes = 0);
 std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
 // The gpu::kernel SMEM scratch buffers (of `candidates`: 2-byte elements, whole tiles of rows of
-// 128 bytes, 8 rows at a time) that can be kept 128-byte swizzled so that wgmma reads them where
+// 128, 64 or 32 bytes, 8 rows at a time) that can be kept swizzled so that wgmma reads them where
 // they are (emit_gpu_ops.cpp): each feeds a wgmma, and is only written by copy_gmem_to_smem and
 // read by wgmma, through views that keep its rows whole and start at a row that is a multiple of 8.
 std::set<ir::ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ir::ValueId>& candidates);
@@ -93,10 +93,11 @@ struct RefInfo {
   // shape: a copy of a box of it may go through a TMA tensor map (emit_gpu_ops.cpp).
   int operand = -1;
   Shape operand_shape;
-  // A gpu::kernel SMEM tile kept 128-byte swizzled where wgmma runs (swizzled_smem_tiles): the
-  // macro saying whether it is (PL_SMEM_SWIZZLED_s, 0 or 1); empty for other memory. Its views
-  // keep whole rows from a multiple of 8 rows, so element e of a view (row-major from the view's
-  // start, a 1024-byte boundary) is at pl_smem_elem<PL_SMEM_SWIZZLED_s, T>(e).
+  // A gpu::kernel SMEM tile kept swizzled where wgmma runs (swizzled_smem_tiles): the macro
+  // saying by how many bytes (PL_SMEM_SWIZZLED_s: its rows' 128, 64 or 32; 0: row-major); empty
+  // for other memory. Its views keep whole rows from a multiple of 8 rows, so element e of a view
+  // (row-major from the view's start, a boundary of the pattern) is at
+  // pl_smem_elem<PL_SMEM_SWIZZLED_s, T>(e).
   std::string swizzled;
 };
 

@@ -933,13 +933,14 @@ TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
       expect_plain_product(x, y, b_nk, DType::F32, gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 64, &cuda_cores)[0]);
       EXPECT_EQ(cuda_cores.wgmma_instructions, 0u);
       const Array want = interpret::run_reference(*tc, {x, y}, tc->grid_mapping.grid, nullptr)[0];
-      const Array unswizzled = gpu::run_host_emulation(*tc, edited(k, "1024, true)", "1024, false)"), {x, y}, tc->grid_mapping.grid, 128)[0];
+      const Array unswizzled = gpu::run_host_emulation(*tc, edited(k, "8 * WA, WA)", "8 * WA, 0)"), {x, y}, tc->grid_mapping.grid, 128)[0];
       EXPECT_FALSE(allclose(unswizzled, want, 1e-4, 1e-3).ok) << "wgmma read a swizzled slot through no-swizzle descriptors";
     }
   }
 }
 
-// The 128-byte swizzle against numbers worked out by hand from its definition (CUTLASS's
+// The 128-byte swizzle (and the 64- and 32-byte ones after it) against numbers worked out by hand
+// from its definition (CUTLASS's
 // Swizzle<3, 4, 3>, the pattern of CU_TENSOR_MAP_SWIZZLE_128B and of wgmma's layout type 1: the
 // 16-byte chunk bits 4-6 of a byte address XOR its bits 7-9, so chunk j of 128-byte row r lands
 // at chunk j ^ (r % 8)), checked in the device runtime compiled as C++: where pl_slot_elem puts a
@@ -979,6 +980,20 @@ int main() {
   int once = 0;
   for (int e = 0; e < 16 * 64; ++e) once += seen[e] == 1;
   printf("once %d\n", once);
+  // The 64- and 32-byte swizzles of a gpu::kernel tile's elements (bf16: rows of 32 / 16 elements).
+  printf("sw64 %lld %lld sw32 %lld %lld %lld\n", (long long)pl_smem_elem<64, pl_bf16>(2 * 32 + 8),
+         (long long)pl_smem_elem<64, pl_bf16>(7 * 32 + 5), (long long)pl_smem_elem<32, pl_bf16>(4 * 16 + 3),
+         (long long)pl_smem_elem<32, pl_bf16>(5 * 16 + 12), (long long)pl_smem_elem<32, pl_bf16>(3 * 16 + 12));
+  // An 8 x 32 box of an 8 x 32 array (element (r, c) holds r * 32 + c) landed 64-byte swizzled.
+  static pl_u16 src64[8 * 32];
+  for (int e = 0; e < 8 * 32; ++e) src64[e] = (pl_u16)e;
+  alignas(1024) static pl_u16 tile[8 * 32];
+  PlTensorMap map64 = {};
+  map64.w[0] = (pl_u64)src64, map64.w[1] = 2, map64.w[2] = 2, map64.w[3] = 32, map64.w[4] = 8, map64.w[8] = 64;
+  map64.w[12] = 32 | (8ull << 32), map64.w[15] = 64;
+  pl_tma_load<2>(tile, &map64, c, &bar);
+  pl_host_land_bulk_loads(&bar);
+  printf("box64 %u %u\n", tile[2 * 32], tile[7 * 32 + 3 * 8 + 2]);
 })";
   }
   const std::string cmd = gpu::host_compiler() + " -std=c++20 -w -pthread -o '" + (dir / "t").string() + "' '" +
@@ -1003,6 +1018,15 @@ int main() {
   // element 7 holds (15, 7 * 8 + 7) = 1023.
   EXPECT_CONTAINS(out, "box 64 65 201 1023\n");
   EXPECT_CONTAINS(out, "once 1024\n");
+  // 64 bytes (Swizzle<2, 4, 3>: chunk bits 4-5 XOR bits 7-8, so chunk j of 64-byte row r lands at
+  // j ^ ((r / 2) % 4)): (2, 8) is row 2's chunk 1, at 1 ^ 1 = 0: byte 128, element 64; (7, 5)
+  // chunk 0 at 0 ^ 3 = 3: byte 448 + 48 + 10 = 506 (253). 32 bytes (Swizzle<1, 4, 3>: chunk bit 4
+  // XOR bit 7, j ^ ((r / 4) % 2)): (4, 3) at chunk 1: byte 128 + 16 + 6 = 150 (75); (5, 12) chunk
+  // 1 at 0: byte 160 + 8 = 168 (84); (3, 12) stays: element 60.
+  EXPECT_CONTAINS(out, "sw64 64 253 sw32 75 84 60\n");
+  // The 64-byte box: row 2's physical chunk 0 holds its chunk 1, element (2, 8) = 72; row 7's
+  // physical chunk 3 holds chunk 0, so its element 2 is (7, 2) = 226.
+  EXPECT_CONTAINS(out, "box64 72 226\n");
 }
 
 // The kernel's parameter words (pack_params): the fixed fields, then the word of encoded maps,

@@ -1132,82 +1132,89 @@ TEST(GpuKernel, WgmmaStagesAMisalignedView) {
   expect_product_of(a_view, b, out);
 }
 
-// SMEM tiles of 128-byte rows that only copies from GMEM write and only wgmma reads are kept
-// 128-byte swizzled (swizzled_smem_tiles): a's 128 x 64 slots K-major, b's 64 x 64 slots MN-major,
-// each consumer warpgroup reading its 64 rows of a (a view at row 64 wg) in place. The copies
-// are swizzled TMA boxes (one per slot and step) or, without maps, element copies to the
-// swizzled positions; wgmma's descriptors say layout type 1 (emulated from them). Each way
-// against a plain product; with the swizzle off the tiles are row-major and staged. A tile the
-// kernel also reads with a load (b here) stays row-major.
-pl::PallasCall swizzled_tiles_matmul(bool b_also_loaded) {
-  constexpr int M = 128, N = 64, K = 128, kStep = 64;
+// SMEM tiles whose rows are 128, 64 or 32 bytes, that only copies from GMEM write and only wgmma
+// reads, are kept swizzled by their rows' bytes (swizzled_smem_tiles): a's 128 x kStep slots
+// K-major, b's kStep x N slots MN-major, each consumer warpgroup reading its 64 rows of a (a view
+// at row 64 wg) in place. The copies are swizzled TMA boxes (one per slot and step) or, without
+// maps, element copies to the swizzled positions; wgmma's descriptors say layout type 1, 2 or 3
+// (emulated from them). Each way against a plain product; with the swizzle off the tiles are
+// row-major and staged. A tile the kernel also reads with a load (b here) stays row-major.
+pl::PallasCall swizzled_tiles_matmul(int64_t k_step, int64_t n, bool b_also_loaded) {
+  constexpr int64_t M = 128, K = 128;
+  const int64_t steps = K / k_step;
   return plgpu::kernel(
-      [b_also_loaded](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref b_row, pl::Ref a_s, pl::Ref b_s, pl::Ref acc,
-                      pl::Ref full) {
+      [=](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref b_row, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref full) {
         pl::Value wg = plgpu::axis_index("wg");
         pl::when(wg == 0, [&] {
-          for (int k = 0; k < K / kStep; ++k) {
-            plgpu::copy_gmem_to_smem(a.at(pl::all, pl::ds(k * kStep, kStep)), a_s.at(k), full.at(k));
-            plgpu::copy_gmem_to_smem(b.at(pl::ds(k * kStep, kStep), pl::all), b_s.at(k), full.at(k));
+          for (int64_t k = 0; k < steps; ++k) {
+            plgpu::copy_gmem_to_smem(a.at(pl::all, pl::ds(k * k_step, k_step)), a_s.at(k), full.at(k));
+            plgpu::copy_gmem_to_smem(b.at(pl::ds(k * k_step, k_step), pl::all), b_s.at(k), full.at(k));
           }
         });
         pl::Ref my_acc = acc.at(wg);
-        my_acc[pl::all] = pl::zeros({M / 2, N}, pl::f32);
-        for (int k = 0; k < K / kStep; ++k) {
+        my_acc[pl::all] = pl::zeros({M / 2, n}, pl::f32);
+        for (int64_t k = 0; k < steps; ++k) {
           plgpu::barrier_wait(full.at(k));
           plgpu::wgmma(my_acc, a_s.at(k, pl::ds(wg * (M / 2), M / 2), pl::all), b_s.at(k));
           plgpu::wgmma_wait(0);
         }
         out.at(pl::ds(wg * (M / 2), M / 2), pl::all)[pl::all] = my_acc[pl::all];
         pl::when(wg == 0, [&] {
-          b_row[pl::all] = b_also_loaded ? b_s.at(1, 3, pl::all)[pl::all].astype(pl::f32) : pl::zeros({N}, pl::f32);
+          b_row[pl::all] = b_also_loaded ? b_s.at(1, 3, pl::all)[pl::all].astype(pl::f32) : pl::zeros({n}, pl::f32);
         });
       },
-      {pl::ShapeDtype({M, N}, pl::f32), pl::ShapeDtype({N}, pl::f32)},
-      plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
-      run_on("gpu_emulate", {plgpu::SMEM({K / kStep, M, kStep}, pl::bf16), plgpu::SMEM({K / kStep, kStep, N}, pl::bf16),
-                             plgpu::ACC({2, M / 2, N}), plgpu::Barrier{.num_arrivals = 2, .num_barriers = K / kStep}}));
+      {pl::ShapeDtype({M, n}, pl::f32), pl::ShapeDtype({n}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+      run_on("gpu_emulate", {plgpu::SMEM({steps, M, k_step}, pl::bf16), plgpu::SMEM({steps, k_step, n}, pl::bf16),
+                             plgpu::ACC({2, M / 2, n}), plgpu::Barrier{.num_arrivals = 2, .num_barriers = static_cast<int>(steps)}}));
 }
 
 TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
   pl::Array a = random_f32({128, 128}, 21).astype(pl::bf16);
-  pl::Array b = random_f32({128, 64}, 22).astype(pl::bf16);
   auto count_of = [](const std::string& text, const std::string& what) {
     int n = 0;
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
     return n;
   };
-  for (bool b_also_loaded : {false, true}) {
-    SCOPED_TRACE(b_also_loaded ? "b also loaded" : "both swizzled");
-    pl::PallasCall call = swizzled_tiles_matmul(b_also_loaded);
+  struct Case {
+    int64_t k_step, n;  // a's rows are 2 k_step bytes, b's 2 n
+    bool b_also_loaded, every_path;
+  };
+  for (Case c : {Case{64, 64, false, true}, Case{64, 64, true, true}, Case{32, 32, false, false}, Case{16, 16, false, false},
+                 Case{32, 64, false, false}}) {
+    SCOPED_TRACE("k_step " + std::to_string(c.k_step) + ", n " + std::to_string(c.n) + (c.b_also_loaded ? ", b also loaded" : ""));
+    pl::Array b = random_f32({128, c.n}, 22).astype(pl::bf16);
+    pl::PallasCall call = swizzled_tiles_matmul(c.k_step, c.n, c.b_also_loaded);
     std::shared_ptr<const pl::TracedCall> tc = call.trace({a.shape_dtype(), b.shape_dtype()});
-    // Every way: values against C++; b's row 64 + 3 read back by a load.
+    // Every way: values against C++; b's row k_step + 3 read back by a load.
     auto run = [&](const plgpu::GeneratedKernel& k, plgpu::HostEmulationStats* stats) {
       std::vector<pl::Array> out = plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2 * 128, stats);
       expect_product_of(a, b, out.at(0));
-      if (!b_also_loaded) return;
-      for (int64_t j = 0; j < 64; ++j) EXPECT_EQ(out.at(1).get({j}), b.get({64 + 3, j})) << j;
+      if (!c.b_also_loaded) return;
+      for (int64_t j = 0; j < c.n; ++j) EXPECT_EQ(out.at(1).get({j}), b.get({c.k_step + 3, j})) << j;
     };
     const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
-    EXPECT_CONTAINS(k.source, "#define PL_SMEM_SWIZZLED_0 ");
-    EXPECT_EQ(count_of(k.source, "#define PL_SMEM_SWIZZLED_1 "), b_also_loaded ? 0 : 1);
-    EXPECT_CONTAINS(k.source, b_also_loaded ? "pl_tc_dot<false, 64, 3 * PL_SMEM_SWIZZLED_0, 0>("
-                                            : "pl_tc_dot<false, 64, 3 * PL_SMEM_SWIZZLED_0, 4 * PL_SMEM_SWIZZLED_1>(");
-    // The maps, by hand: a's boxes 64 columns x 128 rows, swizzled; b's 64 x 64, swizzled or not.
+    const std::string wa = std::to_string(2 * c.k_step), wb = std::to_string(2 * c.n);
+    EXPECT_CONTAINS(k.source, "#define PL_SMEM_SWIZZLED_0 (PL_HAS_WGMMA ? " + wa + " : 0)");
+    EXPECT_EQ(count_of(k.source, "#define PL_SMEM_SWIZZLED_1 (PL_HAS_WGMMA ? " + wb + " : 0)"), c.b_also_loaded ? 0 : 1);
+    EXPECT_CONTAINS(k.source, "pl_tc_dot<false, " + std::to_string(c.n) + ", pl_swizzled_layout(PL_SMEM_SWIZZLED_0, false), " +
+                                  (c.b_also_loaded ? "0" : "pl_swizzled_layout(PL_SMEM_SWIZZLED_1, true)") + ">(");
+    // The maps, by hand: a's boxes k_step columns x 128 rows, b's n x k_step, swizzled or not.
     ASSERT_EQ(k.tensor_maps.size(), 2u);
-    EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 2, {128, 128}, {256}, {64, 128}, 128}));
-    EXPECT_EQ(k.tensor_maps[1], (plgpu::TensorMapSpec{1, 2, {64, 128}, {128}, {64, 64}, b_also_loaded ? 0 : 128}));
+    const uint32_t ks = static_cast<uint32_t>(c.k_step), n = static_cast<uint32_t>(c.n);
+    EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 2, {128, 128}, {256}, {ks, 128}, 2 * static_cast<int>(ks)}));
+    EXPECT_EQ(k.tensor_maps[1], (plgpu::TensorMapSpec{1, 2, {n, 128}, {2 * n}, {n, ks}, c.b_also_loaded ? 0 : 2 * static_cast<int>(n)}));
     plgpu::HostEmulationStats stats;
     run(k, &stats);
-    EXPECT_EQ(stats.tma_boxes, 4);  // 2 steps x (a, b)
-    // Per consumer and step: a 64 x 64 block over K 64, 4 m64n64k16 instructions.
-    EXPECT_EQ(stats.wgmma_instructions, 2 * 2 * 4);
+    EXPECT_EQ(stats.tma_boxes, 2 * 128 / c.k_step);  // a step's a and b
+    // Per consumer: a 64 x n block over K 128 in 16-deep instructions.
+    EXPECT_EQ(stats.wgmma_instructions, 2 * 128 / 16);
     // Without tensor maps the copies write the swizzled positions element by element.
     const plgpu::GeneratedKernel no_maps = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.tma = false});
     EXPECT_CONTAINS(no_maps.source, "[pl_smem_elem<PL_SMEM_SWIZZLED_0, pl_bf16>(");
     plgpu::HostEmulationStats element_stats;
     run(no_maps, &element_stats);
     EXPECT_EQ(element_stats.tma_boxes, 0);
+    if (!c.every_path) continue;
     // The CUDA-core loop (fewer host threads than warpgroups) reads them where they are too.
     std::vector<pl::Array> few = plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr);
     expect_product_of(a, b, few.at(0));
@@ -1223,26 +1230,28 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
     EXPECT_EQ(count_of(tight.source, "#define PL_SMEM_SWIZZLED_"), 0);
     EXPECT_THROW(plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.max_shared_bytes = plain.arena_bytes}), pl::Error);
   }
-  // A swizzled box's descriptor read as unswizzled gives other numbers (the test can fail).
-  std::shared_ptr<const pl::TracedCall> tc = swizzled_tiles_matmul(false).trace({a.shape_dtype(), b.shape_dtype()});
+  // A swizzled tile's descriptor read as unswizzled gives other numbers (the test can fail).
+  pl::Array b = random_f32({128, 32}, 22).astype(pl::bf16);
+  std::shared_ptr<const pl::TracedCall> tc = swizzled_tiles_matmul(32, 32, false).trace({a.shape_dtype(), b.shape_dtype()});
   plgpu::GeneratedKernel wrong = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
-  const std::string desc = "pl_wgmma_desc(a + k / 64 * 64 * M + 64 * m0 + k % 64, 16, 1024, true)";
+  const std::string desc = "16, 8 * WA, WA)";  // (pl_wgmma_block: a K-major swizzled a)
   ASSERT_NE(wrong.source.find(desc), std::string::npos);
-  wrong.source.replace(wrong.source.find(desc), desc.size(), "pl_wgmma_desc(a + k / 64 * 64 * M + 64 * m0 + k % 64, 16, 1024, false)");
+  wrong.source.replace(wrong.source.find(desc), desc.size(), "16, 8 * WA, 0)");
   const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {a, b}, tc->grid_mapping.grid, 2 * 128, nullptr).at(0);
   double diff = 0;
-  for (int64_t i = 0; i < bad.size(); ++i) {
-    double want = 0;
-    for (int64_t q = 0; q < 128; ++q) want += a.get({i / 64, q}) * b.get({q, i % 64});
-    diff = std::max(diff, std::abs(bad.get({i / 64, i % 64}) - want));
-  }
+  for (int64_t i = 0; i < 128; ++i)
+    for (int64_t j = 0; j < 32; ++j) {
+      double want = 0;
+      for (int64_t q = 0; q < 128; ++q) want += a.get({i, q}) * b.get({q, j});
+      diff = std::max(diff, std::abs(bad.get({i, j}) - want));
+    }
   EXPECT_GT(diff, 1.0);
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(wrong.source, "sw.cu", arch)) << arch;
   if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   const std::string sass = test_util::sass_of(k.source, "sm_90a");
-  EXPECT_CONTAINS(sass, "HGMMA.64x64x16");
+  EXPECT_CONTAINS(sass, "HGMMA.64x32x16");
   EXPECT_CONTAINS(sass, "UTMALDG.2D");
 }
 
