@@ -468,15 +468,20 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     return detail::tensor_map_for_boxes(gm.num_index_operands + j, bm.array.dtype, bm.array.shape, box, swizzle_bytes);
   };
   // The layout of input j's slot (pl_slot_elem) where wgmma runs, once the body has chosen a
-  // canonical one (Emitter::slot_layout: 1 K-major, 2 MN-major; 0 row-major): its 128-byte
-  // swizzled twin (3, 4) when the block is whole 64-column panels of whole 8-row groups.
+  // canonical one (Emitter::slot_layout: 1 K-major, 2 MN-major; 0 row-major): its swizzled twin
+  // when the block is whole panels of whole 8-row groups — 3, 4 for 128-byte panel rows (64
+  // columns), else 5, 6 for 64 bytes, 7, 8 for 32 (the device runtime's pl_swizzled_layout).
   auto canonical_layout = [&](const Emitter& em, int j) {
     const int layout = em.slot_layout(j);
     const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-    const int64_t rows = core::block_extent(bm, 0), cols = core::block_extent(bm, 1);
-    const bool panels = (cols * itemsize(bm.array.dtype)) % 128 == 0 && rows % 8 == 0;
-    return layout > 0 && opts.swizzle && panels ? layout + 2 : layout;
+    const int64_t rows = core::block_extent(bm, 0), row_bytes = core::block_extent(bm, 1) * itemsize(bm.array.dtype);
+    if (layout == 0 || !opts.swizzle || rows % 8 != 0) return layout;
+    for (int w : {128, 64, 32})
+      if (row_bytes % w == 0) return (w == 128 ? 3 : w == 64 ? 5 : 7) + (layout == 2 ? 1 : 0);
+    return layout;
   };
+  // The bytes of a panel's rows in a slot of layout L (0: not swizzled).
+  auto swizzle_of = [](int layout) { return layout >= 7 ? 32 : layout >= 5 ? 64 : layout >= 3 ? 128 : 0; };
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
     std::vector<int> candidates;
@@ -581,7 +586,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       if (const int m = tma_map_of(j); m >= 0) {
         // Thread 0 issues the boxes: the block's start, innermost dim first; a slot in a canonical
         // layout (2-D) takes a box of all rows per 8 columns (no swizzle: a 16-byte column chunk)
-        // or per 64 (swizzled: a panel).
+        // or per panel (swizzled: 64, 32 or 16 columns).
         const std::string M = std::to_string(m), map = "&p.tmap[" + M + "]", bar = "pl_ring_mbar + slot";
         std::string coords;
         for (size_t d = rank; d-- > 0;)
@@ -590,7 +595,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                  << "        const int c[" << rank << "] = {" << coords << "};\n";
         if (layout_candidate(j))
           prefetch << "        if (PL_TMA_LAYOUT_" << J << " != 0) {\n"
-                   << "          constexpr int box_cols = PL_TMA_LAYOUT_" << J << " >= 3 ? 64 : 8;\n"
+                   << "          constexpr int box_cols = PL_TMA_LAYOUT_" << J << " >= 3 ? pl_layout_swizzle(PL_TMA_LAYOUT_" << J
+                   << ") / 2 : 8;\n"
                    << "          for (int q = 0; q < " << row << " / box_cols; ++q) {\n"
                    << "            const int cq[2] = {c[0] + box_cols * q, c[1]};\n"
                    << "            pl_tma_load<2>(dst + q * box_cols * " << rows * itemsize(bm.array.dtype) << ", " << map
@@ -928,12 +934,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   }
   // The TMA inputs' maps. A slot's layout is canonical where wgmma runs — on the devices the
   // host encodes maps for (Hopper, sm_90a), where PL_HAS_WGMMA is whether there is wgmma staging
-  // — and its boxes follow it: all rows x 8 columns for a no-swizzle canonical layout, x 64 (a
-  // panel) for a swizzled one, else the block. The kernel checks the two agree (PL_TMA_LAYOUT_j
+  // — and its boxes follow it: all rows x 8 columns for a no-swizzle canonical layout, x a panel
+  // for a swizzled one, else the block. The kernel checks the two agree (PL_TMA_LAYOUT_j
   // against PL_SLOT_LAYOUT_j) before using a map.
   for (int j : out.tma_inputs) {
     const int layout = layout_candidate(j) && out.wgmma_staging_bytes > 0 ? canonical_layout(em, j) : 0;
-    out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = *block_box(j, layout >= 3 ? 64 : layout > 0 ? 8 : 0, layout >= 3 ? 128 : 0);
+    const int swizzle = swizzle_of(layout);
+    out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = *block_box(j, swizzle > 0 ? swizzle / 2 : layout > 0 ? 8 : 0, swizzle);
     slot_layouts += "#define PL_TMA_LAYOUT_" + std::to_string(j) + " " + std::to_string(layout) + "\n";
   }
 

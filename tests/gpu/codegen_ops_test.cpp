@@ -854,14 +854,17 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
   }
 }
 
-// Slots of whole 64-column panels (8-row groups) that wgmma reads in place take its 128-byte
-// swizzled layouts: one TMA box per panel with CU_TENSOR_MAP_SWIZZLE_128B, descriptors of layout
-// type 1. The slot's three writers — the TMA unit (emulated from the map), the cp.async chunks
+// Slots of whole panels (8-row groups; panel rows of 128, 64 or 32 bytes: 64, 32 or 16 bf16
+// columns, the widest that divides the block's rows) that wgmma reads in place take its swizzled
+// layouts: one TMA box per panel with CU_TENSOR_MAP_SWIZZLE_128B / 64B / 32B, descriptors of
+// layout type 1 / 2 / 3. The slot's three writers — the TMA unit (emulated from the map), the cp.async chunks
 // (TMA off) and the element-wise copy of an unaligned array (the alignment test edited to fail) —
 // and its two readers — wgmma (emulated from the descriptor) and the CUDA-core loop (64 threads)
 // — must agree on where each element is: each combination against a plain product. x's slots are
 // two panels along K (64 x 128), y's two along N (MN-major, 128 x 128, one 128-wide wgmma across
-// both), one (128 x 64, a 64-wide wgmma) or, as n x k, two along K. Without swizzle (CodegenOptions::swizzle) the same products
+// both), one (128 x 64, a 64-wide wgmma) or, as n x k, two along K; with K blocks of 32, x's and y's
+// (32 x 32) 64-byte panels; with K blocks of 16, y as n x k (16 x 16), 32-byte panels. Without
+// swizzle (CodegenOptions::swizzle) the same products
 // take the no-swizzle layouts and 8-column boxes; with a descriptor edited to no swizzle, wgmma
 // reads the swizzled slot wrong.
 TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
@@ -877,12 +880,14 @@ TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
     for (; at != std::string::npos; at = k.source.find(from, at + to.size())) k.source.replace(at, from.size(), to);
     return k;
   };
-  const int64_t M = 64, N = 128, K = 256, bk = 128;
-  struct Case { bool b_nk; int64_t bn; };
-  for (Case c : {Case{false, 128}, Case{true, 64}, Case{false, 64}}) {
+  const int64_t M = 64, N = 128, K = 256;
+  struct Case { bool b_nk; int64_t bn, bk; };
+  // The widest swizzle whose panel rows (bytes) divide a slot's rows of `elems` bf16.
+  auto panel_bytes = [](int64_t elems) { return 2 * elems % 128 == 0 ? 128 : 2 * elems % 64 == 0 ? 64 : 32; };
+  for (Case c : {Case{false, 128, 128}, Case{true, 64, 128}, Case{false, 64, 128}, Case{false, 32, 32}, Case{true, 16, 16}}) {
     const bool b_nk = c.b_nk;
-    const int64_t bn = c.bn;
-    SCOPED_TRACE(std::string(b_nk ? "y n x k" : "y k x n") + ", blocks of " + std::to_string(bn) + " columns");
+    const int64_t bn = c.bn, bk = c.bk;
+    SCOPED_TRACE(std::string(b_nk ? "y n x k" : "y k x n") + ", blocks of " + std::to_string(bn) + " columns, K " + std::to_string(bk));
     auto kernel = [b_nk](const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& acc) {
       pl::when(pl::program_id(1) == 0, [&] { acc[pl::all] = 0.0f; });
       acc[pl::all] += b_nk ? pl::dot_general(x[pl::all], y[pl::all], pl::DotDims{{1}, {1}, {}, {}}, DType::F32)
@@ -909,17 +914,19 @@ TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
       ASSERT_EQ(k.tensor_core_slots, (std::vector<int>{0, 1}));
       ASSERT_EQ(k.tma_inputs, (std::vector<int>{0, 1}));
       ASSERT_EQ(k.tensor_maps.size(), 2u);
-      const uint32_t cols = swizzle ? 64 : 8;
-      const int swz = swizzle ? 128 : 0;
-      EXPECT_EQ(k.tensor_maps[0], spec(0, {256, 64}, {512}, {cols, 64}, swz));
-      EXPECT_EQ(k.tensor_maps[1], b_nk ? spec(1, {256, 128}, {512}, {cols, 64}, swz) : spec(1, {128, 256}, {256}, {cols, 128}, swz));
-      EXPECT_EQ(k.source.find("#define PL_SLOT_LAYOUT_0 (PL_HAS_WGMMA ? 3 : 0)") != std::string::npos, swizzle);
-      EXPECT_EQ(k.source.find(b_nk ? "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 3 : 0)" : "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 4 : 0)") !=
-                    std::string::npos,
-                swizzle);
+      // Panels: x's rows are bk elements; y's bk (n x k) or bn (k x n). Layouts 3/4 for 128-byte
+      // panel rows, 5/6 for 64, 7/8 for 32 (K-major / MN-major).
+      const int wx = swizzle ? panel_bytes(bk) : 0, wy = swizzle ? panel_bytes(b_nk ? bk : bn) : 0;
+      const uint32_t cols_x = swizzle ? wx / 2 : 8, cols_y = swizzle ? wy / 2 : 8;
+      const uint32_t ubk = static_cast<uint32_t>(bk), ubn = static_cast<uint32_t>(bn);
+      EXPECT_EQ(k.tensor_maps[0], spec(0, {256, 64}, {512}, {cols_x, 64}, wx));
+      EXPECT_EQ(k.tensor_maps[1], b_nk ? spec(1, {256, 128}, {512}, {cols_y, ubn}, wy) : spec(1, {128, 256}, {256}, {cols_y, ubk}, wy));
+      auto layout = [](int w, bool mn_major) { return std::to_string((w == 128 ? 3 : w == 64 ? 5 : 7) + (mn_major ? 1 : 0)); };
+      EXPECT_EQ(k.source.find("#define PL_SLOT_LAYOUT_0 (PL_HAS_WGMMA ? " + layout(wx, false) + " : 0)") != std::string::npos, swizzle);
+      EXPECT_EQ(k.source.find("#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? " + layout(wy, !b_nk) + " : 0)") != std::string::npos, swizzle);
       gpu::HostEmulationStats stats;
       expect_plain_product(x, y, b_nk, DType::F32, gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats)[0]);
-      EXPECT_EQ(stats.tma_boxes, steps * (bk / cols + (b_nk ? bk : bn) / cols));  // (a box per panel or chunk)
+      EXPECT_EQ(stats.tma_boxes, steps * (bk / cols_x + (b_nk ? bk : bn) / cols_y));  // (a box per panel or chunk)
       EXPECT_GT(stats.wgmma_instructions, 0u);
       if (!swizzle) continue;
       // The other writers and reader of the same slots.
