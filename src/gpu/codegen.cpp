@@ -665,6 +665,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // ---- One grid point: block indices, checks, block pointers, staging, the body.
   if (out.profile_space > 0) ctx.region_names = &out.region_names;
   ctx.tensor_core_dots = &out.tensor_core_dots;
+  ctx.staged_tensor_core_dots = &out.staged_tensor_core_dots;
   ctx.bulk_stores = &out.bulk_stores;
   if (opts.tma) ctx.tensor_maps = &out.tensor_maps;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
@@ -928,9 +929,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // per warpgroup, when there is room beside the arena and the barriers; else sm_90a takes the
   // mma.sync path too.
   if (out.tensor_core_dots > 0 && out.threads_per_cta % 128 == 0) {
-    const int64_t staging = wgmma_stage_bytes() * (out.threads_per_cta / 128);
+    const int64_t staging = out.staged_tensor_core_dots > 0 ? wgmma_stage_bytes() * (out.threads_per_cta / 128) : 0;
     const int64_t used = static_bytes + out.wgmma_staging_offset();  // (the arena, rounded up)
-    if (used + staging <= opts.max_shared_bytes) out.wgmma_staging_bytes = staging;
+    if (used + staging <= opts.max_shared_bytes) out.uses_wgmma = true, out.wgmma_staging_bytes = staging;
   }
   // The TMA inputs' maps. A slot's layout is canonical where wgmma runs — on the devices the
   // host encodes maps for (Hopper, sm_90a), where PL_HAS_WGMMA is whether there is wgmma staging
@@ -938,7 +939,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // for a swizzled one, else the block. The kernel checks the two agree (PL_TMA_LAYOUT_j
   // against PL_SLOT_LAYOUT_j) before using a map.
   for (int j : out.tma_inputs) {
-    const int layout = layout_candidate(j) && out.wgmma_staging_bytes > 0 ? canonical_layout(em, j) : 0;
+    const int layout = layout_candidate(j) && out.uses_wgmma ? canonical_layout(em, j) : 0;
     const int swizzle = swizzle_of(layout);
     out.tensor_maps[static_cast<size_t>(tma_map_of(j))] = *block_box(j, swizzle > 0 ? swizzle / 2 : layout > 0 ? 8 : 0, swizzle);
     slot_layouts += "#define PL_TMA_LAYOUT_" + std::to_string(j) + " " + std::to_string(layout) + "\n";
@@ -968,9 +969,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "#define PL_HOST_CTAS " << out.host_ctas << "\n";
   }
   if (!opts.async_wgmma) src << "#define PL_WGMMA_ASYNC 0\n";
-  if (out.wgmma_staging_bytes > 0)
+  // (No staging, PL_WGMMA_STAGES 0: every product reads both operands in place.)
+  if (out.uses_wgmma)
     src << "#define PL_WGMMA_STAGES " << out.wgmma_staging_bytes / wgmma_stage_bytes() << "\n#define PL_WG_KC "
-        << kWgmmaStepK << "\n#define PL_WG_STAGE_BYTES " << wgmma_stage_bytes() << "\n#define PL_WGMMA_STAGING_OFFSET "
+        << kWgmmaStepK << "\n#define PL_WG_STAGE_BYTES " << (out.wgmma_staging_bytes > 0 ? wgmma_stage_bytes() : 0)
+        << "\n#define PL_WGMMA_STAGING_OFFSET "
         << out.wgmma_staging_offset() << "\n";
   if (out.pipeline_slot_bytes > 0)
     src << "#define PL_SLOT_BYTES " << out.pipeline_slot_bytes << "\n#define PL_SLOTS_OFFSET " << out.slots_offset() << "\n";

@@ -129,6 +129,9 @@ struct GeneratedKernel {
   // Matrix products emitted for the tensor cores (pl_tc_dot; each falls back to a CUDA-core
   // loop at run time only when the group is not whole warps, as host emulation may run it).
   int tensor_core_dots = 0;
+  // Of those, the ones that may stage an operand for wgmma (all but a gpu::kernel's products of
+  // two swizzled SMEM tiles, which wgmma reads in place): without any, wgmma needs no staging.
+  int staged_tensor_core_dots = 0;
   // gpu::kernel copy_smem_to_gmem emitted as bulk copies (cp.async.bulk ... bulk_group on sm_90,
   // where the addresses allow): asynchronous until wait_smem_to_gmem, drained at each CTA's end.
   int bulk_stores = 0;
@@ -143,9 +146,11 @@ struct GeneratedKernel {
   int64_t arena_offset() const { return (semaphore_bytes + 127) / 128 * 128; }
   // The CTAs host emulation runs at once: a cluster, or the whole grid when co-resident.
   int64_t host_ctas = 1;
-  // Shared memory for wgmma's operand staging (0: none — no tensor-core dots, the CTA is not
-  // whole warpgroups, or no room beside the arena — and sm_90a runs mma.sync too). It follows
-  // the arena in the dynamic shared memory of launches on sm_90 devices only.
+  // Whether sm_90a runs tensor-core dots on wgmma (PL_HAS_WGMMA): they exist, the CTA is whole
+  // warpgroups, and the staging they need fits beside the arena; else sm_90a runs mma.sync too.
+  bool uses_wgmma = false;
+  // Shared memory for wgmma's operand staging (0: none needed or no wgmma). It follows the arena
+  // in the dynamic shared memory of launches on sm_90 devices only.
   int64_t wgmma_staging_bytes = 0;
   // The pipeline of the innermost sequential axis (codegen.cpp): the inputs whose blocks are
   // copied ahead into a ring of pipeline_depth shared-memory slots each (none: depth 0), and the

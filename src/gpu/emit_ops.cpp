@@ -603,6 +603,10 @@ int64_t Emitter::wgmma_width(int64_t n) {
 bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   if (!tensor_core_shape(p)) return false;
   if (ctx_.tensor_core_dots) ++*ctx_.tensor_core_dots;
+  // (A swizzled gpu::kernel tile is in wgmma's layout wherever wgmma runs; a ring slot's layout is
+  // decided later and may be row-major.)
+  const bool in_place = p.a_layout.rfind("pl_swizzled_layout(", 0) == 0 && p.b_layout.rfind("pl_swizzled_layout(", 0) == 0;
+  if (ctx_.staged_tensor_core_dots && !in_place) ++*ctx_.staged_tensor_core_dots;
   auto s = [](int64_t v) { return std::to_string(v); };
   // pl_tc_dot (wgmma, else mma.sync) is false only for a group that is not whole warps (host
   // emulation): the loop runs. nc: wgmma's instruction width, the widest that tiles N (one

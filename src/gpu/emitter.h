@@ -138,6 +138,7 @@ struct EmitContext {
   std::string profile_slot = "pl_prof";  // the pl_u64* slot of this Pallas thread and point
   // Counts the products emitted for the tensor cores (GeneratedKernel::tensor_core_dots).
   int* tensor_core_dots = nullptr;
+  int* staged_tensor_core_dots = nullptr;  // (GeneratedKernel::staged_tensor_core_dots)
   // Counts the copy_smem_to_gmem emitted as bulk copies (GeneratedKernel::bulk_stores).
   int* bulk_stores = nullptr;
   // The kernel's TMA tensor maps (GeneratedKernel::tensor_maps): a copy of a box of an operand

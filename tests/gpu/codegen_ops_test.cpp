@@ -772,7 +772,8 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
   const std::string ok = "(p.tma_ok >> ";
   // x (128 x 64) @ y (64 x 64) in (64, 16) x (16, 32) blocks, 4 K steps: bf16 with one warpgroup
   // keeps both slots canonical (x K-major: 2 boxes of 8 x 64; y MN-major: 4 boxes of 8 x 16),
-  // f32 row-major (a box each).
+  // f32 row-major (a box each). (Without swizzle: these panels would take the 32- and 64-byte
+  // swizzles, a box each — SlotsOfWholePanelsAreSwizzledForTmaAndWgmma.)
   for (DType in : {DType::BF16, DType::F32}) {
     SCOPED_TRACE(dtype_name(in));
     const int64_t M = 128, N = 64, K = 64, bm = 64, bn = 32, bk = 16;
@@ -782,6 +783,7 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
     gpu::CodegenOptions options;
     options.threads_per_cta = 128;
+    options.swizzle = false;
     const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
     EXPECT_EQ(k.tma_inputs, (std::vector<int>{0, 1}));
     ASSERT_EQ(k.tensor_maps.size(), 2u);

@@ -1198,6 +1198,9 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
     EXPECT_EQ(count_of(k.source, "#define PL_SMEM_SWIZZLED_1 (PL_HAS_WGMMA ? " + wb + " : 0)"), c.b_also_loaded ? 0 : 1);
     EXPECT_CONTAINS(k.source, "pl_tc_dot<false, " + std::to_string(c.n) + ", pl_swizzled_layout(PL_SMEM_SWIZZLED_0, false), " +
                                   (c.b_also_loaded ? "0" : "pl_swizzled_layout(PL_SMEM_SWIZZLED_1, true)") + ">(");
+    // Both operands in place: wgmma needs no staging (b also loaded: b is staged).
+    EXPECT_TRUE(k.uses_wgmma);
+    EXPECT_EQ(k.wgmma_staging_bytes, c.b_also_loaded ? 2 * plgpu::wgmma_stage_bytes() : 0);
     // The maps, by hand: a's boxes k_step columns x 128 rows, b's n x k_step, swizzled or not.
     ASSERT_EQ(k.tensor_maps.size(), 2u);
     const uint32_t ks = static_cast<uint32_t>(c.k_step), n = static_cast<uint32_t>(c.n);
