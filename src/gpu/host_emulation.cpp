@@ -70,9 +70,12 @@ Loaded load(const GeneratedKernel& k) {
   }
   int status = 0;
   // The kernel's threads share the test process's sanitizer: under ThreadSanitizer a missing
-  // barrier in the generated code is reported as a race.
+  // barrier in the generated code is reported as a race; under AddressSanitizer an access past
+  // an emulated buffer (shared memory, a tensor map's box) as an error.
 #if defined(__SANITIZE_THREAD__)
   const std::string sanitize = " -fsanitize=thread";
+#elif defined(__SANITIZE_ADDRESS__)
+  const std::string sanitize = " -fsanitize=address,undefined -fno-sanitize-recover=undefined";
 #else
   const std::string sanitize;
 #endif
