@@ -404,7 +404,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   auto is_swizzled = [&](size_t s) { return swizzled_tiles.count(k.body.args[first_scratch + s]) > 0; };
   // A gpu::kernel's shared-memory scratch starts at 128-byte boundaries: what TMA copies need
   // (1024 for the swizzled tiles, and then the arena is whole KiB: each CTA's in host emulation).
-  const int64_t scratch_align = swizzled_tiles.empty() ? (gpu_kernel && opts.tma ? 128 : 16) : 1024;
+  const int64_t scratch_align = gpu_kernel && opts.tma ? 128 : 16;
+  const int64_t arena_align = swizzled_tiles.empty() ? scratch_align : 1024;
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     const ScratchUnionSlot& slot = gm.scratch_unions[s];
@@ -429,8 +430,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     }
     if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
-    const int64_t align = is_swizzled(s) ? 1024 : std::min<int64_t>(scratch_align, 128);
-    scratch_offsets.push_back(arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), align));
+    scratch_offsets.push_back(
+        arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), is_swizzled(s) ? 1024 : scratch_align));
   }
   // ---- The pipeline of the innermost sequential axis. An input whose block moves along that axis
   // is copied ahead into a ring of shared-memory slots (cp.async): while the body runs step k,
@@ -894,7 +895,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   }
   const int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;
   out.arena_bytes = std::max<int64_t>(16, arena.peak() + (out.num_groups - 1) * group_tile_bytes);
-  out.arena_bytes = (out.arena_bytes + scratch_align - 1) / scratch_align * scratch_align;  // (each CTA's)
+  out.arena_bytes = (out.arena_bytes + arena_align - 1) / arena_align * arena_align;  // (each CTA's)
   // Scratch is fresh for every CTA of a gpu::kernel (as in the interpreter), and barriers must
   // start their phases with the phase bits each thread keeps: both are set up per parallel point.
   const bool fresh_scratch_per_point = gpu_kernel || out.num_barriers > 0;

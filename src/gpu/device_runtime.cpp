@@ -38,7 +38,7 @@ std::string wgmma_instructions() {
 const char* runtime_template() {
   return R"PALLAS_RT(// ---- Pallas device runtime -------------------------------------------------------------------
 // Dynamic shared memory starts on a PL_SMEM_ALIGN boundary: 1024 where the generated code has
-// swizzled ring slots (pl_swizzle128), else 128.
+// swizzled ring slots or tiles (pl_swizzle), else 128.
 #ifndef PL_SMEM_ALIGN
 #define PL_SMEM_ALIGN 128
 #endif
@@ -1057,7 +1057,7 @@ template <int N, bool READ_ONLY> PL_DEV void pl_bulk_store_wait() {
 #ifndef PL_HOST_ARENA_SPAN
 #define PL_HOST_ARENA_SPAN 0
 #endif
-// (Each CTA's from a 1024-byte boundary, as swizzled shared memory needs: pl_swizzle128.)
+// (Each CTA's from a 1024-byte boundary, as swizzled shared memory needs: pl_swizzle.)
 alignas(1024) static pl_u8 pl_host_shared[PL_HOST_CTAS][(PL_HOST_ARENA_SPAN + PL_HOST_SLOT_SPAN + PL_HOST_STAGING_SPAN + 128 + 1023) / 1024 * 1024];
 #define pl_host_shared_base (pl_host_shared[pl_host_cta()])
 #endif
@@ -1084,7 +1084,7 @@ extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 // 3 and 4 are the 128-byte swizzled layouts, for blocks of 64-column panels (rows % 8 == 0): a
 // panel is its rows of 128 bytes one after the other, the panels one after the other, and within
 // each 1024 bytes (8 rows) the 16-byte chunk j of row r sits at chunk j ^ (r % 8)
-// (pl_swizzle128) — what the TMA unit writes with CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads
+// (pl_swizzle<128>) — what the TMA unit writes with CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads
 // with descriptor layout 1, both from the address bits, so a slot starts on a 1024-byte boundary.
 // A panel is one TMA box (64 columns x rows), where the no-swizzle layouts take a box per
 // 8-column chunk, and the 8 rows of a 16-byte column chunk that wgmma reads together lie in
@@ -1094,9 +1094,6 @@ extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 // source chunk (row r, chunk q) of destination chunk c — consecutive threads write consecutive
 // chunks of the slot (no bank conflicts). The layouts are chosen for 2-byte elements only (bf16,
 // f16: 8 to a chunk).
-// The 128-byte swizzle of a byte offset from a 1024-byte boundary: its 16-byte chunk bits (4-6)
-// XOR its 128-byte row bits (7-9).
-PL_DEV constexpr pl_i64 pl_swizzle128(pl_i64 byte) { return byte ^ ((byte >> 3) & 0x70); }
 // The W-byte swizzle (W 32, 64, 128: CUTLASS's Swizzle<1|2|3, 4, 3>) of a byte offset from an
 // 8 W-byte boundary: its 16-byte chunk bits XOR the bits from bit 7 up (rows of W bytes: chunk j
 // of row r goes to j ^ ((r * W >> 7) % (W / 16))); 0: none.

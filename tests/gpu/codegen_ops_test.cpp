@@ -972,17 +972,21 @@ int main() {
   pl_slot_chunk<3>(9, 16, 16, r1, q1);
   pl_slot_chunk<4>(138, 16, 16, r2, q2);
   printf("chunk %lld %lld %lld %lld\n", (long long)r1, (long long)q1, (long long)r2, (long long)q2);
-  // A 16 x 64 box of a 16 x 64 array whose element (r, c) holds r * 64 + c, landed by the TMA unit.
-  static pl_u16 src[16 * 64];
-  for (int e = 0; e < 16 * 64; ++e) src[e] = (pl_u16)e;
+  // A rows x cols box of a rows x cols array whose element (r, c) holds r * cols + c, landed by
+  // the TMA unit with a `swizzle`-byte swizzle into dst.
+  auto land = [](pl_u16* dst, int rows, int cols, int swizzle) {
+    static pl_u16 src[16 * 64];
+    for (int e = 0; e < rows * cols; ++e) src[e] = (pl_u16)e;
+    PlTensorMap map = {};
+    map.w[0] = (pl_u64)src, map.w[1] = 2, map.w[2] = 2, map.w[3] = (pl_u64)cols, map.w[4] = (pl_u64)rows;
+    map.w[8] = 2 * (pl_u64)cols, map.w[12] = (pl_u64)cols | ((pl_u64)rows << 32), map.w[15] = (pl_u64)swizzle;
+    static pl_u64 bar = 0;
+    const int c[2] = {0, 0};
+    pl_tma_load<2>(dst, &map, c, &bar);
+    pl_host_land_bulk_loads(&bar);
+  };
   alignas(1024) static pl_u16 slot[16 * 64];
-  PlTensorMap map = {};
-  map.w[0] = (pl_u64)src, map.w[1] = 2, map.w[2] = 2, map.w[3] = 64, map.w[4] = 16, map.w[8] = 128;
-  map.w[12] = 64 | (16ull << 32), map.w[15] = 128;
-  static pl_u64 bar = 0;
-  const int c[2] = {0, 0};
-  pl_tma_load<2>(slot, &map, c, &bar);
-  pl_host_land_bulk_loads(&bar);
+  land(slot, 16, 64, 128);
   printf("box %u %u %u %u\n", slot[72], slot[1 * 64 + 9], slot[3 * 64 + 8 * (1 ^ 3) + 1], slot[15 * 64 + 8 * (7 ^ 7) + 7]);
   int seen[16 * 64] = {0};
   for (int e = 0; e < 16 * 64; ++e) ++seen[slot[e] % (16 * 64)];
@@ -994,14 +998,8 @@ int main() {
          (long long)pl_smem_elem<64, pl_bf16>(7 * 32 + 5), (long long)pl_smem_elem<32, pl_bf16>(4 * 16 + 3),
          (long long)pl_smem_elem<32, pl_bf16>(5 * 16 + 12), (long long)pl_smem_elem<32, pl_bf16>(3 * 16 + 12));
   // An 8 x 32 box of an 8 x 32 array (element (r, c) holds r * 32 + c) landed 64-byte swizzled.
-  static pl_u16 src64[8 * 32];
-  for (int e = 0; e < 8 * 32; ++e) src64[e] = (pl_u16)e;
   alignas(1024) static pl_u16 tile[8 * 32];
-  PlTensorMap map64 = {};
-  map64.w[0] = (pl_u64)src64, map64.w[1] = 2, map64.w[2] = 2, map64.w[3] = 32, map64.w[4] = 8, map64.w[8] = 64;
-  map64.w[12] = 32 | (8ull << 32), map64.w[15] = 64;
-  pl_tma_load<2>(tile, &map64, c, &bar);
-  pl_host_land_bulk_loads(&bar);
+  land(tile, 8, 32, 64);
   printf("box64 %u %u\n", tile[2 * 32], tile[7 * 32 + 3 * 8 + 2]);
 })";
   }
