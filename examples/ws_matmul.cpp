@@ -1,8 +1,9 @@
 // Example `ws_matmul`: a warp-specialized matmul written with gpu::kernel (Mosaic GPU's
-// plgpu.kernel), the structure of Hopper matmul kernels. Each CTA computes a (128, 64) tile of
+// plgpu.kernel), the structure of Hopper matmul kernels. Each CTA computes a (128, 128) tile of
 // the output with three Pallas threads (warpgroups): thread 2, the producer, streams K-steps of
 // x and y into a ring of shared-memory slots; threads 0 and 1, the consumers, each accumulate 64
-// rows of the tile with wgmma into an f32 accumulator and hand the slot back. A slot's "full"
+// rows of the tile with wgmma into an f32 accumulator (registers on the GPU) and hand each slot
+// back once the wgmma reading it is done, one step later (wgmma_wait(1)). A slot's "full"
 // barrier completes when both of its copies have landed, its "free" barrier when both consumers
 // are done with it. Each consumer writes its rows out through shared memory: it stores the
 // accumulator to an SMEM tile and copies that to z (bulk copies on sm_90, as Hopper kernels'
@@ -21,10 +22,12 @@ constexpr int64_t kDefaultSize = 256;
 // K-steps of 64: with bf16 / f16 a slot's rows are 128 bytes, which the GPU backend keeps 128-byte
 // swizzled (the widest pattern: no bank conflicts), so TMA lands them in wgmma's layout and wgmma
 // reads them in place (docs/GPU.md, "Swizzled SMEM tiles").
-constexpr int64_t kTileM = 128, kTileN = 64, kStepK = 64, kSlots = 2;
+// Tiles of 128 x 128 for bf16 / f16: y's slots are two 128-byte panels (64 columns each), a TMA
+// box per panel; 128 x 64 for f32 (twice the bytes, whose accumulator stays in shared memory).
+constexpr int64_t kTileM = 128, kStepK = 64, kSlots = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
 
-void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
+void kernel(int64_t k_steps, int64_t tile_n, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
             const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& out_s, const pl::Ref& full, const pl::Ref& free) {
   pl::Value i = plgpu::axis_index("i"), j = plgpu::axis_index("j"), wg = plgpu::axis_index("wg");
   // Named regions (gpu::named_region) show in the trace of `pallas run ws_matmul --backend
@@ -36,25 +39,28 @@ void kernel(int64_t k_steps, const pl::Ref& x, const pl::Ref& y, const pl::Ref& 
       pl::when(k >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
       plgpu::copy_gmem_to_smem(x.at(pl::ds(i * kTileM, kTileM), pl::ds(k * kStepK, kStepK)), x_s.at(slot),
                                full.at(slot));
-      plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * kTileN, kTileN)), y_s.at(slot),
+      plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * tile_n, tile_n)), y_s.at(slot),
                                full.at(slot));
     }); });
   });
   pl::when(wg < 2, [&] {  // a consumer: rows wg * 64 ... of the tile
     pl::Ref my_acc = acc.at(wg);
-    my_acc[pl::all] = pl::zeros({kConsumerRows, kTileN}, pl::f32);
+    my_acc[pl::all] = pl::zeros({kConsumerRows, tile_n}, pl::f32);
     plgpu::named_region("mainloop", [&] { pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
       pl::Value slot = k % kSlots;
       plgpu::barrier_wait(full.at(slot));
       plgpu::wgmma(my_acc, x_s.at(slot, pl::ds(wg * kConsumerRows, kConsumerRows), pl::all), y_s.at(slot));
-      plgpu::wgmma_wait(0);
-      plgpu::barrier_arrive(free.at(slot));
+      // This step's wgmma runs on; the previous step's is done, so its slot goes back to the
+      // producer while the tensor cores work.
+      plgpu::wgmma_wait(1);
+      pl::when(k > 0, [&] { plgpu::barrier_arrive(free.at((k + kSlots - 1) % kSlots)); });
     }); });
+    plgpu::wgmma_wait(0);  // the accumulator is whole
     plgpu::named_region("epilogue", [&] {
       pl::Ref my_out = out_s.at(wg);
       my_out[pl::all] = my_acc[pl::all];
       plgpu::commit_smem();  // the stores before the copy reads them
-      plgpu::copy_smem_to_gmem(my_out, z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * kTileN, kTileN)));
+      plgpu::copy_smem_to_gmem(my_out, z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * tile_n, tile_n)));
       plgpu::wait_smem_to_gmem(0);
     });
   });
@@ -70,19 +76,20 @@ Problem build(const RunOptions& opts) {
     throw UsageError("ws_matmul: size must be a positive multiple of " + std::to_string(kTileM) +
                      " (the CTA's tile), got " + std::to_string(n));
   const int64_t k_steps = n / kStepK;
+  const int64_t tile_n = opts.dtype == DType::F32 ? 64 : 128;
   pl::CallOptions options = on_backend(
       {.scratch_shapes = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
-                          plgpu::SMEM({kSlots, kStepK, kTileN}, opts.dtype), plgpu::ACC({2, kConsumerRows, kTileN}),
-                          plgpu::SMEM({2, kConsumerRows, kTileN}, pl::f32),
+                          plgpu::SMEM({kSlots, kStepK, tile_n}, opts.dtype), plgpu::ACC({2, kConsumerRows, tile_n}),
+                          plgpu::SMEM({2, kConsumerRows, tile_n}, pl::f32),
                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots},
                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots}},
        .name = "ws_matmul"},
       opts);
   pl::PallasCall call = plgpu::kernel(
-      [k_steps](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s, pl::Ref full,
-                pl::Ref free) { kernel(k_steps, x, y, z, x_s, y_s, acc, out_s, full, free); },
+      [k_steps, tile_n](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s, pl::Ref full,
+                pl::Ref free) { kernel(k_steps, tile_n, x, y, z, x_s, y_s, acc, out_s, full, free); },
       {pl::ShapeDtype({n, n}, pl::f32)},
-      plgpu::Mesh{.grid = {n / kTileM, n / kTileN}, .grid_names = {"i", "j"}, .num_threads = 3, .thread_name = "wg"},
+      plgpu::Mesh{.grid = {n / kTileM, n / tile_n}, .grid_names = {"i", "j"}, .num_threads = 3, .thread_name = "wg"},
       options);
   // f32 sums of exact products in another order than BLAS: slack proportional to K.
   return square_matmul_problem("ws_matmul", opts, n, call, {1e-4, 4e-6 * static_cast<double>(n)});

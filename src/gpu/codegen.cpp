@@ -382,9 +382,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // the arena is not): scratch_offsets of a barrier scratch is its first index in pl_mbar.
   std::vector<int64_t> scratch_offsets;
   std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena
-  // A gpu::kernel's SMEM tiles that wgmma reads, of rows of 128, 64 or 32 bytes (2-byte elements,
-  // whole 8-row groups) written only by copies from GMEM, are kept swizzled by their row's bytes
-  // (swizzled_smem_tiles), each from a 1024-byte boundary: TMA boxes land in wgmma's layout and
+  // A gpu::kernel's SMEM tiles that wgmma reads, of rows of 128, 64 or 32 bytes or of several
+  // 128-byte panels (2-byte elements, whole 8-row groups) written only by copies from GMEM, are
+  // kept swizzled by their row's (panel's) bytes (swizzled_smem_tiles), each from a 1024-byte
+  // boundary: TMA boxes land in wgmma's layout and
   // wgmma reads them in place, with no staging copy. The choice is the backend's, as Mosaic GPU
   // infers its SMEM transforms; the kernel's results do not depend on it.
   const size_t first_scratch = static_cast<size_t>(gm.num_index_operands) + blocks.size();
@@ -396,12 +397,30 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const size_t r = t.shape.size();
       if (t.space == MemorySpace::GpuShared && gm.scratch_unions[s].union_index < 0 &&
           (t.dtype == DType::BF16 || t.dtype == DType::F16) && r >= 2 &&
-          (t.shape[r - 1] == 64 || t.shape[r - 1] == 32 || t.shape[r - 1] == 16) && t.shape[r - 2] % 8 == 0)
+          (t.shape[r - 1] % 64 == 0 || t.shape[r - 1] == 32 || t.shape[r - 1] == 16) && t.shape[r - 2] % 8 == 0)
         candidates.insert(k.body.args[first_scratch + s]);
     }
     swizzled_tiles = detail::swizzled_smem_tiles(k, candidates);
   }
   auto is_swizzled = [&](size_t s) { return swizzled_tiles.count(k.body.args[first_scratch + s]) > 0; };
+  // A gpu::kernel's f32 ACC scratch that wgmma accumulates into, each Pallas thread its own
+  // matrix, lives in registers, as on Mosaic GPU (register_accumulators): its memory holds it
+  // only while something else reads or writes it, and serves the products where wgmma does not
+  // run (sm_80; host emulation with threads that are not warpgroups). That memory is in the
+  // workspace, not in shared memory (GeneratedKernel::acc_memory_bytes).
+  std::map<ir::ValueId, detail::KernelAccumulator> register_accs;
+  if (gpu_kernel) {
+    std::set<ir::ValueId> candidates;
+    for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+      const ir::Type& t = gm.scratch_types[s];
+      if (t.space == MemorySpace::GpuAcc && t.dtype == DType::F32 && gm.scratch_unions[s].union_index < 0)
+        candidates.insert(k.body.args[first_scratch + s]);
+    }
+    const std::string thread_axis_name =
+        thread_axis >= 0 && static_cast<size_t>(thread_axis) < gm.grid_names.size() ? gm.grid_names[static_cast<size_t>(thread_axis)] : "";
+    register_accs = detail::register_accumulators(k, candidates, thread_axis_name, out.num_groups);
+  }
+  auto in_registers = [&](size_t s) { return register_accs.count(k.body.args[first_scratch + s]) > 0; };
   // A gpu::kernel's shared-memory scratch starts at 128-byte boundaries: what TMA copies need
   // (1024 for the swizzled tiles, and then the arena is whole KiB: each CTA's in host emulation).
   const int64_t scratch_align = gpu_kernel && opts.tma ? 128 : 16;
@@ -430,9 +449,19 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     }
     if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
+    if (in_registers(s)) {
+      scratch_offsets.push_back(out.acc_memory_bytes);  // in the workspace
+      out.acc_memory_bytes += (t.size() * itemsize(t.dtype) + 127) / 128 * 128;
+      continue;
+    }
     scratch_offsets.push_back(
         arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), is_swizzled(s) ? 1024 : scratch_align));
   }
+  // The memory of ACC scratch s kept in registers: this CTA's share of the workspace.
+  auto acc_memory = [&](size_t s) {
+    return "((float*)(p.workspace + " + std::to_string(out.arena_offset()) + " + pl_launch_cta() * " +
+           std::to_string(out.acc_memory_bytes) + "LL + " + std::to_string(scratch_offsets[s]) + "))";
+  };
   // ---- The pipeline of the innermost sequential axis. An input whose block moves along that axis
   // is copied ahead into a ring of shared-memory slots (cp.async): while the body runs step k,
   // the copies of steps k + 1 .. k + depth - 1 are in flight, and the body reads its block from
@@ -810,14 +839,18 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const ir::Type& t = gm.scratch_types[s];
     const std::string ptr = t.dtype == DType::GpuBarrier  ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
                             : t.dtype == DType::Semaphore ? "((pl_i32*)(p.workspace + " + std::to_string(scratch_offsets[s]) + "))"
+                            : in_registers(s) ? acc_memory(s)
                                                           : "((" + ctype(t.dtype) + "*)(cta_arena + " +
                                                                 std::to_string(scratch_offsets[s]) + "))";
     RefInfo ref{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)};
     if (is_swizzled(s)) {
       // Swizzled by its rows' bytes where wgmma runs (the sm_90a code, and host emulation);
       // row-major (0) elsewhere.
+      // (Rows wider than 128 bytes: 128-byte panels, RefInfo::panel_cols.)
       ref.swizzled = "PL_SMEM_SWIZZLED_" + std::to_string(s);
-      smem_layouts += "#define " + ref.swizzled + " (PL_HAS_WGMMA ? " + std::to_string(t.shape.back() * itemsize(t.dtype)) +
+      const int64_t row_bytes = t.shape.back() * itemsize(t.dtype);
+      if (row_bytes > 128) ref.panel_rows = t.shape[t.shape.size() - 2], ref.panel_cols = t.shape.back();
+      smem_layouts += "#define " + ref.swizzled + " (PL_HAS_WGMMA ? " + std::to_string(std::min<int64_t>(row_bytes, 128)) +
                       " : 0)\n";
     }
     em.bind_ref(k.body.args[first_scratch + s], ref);
@@ -826,8 +859,20 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     if (gm.scratch_unions[s].union_index < 0)
       em.set_memory_group(k.body.args[first_scratch + s], -1 - static_cast<int>(s));
   }
+  // The ACCs in registers (register_accs): a PlAccRegs each, per Pallas thread.
+  std::string kernel_acc_decls;
+  for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+    const auto it = register_accs.find(k.body.args[first_scratch + s]);
+    if (it == register_accs.end()) continue;
+    detail::KernelAccumulator a = it->second;
+    a.var = "pl_acc_" + std::to_string(s);
+    em.bind_kernel_accumulator(it->first, a);
+    out.accumulators_in_registers.push_back(static_cast<int>(s));
+    kernel_acc_decls += "  PlAccRegs<" + std::to_string(a.nc) + ", " + std::to_string(a.rounds) + "> " + a.var + ";\n  pl_acc_start(" +
+                        a.var + ", " + std::to_string(a.m) + ", " + std::to_string(a.n) + ");\n";
+  }
   // The register accumulator (Emitter::choose_register_accumulator), among the f32 matrices of
-  // scratch that nothing overlaps; pallas_call only (a gpu::kernel's wgmma has its own).
+  // scratch that nothing overlaps; pallas_call only (a gpu::kernel's are above).
   std::set<ir::ValueId> accumulator_candidates;
   for (size_t s = 0; s < gm.scratch_types.size() && !gpu_kernel; ++s) {
     const ir::Type& t = gm.scratch_types[s];
@@ -991,7 +1036,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       << "PL_DEV bool pl_grid_point(const PlParams& p, const pl_i64* g, const pl_i64* G, char* cta_arena, "
          "[[maybe_unused]] pl_u32* pl_phase, [[maybe_unused]] pl_u64* pl_prof, [[maybe_unused]] int pl_slot"
       << (acc_type.empty() ? "" : ", " + acc_type + "& pl_acc") << ") {\n"
-      << body.str() << "\n";
+      << kernel_acc_decls << body.str() << "\n";
   // A run-time check of the generated code itself (a fault of the backend, named by the call):
   // its error site's number.
   auto backend_fault_site = [&](ErrorSite::Kind kind) {
@@ -1080,7 +1125,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (!acc_type.empty()) src << "  " << acc_regs.flush(acc_scratch) << "\n";
   src << "}\n\n";
   // Scratch starts as the uninitialized value, once per CTA (it persists across its points).
-  src << "PL_DEV void pl_init_scratch([[maybe_unused]] char* arena) {\n";
+  src << "PL_DEV void pl_init_scratch([[maybe_unused]] const PlParams& p, [[maybe_unused]] char* arena) {\n";
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     if (t.dtype == DType::GpuBarrier) {
@@ -1089,8 +1134,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       continue;
     }
     if (t.dtype == DType::Semaphore) continue;  // zeroed before the launch, for the whole grid
-    src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) ((" << ctype(t.dtype)
-        << "*)(arena + " << scratch_offsets[s] << "))[e] = " << detail::uninitialized_literal(t.dtype) << ";\n";
+    std::string where = "((" + ctype(t.dtype) + "*)(arena + " + std::to_string(scratch_offsets[s]) + "))";
+    if (in_registers(s)) {  // (pl_acc_start: in the registers where they hold it)
+      const detail::KernelAccumulator& a = register_accs.at(k.body.args[first_scratch + s]);
+      src << "  if (!pl_acc_in_registers<" << a.nc << ", " << a.rounds << ">(" << a.m << ", " << a.n << "))\n  ";
+      where = acc_memory(s);
+    }
+    src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) " << where << "[e] = "
+        << detail::uninitialized_literal(t.dtype) << ";\n";
   }
   // With clusters, no CTA may arrive on a peer's barriers before the peer has initialized them.
   if (out.cluster_ctas > 1 && out.num_barriers > 0) src << "  if (pl_cta_tid() == 0) pl_fence_mbar_init();\n";
@@ -1106,7 +1157,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << "  pl_cta_sync();\n";
   src << "}\n\n";
   const std::string point_body = fresh_scratch_per_point
-                                     ? "{ pl_init_scratch(arena); pl_cta(p, point, arena, ring_phase); pl_end_scratch(); }"
+                                     ? "{ pl_init_scratch(p, arena); pl_cta(p, point, arena, ring_phase); pl_end_scratch(); }"
                                      : "pl_cta(p, point, arena, ring_phase);";
   // The ring's barriers (TMA inputs) and the parities each thread awaits next: per CTA, not per point.
   const std::string ring_setup = out.tma_inputs.empty() ? "pl_u32 ring_phase = 0;" : "pl_u32 ring_phase = 0;\n  pl_ring_init();";
@@ -1138,7 +1189,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "  char* arena = pl_smem;\n";
   else
     src << "  char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)blockIdx.x * " << out.arena_bytes << "LL;\n";
-  if (!fresh_scratch_per_point) src << "  pl_init_scratch(arena);\n";
+  if (!fresh_scratch_per_point) src << "  pl_init_scratch(p, arena);\n";
   src << "  " << ring_setup << "\n";
   src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) " << point_body << "\n}\n";
   src << "#else\n";
@@ -1154,7 +1205,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   else
     src << "    char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)pl_host_cta() * " << out.arena_bytes
         << "LL;\n";
-  if (!fresh_scratch_per_point) src << "    pl_init_scratch(arena);\n";
+  if (!fresh_scratch_per_point) src << "    pl_init_scratch(p, arena);\n";
   src << "    " << ring_setup << "\n";
   src << "    for (pl_i64 point = pl_host_cta(); point < p.num_points; point += PL_HOST_CTAS) " << point_body
       << "\n  };\n";

@@ -143,6 +143,11 @@ struct GeneratedKernel {
   // need any of them) — the launch checks that they fit; host emulation runs them all together.
   int64_t semaphore_bytes = 0;
   bool co_resident() const { return semaphore_bytes > 0; }
+  // gpu::kernel ACC scratch kept in registers (accumulators_in_registers) has its memory — where
+  // flushes go, and the products where wgmma does not run — in the workspace at arena_offset(),
+  // acc_memory_bytes per launched CTA, not in shared memory (where a Hopper kernel's tiles need
+  // the room). (The arena of a gpu::kernel is always in shared memory.)
+  int64_t acc_memory_bytes = 0;
   int64_t arena_offset() const { return (semaphore_bytes + 127) / 128 * 128; }
   // The CTAs host emulation runs at once: a cluster, or the whole grid when co-resident.
   int64_t host_ctas = 1;
@@ -163,6 +168,9 @@ struct GeneratedKernel {
   // The scratch buffer (its index) whose `+= dot` accumulator stays in registers across the grid
   // steps where wgmma runs (-1: none).
   int register_accumulator = -1;
+  // A gpu::kernel's ACC scratch buffers (their indices) that wgmma accumulates into in registers
+  // where it runs (register_accumulators in emitter.h).
+  std::vector<int> accumulators_in_registers;
   int pipeline_depth = 0;
   // Slots per pipelined input: pipeline_depth, or one more when the ring may feed wgmma left
   // running into the next step (the slots of the step before stay untouched one step longer).

@@ -280,6 +280,8 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
 }
 // Which of the CTAs running at once the calling thread belongs to; its rank in its cluster.
 PL_DEV int pl_host_cta() { return pl_host_tid() / pl_host_nthreads; }
+// This CTA among the launch's (each takes the points in turn): its share of the workspace.
+PL_DEV pl_i64 pl_launch_cta() { return pl_host_cta(); }
 PL_DEV int pl_cluster_rank() { return pl_host_cta() % PL_CLUSTER_CTAS; }
 PL_DEV void pl_cluster_sync() { pl_host_wait(pl_host_cluster_barrier[pl_host_cta() / PL_CLUSTER_CTAS]); }
 PL_DEV int pl_cta_tid() { return pl_host_tid() % pl_host_nthreads; }
@@ -309,6 +311,7 @@ PL_DEV bool pl_group_all(bool ok) {
 #define PL_MATH(f) ::f
 #else
 PL_DEV int pl_cta_tid() { return threadIdx.x; }
+PL_DEV pl_i64 pl_launch_cta() { return blockIdx.x; }
 #ifdef PL_CTA_THREADS
 // The block size the kernel was generated for (the driver launches exactly that; the kernel traps
 // on another): as a constant, NVVM folds the tensor-core dispatch and the per-thread loop trip
@@ -1109,8 +1112,17 @@ PL_DEV constexpr int pl_swizzled_layout(int w, bool mn_major) {
 PL_DEV constexpr int pl_layout_swizzle(int L) { return L == 3 || L == 4 ? 128 : L == 5 || L == 6 ? 64 : L >= 7 ? 32 : 0; }
 // Element e (counted row-major from a 1024-byte boundary) of a gpu::kernel's swizzled SMEM tile
 // (PL_SMEM_SWIZZLED_s = W: rows of W bytes, each 16-byte chunk moved by pl_swizzle<W>, as a
-// W-byte swizzled TMA box lands and as wgmma reads it); e itself when W is 0.
-template <int W, class T> PL_DEV pl_i64 pl_smem_elem(pl_i64 e) {
+// W-byte swizzled TMA box lands and as wgmma reads it); e itself when W is 0. A tile of R x C
+// matrices with C wider than a panel (W bytes) holds each matrix as C / P panels of R rows of P
+// elements (P = W / sizeof(T)), one after another — as a TMA box per panel lands them and as
+// wgmma's swizzled layouts read several panels — e counted row-major over whole matrices.
+template <int W, class T, int C = 0, int R = 0> PL_DEV pl_i64 pl_smem_elem(pl_i64 e) {
+  if (W == 0) return e;
+  constexpr pl_i64 P = W ? W / (pl_i64)sizeof(T) : 1;
+  if constexpr (C > P) {
+    const pl_i64 in = e % ((pl_i64)C * R);
+    e += (in % C / P) * R * P + (in / C) * P + in % P - in;
+  }
   return pl_swizzle<W>(e * (pl_i64)sizeof(T)) / (pl_i64)sizeof(T);
 }
 template <int L>
@@ -1520,6 +1532,11 @@ PL_DEV bool pl_mma_dot(Out*, pl_i64, const In*, pl_i64, const In*, pl_i64, int, 
 #ifndef PL_WGMMA_ASYNC
 #define PL_WGMMA_ASYNC 1  // CodegenOptions::async_wgmma
 #endif
+// How many groups of wgmma a product leaves running (pl_wgmma_block's PENDING): the ring's
+// leaves its own (the next step's product waits for it), a gpu::kernel's all of them (the
+// kernel's wgmma_wait waits, as on Mosaic GPU); -1: no wait at all.
+#define PL_RING_WGMMA_PENDING (PL_WGMMA_ASYNC ? 1 : 0)
+#define PL_KERNEL_WGMMA_PENDING (PL_WGMMA_ASYNC ? -1 : 0)
 // Where a warpgroup thread's wgmma accumulator register i of the 64 x N block at (m0, n0) goes
 // in a row-major d: at pl_wgmma_acc_base (register 0: row 16 warp + lane / 4, column 2 (lane % 4))
 // plus pl_wgmma_acc_off(i) (8 more rows for odd i / 2, 8 (i / 4) + i % 2 more columns). The
@@ -1536,22 +1553,37 @@ PL_DEV constexpr pl_i64 pl_wgmma_acc_off(int i, pl_i64 ldd) { return 8 * ((i >> 
 // registers hold a newer value than the scratch. Every other access to the scratch first
 // flushes (pl_acc_flush), and so does the end of the CTA's point; a product after an access
 // reloads the registers from the scratch.
+// A gpu::kernel's ACC kept in registers (codegen.cpp, register_accumulators) is one of these per
+// Pallas thread, holding the thread's M x N matrix of the ACC in one warpgroup's registers.
+// Leaving the scope waits for the wgmma still writing the registers (host emulation's would
+// write a stack frame that is gone).
+template <int NC, int ROUNDS> struct PlAccRegs;
+template <int NC, int ROUNDS> PL_DEV void pl_acc_drain(PlAccRegs<NC, ROUNDS>& f);
 template <int NC, int ROUNDS> struct PlAccRegs {
   float r[ROUNDS * NC / 2];
   int dirty;
+  PL_MEMBER ~PlAccRegs() { pl_acc_drain(*this); }
 };
-// Waits for the wgmma still accumulating into f (pl_wgmma_block's ASYNC groups).
-template <int NC, int ROUNDS> PL_DEV void pl_acc_drain(PlAccRegs<NC, ROUNDS>& f) {
+// Waits until at most N groups of this warpgroup's wgmma are running (wgmma_wait), and then
+// for f's registers: the compiler must not read them before the wait.
+template <int N, int NC, int ROUNDS> PL_DEV void pl_acc_wait(PlAccRegs<NC, ROUNDS>& f) {
 #if PL_HAS_WGMMA && !PL_HOST_EMULATION
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
   for (int i = 0; i < ROUNDS * NC / 2; ++i) asm volatile("" : "+f"(f.r[i])::"memory");
 #elif PL_HAS_WGMMA
-  pl_host_wgmma_retire(0);
+  (void)f;
+  pl_host_wgmma_retire(N);
+#else
+  (void)f;
 #endif
 }
-template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
+// Waits for all the wgmma still accumulating into f (pl_wgmma_block's groups left running).
+template <int NC, int ROUNDS> PL_DEV void pl_acc_drain(PlAccRegs<NC, ROUNDS>& f) { pl_acc_wait<0>(f); }
+// Writes f's registers to d (M x N, row stride ldd) where they are newer than the scratch; false,
+// having written nothing, where the scratch is current. The registers stay the newer copy.
+template <int NC, int ROUNDS> PL_DEV bool pl_acc_store(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
   pl_acc_drain(f);
-  if (!f.dirty) return;
+  if (!f.dirty) return false;
   const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
 #pragma unroll
   for (int q = 0; q < ROUNDS; ++q) {
@@ -1561,6 +1593,10 @@ template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f,
 #pragma unroll
     for (int i = 0; i < NC / 2; ++i) dq[pl_wgmma_acc_off(i, ldd)] = f.r[q * NC / 2 + i];
   }
+  return true;
+}
+template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
+  if (!pl_acc_store(f, d, ldd, M, N)) return;
   f.dirty = 0;
   pl_sync();  // the scratch is whole before anyone reads it
 }
@@ -1570,9 +1606,10 @@ template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f,
 #define pl_wgmma_staging (pl_host_shared_base + PL_HOST_ARENA_SPAN + PL_HOST_SLOT_SPAN)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return (pl_u32)((const pl_u8*)p - pl_host_shared_base); }
 PL_DEV void pl_wgmma_fence() {}
-// Commits the issued wgmma as a group and waits until at most PENDING groups are running.
+// Commits the issued wgmma as a group (and waits until at most PENDING groups are running).
+PL_DEV void pl_wgmma_commit() { pl_host_wgmmas[(size_t)pl_host_tid()].commit(); }
 template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
-  pl_host_wgmmas[(size_t)pl_host_tid()].commit();
+  pl_wgmma_commit();
   pl_host_wgmma_retire(PENDING);
 }
 PL_DEV void pl_fence_proxy_async() {}
@@ -1628,9 +1665,10 @@ extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 #define pl_wgmma_staging ((pl_u8*)pl_smem + PL_WGMMA_STAGING_OFFSET)
 PL_DEV pl_u32 pl_wgmma_smem_addr(const void* p) { return pl_smem_u32(p); }
 PL_DEV void pl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-// Commits the issued wgmma as a group and waits until at most PENDING groups are running.
+// Commits the issued wgmma as a group (and waits until at most PENDING groups are running).
+PL_DEV void pl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  pl_wgmma_commit();
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
 }
 // Makes this thread's ordinary stores to shared memory (and its completed cp.async copies)
@@ -1685,11 +1723,11 @@ PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed
 // a time, the wgmma waited for before the next copy; an operand in a canonical layout (a ring
 // slot) is read where it is, and with both so, a block's whole K is one group of wgmma.
 // The warpgroup's 64 x NC block at (m0, n0) of a . b added to its accumulator registers acc.
-// ASYNC (operands both in ring slots): the block's group is left running — the ring keeps these
-// slots one step longer (GeneratedKernel::pipeline_slots), so they are refilled only after the
-// next step's wait has retired the group — and whatever reads the registers first drains them
-// (pl_acc_flush).
-template <int NC, bool BNK, int LA, int LB, bool ASYNC = false, class In>
+// PENDING (operands both in place, else 0): the groups left running after the block's — 1 in the
+// ring, which keeps these slots one step longer (GeneratedKernel::pipeline_slots), so they are
+// refilled only after the next step's wait has retired the group; -1 (a gpu::kernel, whose
+// wgmma_wait waits): all. Whatever reads the registers first drains them (pl_acc_flush).
+template <int NC, bool BNK, int LA, int LB, int PENDING = 0, class In>
 PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int M, int N,
                            int K) {
   constexpr bool staged = LA == 0 || LB == 0;
@@ -1738,8 +1776,10 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
                                          : pl_wgmma_desc(stage_b + ks * 16, 128, 16 * PL_WG_KC);
       pl_wgmma_async<NC, In, b_mn_major>(acc, da, db);
     }
-    if constexpr (ASYNC && !staged) {
-      pl_wgmma_commit_and_wait<1>();  // the previous group (the previous step's) is done
+    if constexpr (PENDING < 0 && !staged) {
+      pl_wgmma_commit();
+    } else if constexpr (PENDING > 0 && !staged) {
+      pl_wgmma_commit_and_wait<PENDING>();  // (the ring: the previous step's group is done)
     } else {
       pl_wgmma_commit_and_wait();
 #if !PL_HOST_EMULATION
@@ -1782,7 +1822,7 @@ PL_DEV bool pl_wgmma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* 
 }
 // d += a . b into the register accumulator f (d: its scratch), loading it first when the scratch
 // is newer. The rounds are constants, so the registers stay registers across the calls.
-template <int NC, bool BNK, int LA, int LB, int ROUNDS, class In>
+template <int NC, bool BNK, int LA, int LB, int PENDING, int ROUNDS, class In>
 PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
                               pl_i64 ldb, int M, int N, int K) {
   const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
@@ -1797,7 +1837,7 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
     if (!f.dirty)
 #pragma unroll
       for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? dq[pl_wgmma_acc_off(i, ldd)] : 0.0f;
-    pl_wgmma_block<NC, BNK, LA, LB, PL_WGMMA_ASYNC != 0>(acc, a, lda, b, ldb, m0, n0, M, N, K);
+    pl_wgmma_block<NC, BNK, LA, LB, PENDING>(acc, a, lda, b, ldb, m0, n0, M, N, K);
   }
   f.dirty = 1;
 }
@@ -1848,6 +1888,14 @@ template <int NC, int ROUNDS> PL_DEV bool pl_acc_in_registers(int M, int N) {
   return (void)M, (void)N, false;
 #endif
 }
+// A gpu::kernel's ACC in registers starts as the uninitialized value (the interpreter's NaN) in
+// its registers where the products run on them — its memory is not written then — else in
+// memory (pl_init_scratch).
+template <int NC, int ROUNDS> PL_DEV void pl_acc_start(PlAccRegs<NC, ROUNDS>& f, int M, int N) {
+  f.dirty = pl_acc_in_registers<NC, ROUNDS>(M, N);
+  if (f.dirty)
+    for (int i = 0; i < ROUNDS * NC / 2; ++i) f.r[i] = pl_f32_of_bits(0x7FC00000u);
+}
 // Sets every element of the accumulator to `value` in its registers (newer than the scratch)
 // where the products run on them; false, having done nothing, where they do not: the caller
 // stores to the scratch.
@@ -1859,13 +1907,14 @@ template <int NC, int ROUNDS> PL_DEV bool pl_acc_fill(PlAccRegs<NC, ROUNDS>& f, 
   return true;
 }
 // d += a . b where d is the scratch of register accumulator f: on wgmma into the registers when
-// the group's warpgroups cover the blocks in ROUNDS rounds, else (flushed first) as pl_tc_dot.
-template <bool BNK, int NC, int LA, int LB, int ROUNDS, class In>
+// the group's warpgroups cover the blocks in ROUNDS rounds, leaving PENDING groups running
+// (pl_wgmma_block), else (flushed first) as pl_tc_dot.
+template <bool BNK, int NC, int LA, int LB, int ROUNDS, int PENDING = PL_RING_WGMMA_PENDING, class In>
 PL_DEV bool pl_tc_dot_acc(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
                           pl_i64 ldb, int M, int N, int K) {
 #if PL_HAS_WGMMA
   if (pl_acc_in_registers<NC, ROUNDS>(M, N)) {
-    pl_wgmma_dot_regs<NC, BNK, LA, LB>(f, d, ldd, a, lda, b, ldb, M, N, K);
+    pl_wgmma_dot_regs<NC, BNK, LA, LB, PENDING>(f, d, ldd, a, lda, b, ldb, M, N, K);
     return true;
   }
 #endif

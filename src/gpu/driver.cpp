@@ -396,7 +396,7 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
                                    max_active_clusters(d, function, k, points));
   // Dropped (freed) instead of given back when anything below throws before the stream syncs.
   std::unique_ptr<LaunchBuffers> buffers = LaunchBufferPool::get().take(
-      static_cast<size_t>(k.arena_offset() + (k.arena_in_shared ? 16 : k.arena_bytes * ctas)));
+      static_cast<size_t>(k.arena_offset() + (k.arena_in_shared ? 16 + k.acc_memory_bytes * ctas : k.arena_bytes * ctas)));
   const DeviceBuffer& workspace = buffers->workspace;
   DeviceBuffer& err = buffers->err;
   if (k.semaphore_bytes > 0)  // every call's semaphores start at 0

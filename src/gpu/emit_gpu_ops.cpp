@@ -105,8 +105,9 @@ std::optional<BulkRows> bulk_rows(const RefInfo& src, const RefInfo& dst) {
 // one TMA box (cp.async.bulk.tensor): the tensor map it needs (1 in the box where the view drops
 // a dim), or nullopt — past the limits of tensor_map_for_boxes, or of a phase's expected
 // transactions (fewer than 2^20 bytes). `swizzle_bytes` 32, 64, 128: into a swizzled tile (rows
-// of that many bytes), whose map makes the box land swizzled.
-std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem, int swizzle_bytes) {
+// of that many bytes), whose map makes the box land swizzled. `panel_cols` > 0: the box is that
+// many of the view's columns (one panel of a tile of several; the caller issues one per panel).
+std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem, int swizzle_bytes, int64_t panel_cols = 0) {
   const Shape& a = gmem.operand_shape;
   const size_t rank = a.size();
   if (gmem.operand < 0 || rank == 0 || gmem.shape != smem.shape || gmem.dtype != smem.dtype || gmem.shape.empty() ||
@@ -121,6 +122,10 @@ std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem, i
     box[d++] = gmem.shape[v];
   }
   if (num_elements(box) * itemsize(gmem.dtype) >= (int64_t{1} << 20)) return std::nullopt;
+  if (panel_cols > 0) {
+    if (box.back() != gmem.shape.back() || box.back() % panel_cols != 0) return std::nullopt;
+    box.back() = panel_cols;
+  }
   return tensor_map_for_boxes(gmem.operand, gmem.dtype, a, box, swizzle_bytes);
 }
 }  // namespace
@@ -147,6 +152,12 @@ std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, cons
   }
   spec.swizzle_bytes = swizzle_bytes;
   return spec;
+}
+
+std::string RefInfo::swizzled_elem(const std::string& e) const {
+  const std::string panels =
+      panel_cols > 0 ? ", " + std::to_string(panel_cols) + ", " + std::to_string(panel_rows) : std::string();
+  return "pl_smem_elem<" + swizzled + ", " + ctype(dtype) + panels + ">(" + e + ")";
 }
 
 std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueId>& candidates) {
@@ -180,12 +191,16 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
         const Shape& shape = k.values.at(static_cast<size_t>(base)).shape;
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
         const size_t rows = shape.size() - 2, row = shape.size() - 1;
+        // Rows wider than 128 bytes are several panels, each all the rows of its columns: a view
+        // keeps every row.
+        const bool panels = shape[row] * itemsize(k.values.at(static_cast<size_t>(base)).dtype) > 128;
         bool keeps = true;
         if (e.size() > rows) {
           const ir::IndexEntry& r = e[rows];
           const bool start_ok = r.dynamic >= 0 ? multiple_of_8(op.operands.at(static_cast<size_t>(r.dynamic)))
                                                : r.start % 8 == 0;
-          keeps = r.is_slice && r.stride == 1 && start_ok;
+          keeps = r.is_slice && r.stride == 1 && start_ok &&
+                  (!panels || (r.dynamic < 0 && r.start == 0 && r.size == shape[rows]));
         }
         if (e.size() > row) keeps = keeps && e[row].is_slice && e[row].start == 0 && e[row].size == shape[row] &&
                                     e[row].stride == 1 && e[row].dynamic < 0;
@@ -213,6 +228,76 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
   return out;
 }
 
+std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, const std::set<ValueId>& candidates,
+                                                          const std::string& thread_axis, int num_groups) {
+  std::map<ValueId, const ir::Op*> producer;
+  std::map<ValueId, ValueId> matrix_of;  // a thread's matrix (a candidate, or a view of one) -> the candidate
+  std::set<ValueId> refused;
+  std::map<ValueId, KernelAccumulator> fed;  // the candidates a wgmma accumulates into
+  const auto shape_of = [&](ValueId v) -> const Shape& { return k.values.at(static_cast<size_t>(v)).shape; };
+  for (ValueId c : candidates)
+    if (shape_of(c).size() == 2 && num_groups == 1) matrix_of[c] = c;  // the CTA's only thread's
+  const auto thread_index = [&](ValueId v) {
+    const auto it = producer.find(v);
+    return !thread_axis.empty() && it != producer.end() && it->second->code == OpCode::AxisIndex &&
+           it->second->attrs.get_string(ir::AttrKey::AxisNames) == thread_axis;
+  };
+  // A bf16 / f16 product of wgmma's shapes into the M x N matrix acc.
+  const auto wgmma_product = [&](const ir::Op& op) {
+    const ir::Type& a = k.type(op.operands[1]);
+    const ir::Type& b = k.type(op.operands[2]);
+    const Shape& d = shape_of(op.operands[0]);
+    MmaProduct p;
+    p.a_dtype = a.dtype, p.b_dtype = b.dtype, p.d_dtype = k.type(op.operands[0]).dtype;
+    p.m = d.at(0), p.n = d.at(1), p.k = a.shape.at(1);
+    return Emitter::wgmma_shape(p) && p.n <= 256;
+  };
+  std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
+    for (const ir::Op& op : region.ops) {
+      for (ValueId r : op.results) producer[r] = &op;
+      if (op.code == OpCode::RefView && candidates.count(op.operands[0]) && shape_of(op.operands[0]).size() == 3) {
+        // (threads, M, N): the thread's own matrix, acc.at(thread index).
+        const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
+        const Shape& shape = shape_of(op.operands[0]);
+        bool own = !e.empty() && !e[0].is_slice && e[0].dynamic >= 0 &&
+                   thread_index(op.operands.at(static_cast<size_t>(e[0].dynamic)));
+        for (size_t d = 1; d < e.size() && own; ++d)
+          own = e[d].is_slice && e[d].dynamic < 0 && e[d].start == 0 && e[d].stride == 1 && e[d].size == shape[d];
+        if (own)
+          matrix_of[op.results[0]] = op.operands[0];
+        else
+          refused.insert(op.operands[0]);
+        continue;
+      }
+      for (size_t i = 0; i < op.operands.size(); ++i) {
+        const ValueId v = op.operands[i];
+        if (candidates.count(v) && !matrix_of.count(v)) {
+          refused.insert(v);  // a (threads, M, N) buffer itself, or a matrix shared by threads
+          continue;
+        }
+        const auto it = matrix_of.find(v);
+        if (it == matrix_of.end()) continue;
+        if (op.code == OpCode::GpuWgmma && i == 0 && wgmma_product(op)) {
+          KernelAccumulator& a = fed[it->second];
+          a.m = shape_of(v).at(0), a.n = shape_of(v).at(1);
+        } else if (!((op.code == OpCode::Load || op.code == OpCode::Store) && i == 0)) {
+          refused.insert(it->second);
+        }
+      }
+      for (const ir::Region& sub : op.regions) scan(sub);
+    }
+  };
+  scan(k.body);
+  std::map<ValueId, KernelAccumulator> out;
+  for (auto& [c, a] : fed) {
+    if (refused.count(c)) continue;
+    a.nc = static_cast<int>(Emitter::wgmma_width(a.n));
+    a.rounds = static_cast<int>(a.m / 64 * (a.n / a.nc));  // one warpgroup's blocks
+    if (a.rounds * a.nc / 2 <= 128) out[c] = a;  // (registers per thread, as the ring's)
+  }
+  return out;
+}
+
 void Emitter::emit_gpu_op(const ir::Op& op) {
   auto barrier_index = [&](const RefInfo& b) { return "(" + b.ptr + " - " + ctx_.barriers + ")"; };
   switch (op.code) {
@@ -228,7 +313,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       auto copy_elements = [&] {  // the group's threads copy the elements
         open_thread_loop(num_elements(src.shape));
         std::string at = offset_of(dst.shape, dst.strides, "e");
-        if (!swizzled.empty()) at = "pl_smem_elem<" + swizzled + ", " + ctype(dst.dtype) + ">(" + at + ")";
+        if (!swizzled.empty()) at = dst.swizzled_elem(at);
         line(dst.ptr + "[" + at + "] = " + src.ptr + "[" + offset_of(src.shape, src.strides, "e") + "];");
         close_loop();
       };
@@ -241,8 +326,16 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // 128-byte aligned (checked when running), as one box; else as bulk rows or elements.
       const RefInfo& gmem = to_gmem ? dst : src;
       const RefInfo& smem = to_gmem ? src : dst;
-      const int swizzle_bytes = swizzled.empty() ? 0 : static_cast<int>(dst.shape.back() * itemsize(dst.dtype));
-      std::optional<TensorMapSpec> tma = ctx_.tensor_maps ? tma_box(gmem, smem, swizzle_bytes) : std::nullopt;
+      // A tile of several panels (rows wider than 128 bytes) takes a box per panel, a matrix at a
+      // time (its views keep every row; leading dims of one).
+      const int64_t row_bytes = swizzled.empty() ? 0 : dst.shape.back() * itemsize(dst.dtype);
+      const int swizzle_bytes = static_cast<int>(std::min<int64_t>(row_bytes, 128));
+      const int64_t panels = dst.panel_cols > 0 ? row_bytes / 128 : 1, panel_cols = 128 / itemsize(dst.dtype);
+      bool one_matrix = true;
+      for (size_t d = 0; d + 2 < dst.shape.size(); ++d) one_matrix = one_matrix && dst.shape[d] == 1;
+      std::optional<TensorMapSpec> tma = !ctx_.tensor_maps || (panels > 1 && !one_matrix)
+                                             ? std::nullopt
+                                             : tma_box(gmem, smem, swizzle_bytes, panels > 1 ? panel_cols : 0);
       int map = -1;
       if (tma) {
         std::vector<TensorMapSpec>& maps = *ctx_.tensor_maps;
@@ -286,10 +379,20 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
             line("    pl_bulk_store_commit();");
           } else {
             const std::string b = ref_operand(*this, op, 2).ptr;
-            int64_t bytes = tma->elem_bytes;
+            int64_t bytes = tma->elem_bytes * panels;
             for (uint32_t x : tma->box) bytes *= x;
             line("    pl_expect_tx(" + b + ", " + std::to_string(bytes) + "u);");
-            line("    pl_tma_load<" + std::to_string(rank) + ">(" + dst.ptr + ", &" + P + ".tmap[" + M + "], c, " + b + ");");
+            if (panels == 1) {
+              line("    pl_tma_load<" + std::to_string(rank) + ">(" + dst.ptr + ", &" + P + ".tmap[" + M + "], c, " + b + ");");
+            } else {  // panel q: columns q P.. of every row, landing after q panels of the matrix
+              const std::string n = std::to_string(panel_cols);
+              line("    for (int q = 0; q < " + std::to_string(panels) + "; ++q) {");
+              line("      int cq[" + std::to_string(rank) + "];");
+              line("      for (int d = 0; d < " + std::to_string(rank) + "; ++d) cq[d] = c[d] + (d == 0 ? q * " + n + " : 0);");
+              line("      pl_tma_load<" + std::to_string(rank) + ">(" + dst.ptr + " + q * " + std::to_string(dst.panel_rows) +
+                   " * " + n + ", &" + P + ".tmap[" + M + "], cq, " + b + ");");
+              line("    }");
+            }
           }
           line("  }");
           line(bulk ? "} else" : "} else {");
@@ -376,9 +479,15 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       barrier();
       return;
     }
-    case OpCode::GpuWgmmaWait:
-      line("// complete: the group's products are done when issued");
+    case OpCode::GpuWgmmaWait: {
+      // The products into ACCs in registers run on (pl_tc_dot_acc); any other is done when issued.
+      const std::string n = std::to_string(op.attrs.get_int(ir::AttrKey::N));
+      std::set<std::string> vars;
+      for (const auto& [ref, acc] : kernel_accs_) vars.insert(acc.var);
+      for (const std::string& var : vars) line("pl_acc_wait<" + n + ">(" + var + ");");
+      if (vars.empty()) line("// complete: the group's products are done when issued");
       return;
+    }
     case OpCode::GpuSetMaxRegisters:
       line("// setmaxnreg." + std::string(op.attrs.get_string(ir::AttrKey::Kind) == "increase" ? "inc" : "dec") + " " +
            std::to_string(op.attrs.get_int(ir::AttrKey::N)) + ": a hint, not emitted");
@@ -388,6 +497,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const RefInfo& a = ref_operand(*this, op, 1);
       const RefInfo& b = ref_operand(*this, op, 2);
       const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
+      const KernelAccumulator* kacc = kernel_acc(op.operands[0]);
       before_mem_read();
       before_mem_write();
       // On tensor cores (wgmma / mma.sync) when the layouts allow: row-major a and acc, b
@@ -406,11 +516,18 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         // MN-major — wgmma's swizzled layouts, which store a single panel alike.
         if (!a.swizzled.empty()) p.a_layout = "pl_swizzled_layout(" + a.swizzled + ", false)";
         if (!b.swizzled.empty()) p.b_layout = "pl_swizzled_layout(" + b.swizzled + ", true)";
+        // Into an ACC in registers: left running until the kernel's wgmma_wait.
+        if (kacc && tensor_core_shape(p))
+          p.acc_rounds = kacc->rounds, p.acc_var = kacc->var, p.acc_pending = "PL_KERNEL_WGMMA_PENDING";
         on_tensor_cores = open_tensor_core_product(p);
       }
+      // The loop below reads and writes the ACC's memory: the registers go there first.
+      if (kacc && !on_tensor_cores)
+        line("pl_acc_flush(" + kacc->var + ", " + acc.ptr + ", " + std::to_string(acc.strides[0]) + ", " + std::to_string(m) +
+             ", " + std::to_string(n) + ");");
       // The group's loop (where the tensor cores do not run), reading swizzled tiles where they are.
       auto element = [&](const RefInfo& r, const std::string& offset) {
-        const std::string at = r.swizzled.empty() ? offset : "pl_smem_elem<" + r.swizzled + ", " + ctype(r.dtype) + ">(" + offset + ")";
+        const std::string at = r.swizzled.empty() ? offset : r.swizzled_elem(offset);
         return widen(r.dtype, r.ptr + "[" + at + "]");
       };
       open_thread_loop(m * n);

@@ -615,10 +615,10 @@ bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   const bool regs = p.acc_rounds > 0;
   std::string targs = std::string(p.b_nk ? "true" : "false") + ", " + s(wgmma_width(p.n));
   if (regs || p.a_layout != "0" || p.b_layout != "0") targs += ", " + p.a_layout + ", " + p.b_layout;
-  if (regs) targs += ", " + s(p.acc_rounds);
+  if (regs) targs += ", " + s(p.acc_rounds) + (p.acc_pending.empty() ? "" : ", " + p.acc_pending);
   const std::string args = p.d + ", " + s(p.ldd) + ", " + p.a + ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) +
                            ", " + s(p.n) + ", " + s(p.k);
-  line(regs ? "if (!pl_tc_dot_acc<" + targs + ">(pl_acc, " + args + ")) {"
+  line(regs ? "if (!pl_tc_dot_acc<" + targs + ">(" + p.acc_var + ", " + args + ")) {"
             : "if (!pl_tc_dot<" + targs + ">(" + args + ", " + (p.accumulate ? "true" : "false") + ")) {");
   ++indent_;
   return true;

@@ -510,6 +510,31 @@ void Emitter::plan_fusion(const ir::Region& r) {
   }
   for (size_t i = 0; i < r.ops.size(); ++i)
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
+  // `dst[...] = acc[...]`, a whole gpu::kernel ACC matrix in registers stored right away to
+  // other memory (unmasked): the registers go to dst. (Views made in r are not emitted yet.)
+  std::map<ValueId, const KernelAccumulator*> acc_views;
+  auto acc_of = [&](ValueId v) -> const KernelAccumulator* {
+    const auto it = acc_views.find(v);
+    return it != acc_views.end() ? it->second : kernel_acc(v);
+  };
+  auto whole = [&](const ir::Op& op) {
+    const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
+    const Shape& shape = type(op.operands[0]).shape;
+    for (size_t d = 0; d < e.size(); ++d)
+      if (!e[d].is_slice || e[d].dynamic >= 0 || e[d].start != 0 || e[d].stride != 1 || e[d].size != shape[d]) return false;
+    return op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
+  };
+  for (size_t l = 0; l < r.ops.size(); ++l) {
+    const ir::Op& load = r.ops[l];
+    if (load.code == OpCode::RefView && acc_of(load.operands[0])) acc_views[load.results[0]] = acc_of(load.operands[0]);
+    if (load.code != OpCode::Load || !acc_of(load.operands[0]) || !whole(load) || l + 1 == r.ops.size()) continue;
+    const ir::Op& store = r.ops[l + 1];
+    if (store.code != OpCode::Store || store.operands.size() != 2 || store.operands[1] != load.results[0] ||
+        single_user(load.results[0]) != l + 1 || store.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0 ||
+        acc_of(store.operands[0]))
+      continue;
+    stores_from_registers_[&store] = &load;
+  }
 }
 
 Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Region& body,
@@ -597,6 +622,9 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
     if (absorbed_.count(&op)) {
       line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()) +
            "  (part of the dot's accumulation in place)");
+    } else if (op.code == OpCode::Load && !op.results.empty() && is_stored_from_registers(op)) {
+      line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()) +
+           "  (its store takes the ACC's registers)");
     } else if (!op.results.empty() && fused_producers_.count(op.results[0])) {
       emit_fused(op);
     } else {
@@ -668,11 +696,21 @@ void Emitter::emit_op(const ir::Op& op) {
 RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx) {
   // Any access to the register accumulator's scratch but its products' finds it current.
   if (acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref) line(acc_regs_.flush(acc_regs_.ptr));
+  // A gpu::kernel ACC in registers: its thread's matrix is a view of it (register_accumulators
+  // admits no other); a load or store flushes the registers into the matrix first.
+  if (const KernelAccumulator* a = kernel_acc(op.operands[0])) {
+    if (op.code == OpCode::RefView)
+      kernel_accs_[op.results[0]] = *a;
+    else
+      line("pl_acc_flush(" + a->var + ", " + base.ptr + ", " + std::to_string(base.strides.at(0)) + ", " +
+           std::to_string(a->m) + ", " + std::to_string(a->n) + ");");
+  }
   RefInfo out;
   out.dtype = base.dtype;
   out.operand = base.operand;
   out.operand_shape = base.operand_shape;
   out.swizzled = base.swizzled;  // (swizzled_smem_tiles admits only views that keep the layout)
+  out.panel_rows = base.panel_rows, out.panel_cols = base.panel_cols;
   std::string offset;
   for (size_t d = 0; d < idx.entries.size(); ++d) {
     const ir::IndexEntry& e = idx.entries[d];
@@ -731,21 +769,52 @@ bool Emitter::is_uniform(ValueId v) const {
   return true;
 }
 
+bool Emitter::is_stored_from_registers(const ir::Op& load) const {
+  for (const auto& [store, l] : stores_from_registers_)
+    if (l == &load) return true;
+  return false;
+}
+
+void Emitter::emit_store_from_registers(const ir::Op& store, const ir::Op& load) {
+  const KernelAccumulator& a = *kernel_acc(load.operands[0]);
+  const RefInfo& acc = info(load.operands[0]).ref;  // the thread's matrix
+  const RefInfo d = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
+  before_mem_write();
+  line("if (!pl_acc_store(" + a.var + ", " + d.ptr + ", " + std::to_string(d.strides.at(0)) + ", " + std::to_string(a.m) +
+       ", " + std::to_string(a.n) + ")) {");
+  ++indent_;
+  // The ACC's memory is current (nothing in the registers is newer): copy it.
+  before_mem_read();
+  open_thread_loop(a.m * a.n);
+  line(d.ptr + "[" + offset_of(d.shape, d.strides, "e") + "] = " + acc.ptr + "[" + offset_of(acc.shape, acc.strides, "e") + "];");
+  close_loop();
+  --indent_;
+  line("}");
+  after_mem_write();
+  after_mem_read();
+}
+
 void Emitter::emit_ref_op(const ir::Op& op) {
+  if (const auto it = stores_from_registers_.find(&op); it != stores_from_registers_.end())
+    return emit_store_from_registers(op, *it->second);
   // A store of one value to the whole of the register accumulator's scratch (`acc[...] = 0`,
   // the zeroing before the first step) sets the registers instead, newer than the scratch:
   // nothing written to it, and the next product does not reload it (pl_acc_fill). Where the
   // products run in memory instead, the store does too.
+  // A gpu::kernel's ACC in registers likewise (its thread's matrix).
   const ir::Indexer& idx = op.attrs.get_indexer(ir::AttrKey::Index);
-  bool whole = op.code == OpCode::Store && acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref &&
-               op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
+  const KernelAccumulator* kacc = kernel_acc(op.operands[0]);
+  const bool ring_acc = acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref;
+  bool whole = op.code == OpCode::Store && (ring_acc || kacc) && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
   for (size_t d = 0; whole && d < idx.entries.size(); ++d) {
     const ir::IndexEntry& e = idx.entries[d];
-    whole = e.is_slice && e.dynamic < 0 && e.start == 0 && e.stride == 1 && e.size == type(acc_regs_.ref).shape[d];
+    whole = e.is_slice && e.dynamic < 0 && e.start == 0 && e.stride == 1 && e.size == type(op.operands[0]).shape[d];
   }
   if (whole && op.operands.size() == 2 && is_uniform(op.operands[1])) {
-    line("if (!pl_acc_fill(pl_acc, (float)(" + at(op.operands[1], "0") + "), " + std::to_string(acc_regs_.m) + ", " +
-         std::to_string(acc_regs_.n) + ")) {");
+    const std::string var = kacc ? kacc->var : "pl_acc";
+    const int64_t m = kacc ? kacc->m : acc_regs_.m, n = kacc ? kacc->n : acc_regs_.n;
+    line("if (!pl_acc_fill(" + var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(m) + ", " +
+         std::to_string(n) + ")) {");
     ++indent_;
     emit_ref_op_in_memory(op);
     --indent_;

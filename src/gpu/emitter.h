@@ -46,6 +46,21 @@ std::string uninitialized_literal(DType t);     // what the interpreters fill fr
 // they are (emit_gpu_ops.cpp): each feeds a wgmma, and is only written by copy_gmem_to_smem and
 // read by wgmma, through views that keep its rows whole and start at a row that is a multiple of 8.
 std::set<ir::ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ir::ValueId>& candidates);
+// A gpu::kernel ACC kept in registers: each Pallas thread's M x N matrix of it is a PlAccRegs
+// variable `var` of `rounds` wgmma blocks NC columns wide.
+struct KernelAccumulator {
+  std::string var;
+  int64_t m = 0, n = 0;
+  int nc = 0, rounds = 0;
+};
+// The gpu::kernel ACC scratch buffers (of `candidates`: f32, not in a Union) whose wgmma
+// accumulate in registers, as on Mosaic GPU (emit_gpu_ops.cpp): each Pallas thread touches only
+// its own matrix of one — the whole buffer when the CTA has one Pallas thread (`num_groups`), else
+// `acc.at(axis_index(thread_axis))` of a (threads, M, N) buffer — and only by wgmma (as the
+// accumulator of a bf16 / f16 product of wgmma's shapes), loads and stores. Their `var` is empty.
+std::map<ir::ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k,
+                                                               const std::set<ir::ValueId>& candidates,
+                                                               const std::string& thread_axis, int num_groups);
 
 // A matrix product d (+)= a . b for the runtime's pl_mma_dot (mma.sync tensor cores): row-major
 // operands given by pointer expressions and row strides in elements; b is k x n, or n x k when
@@ -55,9 +70,11 @@ struct MmaProduct {
   // The operands' layouts, a template argument of pl_tc_dot each: "0" (row-major with the
   // strides below) or a ring slot's PL_SLOT_LAYOUT_j (Emitter::slot_layout).
   std::string a_layout = "0", b_layout = "0";
-  // d is the register accumulator's scratch (Emitter::RegisterAccumulator): pl_tc_dot_acc adds
-  // to the registers, `rounds` of them.
+  // d is the register accumulator's scratch (Emitter::RegisterAccumulator, or a gpu::kernel's
+  // ACC in registers): pl_tc_dot_acc adds to the registers, `rounds` of them, in the PlAccRegs
+  // variable acc_var, leaving acc_pending groups of wgmma running (empty: the ring's default).
   int acc_rounds = 0;
+  std::string acc_var = "pl_acc", acc_pending;
   int64_t ldd = 0, lda = 0, ldb = 0;
   bool b_nk = false;
   DType d_dtype = DType::F32, a_dtype = DType::F32, b_dtype = DType::F32;
@@ -97,8 +114,13 @@ struct RefInfo {
   // saying by how many bytes (PL_SMEM_SWIZZLED_s: its rows' 128, 64 or 32; 0: row-major); empty
   // for other memory. Its views keep whole rows from a multiple of 8 rows, so element e of a view
   // (row-major from the view's start, a boundary of the pattern) is at
-  // pl_smem_elem<PL_SMEM_SWIZZLED_s, T>(e).
+  // pl_smem_elem<PL_SMEM_SWIZZLED_s, T>(e). A tile whose rows are wider than 128 bytes (several
+  // panels) keeps its matrices (panel_rows x panel_cols, the last two dims) whole instead, and
+  // element e is at pl_smem_elem<PL_SMEM_SWIZZLED_s, T, panel_cols, panel_rows>(e).
   std::string swizzled;
+  int64_t panel_rows = 0, panel_cols = 0;  // (several panels only)
+  // The index of element `e` (an offset from ptr) where swizzled says.
+  std::string swizzled_elem(const std::string& e) const;
 };
 
 // An SSA value: a scalar register, a tile in the arena, a Ref, or a fused array value — one
@@ -181,6 +203,15 @@ class Emitter {
   // Chooses it among `scratch` (f32 2-D scratch Refs, bound with their memory groups), before
   // the body `body` is emitted; returns it (ref -1: none qualifies).
   RegisterAccumulator choose_register_accumulator(const ir::Region& body, const std::set<ir::ValueId>& scratch);
+  // Binds a gpu::kernel ACC scratch Ref kept in registers (register_accumulators); its views
+  // follow it. Every access but a wgmma into it or a fill of it first flushes the registers.
+  void bind_kernel_accumulator(ir::ValueId ref, const KernelAccumulator& a) { kernel_accs_[ref] = a; }
+  // Whether the tensor cores can compute such a product (dtypes and shape).
+  static bool tensor_core_shape(const MmaProduct& p);  // emit_ops.cpp
+  // Whether wgmma can compute it (a tensor-core shape with m % 64 == 0).
+  static bool wgmma_shape(const MmaProduct& p);  // emit_ops.cpp
+  // wgmma's instruction width for a product with n columns: the widest of 128, 64, ... 8 dividing n.
+  static int64_t wgmma_width(int64_t n);  // emit_ops.cpp
   // Emits the ops of `r` (not its yield); returns the yielded values.
   std::vector<ir::ValueId> emit_region(const ir::Region& r);
   const ValueInfo& info(ir::ValueId v) const { return values_.at(static_cast<size_t>(v)); }
@@ -240,6 +271,9 @@ class Emitter {
   void emit_pure(const ir::Op& op);  // emit_ops.cpp
   void emit_ref_op(const ir::Op& op);
   void emit_ref_op_in_memory(const ir::Op& op);
+  // stores_from_registers_: whether `load` is one (emitted as nothing), and its store.
+  bool is_stored_from_registers(const ir::Op& load) const;
+  void emit_store_from_registers(const ir::Op& store, const ir::Op& load);
   // Whether every element of value v is the same (a scalar, a fused constant, a broadcast of a
   // scalar, elementwise ops of such): `at(v, "0")` is all of it.
   bool is_uniform(ir::ValueId v) const;
@@ -255,12 +289,6 @@ class Emitter {
   // A 2-D matrix product (lhs m x k, rhs k x n or n x k, no batch dims): p's dims, dtypes and
   // b_nk; false for any other dot_general. Pointers and strides are the caller's.
   bool plain_product(const ir::Op& dot, MmaProduct& p) const;  // emit_ops.cpp
-  // Whether the tensor cores can compute such a product (dtypes and shape).
-  static bool tensor_core_shape(const MmaProduct& p);  // emit_ops.cpp
-  // Whether wgmma can compute it (a tensor-core shape with m % 64 == 0).
-  static bool wgmma_shape(const MmaProduct& p);  // emit_ops.cpp
-  // wgmma's instruction width for a product with n columns: the widest of 128, 64, ... 8 dividing n.
-  static int64_t wgmma_width(int64_t n);  // emit_ops.cpp
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);
@@ -297,6 +325,9 @@ class Emitter {
   // the add and the store emit nothing (plan_fusion).
   std::map<const ir::Op*, const ir::Op*> accumulating_dots_;  // dot -> the store it replaces
   std::set<const ir::Op*> absorbed_;
+  // `dst[...] = acc[...]` of a gpu::kernel ACC matrix in registers: the store (key) writes the
+  // registers to dst (pl_acc_store) for the load (value), which makes no tile.
+  std::map<const ir::Op*, const ir::Op*> stores_from_registers_;
   // Per pipelined input: views made of its slot, how many were tensor-core operands, and the
   // layout those asked for (-1: two different ones).
   struct SlotUses {
@@ -304,6 +335,11 @@ class Emitter {
   };
   std::map<int, SlotUses> slot_uses_;
   RegisterAccumulator acc_regs_;
+  std::map<ir::ValueId, KernelAccumulator> kernel_accs_;  // gpu::kernel ACC Refs (and views) in registers
+  const KernelAccumulator* kernel_acc(ir::ValueId v) const {
+    const auto it = kernel_accs_.find(v);
+    return it == kernel_accs_.end() ? nullptr : &it->second;
+  }
   bool fused_reads_pending_ = false;  // a fused load's memory is read by the next emitted loop
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   int conditional_depth_ = 0;

@@ -173,7 +173,8 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
                     " threads (use a smaller grid, or fewer threads per CTA)",
                 call.kernel.loc);
   // (From a 128-byte boundary, as dynamic shared memory is: TMA copies check their addresses.)
-  std::vector<uint64_t> arena_words(static_cast<size_t>(k.arena_offset() + k.arena_bytes * k.host_ctas) / 8 + 2 + 16);
+  std::vector<uint64_t> arena_words(
+      static_cast<size_t>(k.arena_offset() + (k.arena_bytes + k.acc_memory_bytes) * k.host_ctas) / 8 + 2 + 16);
   uint64_t* arena = arena_words.data() + (16 - reinterpret_cast<uintptr_t>(arena_words.data()) / 8 % 16) % 16;
   int64_t err[kErrorRecordWords] = {};
   prepare_profile_dir(k, call.kernel.loc);

@@ -1179,8 +1179,9 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
     int64_t k_step, n;  // a's rows are 2 k_step bytes, b's 2 n
     bool b_also_loaded, every_path;
   };
+  // (64, 128): b's rows are two 128-byte panels, a box each; wgmma's 64 x 128 blocks span both.
   for (Case c : {Case{64, 64, false, true}, Case{64, 64, true, true}, Case{32, 32, false, false}, Case{16, 16, false, false},
-                 Case{32, 64, false, false}}) {
+                 Case{32, 64, false, false}, Case{64, 128, false, false}}) {
     SCOPED_TRACE("k_step " + std::to_string(c.k_step) + ", n " + std::to_string(c.n) + (c.b_also_loaded ? ", b also loaded" : ""));
     pl::Array b = random_f32({128, c.n}, 22).astype(pl::bf16);
     pl::PallasCall call = swizzled_tiles_matmul(c.k_step, c.n, c.b_also_loaded);
@@ -1193,11 +1194,13 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
       for (int64_t j = 0; j < c.n; ++j) EXPECT_EQ(out.at(1).get({j}), b.get({c.k_step + 3, j})) << j;
     };
     const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
-    const std::string wa = std::to_string(2 * c.k_step), wb = std::to_string(2 * c.n);
+    const int64_t b_panels = std::max<int64_t>(1, c.n / 64), panel_n = c.n / b_panels;
+    const std::string wa = std::to_string(2 * c.k_step), wb = std::to_string(2 * panel_n);
     EXPECT_CONTAINS(k.source, "#define PL_SMEM_SWIZZLED_0 (PL_HAS_WGMMA ? " + wa + " : 0)");
     EXPECT_EQ(count_of(k.source, "#define PL_SMEM_SWIZZLED_1 (PL_HAS_WGMMA ? " + wb + " : 0)"), c.b_also_loaded ? 0 : 1);
-    EXPECT_CONTAINS(k.source, "pl_tc_dot<false, " + std::to_string(c.n) + ", pl_swizzled_layout(PL_SMEM_SWIZZLED_0, false), " +
-                                  (c.b_also_loaded ? "0" : "pl_swizzled_layout(PL_SMEM_SWIZZLED_1, true)") + ">(");
+    EXPECT_CONTAINS(k.source, "pl_tc_dot_acc<false, " + std::to_string(c.n) + ", pl_swizzled_layout(PL_SMEM_SWIZZLED_0, false), " +
+                                  (c.b_also_loaded ? "0" : "pl_swizzled_layout(PL_SMEM_SWIZZLED_1, true)") +
+                                  ", 1, PL_KERNEL_WGMMA_PENDING>(pl_acc_2, ");
     // Both operands in place: wgmma needs no staging (b also loaded: b is staged).
     EXPECT_TRUE(k.uses_wgmma);
     EXPECT_EQ(k.wgmma_staging_bytes, c.b_also_loaded ? 2 * plgpu::wgmma_stage_bytes() : 0);
@@ -1205,10 +1208,12 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
     ASSERT_EQ(k.tensor_maps.size(), 2u);
     const uint32_t ks = static_cast<uint32_t>(c.k_step), n = static_cast<uint32_t>(c.n);
     EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 2, {128, 128}, {256}, {ks, 128}, 2 * static_cast<int>(ks)}));
-    EXPECT_EQ(k.tensor_maps[1], (plgpu::TensorMapSpec{1, 2, {n, 128}, {2 * n}, {n, ks}, c.b_also_loaded ? 0 : 2 * static_cast<int>(n)}));
+    const uint32_t pn = static_cast<uint32_t>(panel_n);
+    EXPECT_EQ(k.tensor_maps[1], (plgpu::TensorMapSpec{1, 2, {n, 128}, {2 * n}, {pn, ks}, c.b_also_loaded ? 0 : 2 * static_cast<int>(pn)}));
+    if (b_panels > 1) EXPECT_CONTAINS(k.source, "pl_smem_elem<PL_SMEM_SWIZZLED_1, pl_bf16, " + std::to_string(c.n) + ", " + std::to_string(c.k_step) + ">(");
     plgpu::HostEmulationStats stats;
     run(k, &stats);
-    EXPECT_EQ(stats.tma_boxes, 2 * 128 / c.k_step);  // a step's a and b
+    EXPECT_EQ(stats.tma_boxes, (1 + b_panels) * 128 / c.k_step);  // a step's a and b (a box per panel)
     // Per consumer: a 64 x n block over K 128 in 16-deep instructions.
     EXPECT_EQ(stats.wgmma_instructions, 2 * 128 / 16);
     // Without tensor maps the copies write the swizzled positions element by element.
@@ -1256,6 +1261,182 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
   const std::string sass = test_util::sass_of(k.source, "sm_90a");
   EXPECT_CONTAINS(sass, "HGMMA.64x32x16");
   EXPECT_CONTAINS(sass, "UTMALDG.2D");
+}
+
+// A gpu::kernel's f32 ACC whose every Pallas thread uses only its own matrix (acc.at(wg)) lives in
+// registers where wgmma runs, as on Mosaic GPU: each wgmma accumulates into the thread's PlAccRegs
+// and is left running until wgmma_wait (here wgmma_wait(1) in the loop retires the step before);
+// a load of the ACC flushes the registers to its memory, and a store to it (acc *= 2, in memory)
+// makes the next wgmma reload them. Two consumer warpgroups, K 128 in two swizzled 64-column
+// steps, then one more product of step 0's tiles: out1 = a b, out2 = 2 a b + a[:, :64] b[:64].
+// Values against C++ loops: in the interpreter, on wgmma (whole warpgroups) and on the CUDA-core
+// path (2 host threads: the products run in memory); NVRTC for sm_90a and sm_80.
+pl::PallasCall register_acc_matmul(const std::string& how) {
+  constexpr int64_t M = 128, N = 64, kStep = 64, steps = 2;
+  return plgpu::kernel(
+      [=](pl::Ref a, pl::Ref b, pl::Ref out1, pl::Ref out2, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref full) {
+        pl::Value wg = plgpu::axis_index("wg");
+        pl::when(wg == 0, [&] {
+          for (int64_t k = 0; k < steps; ++k) {
+            plgpu::copy_gmem_to_smem(a.at(pl::all, pl::ds(k * kStep, kStep)), a_s.at(k), full.at(k));
+            plgpu::copy_gmem_to_smem(b.at(pl::ds(k * kStep, kStep), pl::all), b_s.at(k), full.at(k));
+          }
+        });
+        pl::Ref my_acc = acc.at(wg);
+        my_acc[pl::all] = pl::zeros({M / 2, N}, pl::f32);
+        pl::fori_loop(0, static_cast<int>(steps), [&](pl::Value k) {
+          plgpu::barrier_wait(full.at(k));
+          plgpu::wgmma(my_acc, a_s.at(k, pl::ds(wg * (M / 2), M / 2), pl::all), b_s.at(k));
+          plgpu::wgmma_wait(1);
+        });
+        plgpu::wgmma_wait(0);
+        out1.at(pl::ds(wg * (M / 2), M / 2), pl::all)[pl::all] = my_acc[pl::all];
+        my_acc[pl::all] = my_acc[pl::all] * 2.0f;
+        plgpu::wgmma(my_acc, a_s.at(0, pl::ds(wg * (M / 2), M / 2), pl::all), b_s.at(0));
+        plgpu::wgmma_wait(0);
+        out2.at(pl::ds(wg * (M / 2), M / 2), pl::all)[pl::all] = my_acc[pl::all];
+      },
+      {pl::ShapeDtype({M, N}, pl::f32), pl::ShapeDtype({M, N}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+      run_on(how, {plgpu::SMEM({steps, M, kStep}, pl::bf16), plgpu::SMEM({steps, kStep, N}, pl::bf16),
+                   plgpu::ACC({2, M / 2, N}), plgpu::Barrier{.num_arrivals = 2, .num_barriers = static_cast<int>(steps)}}));
+}
+
+TEST(GpuKernel, WgmmaAccumulatesInRegistersUntilTheKernelReadsTheAcc) {
+  pl::Array a = random_f32({128, 128}, 31).astype(pl::bf16);
+  pl::Array b = random_f32({128, 64}, 32).astype(pl::bf16);
+  // out2 = 2 a b + a[:, :64] b[:64]: the product of [2a, a[:, :64]] and [b; b[:64]].
+  pl::Array a2 = pl::Array::zeros({128, 192}, pl::f32), b2 = pl::Array::zeros({192, 64}, pl::f32);
+  for (int64_t i = 0; i < 128; ++i)
+    for (int64_t q = 0; q < 192; ++q) a2.set({i, q}, q < 128 ? 2 * a.get({i, q}) : a.get({i, q - 128}));
+  for (int64_t q = 0; q < 192; ++q)
+    for (int64_t j = 0; j < 64; ++j) b2.set({q, j}, b.get({q < 128 ? q : q - 128, j}));
+  auto check = [&](const std::vector<pl::Array>& out) {
+    expect_product_of(a, b, out.at(0));
+    expect_product_of(a2, b2, out.at(1));
+  };
+  check(register_acc_matmul("interpret")(a, b));
+  std::shared_ptr<const pl::TracedCall> tc = register_acc_matmul("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.accumulators_in_registers, std::vector<int>{2});
+  EXPECT_CONTAINS(k.source, "PlAccRegs<64, 1> pl_acc_2;");
+  EXPECT_CONTAINS(k.source, "pl_acc_wait<1>(pl_acc_2);");
+  EXPECT_CONTAINS(k.source, "1, PL_KERNEL_WGMMA_PENDING>(pl_acc_2, ");
+  EXPECT_CONTAINS(k.source, "pl_acc_fill(pl_acc_2, ");
+  plgpu::HostEmulationStats stats;
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2 * 128, &stats));
+  EXPECT_EQ(stats.wgmma_instructions, 2 * (128 / 16 + 64 / 16));  // per consumer: K 128, then 64
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr));
+  // The ACC's memory is in the workspace, not shared memory: the arena holds the two tiles only.
+  EXPECT_EQ(k.acc_memory_bytes, 2 * 64 * 64 * 4);
+  EXPECT_EQ(k.arena_bytes, 2 * 128 * 64 * 2 + 2 * 64 * 64 * 2);
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "acc.cu", arch)) << arch;
+}
+
+// An ACC in registers starts as the uninitialized value, as in the interpreter (NaN): read before
+// anything is written to it, then accumulated into from a fill. Interpreted, on wgmma (NaN in the
+// registers) and on the CUDA-core path (NaN in its memory).
+TEST(GpuKernel, AnAccInRegistersStartsUninitialized) {
+  auto make = [](const std::string& how) {
+    return plgpu::kernel(
+        [](pl::Ref a, pl::Ref b, pl::Ref before, pl::Ref after, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+          plgpu::copy_gmem_to_smem(a, a_s, bar);
+          plgpu::copy_gmem_to_smem(b, b_s, bar);
+          plgpu::barrier_wait(bar);
+          before[pl::all] = acc[pl::all];
+          acc[pl::all] = pl::zeros({64, 16}, pl::f32);
+          plgpu::wgmma(acc, a_s, b_s);
+          plgpu::wgmma_wait(0);
+          after[pl::all] = acc[pl::all];
+        },
+        {pl::ShapeDtype({64, 16}, pl::f32), pl::ShapeDtype({64, 16}, pl::f32)}, plgpu::Mesh{},
+        run_on(how, {plgpu::SMEM({64, 16}, pl::bf16), plgpu::SMEM({16, 16}, pl::bf16), plgpu::ACC({64, 16}),
+                     plgpu::Barrier{.num_arrivals = 2}}));
+  };
+  pl::Array a = random_f32({64, 16}, 51).astype(pl::bf16), b = random_f32({16, 16}, 52).astype(pl::bf16);
+  auto check = [&](const std::vector<pl::Array>& out) {
+    for (int64_t i = 0; i < out.at(0).size(); ++i) EXPECT_TRUE(std::isnan(out.at(0).get_flat(i))) << i;
+    expect_product_of(a, b, out.at(1));
+  };
+  check(make("interpret")(a, b));
+  std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.accumulators_in_registers, std::vector<int>{2});
+  plgpu::HostEmulationStats stats;
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
+  EXPECT_EQ(stats.wgmma_instructions, 1);
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr));
+}
+
+// A wgmma into registers runs until wgmma_wait: here the program refills b's tile (a second copy)
+// while the wgmma reading it may still run — a race, which the interpreter reports. Host
+// emulation retires the wgmma at the wgmma_wait, after the copy landed, so its product is a c: the
+// wgmma did not wait when issued (nor at wgmma_wait(1)). With the ACC shared by two threads
+// (a 2-D ACC in a two-thread CTA), another thread's matrix (acc.at(0)) or an f16 ACC, the ACC
+// stays in memory.
+TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
+  auto make = [](const std::string& how) {
+    return plgpu::kernel(
+        [](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref both,
+           pl::Ref one) {
+          plgpu::copy_gmem_to_smem(a, a_s, both);
+          plgpu::copy_gmem_to_smem(b, b_s, both);
+          plgpu::barrier_wait(both);
+          acc[pl::all] = pl::zeros({64, 16}, pl::f32);
+          plgpu::wgmma(acc, a_s, b_s);
+          plgpu::wgmma_wait(1);
+          plgpu::copy_gmem_to_smem(c, b_s, one);
+          plgpu::barrier_wait(one);
+          plgpu::wgmma_wait(0);
+          out[pl::all] = acc[pl::all];
+        },
+        {pl::ShapeDtype({64, 16}, pl::f32)}, plgpu::Mesh{},
+        run_on(how, {plgpu::SMEM({64, 16}, pl::bf16), plgpu::SMEM({16, 16}, pl::bf16), plgpu::ACC({64, 16}),
+                     plgpu::Barrier{.num_arrivals = 2}, plgpu::Barrier{.num_arrivals = 1}}));
+  };
+  pl::Array a = random_f32({64, 16}, 41).astype(pl::bf16), b = random_f32({16, 16}, 42).astype(pl::bf16);
+  pl::Array c = random_f32({16, 16}, 43).astype(pl::bf16);
+  std::string e = error_of([&] { make("interpret")(a, b, c); });
+  EXPECT_CONTAINS(e, "data race");
+  EXPECT_CONTAINS(e, "the wgmma issued by");
+  std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype(), c.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.accumulators_in_registers, std::vector<int>{2});
+  expect_product_of(a, c, plgpu::run_host_emulation(*tc, k, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0));
+
+  // Kept in memory: each way still the product (interpreter and host emulation).
+  enum Way { kShared2d, kOtherThreadsMatrix, kF16 };
+  for (Way way : {kShared2d, kOtherThreadsMatrix, kF16}) {
+    SCOPED_TRACE(static_cast<int>(way));
+    auto kernel = [way](const std::string& how) {
+      return plgpu::kernel(
+          [way](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+            pl::Value wg = plgpu::axis_index("wg");
+            pl::when(wg == 0, [&] {
+              plgpu::copy_gmem_to_smem(a, a_s, bar.at(0));
+              plgpu::copy_gmem_to_smem(b, b_s, bar.at(0));
+              plgpu::barrier_wait(bar.at(0));
+              pl::Ref mine = way == kShared2d ? acc : acc.at(way == kOtherThreadsMatrix ? wg + 1 : wg);
+              mine[pl::all] = pl::zeros({64, 16}, way == kF16 ? pl::f16 : pl::f32);
+              plgpu::wgmma(mine, a_s, b_s);
+              plgpu::wgmma_wait(0);
+              out[pl::all] = mine[pl::all].astype(pl::f32);
+            });
+          },
+          {pl::ShapeDtype({64, 16}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+          run_on(how, {plgpu::SMEM({64, 16}, pl::f16), plgpu::SMEM({16, 16}, pl::f16),
+                       way == kShared2d ? plgpu::ACC({64, 16}) : plgpu::ACC({2, 64, 16}, way == kF16 ? pl::f16 : pl::f32),
+                       plgpu::Barrier{.num_arrivals = 2}}));
+    };
+    pl::Array x = random_f32({64, 16}, 44).astype(pl::f16), y = random_f32({16, 16}, 45).astype(pl::f16);
+    std::vector<pl::Array> want = kernel("interpret")(x, y);
+    std::shared_ptr<const pl::TracedCall> t = kernel("gpu_emulate").trace({x.shape_dtype(), y.shape_dtype()});
+    const plgpu::GeneratedKernel g = plgpu::generate_cuda(*t, t->grid_mapping.grid);
+    EXPECT_TRUE(g.accumulators_in_registers.empty());
+    if (way != kF16) expect_product_of(x, y, want.at(0));
+    const pl::Array got = plgpu::run_host_emulation(*t, g, {x, y}, t->grid_mapping.grid, 2 * 128, nullptr).at(0);
+    for (int64_t i = 0; i < got.size(); ++i) EXPECT_EQ(got.get_flat(i), want.at(0).get_flat(i)) << i;
+  }
 }
 
 // The generated CUDA of the primitives (mbarrier PTX, named barriers per warpgroup) is valid for
