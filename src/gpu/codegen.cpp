@@ -385,9 +385,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // A gpu::kernel's SMEM tiles that wgmma reads, of rows of 128, 64 or 32 bytes or of several
   // 128-byte panels (2-byte elements, whole 8-row groups) written only by copies from GMEM, are
   // kept swizzled by their row's (panel's) bytes (swizzled_smem_tiles), each from a 1024-byte
-  // boundary: TMA boxes land in wgmma's layout and
-  // wgmma reads them in place, with no staging copy. The choice is the backend's, as Mosaic GPU
-  // infers its SMEM transforms; the kernel's results do not depend on it.
+  // boundary: TMA boxes land in wgmma's layout and wgmma reads them in place, with no staging
+  // copy. The choice is the backend's, as Mosaic GPU infers its SMEM transforms; the kernel's
+  // results do not depend on it.
   const size_t first_scratch = static_cast<size_t>(gm.num_index_operands) + blocks.size();
   std::set<ir::ValueId> swizzled_tiles;
   if (gpu_kernel && opts.swizzle) {
@@ -839,7 +839,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const ir::Type& t = gm.scratch_types[s];
     const std::string ptr = t.dtype == DType::GpuBarrier  ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
                             : t.dtype == DType::Semaphore ? "((pl_i32*)(p.workspace + " + std::to_string(scratch_offsets[s]) + "))"
-                            : in_registers(s) ? acc_memory(s)
+                            : in_registers(s)             ? acc_memory(s)
                                                           : "((" + ctype(t.dtype) + "*)(cta_arena + " +
                                                                 std::to_string(scratch_offsets[s]) + "))";
     RefInfo ref{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)};

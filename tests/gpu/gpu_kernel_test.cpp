@@ -1371,7 +1371,8 @@ TEST(GpuKernel, AnAccInRegistersStartsUninitialized) {
 // A wgmma into registers runs until wgmma_wait: here the program refills b's tile (a second copy)
 // while the wgmma reading it may still run — a race, which the interpreter reports. Host
 // emulation retires the wgmma at the wgmma_wait, after the copy landed, so its product is a c: the
-// wgmma did not wait when issued (nor at wgmma_wait(1)). With the ACC shared by two threads
+// wgmma did not wait when issued (nor at wgmma_wait(1)); with CodegenOptions::async_wgmma off it
+// does, and the product is a b. With the ACC shared by two threads
 // (a 2-D ACC in a two-thread CTA), another thread's matrix (acc.at(0)) or an f16 ACC, the ACC
 // stays in memory.
 TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
@@ -1403,6 +1404,9 @@ TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_EQ(k.accumulators_in_registers, std::vector<int>{2});
   expect_product_of(a, c, plgpu::run_host_emulation(*tc, k, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0));
+  // With async_wgmma off, each wgmma is done when issued: the product is a b.
+  const plgpu::GeneratedKernel sync = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.async_wgmma = false});
+  expect_product_of(a, b, plgpu::run_host_emulation(*tc, sync, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0));
 
   // Kept in memory: each way still the product (interpreter and host emulation).
   enum Way { kShared2d, kOtherThreadsMatrix, kF16 };
