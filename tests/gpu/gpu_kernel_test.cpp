@@ -1210,7 +1210,10 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
     EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 2, {128, 128}, {256}, {ks, 128}, 2 * static_cast<int>(ks)}));
     const uint32_t pn = static_cast<uint32_t>(panel_n);
     EXPECT_EQ(k.tensor_maps[1], (plgpu::TensorMapSpec{1, 2, {n, 128}, {2 * n}, {pn, ks}, c.b_also_loaded ? 0 : 2 * static_cast<int>(pn)}));
-    if (b_panels > 1) EXPECT_CONTAINS(k.source, "pl_smem_elem<PL_SMEM_SWIZZLED_1, pl_bf16, " + std::to_string(c.n) + ", " + std::to_string(c.k_step) + ">(");
+    if (b_panels > 1) {
+      EXPECT_CONTAINS(k.source, "pl_smem_elem<PL_SMEM_SWIZZLED_1, pl_bf16, " + std::to_string(c.n) + ", " +
+                                    std::to_string(c.k_step) + ">(");
+    }
     plgpu::HostEmulationStats stats;
     run(k, &stats);
     EXPECT_EQ(stats.tma_boxes, (1 + b_panels) * 128 / c.k_step);  // a step's a and b (a box per panel)
