@@ -41,8 +41,9 @@ for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1;
   if out=$(run env $v "$BUILD/pallas" run matmul --backend gpu --dtype bf16 --size 1024 2>&1); then log "ok    ${v:-default}: $out"
   else log "FAIL  ${v:-default}: $out"; status=1; fi
 done
-# ws_matmul's swizzled SMEM tiles (stop 30) against its row-major, staged ones.
-for v in "" PALLAS_GPU_NO_SWIZZLE=1; do
+# ws_matmul's swizzled SMEM tiles (stop 30) against its row-major, staged ones; its wgmma left
+# running until wgmma_wait (stop 31) against waiting when issued.
+for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_SYNC_WGMMA=1; do
   if out=$(run env $v "$BUILD/pallas" run ws_matmul --backend gpu --dtype bf16 --size 512 2>&1); then log "ok    ${v:-default}: $out"
   else log "FAIL  ${v:-default}: $out"; status=1; fi
 done
@@ -101,7 +102,7 @@ if [ -z "${NO_BENCH:-}" ]; then
     out=$(run env $v "$BUILD/pallas" bench matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
     log "bench ${v:-default}: $out"
   done
-  for v in "" PALLAS_GPU_NO_SWIZZLE=1; do
+  for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_SYNC_WGMMA=1; do
     out=$(run env $v "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
     log "bench ws_matmul ${v:-default}: $out"
   done

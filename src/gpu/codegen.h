@@ -57,8 +57,9 @@ struct CodegenOptions {
   std::string profile_dir;
   // A product accumulated in registers across the steps of a pipelined axis (the register
   // accumulator, operands in ring slots) leaves its wgmma running into the next step, which
-  // waits for it before the ring refills its slots. false (or PALLAS_GPU_SYNC_WGMMA=1 in the
-  // environment, read by codegen_options): each step waits for its own wgmma.
+  // waits for it before the ring refills its slots; a gpu::kernel's wgmma into an ACC in
+  // registers runs until the kernel's wgmma_wait. false (or PALLAS_GPU_SYNC_WGMMA=1 in the
+  // environment, read by codegen_options): each step, and each wgmma, waits for its own.
   bool async_wgmma = true;
   // The ring's blocks copied by the TMA unit on sm_90 (tensor maps), where they are boxes of their
   // arrays. false (or PALLAS_GPU_NO_TMA=1): by cp.async, as on sm_80.
