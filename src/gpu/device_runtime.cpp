@@ -1557,12 +1557,19 @@ PL_DEV constexpr pl_i64 pl_wgmma_acc_off(int i, pl_i64 ldd) { return 8 * ((i >> 
 // Pallas thread, holding the thread's M x N matrix of the ACC in one warpgroup's registers.
 // Leaving the scope waits for the wgmma still writing the registers (host emulation's would
 // write a stack frame that is gone).
-template <int NC, int ROUNDS> struct PlAccRegs;
-template <int NC, int ROUNDS> PL_DEV void pl_acc_drain(PlAccRegs<NC, ROUNDS>& f);
+// Waits for all of this warpgroup's wgmma, where nothing reads their registers after (no register
+// fence, which inlined at every exit of a kernel's body cost NVRTC ~60 ms for ws_matmul).
+PL_DEV void pl_wgmma_retire_all() {
+#if PL_HAS_WGMMA && !PL_HOST_EMULATION
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#elif PL_HAS_WGMMA
+  pl_host_wgmma_retire(0);
+#endif
+}
 template <int NC, int ROUNDS> struct PlAccRegs {
   float r[ROUNDS * NC / 2];
   int dirty;
-  PL_MEMBER ~PlAccRegs() { pl_acc_drain(*this); }
+  PL_MEMBER ~PlAccRegs() { pl_wgmma_retire_all(); }
 };
 // Waits until at most N groups of this warpgroup's wgmma are running (wgmma_wait), and then
 // for f's registers: the compiler must not read them before the wait.
