@@ -1547,6 +1547,15 @@ PL_DEV pl_i64 pl_wgmma_acc_base(int m0, int n0, pl_i64 ldd) {
   return (pl_i64)(m0 + 16 * warp + (lane >> 2)) * ldd + n0 + 2 * (lane & 3);
 }
 PL_DEV constexpr pl_i64 pl_wgmma_acc_off(int i, pl_i64 ldd) { return 8 * ((i >> 1) & 1) * ldd + 8 * (i >> 2) + (i & 1); }
+// Waits for all of this warpgroup's wgmma, where nothing reads their registers after (no register
+// fence, which inlined at every exit of a kernel's body cost NVRTC ~50 ms for ws_matmul).
+PL_DEV void pl_wgmma_retire_all() {
+#if PL_HAS_WGMMA && !PL_HOST_EMULATION
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#elif PL_HAS_WGMMA
+  pl_host_wgmma_retire(0);
+#endif
+}
 // The accumulator of `acc[...] += dot(a, b)` (f32 scratch, M x N) kept in registers across the
 // steps of the sequential axes (codegen.cpp: the register accumulator): each warpgroup thread
 // holds its wgmma registers of the blocks it takes, ROUNDS rounds of NC / 2. `dirty`: the
@@ -1557,15 +1566,6 @@ PL_DEV constexpr pl_i64 pl_wgmma_acc_off(int i, pl_i64 ldd) { return 8 * ((i >> 
 // Pallas thread, holding the thread's M x N matrix of the ACC in one warpgroup's registers.
 // Leaving the scope waits for the wgmma still writing the registers (host emulation's would
 // write a stack frame that is gone).
-// Waits for all of this warpgroup's wgmma, where nothing reads their registers after (no register
-// fence, which inlined at every exit of a kernel's body cost NVRTC ~60 ms for ws_matmul).
-PL_DEV void pl_wgmma_retire_all() {
-#if PL_HAS_WGMMA && !PL_HOST_EMULATION
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#elif PL_HAS_WGMMA
-  pl_host_wgmma_retire(0);
-#endif
-}
 template <int NC, int ROUNDS> struct PlAccRegs {
   float r[ROUNDS * NC / 2];
   int dirty;
