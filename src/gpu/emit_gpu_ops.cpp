@@ -237,10 +237,20 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
   const auto shape_of = [&](ValueId v) -> const Shape& { return k.values.at(static_cast<size_t>(v)).shape; };
   for (ValueId c : candidates)
     if (shape_of(c).size() == 2 && num_groups == 1) matrix_of[c] = c;  // the CTA's only thread's
-  const auto thread_index = [&](ValueId v) {
+  // The thread's index, or it plus or minus a constant (`acc.at(wg - 1)` where the producer is
+  // thread 0): a different matrix for every thread.
+  std::function<bool(ValueId, bool)> thread_index = [&](ValueId v, bool shifted_ok) {
     const auto it = producer.find(v);
-    return !thread_axis.empty() && it != producer.end() && it->second->code == OpCode::AxisIndex &&
-           it->second->attrs.get_string(ir::AttrKey::AxisNames) == thread_axis;
+    if (thread_axis.empty() || it == producer.end()) return false;
+    const ir::Op& op = *it->second;
+    if (op.code == OpCode::AxisIndex) return op.attrs.get_string(ir::AttrKey::AxisNames) == thread_axis;
+    const auto constant = [&](ValueId c) {
+      const auto p = producer.find(c);
+      return p != producer.end() && p->second->code == OpCode::Constant;
+    };
+    if (!shifted_ok || (op.code != OpCode::Add && op.code != OpCode::Sub)) return false;
+    return (thread_index(op.operands[0], false) && constant(op.operands[1])) ||
+           (op.code == OpCode::Add && constant(op.operands[0]) && thread_index(op.operands[1], false));
   };
   // A bf16 / f16 product of wgmma's shapes into the M x N matrix acc.
   const auto wgmma_product = [&](const ir::Op& op) {
@@ -260,7 +270,7 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
         const Shape& shape = shape_of(op.operands[0]);
         bool own = !e.empty() && !e[0].is_slice && e[0].dynamic >= 0 &&
-                   thread_index(op.operands.at(static_cast<size_t>(e[0].dynamic)));
+                   thread_index(op.operands.at(static_cast<size_t>(e[0].dynamic)), true);
         for (size_t d = 1; d < e.size() && own; ++d)
           own = e[d].is_slice && e[d].dynamic < 0 && e[d].start == 0 && e[d].stride == 1 && e[d].size == shape[d];
         if (own)

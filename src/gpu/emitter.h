@@ -56,7 +56,7 @@ struct KernelAccumulator {
 // The gpu::kernel ACC scratch buffers (of `candidates`: f32, not in a Union) whose wgmma
 // accumulate in registers, as on Mosaic GPU (emit_gpu_ops.cpp): each Pallas thread touches only
 // its own matrix of one — the whole buffer when the CTA has one Pallas thread (`num_groups`), else
-// `acc.at(axis_index(thread_axis))` of a (threads, M, N) buffer — and only by wgmma (as the
+// `acc.at(axis_index(thread_axis) [+- a constant])` of a (threads, M, N) buffer — and only by wgmma (as the
 // accumulator of a bf16 / f16 product of wgmma's shapes), loads and stores. Their `var` is empty.
 std::map<ir::ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k,
                                                                const std::set<ir::ValueId>& candidates,

@@ -1376,8 +1376,8 @@ TEST(GpuKernel, AnAccInRegistersStartsUninitialized) {
 // emulation retires the wgmma at the wgmma_wait, after the copy landed, so its product is a c: the
 // wgmma did not wait when issued (nor at wgmma_wait(1)); with CodegenOptions::async_wgmma off it
 // does, and the product is a b. With the ACC shared by two threads
-// (a 2-D ACC in a two-thread CTA), another thread's matrix (acc.at(0)) or an f16 ACC, the ACC
-// stays in memory.
+// (a 2-D ACC in a two-thread CTA), one matrix for every thread (acc.at(wg * 0)) or an f16 ACC, the
+// ACC stays in memory; acc.at(wg + 1) is in registers.
 TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
   auto make = [](const std::string& how) {
     return plgpu::kernel(
@@ -1412,8 +1412,9 @@ TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
   expect_product_of(a, b, plgpu::run_host_emulation(*tc, sync, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0));
 
   // Kept in memory: each way still the product (interpreter and host emulation).
-  enum Way { kShared2d, kOtherThreadsMatrix, kF16 };
-  for (Way way : {kShared2d, kOtherThreadsMatrix, kF16}) {
+  // (kShifted, acc.at(wg + 1): another matrix for every thread, in registers too.)
+  enum Way { kShared2d, kOneMatrixForAll, kF16, kShifted };
+  for (Way way : {kShared2d, kOneMatrixForAll, kF16, kShifted}) {
     SCOPED_TRACE(static_cast<int>(way));
     auto kernel = [way](const std::string& how) {
       return plgpu::kernel(
@@ -1423,7 +1424,7 @@ TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
               plgpu::copy_gmem_to_smem(a, a_s, bar.at(0));
               plgpu::copy_gmem_to_smem(b, b_s, bar.at(0));
               plgpu::barrier_wait(bar.at(0));
-              pl::Ref mine = way == kShared2d ? acc : acc.at(way == kOtherThreadsMatrix ? wg + 1 : wg);
+              pl::Ref mine = way == kShared2d ? acc : acc.at(way == kOneMatrixForAll ? wg * 0 : way == kShifted ? wg + 1 : wg);
               mine[pl::all] = pl::zeros({64, 16}, way == kF16 ? pl::f16 : pl::f32);
               plgpu::wgmma(mine, a_s, b_s);
               plgpu::wgmma_wait(0);
@@ -1439,7 +1440,7 @@ TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
     std::vector<pl::Array> want = kernel("interpret")(x, y);
     std::shared_ptr<const pl::TracedCall> t = kernel("gpu_emulate").trace({x.shape_dtype(), y.shape_dtype()});
     const plgpu::GeneratedKernel g = plgpu::generate_cuda(*t, t->grid_mapping.grid);
-    EXPECT_TRUE(g.accumulators_in_registers.empty());
+    EXPECT_EQ(g.accumulators_in_registers.empty(), way != kShifted);
     if (way != kF16) expect_product_of(x, y, want.at(0));
     const pl::Array got = plgpu::run_host_emulation(*t, g, {x, y}, t->grid_mapping.grid, 2 * 128, nullptr).at(0);
     for (int64_t i = 0; i < got.size(); ++i) EXPECT_EQ(got.get_flat(i), want.at(0).get_flat(i)) << i;
