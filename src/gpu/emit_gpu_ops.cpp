@@ -199,11 +199,9 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
           const ir::IndexEntry& r = e[rows];
           const bool start_ok = r.dynamic >= 0 ? multiple_of_8(op.operands.at(static_cast<size_t>(r.dynamic)))
                                                : r.start % 8 == 0;
-          keeps = r.is_slice && r.stride == 1 && start_ok &&
-                  (!panels || (r.dynamic < 0 && r.start == 0 && r.size == shape[rows]));
+          keeps = r.is_slice && r.stride == 1 && start_ok && (!panels || whole_dim(r, shape[rows]));
         }
-        if (e.size() > row) keeps = keeps && e[row].is_slice && e[row].start == 0 && e[row].size == shape[row] &&
-                                    e[row].stride == 1 && e[row].dynamic < 0;
+        if (e.size() > row) keeps = keeps && whole_dim(e[row], shape[row]);
         if (keeps)
           root_of[op.results[0]] = root_of[base];
         else
@@ -271,8 +269,7 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
         const Shape& shape = shape_of(op.operands[0]);
         bool own = !e.empty() && !e[0].is_slice && e[0].dynamic >= 0 &&
                    thread_index(op.operands.at(static_cast<size_t>(e[0].dynamic)), true);
-        for (size_t d = 1; d < e.size() && own; ++d)
-          own = e[d].is_slice && e[d].dynamic < 0 && e[d].start == 0 && e[d].stride == 1 && e[d].size == shape[d];
+        for (size_t d = 1; d < e.size() && own; ++d) own = whole_dim(e[d], shape[d]);
         if (own)
           matrix_of[op.results[0]] = op.operands[0];
         else

@@ -84,6 +84,16 @@ std::string literal(const Scalar& s, DType t) {
   }
 }
 
+bool whole_dim(const ir::IndexEntry& e, int64_t size) {
+  return e.is_slice && e.dynamic < 0 && e.start == 0 && e.stride == 1 && e.size == size;
+}
+
+bool whole_view(const ir::Indexer& idx, const Shape& shape) {
+  for (size_t d = 0; d < idx.entries.size(); ++d)
+    if (!whole_dim(idx.entries[d], shape.at(d))) return false;
+  return true;
+}
+
 std::vector<int64_t> contiguous_strides(const Shape& s) {
   std::vector<int64_t> st(s.size());
   int64_t acc = 1;
@@ -518,11 +528,8 @@ void Emitter::plan_fusion(const ir::Region& r) {
     return it != acc_views.end() ? it->second : kernel_acc(v);
   };
   auto whole = [&](const ir::Op& op) {
-    const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
-    const Shape& shape = type(op.operands[0]).shape;
-    for (size_t d = 0; d < e.size(); ++d)
-      if (!e[d].is_slice || e[d].dynamic >= 0 || e[d].start != 0 || e[d].stride != 1 || e[d].size != shape[d]) return false;
-    return op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
+    return whole_view(op.attrs.get_indexer(ir::AttrKey::Index), type(op.operands[0]).shape) &&
+           op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
   };
   for (size_t l = 0; l < r.ops.size(); ++l) {
     const ir::Op& load = r.ops[l];
@@ -740,12 +747,7 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
     // Every access to a ring slot starts with a view of it; only a view of the whole block may
     // be read in a canonical layout (slot_layout), so a part of it keeps the slot row-major.
     ++slot_uses_[base.slot_input].views;
-    bool whole = true;
-    for (size_t d = 0; d < idx.entries.size(); ++d) {
-      const ir::IndexEntry& e = idx.entries[d];
-      whole = whole && e.is_slice && e.dynamic < 0 && e.start == 0 && e.stride == 1 && e.size == base.shape[d];
-    }
-    if (whole) out.slot_input = base.slot_input;
+    if (whole_view(idx, base.shape)) out.slot_input = base.slot_input;
   }
   if (offset.empty()) {
     out.ptr = base.ptr;
@@ -805,11 +807,8 @@ void Emitter::emit_ref_op(const ir::Op& op) {
   const ir::Indexer& idx = op.attrs.get_indexer(ir::AttrKey::Index);
   const KernelAccumulator* kacc = kernel_acc(op.operands[0]);
   const bool ring_acc = acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref;
-  bool whole = op.code == OpCode::Store && (ring_acc || kacc) && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
-  for (size_t d = 0; whole && d < idx.entries.size(); ++d) {
-    const ir::IndexEntry& e = idx.entries[d];
-    whole = e.is_slice && e.dynamic < 0 && e.start == 0 && e.stride == 1 && e.size == type(op.operands[0]).shape[d];
-  }
+  const bool whole = op.code == OpCode::Store && (ring_acc || kacc) &&
+                     op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0 && whole_view(idx, type(op.operands[0]).shape);
   if (whole && op.operands.size() == 2 && is_uniform(op.operands[1])) {
     const std::string var = kacc ? kacc->var : "pl_acc";
     const int64_t m = kacc ? kacc->m : acc_regs_.m, n = kacc ? kacc->n : acc_regs_.n;

@@ -34,6 +34,10 @@ std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_
 std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides,
                       const std::string& flat);
 std::vector<int64_t> contiguous_strides(const Shape& s);
+// Whether an index entry takes all of a dim of `size` (the static slice 0:size:1).
+bool whole_dim(const ir::IndexEntry& e, int64_t size);
+// Whether every entry of `idx` takes all of its dim of `shape` (a view, load or store of all of it).
+bool whole_view(const ir::Indexer& idx, const Shape& shape);
 // The TMA tensor map of boxes `box` (elements per dim, in the array's dim order) of operand
 // `operand`'s row-major array, or nullopt past TMA's limits: rank 1 to 5, 1 to 256 elements a box
 // dim, 2^32 a dim, rows of the box and of the array whole 16-byte chunks (the map's strides).

@@ -1132,6 +1132,18 @@ TEST(GpuKernel, WgmmaStagesAMisalignedView) {
   expect_product_of(a_view, b, out);
 }
 
+// Thread 0 (wg) copies every K-step of a (its k_step columns) and b (its rows) into slot k of
+// a_s and b_s, the two copies of a step completing on full[k].
+void copy_steps_into_slots(const pl::Value& wg, const pl::Ref& a, const pl::Ref& b, const pl::Ref& a_s, const pl::Ref& b_s,
+                           const pl::Ref& full, int64_t steps, int64_t k_step) {
+  pl::when(wg == 0, [&] {
+    for (int64_t k = 0; k < steps; ++k) {
+      plgpu::copy_gmem_to_smem(a.at(pl::all, pl::ds(k * k_step, k_step)), a_s.at(k), full.at(k));
+      plgpu::copy_gmem_to_smem(b.at(pl::ds(k * k_step, k_step), pl::all), b_s.at(k), full.at(k));
+    }
+  });
+}
+
 // SMEM tiles whose rows are 128, 64 or 32 bytes, that only copies from GMEM write and only wgmma
 // reads, are kept swizzled by their rows' bytes (swizzled_smem_tiles): a's 128 x kStep slots
 // K-major, b's kStep x N slots MN-major, each consumer warpgroup reading its 64 rows of a (a view
@@ -1145,12 +1157,7 @@ pl::PallasCall swizzled_tiles_matmul(int64_t k_step, int64_t n, bool b_also_load
   return plgpu::kernel(
       [=](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref b_row, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref full) {
         pl::Value wg = plgpu::axis_index("wg");
-        pl::when(wg == 0, [&] {
-          for (int64_t k = 0; k < steps; ++k) {
-            plgpu::copy_gmem_to_smem(a.at(pl::all, pl::ds(k * k_step, k_step)), a_s.at(k), full.at(k));
-            plgpu::copy_gmem_to_smem(b.at(pl::ds(k * k_step, k_step), pl::all), b_s.at(k), full.at(k));
-          }
-        });
+        copy_steps_into_slots(wg, a, b, a_s, b_s, full, steps, k_step);
         pl::Ref my_acc = acc.at(wg);
         my_acc[pl::all] = pl::zeros({M / 2, n}, pl::f32);
         for (int64_t k = 0; k < steps; ++k) {
@@ -1279,12 +1286,7 @@ pl::PallasCall register_acc_matmul(const std::string& how) {
   return plgpu::kernel(
       [=](pl::Ref a, pl::Ref b, pl::Ref out1, pl::Ref out2, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref full) {
         pl::Value wg = plgpu::axis_index("wg");
-        pl::when(wg == 0, [&] {
-          for (int64_t k = 0; k < steps; ++k) {
-            plgpu::copy_gmem_to_smem(a.at(pl::all, pl::ds(k * kStep, kStep)), a_s.at(k), full.at(k));
-            plgpu::copy_gmem_to_smem(b.at(pl::ds(k * kStep, kStep), pl::all), b_s.at(k), full.at(k));
-          }
-        });
+        copy_steps_into_slots(wg, a, b, a_s, b_s, full, steps, kStep);
         pl::Ref my_acc = acc.at(wg);
         my_acc[pl::all] = pl::zeros({M / 2, N}, pl::f32);
         pl::fori_loop(0, static_cast<int>(steps), [&](pl::Value k) {
