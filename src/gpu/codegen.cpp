@@ -1107,6 +1107,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << indent << "  if (s < " << D << " - 1) continue;\n"
         << indent << "  " << ga << " = s - (" << D << " - 1);\n"
         << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
+        << (out.tensor_core_slots.empty() ? "" : indent + "  pl_fence_proxy_async();  // (for the in-place wgmma)\n")
         << ring_wait
         << indent << "  pl_cta_sync();\n"
         << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << S << ")" << acc_arg

@@ -1741,10 +1741,9 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
   const int t = pl_tid() & 127, step = staged ? PL_WG_KC : K;
   pl_u8* stage_a = pl_wgmma_staging + (pl_cta_tid() >> 7) * PL_WG_STAGE_BYTES;
   pl_u8* stage_b = stage_a + 64 * PL_WG_KC * 2;
-  if (!staged) {  // the slots' bytes, written by cp.async and seen after the ring's barrier
-    pl_fence_proxy_async();
-    pl_sync();
-  }
+  // (An operand in place was written by TMA, or by threads that fenced their writes for the
+  // async proxy before the barrier this group has passed since: the ring's step, a copy's
+  // arrival. So its wgmma needs no fence here, and the group no sync.)
   for (int k0 = 0; k0 < K; k0 += step) {
     const int kc = K - k0 < step ? K - k0 : step;
     if (staged) {
@@ -1848,6 +1847,8 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
   }
   f.dirty = 1;
 }
+#else
+PL_DEV void pl_fence_proxy_async() {}  // (nothing reads shared memory through the async proxy)
 #endif
 // The same product on CUDA cores with operands in any layout of pl_slot_elem (0: row-major with
 // row stride lda / ldb): what runs when an operand is in a canonical layout and wgmma cannot

@@ -317,6 +317,9 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // element by element to the swizzled positions; bulk rows cannot permute their chunks.
       const std::string& swizzled = dst.swizzled;
       const std::optional<BulkRows> bulk = swizzled.empty() ? bulk_rows(src, dst) : std::nullopt;
+      // A swizzled tile is read in place by wgmma (the async proxy), which does not fence for
+      // it: each thread that copied elements into one fences its writes before the group syncs
+      // and the copy completes (CUTLASS's order: writers fence, then the barrier).
       auto copy_elements = [&] {  // the group's threads copy the elements
         open_thread_loop(num_elements(src.shape));
         std::string at = offset_of(dst.shape, dst.strides, "e");
@@ -408,6 +411,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         auto elements_branch = [&] {
           ++indent_;
           copy_elements();
+          if (!swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads the tile in place)
           line("pl_sync();");
           line("if (pl_tid() == 0) " + done + ";");
           --indent_;
@@ -433,6 +437,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       copy_elements();
       after_mem_read();
       after_mem_write();
+      if (!swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads the tile in place)
       if (!to_gmem) barrier();
       line("if (pl_tid() == 0) " + done + ";");
       return;

@@ -789,6 +789,9 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     ASSERT_EQ(k.tensor_maps.size(), 2u);
     const bool canonical = in == DType::BF16;
     EXPECT_EQ(k.tensor_core_slots, canonical ? (std::vector<int>{0, 1}) : std::vector<int>{});
+    // wgmma reads the slots in place with no fence of its own: every thread fences its copies
+    // (cp.async, elements) for the async proxy once per step, before the step's barrier.
+    EXPECT_EQ(count_of(k.source, "pl_cp_async_wait<2 - 1>();\n    pl_fence_proxy_async();"), canonical ? 1 : 0);
     EXPECT_EQ(k.tensor_maps[0], spec(0, static_cast<int>(e), {64, 128}, {64 * e}, {canonical ? 8u : 16u, 64}));
     EXPECT_EQ(k.tensor_maps[1], spec(1, static_cast<int>(e), {64, 64}, {64 * e}, {canonical ? 8u : 32u, 16}));
     EXPECT_CONTAINS(k.source, "const __grid_constant__ PlParams p");

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <regex>
 #include <tuple>
 
 #include "core/call.h"
@@ -1229,6 +1230,15 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
     // Without tensor maps the copies write the swizzled positions element by element.
     const plgpu::GeneratedKernel no_maps = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.tma = false});
     EXPECT_CONTAINS(no_maps.source, "[pl_smem_elem<PL_SMEM_SWIZZLED_0, pl_bf16>(");
+    // wgmma reads them in place with no fence of its own: the threads that wrote the elements of
+    // a swizzled tile (a line `tile[pl_smem_elem<...>(e)] = ...` per copy) fence them for the
+    // async proxy before the group's sync and the copy's arrival.
+    const std::string unindented = std::regex_replace(no_maps.source, std::regex("\n +"), "\n");
+    const std::regex element_copy("\n[^\n=]*\\[pl_smem_elem<PL_SMEM_SWIZZLED_[^\n]*\\(e\\)\\] = ");
+    const auto copies = std::distance(std::sregex_iterator(unindented.begin(), unindented.end(), element_copy),
+                                      std::sregex_iterator());
+    EXPECT_GT(copies, 0);
+    EXPECT_EQ(count_of(unindented, "pl_fence_proxy_async();\npl_sync();\nif (pl_tid() == 0) pl_mbar_arrive("), copies);
     plgpu::HostEmulationStats element_stats;
     run(no_maps, &element_stats);
     EXPECT_EQ(element_stats.tma_boxes, 0);
