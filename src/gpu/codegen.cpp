@@ -298,6 +298,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   out.profile_dir = opts.profile_dir;
   const bool gpu_kernel = call.gpu_kernel.has_value();
   const int thread_axis = gpu_kernel && call.gpu_kernel->has_thread_axis ? static_cast<int>(grid.size()) - 1 : -1;
+  const std::string thread_axis_name = thread_axis >= 0 && static_cast<size_t>(thread_axis) < gm.grid_names.size()
+                                           ? gm.grid_names[static_cast<size_t>(thread_axis)]
+                                           : "";
   if (gpu_kernel) {
     // Every mesh axis is a parallel CTA axis, so each CTA has its own scratch and barriers, as in
     // the interpreter (split_axes would take the whole-array blocks for accumulating ones) — but
@@ -416,8 +419,6 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       if (t.space == MemorySpace::GpuAcc && t.dtype == DType::F32 && gm.scratch_unions[s].union_index < 0)
         candidates.insert(k.body.args[first_scratch + s]);
     }
-    const std::string thread_axis_name =
-        thread_axis >= 0 && static_cast<size_t>(thread_axis) < gm.grid_names.size() ? gm.grid_names[static_cast<size_t>(thread_axis)] : "";
     register_accs = detail::register_accumulators(k, candidates, thread_axis_name, out.num_groups);
   }
   auto in_registers = [&](size_t s) { return register_accs.count(k.body.args[first_scratch + s]) > 0; };
@@ -699,6 +700,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.bulk_stores = &out.bulk_stores;
   if (opts.tma) ctx.tensor_maps = &out.tensor_maps;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
+  if (gpu_kernel) {
+    ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups, out.threads_per_cta);
+    out.reallocates_registers = ctx.registers.emit;
+  }
   Emitter em(k, ctx, 1);
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
   const size_t num_index = static_cast<size_t>(gm.num_index_operands);
@@ -1168,7 +1173,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (out.arena_in_shared) src << "extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];\n";
   // (__grid_constant__: the parameters stay where the launch put them, so the TMA unit can read
   // the tensor maps there.)
-  src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << ") " << out.entry
+  // (With a minimum of one CTA per SM ptxas knows the registers a thread has at the entry, which
+  // setmaxnreg needs: it ignores it otherwise, its note C7508.)
+  src << "extern \"C\" __global__ void __launch_bounds__(" << out.threads_per_cta << (out.reallocates_registers ? ", 1" : "")
+      << ") " << out.entry
       << "(const __grid_constant__ PlParams p) {\n";
   // The runtime takes the block size as the constant PL_CTA_THREADS; a hand launch with another
   // (of this source compiled by nvcc) stops here instead of computing garbage.

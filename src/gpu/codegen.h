@@ -155,6 +155,9 @@ struct GeneratedKernel {
   // Whether sm_90a runs tensor-core dots on wgmma (PL_HAS_WGMMA): they exist, the CTA is whole
   // warpgroups, and the staging they need fits beside the arena; else sm_90a runs mma.sync too.
   bool uses_wgmma = false;
+  // The gpu::kernel's set_max_registers are setmaxnreg (register_reallocation in emitter.h), and
+  // the kernel is declared with __launch_bounds__(threads_per_cta, 1).
+  bool reallocates_registers = false;
   // Shared memory for wgmma's operand staging (0: none needed or no wgmma). It follows the arena
   // in the dynamic shared memory of launches on sm_90 devices only.
   int64_t wgmma_staging_bytes = 0;

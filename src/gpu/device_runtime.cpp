@@ -64,7 +64,7 @@ const char* runtime_template() {
 #define __global__
 #define __device__
 #define __forceinline__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__
 #endif
 
@@ -1850,6 +1850,17 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
 #else
 PL_DEV void pl_fence_proxy_async() {}  // (nothing reads shared memory through the async proxy)
 #endif
+// gpu::set_max_registers: this warpgroup's registers per thread become N (setmaxnreg, sm_90a;
+// every thread of the warpgroup executes it). The kernel is launched with __launch_bounds__(T, 1)
+// so that ptxas knows the count at the entry; the code generator checks that the requests fit.
+template <int N, bool INCREASE> PL_DEV void pl_setmaxnreg() {
+#if PL_HAS_WGMMA && !PL_HOST_EMULATION
+  if constexpr (INCREASE)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
 // The same product on CUDA cores with operands in any layout of pl_slot_elem (0: row-major with
 // row stride lda / ldb): what runs when an operand is in a canonical layout and wgmma cannot
 // (host emulation with threads that are not whole warpgroups). Each product is summed in f32

@@ -25,8 +25,10 @@
 //    instruction on sm_90a, each warpgroup staging its operands in wgmma's shared-memory layout;
 //    mma.sync on sm_80); otherwise the group's threads sum the products in f32 (the
 //    interpreter's order: the sum of the products, then added to the accumulator).
-//  * commit_smem syncs the group; wgmma_wait has nothing left to wait for; set_max_registers is
-//    a hint that is not emitted (setmaxnreg.inc waits for registers the kernel may not have).
+//  * commit_smem syncs the group; wgmma_wait waits for the products left running into an ACC in
+//    registers. set_max_registers is setmaxnreg where register_reallocation finds every
+//    warpgroup's request and room for them all (setmaxnreg.inc waits until the CTA has the
+//    registers: forever where it never will), else a hint that is not emitted.
 //  * semaphore_signal / semaphore_wait / semaphore_read (gpu::Semaphore, counters in the launch's
 //    workspace): the group syncs, so its writes come before the signal; one thread signals (a
 //    release at GPU scope) or waits (acquiring loads, then a compare-and-swap that takes the
@@ -305,6 +307,112 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
   return out;
 }
 
+RegisterReallocation register_reallocation(const ir::Kernel& k, const std::string& thread_axis, int num_groups,
+                                           int threads_per_cta) {
+  RegisterReallocation out;
+  // The most registers per thread ptxas can give a kernel launched with __launch_bounds__(T, 1):
+  // the 64 Ki of an SM's register file over T threads, in steps of 8 (a warp's registers are
+  // allocated 256 at a time), at most setmaxnreg's 256.
+  out.entry = std::min(256, 65536 / std::max(1, threads_per_cta) / 8 * 8);
+  std::map<ValueId, const ir::Op*> producer;
+  std::vector<const ir::Op*> requests_anywhere;
+  std::function<void(const ir::Region&)> collect = [&](const ir::Region& region) {
+    for (const ir::Op& op : region.ops) {
+      for (ValueId r : op.results) producer[r] = &op;
+      if (op.code == OpCode::GpuSetMaxRegisters) requests_anywhere.push_back(&op);
+      for (const ir::Region& sub : op.regions) collect(sub);
+    }
+  };
+  collect(k.body);
+  if (requests_anywhere.empty()) return out;
+  std::function<bool(const ir::Region&)> has_request = [&](const ir::Region& region) {
+    for (const ir::Op& op : region.ops) {
+      if (op.code == OpCode::GpuSetMaxRegisters) return true;
+      for (const ir::Region& sub : op.regions)
+        if (has_request(sub)) return true;
+    }
+    return false;
+  };
+  // A scalar's value in warpgroup w, where it follows from the thread index and constants.
+  std::function<std::optional<int64_t>(ValueId, int)> value = [&](ValueId v, int w) -> std::optional<int64_t> {
+    const auto it = producer.find(v);
+    const ir::Type& t = k.type(v);
+    if (it == producer.end() || !t.shape.empty() || !(is_integer(t.dtype) || t.dtype == DType::Bool)) return std::nullopt;
+    const ir::Op& op = *it->second;
+    if (op.code == OpCode::Constant) return op.attrs.get_scalar(ir::AttrKey::Value).as_int64();
+    if (op.code == OpCode::AxisIndex)
+      return op.attrs.get_string(ir::AttrKey::AxisNames) == thread_axis ? std::optional<int64_t>(w) : std::nullopt;
+    if (op.code == OpCode::Convert || op.code == OpCode::Not) {
+      const std::optional<int64_t> a = value(op.operands[0], w);
+      if (!a || op.code == OpCode::Convert) return a;
+      return k.type(v).dtype == DType::Bool ? int64_t{*a == 0} : ~*a;
+    }
+    if (op.operands.size() != 2) return std::nullopt;
+    const std::optional<int64_t> a = value(op.operands[0], w), b = value(op.operands[1], w);
+    if (!a || !b) return std::nullopt;
+    switch (op.code) {
+      case OpCode::Add: return *a + *b;
+      case OpCode::Sub: return *a - *b;
+      case OpCode::Mul: return *a * *b;
+      case OpCode::Div: return *b != 0 ? std::optional<int64_t>(*a / *b) : std::nullopt;  // (integers: toward zero)
+      case OpCode::Rem: return *b != 0 ? std::optional<int64_t>(*a % *b) : std::nullopt;
+      case OpCode::Eq: return int64_t{*a == *b};
+      case OpCode::Ne: return int64_t{*a != *b};
+      case OpCode::Lt: return int64_t{*a < *b};
+      case OpCode::Le: return int64_t{*a <= *b};
+      case OpCode::Gt: return int64_t{*a > *b};
+      case OpCode::Ge: return int64_t{*a >= *b};
+      case OpCode::And: return *a & *b;
+      case OpCode::Or: return *a | *b;
+      default: return std::nullopt;
+    }
+  };
+  // The requests warpgroup w makes, following the branches it takes.
+  std::vector<const ir::Op*> requests;
+  std::function<bool(const ir::Region&, int)> follow = [&](const ir::Region& region, int w) {
+    for (const ir::Op& op : region.ops) {
+      if (op.code == OpCode::GpuSetMaxRegisters) {
+        requests.push_back(&op);
+        continue;
+      }
+      if (op.regions.empty() || !std::any_of(op.regions.begin(), op.regions.end(), has_request)) continue;
+      if (op.code != OpCode::Cond) {
+        out.not_emitted = "a set_max_registers inside a " + std::string(op.info().name) + " (" + op.loc.to_string() + ")";
+        return false;
+      }
+      const std::optional<int64_t> taken = value(op.operands[0], w);
+      if (!taken) {
+        out.not_emitted = "a set_max_registers under a condition (" + op.loc.to_string() + ") that does not follow from the thread index";
+        return false;
+      }
+      if (!follow(op.regions[*taken ? 0 : 1], w)) return false;
+    }
+    return true;
+  };
+  const int groups = std::max(1, num_groups);
+  int64_t total = 0;
+  for (int w = 0; w < groups; ++w) {
+    requests.clear();
+    if (!follow(k.body, w)) return out;
+    if (requests.size() > 1) {
+      out.not_emitted = "warpgroup " + std::to_string(w) + " sets its registers more than once";
+      return out;
+    }
+    // (ptxas makes a thread's count at the entry the largest request, or its code's need, up to
+    // `entry`: only a request above `entry` can find the CTA's registers short.)
+    const int64_t held = requests.empty() ? out.entry : requests[0]->attrs.get_int(ir::AttrKey::N);
+    total += held * 128;
+  }
+  if (total > static_cast<int64_t>(out.entry) * threads_per_cta)
+    throw Error("set_max_registers: the warpgroups would hold " + std::to_string(total) + " registers in all, more than the " +
+                    std::to_string(static_cast<int64_t>(out.entry) * threads_per_cta) + " of the CTA (" +
+                    std::to_string(threads_per_cta) + " threads x " + std::to_string(out.entry) +
+                    "): on a GPU a setmaxnreg.inc would wait forever; lower the increases or raise the decreases",
+                requests_anywhere.front()->loc);
+  out.emit = true;
+  return out;
+}
+
 void Emitter::emit_gpu_op(const ir::Op& op) {
   auto barrier_index = [&](const RefInfo& b) { return "(" + b.ptr + " - " + ctx_.barriers + ")"; };
   switch (op.code) {
@@ -500,10 +608,15 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       if (vars.empty()) line("// complete: the group's products are done when issued");
       return;
     }
-    case OpCode::GpuSetMaxRegisters:
-      line("// setmaxnreg." + std::string(op.attrs.get_string(ir::AttrKey::Kind) == "increase" ? "inc" : "dec") + " " +
-           std::to_string(op.attrs.get_int(ir::AttrKey::N)) + ": a hint, not emitted");
+    case OpCode::GpuSetMaxRegisters: {
+      const bool increase = op.attrs.get_string(ir::AttrKey::Kind) == "increase";
+      const std::string n = std::to_string(op.attrs.get_int(ir::AttrKey::N));
+      if (ctx_.registers.emit)
+        line("pl_setmaxnreg<" + n + ", " + (increase ? "true" : "false") + ">();");
+      else
+        line("// setmaxnreg." + std::string(increase ? "inc " : "dec ") + n + ": a hint, not emitted: " + ctx_.registers.not_emitted);
       return;
+    }
     case OpCode::GpuWgmma: {
       const RefInfo& acc = ref_operand(*this, op, 0);
       const RefInfo& a = ref_operand(*this, op, 1);

@@ -1477,6 +1477,68 @@ TEST(GpuKernel, PrimitivesCompileWithNvrtcForHopperAndAmpere) {
   }
 }
 
+// set_max_registers becomes setmaxnreg where every warpgroup's request follows from its thread
+// index and they all fit: 3 warpgroups start with 168 registers a thread (65536 / 384, in steps
+// of 8); the producer's 40 and the consumers' 232 are 40 + 2 x 232 = 3 x 168. The kernel is then
+// declared with a minimum of one CTA per SM (ptxas ignores setmaxnreg without it: C7508), and
+// its sm_90a SASS has the two USETMAXREG. Requests that cannot fit (on a GPU an increase would
+// wait forever) are an error at the user's line; requests the code generator cannot follow stay
+// hints.
+TEST(GpuKernel, SetMaxRegistersBecomesSetmaxnregWhereTheRequestsFit) {
+  std::shared_ptr<const pl::TracedCall> tc = warp_specialized_matmul("mosaic_gpu").trace(
+      {pl::ShapeDtype({64, 96}, pl::bf16), pl::ShapeDtype({96, 32}, pl::bf16)});
+  const pl::gpu::GeneratedKernel k = pl::gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_TRUE(k.reallocates_registers);
+  EXPECT_CONTAINS(k.source, "pl_setmaxnreg<40, false>();");
+  EXPECT_CONTAINS(k.source, "pl_setmaxnreg<232, true>();");
+  EXPECT_CONTAINS(k.source, "__launch_bounds__(384, 1)");
+  // Three warpgroups: wg 2 lowers to `low`, the others raise to `high` (`where`: a condition on
+  // something else than the thread index; `loop`: the request inside a loop).
+  auto count_of = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  int low_line = 0;  // (where the first request is)
+  auto generated = [&low_line](int low, int high, bool where = false, bool loop = false) {
+    pl::PallasCall call = plgpu::kernel(
+        [=, &low_line](pl::Ref x, pl::Ref out) {
+          pl::Value wg = plgpu::axis_index("wg");
+          low_line = __LINE__ + 1;
+          pl::when(wg == 2, [&] { plgpu::set_max_registers(low, /*increase=*/false); });
+          auto raise = [&] { plgpu::set_max_registers(high, /*increase=*/true); };
+          if (where)
+            pl::when(x[0] > 0, raise);
+          else if (loop)
+            pl::fori_loop(0, 1, [&](pl::Value) { pl::when(wg != 2, raise); });
+          else
+            pl::when(1 - (wg / 2) == 1, raise);
+          out[wg] = x[wg];
+        },
+        {pl::ShapeDtype({3}, pl::f32)}, plgpu::Mesh{.num_threads = 3, .thread_name = "wg"}, {});
+    std::shared_ptr<const pl::TracedCall> t = call.trace({pl::ShapeDtype({3}, pl::f32)});
+    return pl::gpu::generate_cuda(*t, t->grid_mapping.grid);
+  };
+  EXPECT_TRUE(generated(24, 240).reallocates_registers);  // 24 + 2 x 240 = 504 = 3 x 168
+  std::string e = error_of([&] { generated(40, 240); });    // 40 + 480 > 504
+  EXPECT_CONTAINS(e, "would hold 66560 registers in all, more than the 64512 of the CTA (384 threads x 168)");
+  EXPECT_CONTAINS(e, "wait forever");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(low_line));
+  EXPECT_TRUE(generated(40, 160).reallocates_registers);  // (ptxas starts them all with 160)
+  for (bool where : {true, false}) {
+    const pl::gpu::GeneratedKernel hint = generated(40, 232, where, !where);
+    EXPECT_FALSE(hint.reallocates_registers);
+    EXPECT_EQ(count_of(hint.source, "pl_setmaxnreg<"), 0);
+    EXPECT_EQ(count_of(hint.source, "__launch_bounds__(384)"), 1);
+    EXPECT_CONTAINS(hint.source, where ? "a hint, not emitted: a set_max_registers under a condition (gpu_kernel_test.cpp:"
+                                       : "a hint, not emitted: a set_max_registers inside a for (gpu_kernel_test.cpp:");
+  }
+  if (pl::gpu::Nvrtc::unavailable_reason().empty() && !test_util::find_cuobjdump().empty()) {
+    const std::string sass = test_util::sass_of(k.source, "sm_90a");
+    EXPECT_EQ(count_of(sass, "USETMAXREG"), 2) << sass.substr(0, 2000);
+  }
+}
+
 // Compiled clusters: the grid, cluster and thread axes of every CTA (the cluster axes decoded from
 // the CTA's rank in its cluster), over more points than the emulated cluster has CTAs at once.
 TEST(GpuKernel, CompiledAxisIndicesOfClusterAxes) {
