@@ -52,6 +52,15 @@ std::string negative_semaphore_amount(std::string_view op_name, int64_t amount) 
          " must be >= 0, got " + std::to_string(amount);
 }
 
+int64_t setmaxnreg_entry(int64_t threads) { return std::min<int64_t>(256, 65536 / std::max<int64_t>(1, threads) / 8 * 8); }
+
+std::string setmaxnreg_overflow(int64_t total, int64_t threads) {
+  const int64_t entry = setmaxnreg_entry(threads);
+  return "set_max_registers: the warpgroups would hold " + std::to_string(total) + " registers in all, more than the " +
+         std::to_string(entry * threads) + " of the CTA (" + std::to_string(threads) + " threads x " +
+         std::to_string(entry) + "): on a GPU a setmaxnreg.inc would wait forever; lower the increases or raise the decreases";
+}
+
 RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic) {
   PALLAS_INTERNAL_CHECK(index.entries.size() == r.shape.size(), "indexer rank mismatch");
   RefValue out;

@@ -42,6 +42,7 @@
 #include <optional>
 #include <set>
 
+#include "eval/interpreter.h"
 #include "gpu/emitter.h"
 #include "pallas/error.h"
 
@@ -313,7 +314,7 @@ RegisterReallocation register_reallocation(const ir::Kernel& k, const std::strin
   // The most registers per thread ptxas can give a kernel launched with __launch_bounds__(T, 1):
   // the 64 Ki of an SM's register file over T threads, in steps of 8 (a warp's registers are
   // allocated 256 at a time), at most setmaxnreg's 256.
-  out.entry = std::min(256, 65536 / std::max(1, threads_per_cta) / 8 * 8);
+  out.entry = static_cast<int>(eval::setmaxnreg_entry(threads_per_cta));
   std::map<ValueId, const ir::Op*> producer;
   std::vector<const ir::Op*> requests_anywhere;
   std::function<void(const ir::Region&)> collect = [&](const ir::Region& region) {
@@ -391,6 +392,7 @@ RegisterReallocation register_reallocation(const ir::Kernel& k, const std::strin
   };
   const int groups = std::max(1, num_groups);
   int64_t total = 0;
+  const ir::Op* first_increase = nullptr;  // (the warpgroup an error names: the first to ask for more)
   for (int w = 0; w < groups; ++w) {
     requests.clear();
     if (!follow(k.body, w)) return out;
@@ -401,14 +403,11 @@ RegisterReallocation register_reallocation(const ir::Kernel& k, const std::strin
     // (ptxas makes a thread's count at the entry the largest request, or its code's need, up to
     // `entry`: only a request above `entry` can find the CTA's registers short.)
     const int64_t held = requests.empty() ? out.entry : requests[0]->attrs.get_int(ir::AttrKey::N);
+    if (held > out.entry && !first_increase) first_increase = requests[0];
     total += held * 128;
   }
   if (total > static_cast<int64_t>(out.entry) * threads_per_cta)
-    throw Error("set_max_registers: the warpgroups would hold " + std::to_string(total) + " registers in all, more than the " +
-                    std::to_string(static_cast<int64_t>(out.entry) * threads_per_cta) + " of the CTA (" +
-                    std::to_string(threads_per_cta) + " threads x " + std::to_string(out.entry) +
-                    "): on a GPU a setmaxnreg.inc would wait forever; lower the increases or raise the decreases",
-                requests_anywhere.front()->loc);
+    throw Error(eval::setmaxnreg_overflow(total, threads_per_cta), first_increase->loc);
   out.emit = true;
   return out;
 }

@@ -290,6 +290,8 @@ struct Wave {
   int next_actor = 0;  // threads are actors 0 .. n-1; each copy and wgmma gets the next one
   int32_t index = 0;                          // of the wave in the run
   CrossWaveAccesses* cross_wave = nullptr;    // when the run has several waves
+  // Each thread's last gpu::set_max_registers (registers per thread, where), by thread index.
+  std::map<int, std::pair<int64_t, SourceLoc>> register_requests;
 };
 
 class GpuThreadInterpreter : public eval::Interpreter {
@@ -390,8 +392,11 @@ class GpuThreadInterpreter : public eval::Interpreter {
         set(op.results[0], eval::constant(Scalar::of_int(*count, DType::I32), {}));
         return true;
       }
-      case OpCode::GpuCommitSmem: case OpCode::GpuSetMaxRegisters:
-        return true;  // the thread's own stores are in program order here; registers are not modelled
+      case OpCode::GpuCommitSmem:
+        return true;  // the thread's own stores are in program order here
+      case OpCode::GpuSetMaxRegisters:  // (checked when the wave is done: setmaxnreg_overflow)
+        wave_->register_requests[index_] = {op.attrs.get_int(ir::AttrKey::N), op.loc};
+        return true;
       default:
         return false;
     }
@@ -802,6 +807,22 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
       for (std::thread& th : threads) th.join();
     }
     turns.rethrow_error();
+    // Each Pallas thread is a warpgroup: the registers its CTA's warpgroups end up asking for
+    // must fit in what the CTA holds, or on a GPU an increase waits forever (the error names the
+    // first warpgroup's increase past the entry).
+    if (!wave.register_requests.empty()) {
+      const int64_t cta_threads = num_threads * 128, entry = eval::setmaxnreg_entry(cta_threads);
+      for (size_t c = 0; c < wave_ctas; ++c) {
+        int64_t total = 0;
+        const SourceLoc* where_asked = nullptr;
+        for (int64_t w = 0; w < num_threads; ++w) {
+          const auto it = wave.register_requests.find(static_cast<int>(static_cast<int64_t>(c) * num_threads + w));
+          total += 128 * (it == wave.register_requests.end() ? entry : it->second.first);
+          if (it != wave.register_requests.end() && it->second.first > entry && !where_asked) where_asked = &it->second.second;
+        }
+        if (total > entry * cta_threads && where_asked) throw Error(eval::setmaxnreg_overflow(total, cta_threads), *where_asked);
+      }
+    }
   }
 
   std::vector<Array> out(operands.begin() + num_in, operands.end());

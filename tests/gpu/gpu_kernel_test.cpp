@@ -1499,13 +1499,13 @@ TEST(GpuKernel, SetMaxRegistersBecomesSetmaxnregWhereTheRequestsFit) {
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
     return n;
   };
-  int low_line = 0;  // (where the first request is)
-  auto generated = [&low_line](int low, int high, bool where = false, bool loop = false) {
-    pl::PallasCall call = plgpu::kernel(
-        [=, &low_line](pl::Ref x, pl::Ref out) {
+  int high_line = 0;  // (where the consumers' request is)
+  auto kernel = [&high_line](int low, int high, bool where = false, bool loop = false) {
+    return plgpu::kernel(
+        [=, &high_line](pl::Ref x, pl::Ref out) {
           pl::Value wg = plgpu::axis_index("wg");
-          low_line = __LINE__ + 1;
           pl::when(wg == 2, [&] { plgpu::set_max_registers(low, /*increase=*/false); });
+          high_line = __LINE__ + 1;
           auto raise = [&] { plgpu::set_max_registers(high, /*increase=*/true); };
           if (where)
             pl::when(x[0] > 0, raise);
@@ -1515,15 +1515,22 @@ TEST(GpuKernel, SetMaxRegistersBecomesSetmaxnregWhereTheRequestsFit) {
             pl::when(1 - (wg / 2) == 1, raise);
           out[wg] = x[wg];
         },
-        {pl::ShapeDtype({3}, pl::f32)}, plgpu::Mesh{.num_threads = 3, .thread_name = "wg"}, {});
-    std::shared_ptr<const pl::TracedCall> t = call.trace({pl::ShapeDtype({3}, pl::f32)});
+        {pl::ShapeDtype({3}, pl::f32)}, plgpu::Mesh{.num_threads = 3, .thread_name = "wg"}, run_on("interpret", {}));
+  };
+  auto generated = [&](int low, int high, bool where = false, bool loop = false) {
+    std::shared_ptr<const pl::TracedCall> t = kernel(low, high, where, loop).trace({pl::ShapeDtype({3}, pl::f32)});
     return pl::gpu::generate_cuda(*t, t->grid_mapping.grid);
   };
   EXPECT_TRUE(generated(24, 240).reallocates_registers);  // 24 + 2 x 240 = 504 = 3 x 168
-  std::string e = error_of([&] { generated(40, 240); });    // 40 + 480 > 504
-  EXPECT_CONTAINS(e, "would hold 66560 registers in all, more than the 64512 of the CTA (384 threads x 168)");
-  EXPECT_CONTAINS(e, "wait forever");
-  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(low_line));
+  // 40 + 2 x 240 > 504: an error of the code generator, and of the interpreter (which follows
+  // any kernel: here one whose requests are under a loop).
+  const pl::Array x = random_f32({3}, 5);
+  for (const std::string& e : {error_of([&] { generated(40, 240); }), error_of([&] { kernel(40, 240, false, true)(x); })}) {
+    EXPECT_CONTAINS(e, "would hold 66560 registers in all, more than the 64512 of the CTA (384 threads x 168)");
+    EXPECT_CONTAINS(e, "wait forever");
+    EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(high_line));
+  }
+  EXPECT_EQ(kernel(40, 232, false, true)(x).at(0).get({1}), x.get({1}));  // (fits)
   EXPECT_TRUE(generated(40, 160).reallocates_registers);  // (ptxas starts them all with 160)
   for (bool where : {true, false}) {
     const pl::gpu::GeneratedKernel hint = generated(40, 232, where, !where);
