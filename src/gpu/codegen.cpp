@@ -895,6 +895,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       }
   }
   auto staged_body = [&] {
+    // A step of the pipeline starts just after the loop's CTA barrier (below), and nothing the
+    // point's start computes (block pointers, index maps) touches memory.
+    if (out.pipeline_depth > 0) em.assume_synced();
     stage_in();
     em.barrier();
     em.emit_region(k.body);
@@ -1106,6 +1109,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                   std::to_string(G) + "); pl_cp_async_wait<0>(); " + drain + "return; }\n";
       ring_drain = "pl_ring_drain(pl_ring_phase, " + ga + " + 1, s < " + Ga + " ? s : " + Ga + " - 1); ";
     }
+    // The step's barrier is ring_wait's vote (pl_group_all: a barrier of the CTA, pallas_call's
+    // only group) or a pl_cta_sync; pl_grid_point ends with one (its emitter's last barrier), so
+    // the next step's copies cannot overwrite a slot a thread still reads.
+    PALLAS_INTERNAL_CHECK(out.num_groups == 1, "a pipelined pallas_call with several thread groups");
     src << indent << "for (pl_i64 s = 0; s < " << Ga << " + " << D << " - 1; ++s) {\n"
         << indent << "  if (s < " << Ga << ") { " << ga << " = s; pl_prefetch(p, g, G, (int)(s % " << S << ")); }\n"
         << indent << "  pl_cp_async_commit();\n"
@@ -1113,11 +1120,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << indent << "  " << ga << " = s - (" << D << " - 1);\n"
         << indent << "  pl_cp_async_wait<" << D << " - 1>();\n"
         << (out.tensor_core_slots.empty() ? "" : indent + "  pl_fence_proxy_async();  // (for the in-place wgmma)\n")
-        << ring_wait
-        << indent << "  pl_cta_sync();\n"
+        << (ring_wait.empty() ? indent + "  pl_cta_sync();\n" : ring_wait)
         << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << S << ")" << acc_arg
         << ")) { pl_cp_async_wait<0>(); " << ring_drain << drain << "return; }\n"
-        << indent << "  pl_cta_sync();\n"
         << indent << "}\n";
   } else {
     src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0" << acc_arg << ")) { " << drain

@@ -237,6 +237,9 @@ class Emitter {
   const ValueInfo& info(ir::ValueId v) const { return values_.at(static_cast<size_t>(v)); }
   // A barrier when writes (or reads, for a following write) may be pending.
   void barrier();
+  // The caller of the code being emitted has just synced the group, and nothing since has
+  // accessed memory: a barrier() now emits nothing.
+  void assume_synced() { just_synced_ = true; }
   void line(const std::string& s);
   // The statement a failed check runs: it records, for throw_kernel_error, error site `site`
   // with the grid point's program ids followed by `values`, then leaves (ctx.fail_return).

@@ -845,6 +845,16 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
       EXPECT_EQ(k.tensor_maps[0], spec(0, 4, {64, 32, 4}, {256, 32 * 256}, {64, 16, 1}));
     }
     EXPECT_EQ(k.source.find("pl_tma_load<3>(dst") != std::string::npos, tma);
+    // One barrier per step before the point (the TMA wait's vote, or a CTA sync), none after it
+    // (the point ends with one) and none at its start.
+    const size_t loop = k.source.find("for (pl_i64 s = 0;");
+    ASSERT_NE(loop, std::string::npos);
+    const std::string step = k.source.substr(loop, k.source.find("\n  }\n", loop) - loop);
+    EXPECT_EQ(count_of(step, "pl_cta_sync();"), tma ? 0 : 1) << step;
+    EXPECT_EQ(count_of(step, "pl_group_all(pl_ring_wait("), tma ? 1 : 0) << step;
+    const size_t point = k.source.find("PL_DEV bool pl_grid_point(");
+    EXPECT_EQ(k.source.find("pl_sync();", point), k.source.find("pl_sync();", k.source.find("// cond ", point)))
+        << "a barrier before the body's first op";
     gpu::HostEmulationStats stats;
     const Array got = gpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 64, &stats)[0];
     EXPECT_EQ(stats.tma_boxes, tma ? 8 : 0);  // 2 points x 4 steps
