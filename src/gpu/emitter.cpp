@@ -816,6 +816,10 @@ void Emitter::emit_ref_op(const ir::Op& op) {
          std::to_string(n) + ")) {");
     ++indent_;
     emit_ref_op_in_memory(op);
+    // Only this branch wrote memory: its barrier here, so that where the registers took the
+    // value (the tensor cores' path) what follows needs none. (pl_acc_fill's answer is the same
+    // for the whole group.)
+    barrier();
     --indent_;
     line("}");
     return;
