@@ -90,7 +90,7 @@ std::string precompiled_headers(const std::string& compiler, const std::string& 
   const std::string name = sha256_hex(compiler + '\0' + version + '\0' + flags + '\0' + headers).substr(0, 24);
   const std::filesystem::path header = dir / (name + ".h"), pch = dir / (name + ".h.gch");
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(pch, ec)) {
+  if (!std::filesystem::is_regular_file(pch, ec) || !std::filesystem::is_regular_file(header, ec)) {
     const std::string unique = "." + std::to_string(::getpid()) + ".tmp";
     const std::filesystem::path header_tmp = header.string() + unique, pch_tmp = pch.string() + unique;
     {
@@ -138,7 +138,8 @@ Loaded load(const GeneratedKernel& k) {
   // an emulated buffer (shared memory, a tensor map's box) as an error.
   // Debug information (for their reports' line numbers) only there: it is a fifth of the compile.
   // -Og rather than -O1: compiling is most of a test's time, and -Og compiles faster while the
-  // kernels run about as fast (measured on three host-emulation tests, 20 -> 10 s with both).
+  // kernels run about as fast (three host-emulation tests: 15-18 s with -O1 -g, 10-12 s with -Og;
+  // docs/PERFORMANCE.md, stop 32).
 #if defined(__SANITIZE_THREAD__)
   const std::string sanitize = " -g -fsanitize=thread";
 #elif defined(__SANITIZE_ADDRESS__)
