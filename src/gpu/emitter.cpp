@@ -815,11 +815,13 @@ void Emitter::emit_ref_op(const ir::Op& op) {
     line("if (!pl_acc_fill(" + var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(m) + ", " +
          std::to_string(n) + ")) {");
     ++indent_;
+    ++conditional_depth_;  // (barriers in here may not run: the arena frees nothing at them)
     emit_ref_op_in_memory(op);
     // Only this branch wrote memory: its barrier here, so that where the registers took the
     // value (the tensor cores' path) what follows needs none. (pl_acc_fill's answer is the same
     // for the whole group.)
     barrier();
+    --conditional_depth_;
     --indent_;
     line("}");
     return;
