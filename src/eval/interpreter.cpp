@@ -52,10 +52,16 @@ std::string negative_semaphore_amount(std::string_view op_name, int64_t amount) 
          " must be >= 0, got " + std::to_string(amount);
 }
 
-int64_t setmaxnreg_entry(int64_t threads) { return std::min<int64_t>(256, 65536 / std::max<int64_t>(1, threads) / 8 * 8); }
-
-std::string setmaxnreg_overflow(int64_t total, int64_t threads) {
-  const int64_t entry = setmaxnreg_entry(threads);
+std::string setmaxnreg_overflow(const std::vector<int64_t>& requests, size_t* culprit) {
+  const int64_t threads = 128 * static_cast<int64_t>(requests.size());
+  const int64_t entry = std::min<int64_t>(256, 65536 / std::max<int64_t>(1, threads) / 8 * 8);
+  int64_t total = 0;
+  bool blamed = false;
+  for (size_t w = 0; w < requests.size(); ++w) {
+    total += 128 * (requests[w] > 0 ? requests[w] : entry);
+    if (requests[w] > entry && !blamed) *culprit = w, blamed = true;
+  }
+  if (total <= entry * threads) return "";
   return "set_max_registers: the warpgroups would hold " + std::to_string(total) + " registers in all, more than the " +
          std::to_string(entry * threads) + " of the CTA (" + std::to_string(threads) + " threads x " +
          std::to_string(entry) + "): on a GPU a setmaxnreg.inc would wait forever; lower the increases or raise the decreases";

@@ -130,12 +130,13 @@ std::string at_grid_point(std::span<const int64_t> program_ids);
 // "semaphore_signal: the increment must be >= 0, got -1" (or semaphore_wait's value): a negative
 // semaphore amount, on every backend that runs semaphores.
 std::string negative_semaphore_amount(std::string_view op_name, int64_t amount);
-// gpu::set_max_registers (setmaxnreg): the most registers a thread of a CTA of `threads` threads
-// starts with (65536 / threads in steps of 8, at most 256), and the error where the requests of
-// its warpgroups would hold `total` registers, more than the CTA has (on a GPU an increase would
-// wait forever) — the GPU interpreter's and the code generator's wording.
-int64_t setmaxnreg_entry(int64_t threads);
-std::string setmaxnreg_overflow(int64_t total, int64_t threads);
+// gpu::set_max_registers (setmaxnreg), the GPU interpreter's and the code generator's rule:
+// requests[w] is warpgroup w's registers per thread after its request (0: it makes none). With
+// __launch_bounds__(threads, 1) ptxas starts each thread with the largest request or its code's
+// need, at most 65536 / threads in steps of 8 (at most 256), and the CTA holds that many per
+// thread; an increase past what the CTA holds waits forever on a GPU. Returns "" where the
+// requests fit, else the error, with *culprit the first warpgroup asking for more than the entry.
+std::string setmaxnreg_overflow(const std::vector<int64_t>& requests, size_t* culprit);
 Array read(const RefValue& r);             // copies a view into a fresh contiguous Array
 void write(const RefValue& r, const Array& value);
 // The offsets (in elements) of a view's elements, in row-major order.

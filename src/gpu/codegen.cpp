@@ -701,7 +701,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (opts.tma) ctx.tensor_maps = &out.tensor_maps;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   if (gpu_kernel) {
-    ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups, out.threads_per_cta);
+    ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;
   }
   Emitter em(k, ctx, 1);

@@ -44,6 +44,7 @@
 
 #include "eval/interpreter.h"
 #include "gpu/emitter.h"
+#include "ir/analysis.h"
 #include "pallas/error.h"
 
 namespace pallas::gpu::detail {
@@ -164,13 +165,12 @@ std::string RefInfo::swizzled_elem(const std::string& e) const {
 }
 
 std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueId>& candidates) {
-  std::map<ValueId, const ir::Op*> producer;
+  const std::vector<const ir::Op*> producer = ir::defining_ops(k);
   // Whether a dynamic index is a multiple of 8 by construction: a constant, a product with one,
   // a sum of two, pl::multiple_of(x, 8k).
   std::function<bool(ValueId)> multiple_of_8 = [&](ValueId v) {
-    const auto it = producer.find(v);
-    if (it == producer.end()) return false;
-    const ir::Op& op = *it->second;
+    if (!producer[static_cast<size_t>(v)]) return false;
+    const ir::Op& op = *producer[static_cast<size_t>(v)];
     switch (op.code) {
       case OpCode::Constant: return op.attrs.get_scalar(ir::AttrKey::Value).as_int64() % 8 == 0;
       case OpCode::MultipleOf: return op.attrs.get_int(ir::AttrKey::N) % 8 == 0 || multiple_of_8(op.operands[0]);
@@ -187,7 +187,6 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
   };
   std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
     for (const ir::Op& op : region.ops) {
-      for (ValueId r : op.results) producer[r] = &op;
       if (op.code == OpCode::RefView && root_of.count(op.operands[0])) {
         // Leading dims any way; the rows a stride-1 slice from a multiple of 8; the row whole.
         const ValueId base = op.operands[0];
@@ -231,7 +230,7 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
 
 std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, const std::set<ValueId>& candidates,
                                                           const std::string& thread_axis, int num_groups) {
-  std::map<ValueId, const ir::Op*> producer;
+  const std::vector<const ir::Op*> producer = ir::defining_ops(k);
   std::map<ValueId, ValueId> matrix_of;  // a thread's matrix (a candidate, or a view of one) -> the candidate
   std::set<ValueId> refused;
   std::map<ValueId, KernelAccumulator> fed;  // the candidates a wgmma accumulates into
@@ -241,13 +240,12 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
   // The thread's index, or it plus or minus a constant (`acc.at(wg - 1)` where the producer is
   // thread 0): a different matrix for every thread.
   std::function<bool(ValueId, bool)> thread_index = [&](ValueId v, bool shifted_ok) {
-    const auto it = producer.find(v);
-    if (thread_axis.empty() || it == producer.end()) return false;
-    const ir::Op& op = *it->second;
+    if (thread_axis.empty() || !producer[static_cast<size_t>(v)]) return false;
+    const ir::Op& op = *producer[static_cast<size_t>(v)];
     if (op.code == OpCode::AxisIndex) return op.attrs.get_string(ir::AttrKey::AxisNames) == thread_axis;
     const auto constant = [&](ValueId c) {
-      const auto p = producer.find(c);
-      return p != producer.end() && p->second->code == OpCode::Constant;
+      const ir::Op* p = producer[static_cast<size_t>(c)];
+      return p && p->code == OpCode::Constant;
     };
     if (!shifted_ok || (op.code != OpCode::Add && op.code != OpCode::Sub)) return false;
     return (thread_index(op.operands[0], false) && constant(op.operands[1])) ||
@@ -265,7 +263,6 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
   };
   std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
     for (const ir::Op& op : region.ops) {
-      for (ValueId r : op.results) producer[r] = &op;
       if (op.code == OpCode::RefView && candidates.count(op.operands[0]) && shape_of(op.operands[0]).size() == 3) {
         // (threads, M, N): the thread's own matrix, acc.at(thread index).
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
@@ -308,24 +305,8 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
   return out;
 }
 
-RegisterReallocation register_reallocation(const ir::Kernel& k, const std::string& thread_axis, int num_groups,
-                                           int threads_per_cta) {
+RegisterReallocation register_reallocation(const ir::Kernel& k, const std::string& thread_axis, int num_groups) {
   RegisterReallocation out;
-  // The most registers per thread ptxas can give a kernel launched with __launch_bounds__(T, 1):
-  // the 64 Ki of an SM's register file over T threads, in steps of 8 (a warp's registers are
-  // allocated 256 at a time), at most setmaxnreg's 256.
-  out.entry = static_cast<int>(eval::setmaxnreg_entry(threads_per_cta));
-  std::map<ValueId, const ir::Op*> producer;
-  std::vector<const ir::Op*> requests_anywhere;
-  std::function<void(const ir::Region&)> collect = [&](const ir::Region& region) {
-    for (const ir::Op& op : region.ops) {
-      for (ValueId r : op.results) producer[r] = &op;
-      if (op.code == OpCode::GpuSetMaxRegisters) requests_anywhere.push_back(&op);
-      for (const ir::Region& sub : op.regions) collect(sub);
-    }
-  };
-  collect(k.body);
-  if (requests_anywhere.empty()) return out;
   std::function<bool(const ir::Region&)> has_request = [&](const ir::Region& region) {
     for (const ir::Op& op : region.ops) {
       if (op.code == OpCode::GpuSetMaxRegisters) return true;
@@ -334,12 +315,14 @@ RegisterReallocation register_reallocation(const ir::Kernel& k, const std::strin
     }
     return false;
   };
+  if (!has_request(k.body)) return out;
+  const std::vector<const ir::Op*> producer = ir::defining_ops(k);
   // A scalar's value in warpgroup w, where it follows from the thread index and constants.
   std::function<std::optional<int64_t>(ValueId, int)> value = [&](ValueId v, int w) -> std::optional<int64_t> {
-    const auto it = producer.find(v);
     const ir::Type& t = k.type(v);
-    if (it == producer.end() || !t.shape.empty() || !(is_integer(t.dtype) || t.dtype == DType::Bool)) return std::nullopt;
-    const ir::Op& op = *it->second;
+    if (!producer[static_cast<size_t>(v)] || !t.shape.empty() || !(is_integer(t.dtype) || t.dtype == DType::Bool))
+      return std::nullopt;
+    const ir::Op& op = *producer[static_cast<size_t>(v)];
     if (op.code == OpCode::Constant) return op.attrs.get_scalar(ir::AttrKey::Value).as_int64();
     if (op.code == OpCode::AxisIndex)
       return op.attrs.get_string(ir::AttrKey::AxisNames) == thread_axis ? std::optional<int64_t>(w) : std::nullopt;
@@ -390,24 +373,21 @@ RegisterReallocation register_reallocation(const ir::Kernel& k, const std::strin
     }
     return true;
   };
-  const int groups = std::max(1, num_groups);
-  int64_t total = 0;
-  const ir::Op* first_increase = nullptr;  // (the warpgroup an error names: the first to ask for more)
-  for (int w = 0; w < groups; ++w) {
+  // Each warpgroup's registers after its request (0: it makes none), against the CTA's.
+  const size_t groups = static_cast<size_t>(std::max(1, num_groups));
+  std::vector<int64_t> held(groups, 0);
+  std::vector<const ir::Op*> request_of(groups, nullptr);
+  for (size_t w = 0; w < groups; ++w) {
     requests.clear();
-    if (!follow(k.body, w)) return out;
+    if (!follow(k.body, static_cast<int>(w))) return out;
     if (requests.size() > 1) {
       out.not_emitted = "warpgroup " + std::to_string(w) + " sets its registers more than once";
       return out;
     }
-    // (ptxas makes a thread's count at the entry the largest request, or its code's need, up to
-    // `entry`: only a request above `entry` can find the CTA's registers short.)
-    const int64_t held = requests.empty() ? out.entry : requests[0]->attrs.get_int(ir::AttrKey::N);
-    if (held > out.entry && !first_increase) first_increase = requests[0];
-    total += held * 128;
+    if (!requests.empty()) request_of[w] = requests[0], held[w] = requests[0]->attrs.get_int(ir::AttrKey::N);
   }
-  if (total > static_cast<int64_t>(out.entry) * threads_per_cta)
-    throw Error(eval::setmaxnreg_overflow(total, threads_per_cta), first_increase->loc);
+  size_t culprit = 0;
+  if (const std::string e = eval::setmaxnreg_overflow(held, &culprit); !e.empty()) throw Error(e, request_of[culprit]->loc);
   out.emit = true;
   return out;
 }
@@ -647,8 +627,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       }
       // The loop below reads and writes the ACC's memory: the registers go there first.
       if (kacc && !on_tensor_cores)
-        line("pl_acc_flush(" + kacc->var + ", " + acc.ptr + ", " + std::to_string(acc.strides[0]) + ", " + std::to_string(m) +
-             ", " + std::to_string(n) + ");");
+        line(kacc->flush(acc.ptr, acc.strides[0]));
       // The group's loop (where the tensor cores do not run), reading swizzled tiles where they are.
       auto element = [&](const RefInfo& r, const std::string& offset) {
         const std::string at = r.swizzled.empty() ? offset : r.swizzled_elem(offset);

@@ -709,8 +709,7 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
     if (op.code == OpCode::RefView)
       kernel_accs_[op.results[0]] = *a;
     else
-      line("pl_acc_flush(" + a->var + ", " + base.ptr + ", " + std::to_string(base.strides.at(0)) + ", " +
-           std::to_string(a->m) + ", " + std::to_string(a->n) + ");");
+      line(a->flush(base.ptr, base.strides.at(0)));
   }
   RefInfo out;
   out.dtype = base.dtype;

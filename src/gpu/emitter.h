@@ -56,6 +56,12 @@ struct KernelAccumulator {
   std::string var;
   int64_t m = 0, n = 0;
   int nc = 0, rounds = 0;
+  // The statement that writes the registers (where newer) into the matrix at `ptr`, rows `ld`
+  // elements apart.
+  std::string flush(const std::string& ptr, int64_t ld) const {
+    return "pl_acc_flush(" + var + ", " + ptr + ", " + std::to_string(ld) + ", " + std::to_string(m) + ", " +
+           std::to_string(n) + ");";
+  }
 };
 // The gpu::kernel ACC scratch buffers (of `candidates`: f32, not in a Union) whose wgmma
 // accumulate in registers, as on Mosaic GPU (emit_gpu_ops.cpp): each Pallas thread touches only
@@ -65,21 +71,17 @@ struct KernelAccumulator {
 std::map<ir::ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k,
                                                                const std::set<ir::ValueId>& candidates,
                                                                const std::string& thread_axis, int num_groups);
-// Whether a gpu::kernel's set_max_registers become setmaxnreg (emit_gpu_ops.cpp). With
-// __launch_bounds__(threads, 1) ptxas gives each thread at the kernel's entry the largest of the
-// requests and its code's need, at most `entry` = 65536 / threads (in steps of 8, at most 256);
-// the CTA holds entry x threads registers then. setmaxnreg.inc waits until the CTA has room,
-// forever where it never will: so it is emitted only where every warpgroup's request follows
-// from its thread index (branches on axis_index and constants, no loop), at most one per
-// warpgroup, and they fit in entry x threads — else it is an error where all could be followed
-// (a GPU would hang), a hint that is not emitted where not (`not_emitted` says why).
+// Whether a gpu::kernel's set_max_registers become setmaxnreg (emit_gpu_ops.cpp).
+// setmaxnreg.inc waits until the CTA has room, forever where it never will: so it is emitted
+// only where every warpgroup's request follows from its thread index (branches on axis_index and
+// constants, no loop), at most one per warpgroup, and they fit (eval::setmaxnreg_overflow) — an
+// error where all could be followed and do not fit (a GPU would hang), a hint that is not emitted
+// where they cannot be followed (`not_emitted` says why).
 struct RegisterReallocation {
   bool emit = false;
-  int entry = 0;
   std::string not_emitted;
 };
-RegisterReallocation register_reallocation(const ir::Kernel& k, const std::string& thread_axis, int num_groups,
-                                           int threads_per_cta);
+RegisterReallocation register_reallocation(const ir::Kernel& k, const std::string& thread_axis, int num_groups);
 
 // A matrix product d (+)= a . b for the runtime's pl_mma_dot (mma.sync tensor cores): row-major
 // operands given by pointer expressions and row strides in elements; b is k x n, or n x k when

@@ -811,16 +811,15 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     // must fit in what the CTA holds, or on a GPU an increase waits forever (the error names the
     // first warpgroup's increase past the entry).
     if (!wave.register_requests.empty()) {
-      const int64_t cta_threads = num_threads * 128, entry = eval::setmaxnreg_entry(cta_threads);
       for (size_t c = 0; c < wave_ctas; ++c) {
-        int64_t total = 0;
-        const SourceLoc* where_asked = nullptr;
-        for (int64_t w = 0; w < num_threads; ++w) {
-          const auto it = wave.register_requests.find(static_cast<int>(static_cast<int64_t>(c) * num_threads + w));
-          total += 128 * (it == wave.register_requests.end() ? entry : it->second.first);
-          if (it != wave.register_requests.end() && it->second.first > entry && !where_asked) where_asked = &it->second.second;
-        }
-        if (total > entry * cta_threads && where_asked) throw Error(eval::setmaxnreg_overflow(total, cta_threads), *where_asked);
+        std::vector<int64_t> requests(static_cast<size_t>(num_threads), 0);
+        std::vector<SourceLoc> where(requests.size());
+        for (size_t w = 0; w < requests.size(); ++w)
+          if (const auto it = wave.register_requests.find(static_cast<int>(c * requests.size() + w));
+              it != wave.register_requests.end())
+            std::tie(requests[w], where[w]) = it->second;
+        size_t culprit = 0;
+        if (const std::string e = eval::setmaxnreg_overflow(requests, &culprit); !e.empty()) throw Error(e, where[culprit]);
       }
     }
   }

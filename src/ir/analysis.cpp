@@ -42,4 +42,19 @@ std::vector<bool> params_written(const Kernel& k) {
   return out;
 }
 
+namespace {
+void record_definitions(const Region& r, std::vector<const Op*>& out) {
+  for (const Op& op : r.ops) {
+    for (ValueId v : op.results) out.at(static_cast<size_t>(v)) = &op;
+    for (const Region& sub : op.regions) record_definitions(sub, out);
+  }
+}
+}  // namespace
+
+std::vector<const Op*> defining_ops(const Kernel& k) {
+  std::vector<const Op*> out(k.values.size(), nullptr);
+  record_definitions(k.body, out);
+  return out;
+}
+
 }  // namespace pallas::ir

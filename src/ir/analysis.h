@@ -11,4 +11,7 @@ namespace pallas::ir {
 // parameter or a view of it, or any op that takes it that is not a load or a view)?
 std::vector<bool> params_written(const Kernel& k);
 
+// The op each value is a result of, indexed by ValueId (nullptr: a region's argument).
+std::vector<const Op*> defining_ops(const Kernel& k);
+
 }  // namespace pallas::ir
