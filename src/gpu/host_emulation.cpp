@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,24 @@
 #include "pallas/error.h"
 
 namespace pallas::gpu {
+
+void evict_unused_precompiled_headers(const std::filesystem::path& dir, std::chrono::hours max_age) {
+  namespace fs = std::filesystem;
+  const fs::file_time_type now = fs::file_time_type::clock::now();
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& p = it->path();
+    const std::string name = p.filename().string();
+    const bool tmp = name.size() > 4 && name.ends_with(".tmp");
+    if (!tmp && !name.ends_with(".h.gch")) continue;
+    std::error_code time_ec;
+    const fs::file_time_type t = fs::last_write_time(p, time_ec);
+    if (time_ec || now - t < (tmp ? std::chrono::hours(1) : max_age)) continue;
+    std::error_code rm_ec;
+    fs::remove(p, rm_ec);
+    if (!tmp) fs::remove(p.parent_path() / p.stem(), rm_ec);  // its header (NAME.h of NAME.h.gch)
+  }
+}
 
 namespace {
 
@@ -91,6 +110,7 @@ std::string precompiled_headers(const std::string& compiler, const std::string& 
   const std::filesystem::path header = dir / (name + ".h"), pch = dir / (name + ".h.gch");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(pch, ec) || !std::filesystem::is_regular_file(header, ec)) {
+    evict_unused_precompiled_headers(dir, std::chrono::hours(24 * 7));
     const std::string unique = "." + std::to_string(::getpid()) + ".tmp";
     const std::filesystem::path header_tmp = header.string() + unique, pch_tmp = pch.string() + unique;
     {
@@ -106,6 +126,9 @@ std::string precompiled_headers(const std::string& compiler, const std::string& 
     }
     std::filesystem::rename(pch_tmp, pch, ec);
     if (ec) return result;
+  } else {
+    // In use: its time says so to evict_unused_precompiled_headers.
+    std::filesystem::last_write_time(pch, std::filesystem::file_time_type::clock::now(), ec);
   }
   return result = " -include '" + header.string() + "'";
 }

@@ -6,6 +6,8 @@
 // interpreter on a machine without a GPU. It is not a performance path.
 #pragma once
 
+#include <chrono>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -35,5 +37,11 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
 // The most host threads one run starts (CTAs at once x threads each; a co-resident kernel runs
 // all its CTAs at once, and a larger grid is a pallas::Error).
 inline constexpr int64_t kMaxHostEmulationThreads = 4096;
+
+// Host emulation precompiles the standard headers of the device runtime into files of this user's
+// temp directory, 60-70 MB each, one per compiler, flags and header text. Before it builds a new
+// one it removes from `dir` those no process has used (the use touches them) for `max_age` (a
+// week), each with its header, and the temporary files of builds that died over an hour ago.
+void evict_unused_precompiled_headers(const std::filesystem::path& dir, std::chrono::hours max_age);
 
 }  // namespace pallas::gpu

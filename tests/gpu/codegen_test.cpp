@@ -2,7 +2,12 @@
 // NVRTC for sm_90a and sm_80, and runs under host emulation (the same source compiled as C++)
 // with results that match the examples' independent references.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "core/call.h"
@@ -53,6 +58,33 @@ TEST(GpuCodegen, EveryGpuExampleRunsUnderHostEmulation) {
       EXPECT_TRUE(o.ok) << o.message;
     }
   }
+}
+
+// The precompiled headers of host emulation (60-70 MB each) do not pile up in the temp directory:
+// one unused for the given age goes with its header, a recent one stays, as do other files; a
+// dead build's temporary file goes after an hour.
+TEST(GpuCodegen, HostEmulationEvictsUnusedPrecompiledHeaders) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pallas-evict-test-" + std::to_string(static_cast<long>(::getpid())));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto touch = [&](const std::string& name, std::chrono::hours age) {
+    std::ofstream(dir / name) << "x";
+    fs::last_write_time(dir / name, fs::file_time_type::clock::now() - age);
+  };
+  touch("old.h", std::chrono::hours(0));
+  touch("old.h.gch", std::chrono::hours(24 * 8));
+  touch("new.h", std::chrono::hours(24 * 8));  // (a header's own time does not count)
+  touch("new.h.gch", std::chrono::hours(24 * 6));
+  touch("dead.h.gch.123.tmp", std::chrono::hours(2));
+  touch("live.h.gch.456.tmp", std::chrono::hours(0));
+  touch("other.txt", std::chrono::hours(24 * 30));
+  gpu::evict_unused_precompiled_headers(dir, std::chrono::hours(24 * 7));
+  std::vector<std::string> left;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"live.h.gch.456.tmp", "new.h", "new.h.gch", "other.txt"}));
+  fs::remove_all(dir);
 }
 
 TEST(GpuCodegen, EveryGpuExampleCompilesWithNvrtcForHopperAndAmpere) {
