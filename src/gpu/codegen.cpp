@@ -386,8 +386,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   std::vector<int64_t> scratch_offsets;
   std::map<int, int64_t> union_offsets;  // a gpu::Union's start in the arena
   // A gpu::kernel's SMEM tiles that wgmma reads, of rows of 128, 64 or 32 bytes or of several
-  // 128-byte panels (2-byte elements, whole 8-row groups) written only by copies from GMEM, are
-  // kept swizzled by their row's (panel's) bytes (swizzled_smem_tiles), each from a 1024-byte
+  // 128-byte panels (2-byte elements, whole 8-row groups) otherwise only copied, loaded and
+  // stored (element by element at their swizzled places), are kept swizzled by their row's (panel's) bytes (swizzled_smem_tiles), each from a 1024-byte
   // boundary: TMA boxes land in wgmma's layout and wgmma reads them in place, with no staging
   // copy. The choice is the backend's, as Mosaic GPU infers its SMEM transforms; the kernel's
   // results do not depend on it.
@@ -853,6 +853,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       // row-major (0) elsewhere.
       // (Rows wider than 128 bytes: 128-byte panels, RefInfo::panel_cols.)
       ref.swizzled = "PL_SMEM_SWIZZLED_" + std::to_string(s);
+      ref.tile = ptr;
       const int64_t row_bytes = t.shape.back() * itemsize(t.dtype);
       if (row_bytes > 128) ref.panel_rows = t.shape[t.shape.size() - 2], ref.panel_cols = t.shape.back();
       smem_layouts += "#define " + ref.swizzled + " (PL_HAS_WGMMA ? " + std::to_string(std::min<int64_t>(row_bytes, 128)) +

@@ -176,14 +176,17 @@ struct PlHostWgmmaOp {
 // Copies n bytes from src to dst; with `swizzle` 32, 64 or 128, each byte to its swizzled address
 // (pl_swizzle of the host address: the emulated shared memory starts on a 1024-byte boundary),
 // as the TMA unit writes a box with CU_TENSOR_MAP_SWIZZLE_32B / 64B / 128B: the 16-byte chunk
-// bits of the address XOR its bits 7.. (1, 2 or 3 of them).
-static inline void pl_host_copy_bytes(pl_u8* dst, const pl_u8* src, pl_i64 n, int swizzle) {
+// bits of the address XOR its bits 7.. (1, 2 or 3 of them). With `from_swizzled`, each byte from
+// its swizzled address instead, as a store of such a box reads shared memory.
+static inline void pl_host_copy_bytes(pl_u8* dst, const pl_u8* src, pl_i64 n, int swizzle, bool from_swizzled = false) {
   if (swizzle == 0) return (void)memcpy(dst, src, (size_t)n);
   const pl_u64 mask = (pl_u64)(swizzle / 16 - 1) << 4;
   for (pl_i64 i = 0; i < n;) {
-    const pl_u64 at = (pl_u64)(dst + i);
+    const pl_u64 at = (pl_u64)((from_swizzled ? src : dst) + i);
     const pl_i64 piece = 16 - (pl_i64)(at % 16) < n - i ? 16 - (pl_i64)(at % 16) : n - i;  // (within a chunk)
-    memcpy((pl_u8*)(at ^ ((at >> 3) & mask)), src + i, (size_t)piece);
+    pl_u8* moved = (pl_u8*)(at ^ ((at >> 3) & mask));
+    if (from_swizzled) memcpy(dst + i, moved, (size_t)piece);
+    else memcpy(moved, src + i, (size_t)piece);
     i += piece;
   }
 }
@@ -193,9 +196,11 @@ struct PlHostRows {
   const pl_u8* src;
   pl_i64 dst_stride, src_stride, rows;
   pl_u32 row_bytes;
-  int swizzle = 0;  // bytes (pl_host_copy_bytes)
+  int swizzle = 0;  // bytes (pl_host_copy_bytes): dst's, or src's with from_swizzled
+  bool from_swizzled = false;
   void land() const {
-    for (pl_i64 r = 0; r < rows; ++r) pl_host_copy_bytes(dst + r * dst_stride, src + r * src_stride, row_bytes, swizzle);
+    for (pl_i64 r = 0; r < rows; ++r)
+      pl_host_copy_bytes(dst + r * dst_stride, src + r * src_stride, row_bytes, swizzle, from_swizzled);
   }
 };
 // Per host thread, sized by pl_host_start.
@@ -1238,14 +1243,17 @@ template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, cons
 // Stores the box at coordinates c from src (row-major) into the array, as the TMA unit does:
 // elements outside the array are not written. A part of the thread's open bulk group: at the issue
 // the destination reads as all ones, and the rows are copied (reading src then) when a
-// pl_bulk_store_wait retires the group.
+// pl_bulk_store_wait retires the group. With a W-byte swizzle src is swizzled as pl_tma_load
+// leaves it (the same limits), and each row's chunks are read from their swizzled places.
 template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)[R], const void* src) {
   const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
-  if (map->w[15] != 0) abort();  // a swizzled store: never emitted
+  const int swizzle = (int)map->w[15];
+  if (swizzle != 0 && (row_bytes != swizzle || (pl_u64)src % (8 * swizzle) != 0)) abort();  // (never emitted)
   pl_host_box_rows<R>(map, c, (pl_u8*)src, [&](pl_u8* rows, const pl_u8* to, pl_i64 n, pl_i64 stride, pl_i64 lo, pl_i64 hi) {
     if (!to || hi <= lo) return;
     for (pl_i64 r = 0; r < n; ++r) memset((pl_u8*)to + r * stride + lo * elem, 0xFF, (size_t)((hi - lo) * elem));
-    pl_host_bulk_stores[(size_t)pl_host_tid()].push({(pl_u8*)to + lo * elem, rows + lo * elem, stride, row_bytes, n, (pl_u32)((hi - lo) * elem)});
+    pl_host_bulk_stores[(size_t)pl_host_tid()].push(
+        {(pl_u8*)to + lo * elem, rows + lo * elem, stride, row_bytes, n, (pl_u32)((hi - lo) * elem), swizzle, true});
   });
 }
 #elif PL_HAS_BULK_COPY

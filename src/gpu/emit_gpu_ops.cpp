@@ -158,11 +158,15 @@ std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, cons
   return spec;
 }
 
-std::string RefInfo::swizzled_elem(const std::string& e) const {
+std::string RefInfo::at_offset(const std::string& offset) const {
+  if (swizzled.empty()) return ptr + "[" + offset + "]";
   const std::string panels =
       panel_cols > 0 ? ", " + std::to_string(panel_cols) + ", " + std::to_string(panel_rows) : std::string();
-  return "pl_smem_elem<" + swizzled + ", " + ctype(dtype) + panels + ">(" + e + ")";
+  const std::string e = tile_offset.empty() ? offset : tile_offset + " + " + offset;
+  return tile + "[pl_smem_elem<" + swizzled + ", " + ctype(dtype) + panels + ">(" + e + ")]";
 }
+
+std::string RefInfo::elem(const std::string& flat) const { return at_offset(offset_of(shape, strides, flat)); }
 
 std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueId>& candidates) {
   const std::vector<const ir::Op*> producer = ir::defining_ops(k);
@@ -179,16 +183,15 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
       default: return false;
     }
   };
-  std::map<ValueId, ValueId> root_of;  // a candidate, or a view of one that keeps its rows whole
+  std::map<ValueId, ValueId> root_of;  // a candidate, or a view of one
+  std::set<ValueId> unaligned;         // views where the swizzle's pattern does not start
   std::set<ValueId> refused, fed_wgmma;
   for (ValueId c : candidates) root_of[c] = c;
-  auto refuse = [&](ValueId v) {
-    if (const auto it = root_of.find(v); it != root_of.end()) refused.insert(it->second);
-  };
   std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
     for (const ir::Op& op : region.ops) {
       if (op.code == OpCode::RefView && root_of.count(op.operands[0])) {
-        // Leading dims any way; the rows a stride-1 slice from a multiple of 8; the row whole.
+        // Aligned: leading dims any way; the rows a stride-1 slice from a multiple of 8; the row
+        // whole. Any view works for loads and stores (RefInfo::elem places each element).
         const ValueId base = op.operands[0];
         const Shape& shape = k.values.at(static_cast<size_t>(base)).shape;
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
@@ -196,26 +199,27 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
         // Rows wider than 128 bytes are several panels, each all the rows of its columns: a view
         // keeps every row.
         const bool panels = shape[row] * itemsize(k.values.at(static_cast<size_t>(base)).dtype) > 128;
-        bool keeps = true;
-        if (e.size() > rows) {
+        bool keeps = shape.size() >= 2 && !unaligned.count(base);
+        if (keeps && e.size() > rows) {
           const ir::IndexEntry& r = e[rows];
           const bool start_ok = r.dynamic >= 0 ? multiple_of_8(op.operands.at(static_cast<size_t>(r.dynamic)))
                                                : r.start % 8 == 0;
           keeps = r.is_slice && r.stride == 1 && start_ok && (!panels || whole_dim(r, shape[rows]));
         }
-        if (e.size() > row) keeps = keeps && whole_dim(e[row], shape[row]);
-        if (keeps)
-          root_of[op.results[0]] = root_of[base];
-        else
-          refuse(base);
+        if (keeps && e.size() > row) keeps = whole_dim(e[row], shape[row]);
+        root_of[op.results[0]] = root_of[base];
+        if (!keeps) unaligned.insert(op.results[0]);
         continue;
       }
       for (size_t i = 0; i < op.operands.size(); ++i) {
         const auto it = root_of.find(op.operands[i]);
         if (it == root_of.end()) continue;
-        if (op.code == OpCode::GpuWgmma && i >= 1)
+        const bool aligned = !unaligned.count(op.operands[i]);
+        if (op.code == OpCode::GpuWgmma && i >= 1 && aligned)
           fed_wgmma.insert(it->second);
-        else if (!(op.code == OpCode::GpuCopyGmemToSmem && i == 1))
+        else if (!(i == 0 && (op.code == OpCode::Load || op.code == OpCode::Store || op.code == OpCode::Swap)) &&
+                 !(aligned && ((op.code == OpCode::GpuCopyGmemToSmem && i == 1) ||
+                               (op.code == OpCode::GpuCopySmemToGmem && i == 0))))
           refused.insert(it->second);
       }
       for (const ir::Region& sub : op.regions) scan(sub);
@@ -400,18 +404,18 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const RefInfo& src = ref_operand(*this, op, 0);
       const RefInfo& dst = ref_operand(*this, op, 1);
       const bool to_gmem = op.code == OpCode::GpuCopySmemToGmem;
-      // Into a swizzled tile (swizzled_smem_tiles: only copies to SMEM) by a swizzled TMA box, or
-      // element by element to the swizzled positions; bulk rows cannot permute their chunks.
-      const std::string& swizzled = dst.swizzled;
+      // To or from a swizzled tile by a swizzled TMA box, or element by element at the swizzled
+      // places; bulk rows cannot permute their chunks.
+      const RefInfo& gmem = to_gmem ? dst : src;
+      const RefInfo& smem = to_gmem ? src : dst;
+      const std::string& swizzled = smem.swizzled;
       const std::optional<BulkRows> bulk = swizzled.empty() ? bulk_rows(src, dst) : std::nullopt;
       // A swizzled tile is read in place by wgmma (the async proxy), which does not fence for
       // it: each thread that copied elements into one fences its writes before the group syncs
       // and the copy completes (CUTLASS's order: writers fence, then the barrier).
       auto copy_elements = [&] {  // the group's threads copy the elements
         open_thread_loop(num_elements(src.shape));
-        std::string at = offset_of(dst.shape, dst.strides, "e");
-        if (!swizzled.empty()) at = dst.swizzled_elem(at);
-        line(dst.ptr + "[" + at + "] = " + src.ptr + "[" + offset_of(src.shape, src.strides, "e") + "];");
+        line(dst.elem("e") + " = " + src.elem("e") + ";");
         close_loop();
       };
       // To SMEM, a copy completes on its barrier: thread 0 arrives (with the bytes as expected
@@ -421,15 +425,13 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const std::string done = to_gmem ? "pl_bulk_store_commit()" : "pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ")";
       // On sm_90 a box of an operand goes by TMA when its map was encoded and the shared memory is
       // 128-byte aligned (checked when running), as one box; else as bulk rows or elements.
-      const RefInfo& gmem = to_gmem ? dst : src;
-      const RefInfo& smem = to_gmem ? src : dst;
       // A tile of several panels (rows wider than 128 bytes) takes a box per panel, a matrix at a
       // time (its views keep every row; leading dims of one).
-      const int64_t row_bytes = swizzled.empty() ? 0 : dst.shape.back() * itemsize(dst.dtype);
+      const int64_t row_bytes = swizzled.empty() ? 0 : smem.shape.back() * itemsize(smem.dtype);
       const int swizzle_bytes = static_cast<int>(std::min<int64_t>(row_bytes, 128));
-      const int64_t panels = dst.panel_cols > 0 ? row_bytes / 128 : 1, panel_cols = 128 / itemsize(dst.dtype);
+      const int64_t panels = smem.panel_cols > 0 ? row_bytes / 128 : 1, panel_cols = 128 / itemsize(smem.dtype);
       bool one_matrix = true;
-      for (size_t d = 0; d + 2 < dst.shape.size(); ++d) one_matrix = one_matrix && dst.shape[d] == 1;
+      for (size_t d = 0; d + 2 < smem.shape.size(); ++d) one_matrix = one_matrix && smem.shape[d] == 1;
       std::optional<TensorMapSpec> tma = !ctx_.tensor_maps || (panels > 1 && !one_matrix)
                                              ? std::nullopt
                                              : tma_box(gmem, smem, swizzle_bytes, panels > 1 ? panel_cols : 0);
@@ -471,25 +473,30 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
           line("  if (pl_tid() == 0) {");
           line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) + "]);");
           line("    const int c[" + std::to_string(rank) + "] = {" + coords + "};");
+          const std::string R = std::to_string(rank), map_ptr = "&" + P + ".tmap[" + M + "]";
+          // One box (panel 0), or panel q: columns q P.. of every row, after q panels of the matrix.
+          auto each_box = [&](const std::function<std::string(const std::string& smem_at, const std::string& c)>& issue) {
+            if (panels == 1) return line("    " + issue(smem.ptr, "c"));
+            const std::string n = std::to_string(panel_cols);
+            line("    for (int q = 0; q < " + std::to_string(panels) + "; ++q) {");
+            line("      int cq[" + R + "];");
+            line("      for (int d = 0; d < " + R + "; ++d) cq[d] = c[d] + (d == 0 ? q * " + n + " : 0);");
+            line("      " + issue(smem.ptr + " + q * " + std::to_string(smem.panel_rows) + " * " + n, "cq"));
+            line("    }");
+          };
           if (to_gmem) {
-            line("    pl_tma_store<" + std::to_string(rank) + ">(&" + P + ".tmap[" + M + "], c, " + src.ptr + ");");
+            each_box([&](const std::string& at, const std::string& c) {
+              return "pl_tma_store<" + R + ">(" + map_ptr + ", " + c + ", " + at + ");";
+            });
             line("    pl_bulk_store_commit();");
           } else {
             const std::string b = ref_operand(*this, op, 2).ptr;
             int64_t bytes = tma->elem_bytes * panels;
             for (uint32_t x : tma->box) bytes *= x;
             line("    pl_expect_tx(" + b + ", " + std::to_string(bytes) + "u);");
-            if (panels == 1) {
-              line("    pl_tma_load<" + std::to_string(rank) + ">(" + dst.ptr + ", &" + P + ".tmap[" + M + "], c, " + b + ");");
-            } else {  // panel q: columns q P.. of every row, landing after q panels of the matrix
-              const std::string n = std::to_string(panel_cols);
-              line("    for (int q = 0; q < " + std::to_string(panels) + "; ++q) {");
-              line("      int cq[" + std::to_string(rank) + "];");
-              line("      for (int d = 0; d < " + std::to_string(rank) + "; ++d) cq[d] = c[d] + (d == 0 ? q * " + n + " : 0);");
-              line("      pl_tma_load<" + std::to_string(rank) + ">(" + dst.ptr + " + q * " + std::to_string(dst.panel_rows) +
-                   " * " + n + ", &" + P + ".tmap[" + M + "], cq, " + b + ");");
-              line("    }");
-            }
+            each_box([&](const std::string& at, const std::string& c) {
+              return "pl_tma_load<" + R + ">(" + at + ", " + map_ptr + ", " + c + ", " + b + ");";
+            });
           }
           line("  }");
           line(bulk ? "} else" : "} else {");
@@ -498,7 +505,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         auto elements_branch = [&] {
           ++indent_;
           copy_elements();
-          if (!swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads the tile in place)
+          if (!swizzled.empty() && !to_gmem) line("pl_fence_proxy_async();");  // (wgmma reads the tile in place)
           line("pl_sync();");
           line("if (pl_tid() == 0) " + done + ";");
           --indent_;
@@ -524,7 +531,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       copy_elements();
       after_mem_read();
       after_mem_write();
-      if (!swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads the tile in place)
+      if (!swizzled.empty() && !to_gmem) line("pl_fence_proxy_async();");  // (wgmma reads the tile in place)
       if (!to_gmem) barrier();
       line("if (pl_tid() == 0) " + done + ";");
       return;
@@ -629,10 +636,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       if (kacc && !on_tensor_cores)
         line(kacc->flush(acc.ptr, acc.strides[0]));
       // The group's loop (where the tensor cores do not run), reading swizzled tiles where they are.
-      auto element = [&](const RefInfo& r, const std::string& offset) {
-        const std::string at = r.swizzled.empty() ? offset : r.swizzled_elem(offset);
-        return widen(r.dtype, r.ptr + "[" + at + "]");
-      };
+      auto element = [&](const RefInfo& r, const std::string& offset) { return widen(r.dtype, r.at_offset(offset)); };
       open_thread_loop(m * n);
       line("const pl_i64 i = e / " + std::to_string(n) + ", j = e % " + std::to_string(n) + ";");
       line("float s = 0;");

@@ -223,8 +223,7 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
   if (i.kind == ValueInfo::Kind::Scalar) return i.name;
   if (i.kind == ValueInfo::Kind::Tile) return i.name + "[" + flat + "]";
   if (i.kind == ValueInfo::Kind::Fused) {
-    if (i.producer->code == OpCode::Load)
-      return i.ref.ptr + "[" + offset_of(i.ref.shape, i.ref.strides, flat) + "]";
+    if (i.producer->code == OpCode::Load) return i.ref.elem(flat);
     return "(" + elementwise_expr(*i.producer, flat) + ")";
   }
   throw InternalError("gpu emitter: value %" + std::to_string(v) + " is not an array value");
@@ -715,8 +714,9 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
   out.dtype = base.dtype;
   out.operand = base.operand;
   out.operand_shape = base.operand_shape;
-  out.swizzled = base.swizzled;  // (swizzled_smem_tiles admits only views that keep the layout)
+  out.swizzled = base.swizzled;
   out.panel_rows = base.panel_rows, out.panel_cols = base.panel_cols;
+  out.tile = base.tile;
   std::string offset;
   for (size_t d = 0; d < idx.entries.size(); ++d) {
     const ir::IndexEntry& e = idx.entries[d];
@@ -748,6 +748,10 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
     ++slot_uses_[base.slot_input].views;
     if (whole_view(idx, base.shape)) out.slot_input = base.slot_input;
   }
+  // (A swizzled tile's elements are placed by their index in the whole tile.)
+  if (!base.swizzled.empty())
+    out.tile_offset = offset.empty() ? base.tile_offset : base.tile_offset.empty() ? "(" + offset + ")"
+                                                                                  : base.tile_offset + " + (" + offset + ")";
   if (offset.empty()) {
     out.ptr = base.ptr;
   } else {
@@ -780,6 +784,8 @@ void Emitter::emit_store_from_registers(const ir::Op& store, const ir::Op& load)
   const KernelAccumulator& a = *kernel_acc(load.operands[0]);
   const RefInfo& acc = info(load.operands[0]).ref;  // the thread's matrix
   const RefInfo d = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
+  // (An f32 ACC's matrix goes to f32 memory: never a swizzled tile, whose elements are 2 bytes.)
+  PALLAS_INTERNAL_CHECK(d.swizzled.empty());
   before_mem_write();
   line("if (!pl_acc_store(" + a.var + ", " + d.ptr + ", " + std::to_string(d.strides.at(0)) + ", " + std::to_string(a.m) +
        ", " + std::to_string(a.n) + ")) {");
@@ -843,7 +849,7 @@ void Emitter::emit_ref_op_in_memory(const ir::Op& op) {
   const int64_t n = num_elements(v.shape);
   const bool scalar = v.shape.empty();
   const std::string T = ctype(v.dtype);
-  auto mem = [&](const std::string& flat) { return v.ptr + "[" + offset_of(v.shape, v.strides, flat) + "]"; };
+  auto mem = [&](const std::string& flat) { return v.elem(flat); };
 
   switch (op.code) {
     case OpCode::Load: {
@@ -893,6 +899,9 @@ void Emitter::emit_ref_op_in_memory(const ir::Op& op) {
         }
         if (op.code == OpCode::Swap) after_tile_write();
       }
+      // wgmma reads a swizzled tile in place, through the async proxy: each writer fences its
+      // writes before the barrier the reader passes after them.
+      if (!v.swizzled.empty()) line("pl_fence_proxy_async();");
       after_mem_write();
       after_mem_read();
       return;

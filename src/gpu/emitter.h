@@ -47,8 +47,9 @@ std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, cons
 std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
 // The gpu::kernel SMEM scratch buffers (of `candidates`: 2-byte elements, whole tiles of rows of
 // 128, 64 or 32 bytes, 8 rows at a time) that can be kept swizzled so that wgmma reads them where
-// they are (emit_gpu_ops.cpp): each feeds a wgmma, and is only written by copy_gmem_to_smem and
-// read by wgmma, through views that keep its rows whole and start at a row that is a multiple of 8.
+// they are (emit_gpu_ops.cpp): each feeds a wgmma, and is otherwise only loaded and stored
+// (through any view) and copied to or from GMEM; wgmma and the copies get views where the
+// pattern repeats (whole rows from a row that is a multiple of 8; every row of several panels).
 std::set<ir::ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ir::ValueId>& candidates);
 // A gpu::kernel ACC kept in registers: each Pallas thread's M x N matrix of it is a PlAccRegs
 // variable `var` of `rounds` wgmma blocks NC columns wide.
@@ -133,15 +134,22 @@ struct RefInfo {
   Shape operand_shape;
   // A gpu::kernel SMEM tile kept swizzled where wgmma runs (swizzled_smem_tiles): the macro
   // saying by how many bytes (PL_SMEM_SWIZZLED_s: its rows' 128, 64 or 32; 0: row-major); empty
-  // for other memory. Its views keep whole rows from a multiple of 8 rows, so element e of a view
-  // (row-major from the view's start, a boundary of the pattern) is at
-  // pl_smem_elem<PL_SMEM_SWIZZLED_s, T>(e). A tile whose rows are wider than 128 bytes (several
-  // panels) keeps its matrices (panel_rows x panel_cols, the last two dims) whole instead, and
-  // element e is at pl_smem_elem<PL_SMEM_SWIZZLED_s, T, panel_cols, panel_rows>(e).
+  // for other memory. Element e of the tile (row-major from its start, a 1024-byte boundary) is
+  // at pl_smem_elem<PL_SMEM_SWIZZLED_s, T>(e) — or, where its rows are wider than 128 bytes
+  // (several panels, each all the rows of its columns), at pl_smem_elem<PL_SMEM_SWIZZLED_s, T,
+  // panel_cols, panel_rows>(e), panel_rows x panel_cols its matrices (the last two dims).
+  // `tile` is the tile's start and `tile_offset` the view's first element in it (empty: 0), so
+  // element access (elem) works for any view. The ops that address the view by its start (TMA
+  // boxes, wgmma's descriptors) get only views where the pattern repeats — whole rows from a
+  // multiple of 8 of them, every row of a multi-panel tile (swizzled_smem_tiles) — from which
+  // pl_smem_elem of the offset from ptr is the element's place too.
   std::string swizzled;
   int64_t panel_rows = 0, panel_cols = 0;  // (several panels only)
-  // The index of element `e` (an offset from ptr) where swizzled says.
-  std::string swizzled_elem(const std::string& e) const;
+  std::string tile, tile_offset;
+  // The element at row-major index `flat` of the view, and the one `offset` elements from ptr
+  // (strides counted): lvalue expressions.
+  std::string elem(const std::string& flat) const;
+  std::string at_offset(const std::string& offset) const;
 };
 
 // An SSA value: a scalar register, a tile in the arena, a Ref, or a fused array value — one
