@@ -1288,7 +1288,8 @@ TEST(GpuKernel, WgmmaReadsSwizzledSharedMemoryTilesInPlace) {
 // any view: a_s is written by stores (2 a, then 3 a into rows 3-4, columns 16-47: a view where
 // the swizzle's pattern does not start), b_s by a TMA copy; wgmma reads both in place, a dot
 // reads their loads, a load reads part of a row of a_s, and b_s goes back to GMEM (a TMA store
-// per 128-byte panel, or element by element). Each way against C++ values; NVRTC for sm_90a.
+// per 128-byte panel, or element by element). Each way against C++ values; NVRTC for sm_90a and
+// sm_80; the SASS has HGMMA and the TMA store.
 pl::PallasCall stored_swizzled_tiles(int64_t n, const std::string& how) {
   constexpr int64_t M = 64, K = 64;
   return plgpu::kernel(
@@ -1373,7 +1374,11 @@ TEST(GpuKernel, SwizzledTilesAreStoredLoadedAndCopiedOutInPlace) {
       }
     EXPECT_GT(diff, 1.0);
     if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-    EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "stored.cu", "sm_90a"));
+    for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "stored.cu", arch)) << arch;
+    if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+    const std::string sass = test_util::sass_of(k.source, "sm_90a");
+    EXPECT_CONTAINS(sass, "HGMMA.64x" + std::to_string(n) + "x16");
+    EXPECT_CONTAINS(sass, "UTMASTG.2D");  // b_s out
   }
 }
 
