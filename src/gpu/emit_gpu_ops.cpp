@@ -193,21 +193,26 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
         // Aligned: leading dims any way; the rows a stride-1 slice from a multiple of 8; the row
         // whole. Any view works for loads and stores (RefInfo::elem places each element).
         const ValueId base = op.operands[0];
+        root_of[op.results[0]] = root_of[base];
         const Shape& shape = k.values.at(static_cast<size_t>(base)).shape;
+        // (A view of an unaligned view, or of one without rows, is unaligned.)
+        if (unaligned.count(base) || shape.size() < 2) {
+          unaligned.insert(op.results[0]);
+          continue;
+        }
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
         const size_t rows = shape.size() - 2, row = shape.size() - 1;
         // Rows wider than 128 bytes are several panels, each all the rows of its columns: a view
         // keeps every row.
         const bool panels = shape[row] * itemsize(k.values.at(static_cast<size_t>(base)).dtype) > 128;
-        bool keeps = shape.size() >= 2 && !unaligned.count(base);
-        if (keeps && e.size() > rows) {
+        bool keeps = true;
+        if (e.size() > rows) {
           const ir::IndexEntry& r = e[rows];
           const bool start_ok = r.dynamic >= 0 ? multiple_of_8(op.operands.at(static_cast<size_t>(r.dynamic)))
                                                : r.start % 8 == 0;
           keeps = r.is_slice && r.stride == 1 && start_ok && (!panels || whole_dim(r, shape[rows]));
         }
         if (keeps && e.size() > row) keeps = whole_dim(e[row], shape[row]);
-        root_of[op.results[0]] = root_of[base];
         if (!keeps) unaligned.insert(op.results[0]);
         continue;
       }

@@ -463,18 +463,15 @@ void Emitter::emit_pure(const ir::Op& op) {
       const ir::Ints& rc = op.attrs.get_ints(AttrKey::RhsContracting);
       const ir::Ints& lb = op.attrs.get_ints(AttrKey::LhsBatch);
       const ir::Ints& rb = op.attrs.get_ints(AttrKey::RhsBatch);
-      // A load of a swizzled SMEM tile is not where its strides say (RefInfo::elem): it becomes a
-      // tile of its own first.
-      for (ValueId v : {l, r}) {
-        if (info(v).kind != ValueInfo::Kind::Fused || info(v).ref.swizzled.empty()) continue;
-        const RefInfo loaded = info(v).ref;
-        const std::string t = define_tile(v);
-        open_thread_loop(num_elements(type(v).shape));
-        line(t + "[e] = " + loaded.elem("e") + ";");
-        close_loop();
-        after_tile_write();
-        before_cross_read();
-      }
+      // A load of a swizzled SMEM tile is not where its strides say (RefInfo::elem), which the
+      // dot reads by: it is emitted as a load of its own (a tile) after all.
+      bool loaded = false;
+      for (ValueId v : {l, r})
+        if (info(v).kind == ValueInfo::Kind::Fused && !info(v).ref.swizzled.empty()) {
+          emit_ref_op_in_memory(*info(v).producer);
+          loaded = true;
+        }
+      if (loaded) before_cross_read();
       // An operand is a tile, or a load viewed in place (plan_fusion): its pointer and strides.
       auto operand = [&](ValueId v) -> std::pair<std::string, std::vector<int64_t>> {
         const ValueInfo& i = info(v);

@@ -749,9 +749,9 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
     if (whole_view(idx, base.shape)) out.slot_input = base.slot_input;
   }
   // (A swizzled tile's elements are placed by their index in the whole tile.)
-  if (!base.swizzled.empty())
-    out.tile_offset = offset.empty() ? base.tile_offset : base.tile_offset.empty() ? "(" + offset + ")"
-                                                                                  : base.tile_offset + " + (" + offset + ")";
+  out.tile_offset = base.tile_offset;
+  if (!base.swizzled.empty() && !offset.empty())
+    out.tile_offset += (out.tile_offset.empty() ? "(" : " + (") + offset + ")";
   if (offset.empty()) {
     out.ptr = base.ptr;
   } else {
