@@ -549,6 +549,41 @@ PallasCall blocked_matmul(int64_t M, int64_t N, int64_t K, int64_t bm, int64_t b
            {ScratchShape{{bm, bn}, DType::F32, MemorySpace::Vmem}}));
 }
 
+// The block shapes bench_gpu.cpp times against cuBLAS (x (bm, bk), y (bk, bn), Buffered(depth)
+// for both) at a small size, generated for the GPU as the benchmark's are (default options: two
+// warpgroups): both inputs come by TMA into 128-byte swizzled slots that wgmma reads in place,
+// with a slot more than the depth for the wgmma left running; the accumulator stays in registers
+// (256 columns: two rounds of 64 x 128 blocks per warpgroup); the CTA's shared memory fits an
+// H100's 227 KiB. Run in host emulation with those threads against a plain product.
+TEST(GpuCodegenOps, TheBenchmarksMatmulBlockShapesTakeTheTmaAndWgmmaPath) {
+  struct Case { int64_t bm, bn, bk; int depth; };
+  for (Case c : {Case{128, 128, 128, 2}, Case{128, 128, 64, 4}, Case{128, 256, 64, 3}}) {
+    SCOPED_TRACE(std::to_string(c.bm) + " x " + std::to_string(c.bn) + " x " + std::to_string(c.bk) + ", depth " +
+                 std::to_string(c.depth));
+    const int64_t M = 256, N = 512, K = 3 * c.bk;
+    PallasCall call = blocked_matmul(M, N, K, c.bm, c.bn, c.bk, c.depth);
+    const Array x = Array::random_normal({M, K}, DType::BF16, 91), y = Array::random_normal({K, N}, DType::BF16, 92);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    EXPECT_EQ(k.threads_per_cta, 256);
+    EXPECT_EQ(k.pipeline_depth, c.depth);
+    EXPECT_EQ(k.pipeline_slots, c.depth + 1);
+    EXPECT_EQ(k.pipeline_slot_bytes, (c.depth + 1) * (c.bm * c.bk + c.bk * c.bn) * 2);
+    EXPECT_EQ(k.tma_inputs, (std::vector<int>{0, 1}));
+    EXPECT_EQ(k.tensor_core_slots, (std::vector<int>{0, 1}));
+    EXPECT_EQ(k.register_accumulator, 0);
+    EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_0 (PL_HAS_WGMMA ? 3 : 0)");  // 128-byte swizzle, K-major
+    EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 4 : 0)");  // 128-byte swizzle, N-major
+    EXPECT_LE(k.dynamic_shared_bytes(true), 227 * 1024);
+    gpu::HostEmulationStats stats;
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 256, &stats);
+    const int64_t steps = (M / c.bm) * (N / c.bn) * (K / c.bk);
+    EXPECT_EQ(stats.tma_boxes, steps * (c.bk / 64 + c.bn / 64));  // a box per 64-column panel
+    EXPECT_EQ(stats.wgmma_instructions, steps * (c.bm / 64) * (c.bn / 128) * (c.bk / 16));  // 64 x 128 x 16 each
+    expect_plain_product(x, y, false, DType::F32, got[0]);
+  }
+}
+
 // Blocks that move along the innermost sequential axis come through a ring of shared-memory slots,
 // copied ahead (cp.async on the GPU): x's and y's blocks of a blocked matmul, with rings of 2 to 4
 // slots, K axes of 1 to 5 steps (shorter and longer than the ring), an outer sequential axis (the
