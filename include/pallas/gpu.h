@@ -155,6 +155,18 @@ Value axis_index(const std::string& axis, Loc loc = Loc::current());
 // asynchronously (TMA on Hopper); when the data is in, the copy arrives once on `barrier`. Read
 // `dst` only after barrier_wait on that barrier.
 void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, Loc loc = Loc::current());
+// The same as a multicast (Mosaic GPU's collective_axes): every CTA of the caller's cluster that
+// differs from it only along `collective_axes` (cluster axis names) — its peers, the caller's CTA
+// included — makes this call with the same `src`, and each peer's `dst` receives the whole of it.
+// The copy is split among the peers along the first dimension their count divides: each
+// peer's share lands in every peer's `dst` when that peer issues its call (so no peer may issue
+// into a `dst` that another still reads: order them with a gpu::ClusterBarrier), and a peer's
+// `barrier` (its own CTA's, as for a plain copy) gets the copy's one arrival when all the shares
+// have landed in it. A peer that never makes the call leaves the others waiting (an error in the
+// interpreter, as is a peer that copies another `src`). On Hopper one TMA load per peer feeds
+// them all, which halves (for two peers) what a matmul's operand costs L2.
+void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::vector<std::string> collective_axes,
+                       Loc loc = Loc::current());
 // Copies `src` (SMEM) to `dst` (GMEM) asynchronously. Call commit_smem() after writing `src`
 // with ordinary stores and before the copy; wait_smem_to_gmem before reusing `src` or ending.
 void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc = Loc::current());

@@ -183,6 +183,10 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
   for (const ir::Type& t : gm.scratch_types) params.push_back(t);
   {
     core::TraceEnv env{core::TraceEnv::Kind::Kernel, gm.grid_names, func_src_info(), ""};
+    if (opts.gpu_kernel) {
+      env.cluster_axes_begin = opts.gpu_kernel->num_grid_axes;
+      env.cluster_axes_end = env.cluster_axes_begin + opts.gpu_kernel->num_cluster_axes;
+    }
     core::ScopedTraceEnv scoped(&env);
     detail::TraceScope scope(tc->name, std::source_location::current());
     std::vector<Value> handles = scope.add_params(params);

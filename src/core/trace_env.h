@@ -12,6 +12,9 @@ struct TraceEnv {
   std::vector<std::string> grid_names;
   std::string func_src_info;  // "kernel at file.cc:12" / "at file.cc:30"
   std::string origin;         // for index maps: "args[0]"
+  // A gpu::kernel's cluster axes: grid_names[cluster_axes_begin, cluster_axes_end) (empty
+  // elsewhere), for the ops that name them (copy_gmem_to_smem's collective_axes).
+  int cluster_axes_begin = 0, cluster_axes_end = 0;
 };
 
 // The innermost active environment, or nullptr outside pallas_call tracing.

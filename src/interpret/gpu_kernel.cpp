@@ -273,6 +273,17 @@ struct Buffer {
   bool by_bytes = false;
 };
 
+// A multicast copy (copy_gmem_to_smem with collective_axes) on its way into one receiving CTA:
+// which peers' shares have landed there, and what the first one copied (every peer must copy the
+// same source). Keyed by the receiving barrier; gone once all shares landed and it arrived.
+struct MulticastLanding {
+  std::vector<bool> landed;  // by peer rank
+  int count = 0;
+  eval::RefValue src;         // the first share's whole source
+  std::string first_issuer;   // "CTA (0, 1)"
+  VectorClock released;       // the shares' copies, released by the one arrival
+};
+
 // A gpu::Semaphore's counter (an i32 in the semaphore's array): what its signals released.
 struct SemaphoreState {
   std::string name;      // "scratch[3][1]"
@@ -292,6 +303,15 @@ struct Wave {
   CrossWaveAccesses* cross_wave = nullptr;    // when the run has several waves
   // Each thread's last gpu::set_max_registers (registers per thread, where), by thread index.
   std::map<int, std::pair<int64_t, SourceLoc>> register_requests;
+  // What a multicast copy needs to find its peers and their memory. Per CTA of the wave (its
+  // threads are threads_per_cta consecutive ones): its coordinates in its cluster, which of the
+  // wave's clusters, its name, and each scratch array's memory (base, bytes).
+  int64_t threads_per_cta = 1;
+  std::vector<std::vector<int64_t>> cta_in_cluster;
+  std::vector<size_t> cluster_of_cta;
+  std::vector<std::string> cta_names;
+  std::vector<std::vector<std::pair<std::byte*, int64_t>>> scratch_memory;
+  std::map<const std::byte*, MulticastLanding> multicasts;  // by the receiving barrier
 };
 
 class GpuThreadInterpreter : public eval::Interpreter {
@@ -331,6 +351,10 @@ class GpuThreadInterpreter : public eval::Interpreter {
                           ", a gpu::ClusterBarrier; copies arrive on a barrier of their own CTA (gpu::Barrier "
                           "or gpu::TMABarrier)",
                       op.loc);
+        if (op.attrs.has(AttrKey::Axes)) {
+          multicast_copy(op);
+          return true;
+        }
         const Actor copy = new_actor(clock_, "the copy to SMEM");
         record(op, ref(op.operands[0]), false, copy);
         record(op, ref(op.operands[1]), true, copy);
@@ -457,6 +481,99 @@ class GpuThreadInterpreter : public eval::Interpreter {
     b.arrived.clear();
   }
 
+  // copy_gmem_to_smem with collective_axes (gpu.h): this CTA's share of the copy lands in every
+  // peer's dst, a copy of its own (an actor) writing there; a peer's barrier gets the copy's one
+  // arrival, releasing all the shares' copies, when the last share has landed in it.
+  void multicast_copy(const ir::Op& op) {
+    const std::string what = std::string(op.info().name) + " with collective_axes (" +
+                             op.attrs.get_string(AttrKey::AxisNames) + ")";
+    const size_t cta = static_cast<size_t>(index_ / wave_->threads_per_cta);
+    const ir::Ints& axes = op.attrs.get_ints(AttrKey::Axes);
+    const int64_t first_cluster_axis = call_.gpu_kernel->num_grid_axes;
+    const std::vector<int64_t>& here = wave_->cta_in_cluster[cta];
+    std::vector<size_t> peers;  // in row-major order of the cluster: a peer's rank is its place here
+    for (size_t p = 0; p < wave_->cta_in_cluster.size(); ++p) {
+      if (wave_->cluster_of_cta[p] != wave_->cluster_of_cta[cta]) continue;
+      bool peer = true;
+      for (size_t d = 0; d < here.size(); ++d)
+        if (wave_->cta_in_cluster[p][d] != here[d] &&
+            std::find(axes.begin(), axes.end(), first_cluster_axis + static_cast<int64_t>(d)) == axes.end())
+          peer = false;
+      if (peer) peers.push_back(p);
+    }
+    const int64_t n = static_cast<int64_t>(peers.size());
+    const int64_t rank = std::find(peers.begin(), peers.end(), cta) - peers.begin();
+    const eval::RefValue& src = ref(op.operands[0]);
+    const eval::RefValue& dst = ref(op.operands[1]);
+    // The shares: equal parts along the first dimension the peers' count divides.
+    size_t dim = 0;
+    while (dim < dst.shape.size() && dst.shape[dim] % n != 0) ++dim;
+    if (dim == dst.shape.size())
+      throw Error(what + ": no dimension of the copy's shape " + shape_to_string(dst.shape) +
+                      " divides into equal shares for its " + std::to_string(n) + " CTAs",
+                  op.loc);
+    const int64_t len = dst.shape[dim] / n;
+    auto share = [&](eval::RefValue v) {
+      v.data += rank * len * v.strides[dim] * static_cast<int64_t>(itemsize(v.dtype));
+      v.shape[dim] = len;
+      return v;
+    };
+    const eval::RefValue src_share = share(src), dst_share = share(dst);
+    const Actor copy = new_actor(clock_, "the multicast copy to SMEM");
+    record(op, src_share, false, copy);
+    const Array data = eval::read(src_share);
+    const std::byte* barrier_here = ref(op.operands[2]).data;
+    for (size_t p : peers) {
+      eval::RefValue there = dst_share;
+      there.data = in_cta(dst_share.data, cta, p);
+      record(op, there, true, copy);
+      eval::write(there, data);
+      const std::byte* barrier_there = in_cta(barrier_here, cta, p);
+      BarrierState& b = wave_->barriers.at(barrier_there);
+      MulticastLanding& m = wave_->multicasts[barrier_there];
+      if (m.count == 0) {
+        m.landed.assign(static_cast<size_t>(n), false);
+        m.src = src;
+        m.first_issuer = wave_->cta_names[cta];
+      } else if (m.src.data != src.data || m.src.shape != src.shape || m.src.strides != src.strides) {
+        throw Error(what + ": " + wave_->cta_names[cta] + " copies " + describe(src) + ", but " + m.first_issuer +
+                        " copied " + describe(m.src) + " in the same multicast (into barrier " + b.name +
+                        "): every peer must copy the same source",
+                    op.loc);
+      }
+      if (m.landed[static_cast<size_t>(rank)])
+        throw Error(what + ": " + wave_->cta_names[cta] + " issues another multicast into barrier " + b.name +
+                        " before all its peers issued the previous one",
+                    op.loc);
+      m.landed[static_cast<size_t>(rank)] = true;
+      tpu_interpret::merge_into(m.released, copy.clock);
+      if (++m.count < n) continue;
+      const VectorClock released = std::move(m.released);
+      wave_->multicasts.erase(barrier_there);
+      arrive(op, b, released);
+    }
+  }
+  // The address in CTA `to`'s scratch of `at` in CTA `from`'s (the same array, the same offset).
+  const std::byte* in_cta(const std::byte* at, size_t from, size_t to) const {
+    const auto& mine = wave_->scratch_memory[from];
+    for (size_t s = 0; s < mine.size(); ++s)
+      if (at >= mine[s].first && at < mine[s].first + mine[s].second)
+        return wave_->scratch_memory[to][s].first + (at - mine[s].first);
+    throw InternalError("a multicast copy's destination is not in its CTA's scratch");
+  }
+  std::byte* in_cta(std::byte* at, size_t from, size_t to) const {
+    return const_cast<std::byte*>(in_cta(static_cast<const std::byte*>(at), from, to));
+  }
+  // "input 0 from [64, 0], shape (64, 128)": where a view starts in its buffer.
+  std::string describe(const eval::RefValue& v) const {
+    auto it = wave_->buffers.upper_bound(v.data);
+    if (it == wave_->buffers.begin()) return "a view " + shape_to_string(v.shape);
+    const Buffer& b = std::prev(it)->second;
+    std::vector<int64_t> start;
+    core::unravel_row_major((v.data - b.base) / static_cast<int64_t>(itemsize(v.dtype)), b.shape, start);
+    return b.name + " from " + shape_to_string(start) + ", shape " + shape_to_string(v.shape);
+  }
+
   void wait(const ir::Op& op, BarrierState& b) {
     int64_t& next = b.next_phase.try_emplace(index_, 1).first->second;
     const int64_t want = next;
@@ -471,7 +588,12 @@ class GpuThreadInterpreter : public eval::Interpreter {
     std::ostringstream what;
     what << "waits at " << op.loc.to_string() << " for phase " << want << " of barrier " << b.name
          << " (" << b.phase << " phases completed, " << b.arrivals << " of " << b.num_arrivals
-         << " arrivals in the current one)";
+         << " arrivals in the current one";
+    for (const auto& [at, m] : wave_->multicasts)
+      if (&wave_->barriers.at(at) == &b)
+        what << "; a multicast copy into it has the shares of " << m.count << " of its " << m.landed.size()
+             << " CTAs: a peer has not issued its copy_gmem_to_smem";
+    what << ")";
     BarrierState* bp = &b;
     wave_->turns->wait_until(index_, [bp, want] { return bp->phase >= want; }, what.str());
     if (b.phase > want) throw missed();
@@ -697,11 +819,16 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     std::vector<std::vector<eval::RtValue>> params(static_cast<size_t>(wave_threads));
     std::vector<GridPoint> where(static_cast<size_t>(wave_threads));
     std::vector<std::string> names;
+    wave.threads_per_cta = num_threads;
+    wave.scratch_memory.resize(wave_ctas);
     for (size_t c = 0; c < wave_ctas; ++c) {
       std::vector<int64_t>& cta = cta_index[c];
       cta = wave_clusters[c / ctas.size()];
       cta.insert(cta.end(), ctas[c % ctas.size()].begin(), ctas[c % ctas.size()].end());
       const std::string cta_name = cta.empty() ? "the CTA" : "CTA " + tuple(cta, 0, cta.size());
+      wave.cta_in_cluster.push_back(ctas[c % ctas.size()]);
+      wave.cluster_of_cta.push_back(c / ctas.size());
+      wave.cta_names.push_back(cta_name);
       std::map<int, Array> unions;  // this CTA's memory of each gpu::Union
       for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
         const ir::Type& t = gm.scratch_types[s];
@@ -738,6 +865,8 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
           eval::fill_uninitialized(a);
         }
         scratch[c].push_back(a);
+        wave.scratch_memory[c].emplace_back(static_cast<std::byte*>(a.raw_data()),
+                                            a.size() * (t.dtype == DType::GpuBarrier ? 8 : itemsize(t.dtype)));
       }
       for (int64_t w = 0; w < num_threads; ++w) {
         const int t = static_cast<int>(static_cast<int64_t>(c) * num_threads + w);

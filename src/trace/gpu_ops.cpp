@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/call.h"
+#include "core/trace_env.h"
 #include "pallas/tpu.h"
 #include "trace/context.h"
 
@@ -300,6 +301,41 @@ Value axis_index(const std::string& axis, Loc loc) { return tpu::axis_index(axis
 
 void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, Loc loc) {
   trace::add_op(OpCode::GpuCopyGmemToSmem, {src.handle(), dst.handle(), barrier.handle()}, {}, loc);
+}
+
+void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::vector<std::string> collective_axes,
+                       Loc loc) {
+  const SourceLoc at = trace::src(loc);
+  const core::TraceEnv* env = core::current_trace_env();
+  if (!env || env->cluster_axes_begin == env->cluster_axes_end)
+    throw Error("copy_gmem_to_smem with collective_axes: only a gpu::kernel whose mesh has cluster axes can "
+                "multicast a copy",
+                at);
+  if (collective_axes.empty())
+    throw Error("copy_gmem_to_smem: collective_axes is empty (name cluster axes, or make a plain copy)", at);
+  ir::Ints axes;
+  std::string names;
+  for (const std::string& name : collective_axes) {
+    int found = -1;
+    for (int i = env->cluster_axes_begin; i < env->cluster_axes_end; ++i)
+      if (env->grid_names[static_cast<size_t>(i)] == name) found = i;
+    if (found < 0) {
+      std::string known;
+      for (int i = env->cluster_axes_begin; i < env->cluster_axes_end; ++i)
+        known += (known.empty() ? "" : ", ") + env->grid_names[static_cast<size_t>(i)];
+      throw Error("copy_gmem_to_smem: the collective axis '" + name + "' is not a cluster axis of the mesh (cluster "
+                      "axes: " + known + ")",
+                  at);
+    }
+    if (std::find(axes.begin(), axes.end(), int64_t{found}) != axes.end())
+      throw Error("copy_gmem_to_smem: the collective axis '" + name + "' is named twice", at);
+    axes.push_back(found);
+    names += (names.empty() ? "" : ",") + name;
+  }
+  Attrs a;
+  a.set(AttrKey::Axes, axes);  // mesh axes (grid..., cluster..., thread)
+  a.set(AttrKey::AxisNames, names);
+  trace::add_op(OpCode::GpuCopyGmemToSmem, {src.handle(), dst.handle(), barrier.handle()}, std::move(a), loc);
 }
 
 void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {

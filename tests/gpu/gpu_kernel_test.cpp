@@ -2,6 +2,7 @@
 // copies through shared memory on barriers, warp-specialized producer/consumer pipelines, wgmma,
 // and the errors for misuse (deadlocks, lost barrier phases, shared memory, shapes). Values are
 // checked against plain C++ loops.
+#include <functional>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -869,6 +870,112 @@ TEST(GpuKernelErrors, ClusterBarrierReachesOnlyItsPeers) {
     EXPECT_CONTAINS(e, "gpu::kernel data race");
     EXPECT_CONTAINS(e, "on output 0 [4]");
   }
+}
+
+// A multicast copy (copy_gmem_to_smem with collective_axes) in 2 x 2 clusters, collective along x:
+// the two CTAs of each y copy the same rows of `x` (chosen by the cluster and y), each issuing its
+// share, and each gets all of them in its own SMEM; then every CTA writes its SMEM scaled by its
+// own factor. Twice in a row on two buffers, the second time after a gpu::ClusterBarrier tells both
+// peers that the first buffer is no longer read. Compiled (no multicast yet), each CTA copies the
+// whole block itself.
+TEST_P(GpuKernelBoth, MulticastCopiesLandInEveryPeer) {
+  constexpr int kGrid = 2, kRows = 16, kCols = 8;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref a, pl::Ref b, pl::Ref bars, pl::Ref done) {
+        pl::Value g = plgpu::axis_index("g"), cx = plgpu::axis_index("x"), cy = plgpu::axis_index("y");
+        pl::Value block = g * 2 + cy, cta = (g * 2 + cy) * 2 + cx;
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(block * kRows, kRows), pl::ds(0, kCols)), a, bars.at(0), {"x"});
+        plgpu::barrier_wait(bars.at(0));
+        pl::Value scale = (cx + 1).astype(pl::f32);
+        out.at(pl::ds(cta * kRows, kRows), pl::ds(0, kCols))[pl::all] = a[pl::all] * scale;
+        plgpu::barrier_arrive(done);  // a is read: the peers may fill b
+        plgpu::barrier_wait(done);
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(block * kRows, kRows), pl::ds(kCols, kCols)), b, bars.at(1), {"x"});
+        plgpu::barrier_wait(bars.at(1));
+        out.at(pl::ds(cta * kRows, kRows), pl::ds(kCols, kCols))[pl::all] = b[pl::all] * scale;
+      },
+      {pl::ShapeDtype({kGrid * 4 * kRows, 2 * kCols}, pl::f32)},
+      plgpu::Mesh{.grid = {kGrid}, .grid_names = {"g"}, .cluster = {2, 2}, .cluster_names = {"x", "y"}},
+      run_on(GetParam(), {plgpu::SMEM({kRows, kCols}, pl::f32), plgpu::SMEM({kRows, kCols}, pl::f32),
+                          plgpu::Barrier{.num_barriers = 2}, plgpu::ClusterBarrier{.collective_axes = {"x"}}}));
+  pl::Array x = random_f32({kGrid * 2 * kRows, 2 * kCols}, 9);
+  pl::Array out = call(x).at(0);
+  for (int g = 0; g < kGrid; ++g)
+    for (int cy = 0; cy < 2; ++cy)
+      for (int cx = 0; cx < 2; ++cx)
+        for (int r = 0; r < kRows; ++r)
+          for (int c = 0; c < 2 * kCols; ++c) {
+            const int cta = (g * 2 + cy) * 2 + cx, block = g * 2 + cy;
+            EXPECT_EQ(out.get({cta * kRows + r, c}), x.get({block * kRows + r, c}) * (cx + 1))
+                << "CTA " << cta << " [" << r << ", " << c << "]";
+          }
+}
+
+// What goes wrong with multicast copies is an error naming it: a peer that never issues its share
+// (the others' barrier never completes), peers copying different sources, a share issued into a
+// buffer a peer still reads (a race: its copy writes the peer's SMEM), a copy that does not split
+// among the peers, and collective axes that are not the mesh's cluster axes.
+TEST(GpuKernelErrors, MulticastCopyMisuse) {
+  auto make = [](std::function<void(pl::Ref, pl::Ref, pl::Ref, pl::Ref, pl::Value)> body, pl::Shape smem = {8}) {
+    return plgpu::kernel(
+        [body](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) { body(x, out, s, bar, plgpu::axis_index("c")); },
+        {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}},
+        interpreted({plgpu::SMEM(std::move(smem), pl::f32), plgpu::Barrier{}}));
+  };
+  const pl::Array x = random_f32({16}, 3);
+  std::string e = error_of([&] {
+    make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar, pl::Value c) {
+      pl::when(c == 0, [&] { plgpu::copy_gmem_to_smem(x.at(pl::ds(0, 8)), s, bar, {"c"}); });
+      plgpu::barrier_wait(bar);
+      out.at(pl::ds(c * 8, 8))[pl::all] = s[pl::all];
+    })(x);
+  });
+  EXPECT_CONTAINS(e, "a multicast copy into it has the shares of 1 of its 2 CTAs: a peer has not issued its copy_gmem_to_smem");
+  e = error_of([&] {
+    make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar, pl::Value c) {
+      plgpu::copy_gmem_to_smem(x.at(pl::ds(c * 8, 8)), s, bar, {"c"});
+      plgpu::barrier_wait(bar);
+      out.at(pl::ds(c * 8, 8))[pl::all] = s[pl::all];
+    })(x);
+  });
+  EXPECT_CONTAINS(e, "copy_gmem_to_smem with collective_axes (c): CTA (1,) copies input 0 from [8], shape [8], but "
+                     "CTA (0,) copied input 0 from [0], shape [8]");
+  EXPECT_CONTAINS(e, "every peer must copy the same source");
+  e = error_of([&] {
+    make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar, pl::Value c) {
+      for (int round = 0; round < 2; ++round) {  // no cluster barrier between the rounds
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(round * 8, 8)), s, bar, {"c"});
+        plgpu::barrier_wait(bar);
+        out.at(pl::ds(c * 8, 8))[pl::all] = s[pl::all];
+      }
+    })(x);
+  });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "the multicast copy to SMEM issued by CTA");
+  e = error_of([&] {
+    make(
+        [](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar, pl::Value) {
+          plgpu::copy_gmem_to_smem(x.at(pl::ds(0, 3)), s, bar, {"c"});
+          plgpu::barrier_wait(bar);
+          out.at(pl::ds(0, 3))[pl::all] = s[pl::all];
+        },
+        {3})(x);
+  });
+  EXPECT_CONTAINS(e, "copy_gmem_to_smem with collective_axes (c): no dimension of the copy's shape [3] divides into "
+                     "equal shares for its 2 CTAs");
+  e = error_of([&] {
+    make([](pl::Ref x, pl::Ref, pl::Ref s, pl::Ref bar, pl::Value) {
+      plgpu::copy_gmem_to_smem(x.at(pl::ds(0, 8)), s, bar, {"g"});
+    })(x);
+  });
+  EXPECT_CONTAINS(e, "copy_gmem_to_smem: the collective axis 'g' is not a cluster axis of the mesh (cluster axes: c)");
+  e = error_of([&] {
+    plgpu::kernel(
+        [](pl::Ref x, pl::Ref, pl::Ref s, pl::Ref bar) { plgpu::copy_gmem_to_smem(x.at(pl::ds(0, 8)), s, bar, {"c"}); },
+        {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"c"}},
+        interpreted({plgpu::SMEM({8}, pl::f32), plgpu::Barrier{}}))(x);
+  });
+  EXPECT_CONTAINS(e, "only a gpu::kernel whose mesh has cluster axes can multicast a copy");
 }
 
 // A ClusterBarrier whose phase counts only one CTA's arrivals (a cluster of 1 CTA) runs compiled as
