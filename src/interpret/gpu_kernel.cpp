@@ -564,7 +564,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
   std::byte* in_cta(std::byte* at, size_t from, size_t to) const {
     return const_cast<std::byte*>(in_cta(static_cast<const std::byte*>(at), from, to));
   }
-  // "input 0 from [64, 0], shape (64, 128)": where a view starts in its buffer.
+  // "input 0 from [64, 0], shape [64, 128]": where a view starts in its buffer.
   std::string describe(const eval::RefValue& v) const {
     auto it = wave_->buffers.upper_bound(v.data);
     if (it == wave_->buffers.begin()) return "a view " + shape_to_string(v.shape);
