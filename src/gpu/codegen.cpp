@@ -389,8 +389,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // 128-byte panels (2-byte elements, whole 8-row groups) otherwise only copied, loaded and
   // stored (element by element at their swizzled places), are kept swizzled by their row's
   // (panel's) bytes (swizzled_smem_tiles), each from a 1024-byte boundary: TMA boxes land in
-  // wgmma's layout and wgmma reads them in place, with no staging copy. The choice is the backend's, as Mosaic GPU infers its SMEM transforms; the kernel's
-  // results do not depend on it.
+  // wgmma's layout and wgmma reads them in place, with no staging copy. The choice is the
+  // backend's, as Mosaic GPU infers its SMEM transforms; the kernel's results do not depend on it.
   const size_t first_scratch = static_cast<size_t>(gm.num_index_operands) + blocks.size();
   std::set<ir::ValueId> swizzled_tiles;
   if (gpu_kernel && opts.swizzle) {

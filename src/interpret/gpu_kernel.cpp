@@ -303,14 +303,14 @@ struct Wave {
   CrossWaveAccesses* cross_wave = nullptr;    // when the run has several waves
   // Each thread's last gpu::set_max_registers (registers per thread, where), by thread index.
   std::map<int, std::pair<int64_t, SourceLoc>> register_requests;
-  // What a multicast copy needs to find its peers and their memory. Per CTA of the wave (its
-  // threads are threads_per_cta consecutive ones): its coordinates in its cluster, which of the
-  // wave's clusters, its name, and each scratch array's memory (base, bytes).
+  // What a multicast copy needs to find its peers and their memory. The wave's CTAs are its
+  // clusters' in turn, each cluster's in row-major order (CTA c is at cluster_positions[c % n]
+  // of its cluster, n of them), each CTA's threads threads_per_cta consecutive ones; per CTA its
+  // name and its scratch arrays.
   int64_t threads_per_cta = 1;
-  std::vector<std::vector<int64_t>> cta_in_cluster;
-  std::vector<size_t> cluster_of_cta;
+  const std::vector<std::vector<int64_t>>* cluster_positions = nullptr;
   std::vector<std::string> cta_names;
-  std::vector<std::vector<std::pair<std::byte*, int64_t>>> scratch_memory;
+  const std::vector<std::vector<Array>>* scratch = nullptr;
   std::map<const std::byte*, MulticastLanding> multicasts;  // by the receiving barrier
 };
 
@@ -490,13 +490,14 @@ class GpuThreadInterpreter : public eval::Interpreter {
     const size_t cta = static_cast<size_t>(index_ / wave_->threads_per_cta);
     const ir::Ints& axes = op.attrs.get_ints(AttrKey::Axes);
     const int64_t first_cluster_axis = call_.gpu_kernel->num_grid_axes;
-    const std::vector<int64_t>& here = wave_->cta_in_cluster[cta];
+    const std::vector<std::vector<int64_t>>& positions = *wave_->cluster_positions;
+    const size_t cluster_ctas = positions.size(), first = cta / cluster_ctas * cluster_ctas;
+    const std::vector<int64_t>& here = positions[cta % cluster_ctas];
     std::vector<size_t> peers;  // in row-major order of the cluster: a peer's rank is its place here
-    for (size_t p = 0; p < wave_->cta_in_cluster.size(); ++p) {
-      if (wave_->cluster_of_cta[p] != wave_->cluster_of_cta[cta]) continue;
+    for (size_t p = first; p < first + cluster_ctas; ++p) {
       bool peer = true;
       for (size_t d = 0; d < here.size(); ++d)
-        if (wave_->cta_in_cluster[p][d] != here[d] &&
+        if (positions[p % cluster_ctas][d] != here[d] &&
             std::find(axes.begin(), axes.end(), first_cluster_axis + static_cast<int64_t>(d)) == axes.end())
           peer = false;
       if (peer) peers.push_back(p);
@@ -555,10 +556,12 @@ class GpuThreadInterpreter : public eval::Interpreter {
   }
   // The address in CTA `to`'s scratch of `at` in CTA `from`'s (the same array, the same offset).
   const std::byte* in_cta(const std::byte* at, size_t from, size_t to) const {
-    const auto& mine = wave_->scratch_memory[from];
-    for (size_t s = 0; s < mine.size(); ++s)
-      if (at >= mine[s].first && at < mine[s].first + mine[s].second)
-        return wave_->scratch_memory[to][s].first + (at - mine[s].first);
+    const std::vector<Array>& mine = (*wave_->scratch)[from];
+    for (size_t s = 0; s < mine.size(); ++s) {
+      const auto* base = static_cast<const std::byte*>(mine[s].raw_data());
+      if (at >= base && at < base + mine[s].size() * itemsize(mine[s].dtype()))
+        return static_cast<const std::byte*>((*wave_->scratch)[to][s].raw_data()) + (at - base);
+    }
     throw InternalError("a multicast copy's destination is not in its CTA's scratch");
   }
   std::byte* in_cta(std::byte* at, size_t from, size_t to) const {
@@ -820,14 +823,13 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     std::vector<GridPoint> where(static_cast<size_t>(wave_threads));
     std::vector<std::string> names;
     wave.threads_per_cta = num_threads;
-    wave.scratch_memory.resize(wave_ctas);
+    wave.cluster_positions = &ctas;
+    wave.scratch = &scratch;
     for (size_t c = 0; c < wave_ctas; ++c) {
       std::vector<int64_t>& cta = cta_index[c];
       cta = wave_clusters[c / ctas.size()];
       cta.insert(cta.end(), ctas[c % ctas.size()].begin(), ctas[c % ctas.size()].end());
       const std::string cta_name = cta.empty() ? "the CTA" : "CTA " + tuple(cta, 0, cta.size());
-      wave.cta_in_cluster.push_back(ctas[c % ctas.size()]);
-      wave.cluster_of_cta.push_back(c / ctas.size());
       wave.cta_names.push_back(cta_name);
       std::map<int, Array> unions;  // this CTA's memory of each gpu::Union
       for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
@@ -865,8 +867,6 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
           eval::fill_uninitialized(a);
         }
         scratch[c].push_back(a);
-        wave.scratch_memory[c].emplace_back(static_cast<std::byte*>(a.raw_data()),
-                                            a.size() * (t.dtype == DType::GpuBarrier ? 8 : itemsize(t.dtype)));
       }
       for (int64_t w = 0; w < num_threads; ++w) {
         const int t = static_cast<int>(static_cast<int64_t>(c) * num_threads + w);
