@@ -2,6 +2,7 @@
 #pragma once
 
 #include <mutex>
+#include <optional>
 
 #include "eval/interpreter.h"
 #include "pallas/pallas_call.h"
@@ -59,6 +60,13 @@ void unravel_row_major(int64_t linear, const std::vector<int64_t>& dims, std::ve
 // is its own peer.
 bool cluster_barrier_peers(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
                            const std::vector<int>& collective);
+// A multicast copy's peer rule (copy_gmem_to_smem with collective_axes), likewise: CTAs that
+// differ along no axis but those in `collective` (a closed set: all of them copy together).
+bool multicast_peers(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::vector<int>& collective);
+// How a multicast copy of `shape` splits among its `peers` CTAs: equal shares along the first
+// dimension `peers` divides (the dim; nullopt when none does). Share k is k * shape[dim] / peers ..
+// of that dim, the whole of the others.
+std::optional<size_t> multicast_share_dim(const std::vector<int64_t>& shape, int64_t peers);
 
 // Builds the grid mapping for these (non-dynamic-grid) argument shapes: traces every index map
 // and checks every BlockSpec. Throws pallas::Error with the seed's messages.

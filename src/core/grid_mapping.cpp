@@ -294,6 +294,19 @@ bool cluster_barrier_peers(const std::vector<int64_t>& a, const std::vector<int6
   return true;
 }
 
+bool multicast_peers(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::vector<int>& collective) {
+  for (size_t d = 0; d < a.size(); ++d)
+    if (a[d] != b[d] && std::find(collective.begin(), collective.end(), static_cast<int>(d)) == collective.end())
+      return false;
+  return true;
+}
+
+std::optional<size_t> multicast_share_dim(const std::vector<int64_t>& shape, int64_t peers) {
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] % peers == 0) return d;
+  return std::nullopt;
+}
+
 void unravel_row_major(int64_t linear, const std::vector<int64_t>& dims, std::vector<int64_t>& out) {
   out.resize(dims.size());
   for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {

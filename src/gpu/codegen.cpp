@@ -192,6 +192,7 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
   if (const char* v = std::getenv("PALLAS_GPU_SYNC_WGMMA"); v && std::string(v) == "1") o.async_wgmma = false;
   if (const char* v = std::getenv("PALLAS_GPU_NO_TMA"); v && std::string(v) == "1") o.tma = false;
   if (const char* v = std::getenv("PALLAS_GPU_NO_SWIZZLE"); v && std::string(v) == "1") o.swizzle = false;
+  if (const char* v = std::getenv("PALLAS_GPU_NO_MULTICAST"); v && std::string(v) == "1") o.multicast = false;
   return o;
 }
 
@@ -665,6 +666,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const std::vector<int64_t> cluster(grid.begin() + layout.num_grid_axes,
                                        grid.begin() + layout.num_grid_axes + layout.num_cluster_axes);
     for (int64_t c : cluster) out.cluster_ctas *= static_cast<int>(c);
+    if (out.cluster_ctas > 1 && opts.multicast) ctx.cluster_dims = cluster, ctx.first_cluster_axis = layout.num_grid_axes;
     std::vector<std::vector<int64_t>> coords(static_cast<size_t>(out.cluster_ctas));
     for (int r = 0; r < out.cluster_ctas; ++r) core::unravel_row_major(r, cluster, coords[static_cast<size_t>(r)]);
     std::string cases;

@@ -70,6 +70,10 @@ struct CodegenOptions {
   // then reads in place. false (or PALLAS_GPU_NO_SWIZZLE=1): the no-swizzle layouts, a TMA box
   // per 8 columns; gpu::kernel tiles row-major, staged for wgmma.
   bool swizzle = true;
+  // A gpu::kernel's multicast copies (copy_gmem_to_smem with collective_axes) go as TMA
+  // multicast, each peer copying its share for all, where the shares are boxes. false (or
+  // PALLAS_GPU_NO_MULTICAST=1): each CTA copies the whole block itself.
+  bool multicast = true;
 };
 
 // A TMA tensor map the kernel's ring copies through (sm_90; the device runtime's pl_tma_load):

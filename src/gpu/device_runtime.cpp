@@ -1179,7 +1179,6 @@ static const pl_u8 pl_host_zeros[256 * 8] = {};
 template <int R, class F> PL_DEV void pl_host_box_rows(const PlTensorMap* map, const int (&c)[R], pl_u8* smem, F run) {
   const pl_u64* w = map->w;
   if ((int)w[1] != R) abort();  // (boxes are issued with the map's rank)
-  pl_host_tma_count.fetch_add(1, std::memory_order_relaxed);
   const pl_u8* base = (const pl_u8*)w[0];
   const pl_i64 elem = (pl_i64)w[2];
   pl_i64 dim[5] = {1, 1, 1, 1, 1}, stride[5] = {0, 0, 0, 0, 0}, box[5] = {1, 1, 1, 1, 1}, at[5] = {0, 0, 0, 0, 0};
@@ -1217,7 +1216,7 @@ template <int R, class F> PL_DEV void pl_host_box_rows(const PlTensorMap* map, c
 // until then they read as all ones.
 // With a W-byte swizzle each row's 16-byte chunks are permuted (pl_host_copy_bytes): the box's
 // rows are W bytes and it starts on an 8 W-byte boundary, where the swizzle's pattern repeats.
-template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
+template <int R> PL_DEV void pl_host_tma_land(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
   const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
   const int swizzle = (int)map->w[15];  // (rows of that many bytes from a boundary of 8 of them)
   if (swizzle != 0 && (row_bytes != swizzle || (pl_u64)dst % (8 * swizzle) != 0)) abort();  // (never emitted)
@@ -1240,6 +1239,22 @@ template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, cons
     push(rows + hi * elem, pl_host_zeros, 0, n, row_bytes - hi * elem);
   });
 }
+template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
+  pl_host_tma_count.fetch_add(1, std::memory_order_relaxed);
+  pl_host_tma_land<R>(dst, map, c, b);
+}
+#ifdef PL_NUM_MBARRIERS
+// The same box landing in every CTA of the cluster whose rank is in `peers`, at the place of dst
+// in each one's shared memory, completing on its barrier at the place of b (a multicast copy's
+// share): one instruction.
+template <int R> PL_DEV void pl_tma_load_multicast(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b, pl_u32 peers) {
+  pl_host_tma_count.fetch_add(1, std::memory_order_relaxed);
+  const int first = pl_host_cta() - pl_cluster_rank();
+  const pl_i64 at = (pl_u8*)dst - pl_host_shared_base, barrier = b - pl_mbar;
+  for (int q = 0; q < PL_CLUSTER_CTAS; ++q)
+    if ((peers >> q) & 1u) pl_host_tma_land<R>(pl_host_shared[first + q] + at, map, c, &pl_host_mbar[first + q][barrier]);
+}
+#endif
 // Stores the box at coordinates c from src (row-major) into the array, as the TMA unit does:
 // elements outside the array are not written. A part of the thread's open bulk group: at the issue
 // the destination reads as all ones, and the rows are copied (reading src then) when a
@@ -1249,6 +1264,7 @@ template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)
   const pl_i64 elem = (pl_i64)map->w[2], row_bytes = elem * (pl_i64)(map->w[12] & 0xFFFFFFFFu);
   const int swizzle = (int)map->w[15];
   if (swizzle != 0 && (row_bytes != swizzle || (pl_u64)src % (8 * swizzle) != 0)) abort();  // (never emitted)
+  pl_host_tma_count.fetch_add(1, std::memory_order_relaxed);
   pl_host_box_rows<R>(map, c, (pl_u8*)src, [&](pl_u8* rows, const pl_u8* to, pl_i64 n, pl_i64 stride, pl_i64 lo, pl_i64 hi) {
     if (!to || hi <= lo) return;
     for (pl_i64 r = 0; r < n; ++r) memset((pl_u8*)to + r * stride + lo * elem, 0xFF, (size_t)((hi - lo) * elem));
@@ -1270,6 +1286,22 @@ template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, cons
   if constexpr (R == 5) PL_TMA_LOAD(5, "{%3, %4, %5, %6, %7}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
 #undef PL_TMA_LOAD
 }
+// The box lands at dst's offset in the shared memory of each CTA of the cluster whose rank is in
+// `peers` (a 16-bit mask), completing on the barrier at b's offset there.
+template <int R> PL_DEV void pl_tma_load_multicast(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b, pl_u32 peers) {
+  const pl_u32 d = pl_smem_u32(dst), m = pl_smem_u32(b);
+  const pl_u64 t = (pl_u64)map;
+  const unsigned short mask = (unsigned short)peers;
+#define PL_TMA_LOAD(N, COORDS, ...)                                                                                   \
+  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" \
+               " [%0], [%1, " COORDS "], [%2], %3;" ::"r"(d), "l"(t), "r"(m), "h"(mask), __VA_ARGS__ : "memory")
+  if constexpr (R == 1) PL_TMA_LOAD(1, "{%4}", "r"(c[0]));
+  if constexpr (R == 2) PL_TMA_LOAD(2, "{%4, %5}", "r"(c[0]), "r"(c[1]));
+  if constexpr (R == 3) PL_TMA_LOAD(3, "{%4, %5, %6}", "r"(c[0]), "r"(c[1]), "r"(c[2]));
+  if constexpr (R == 4) PL_TMA_LOAD(4, "{%4, %5, %6, %7}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+  if constexpr (R == 5) PL_TMA_LOAD(5, "{%4, %5, %6, %7, %8}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
+#undef PL_TMA_LOAD
+}
 template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)[R], const void* src) {
   const pl_u32 s = pl_smem_u32(src);
   const pl_u64 t = (pl_u64)map;
@@ -1285,6 +1317,7 @@ template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)
 }
 #else
 template <int R> PL_DEV void pl_tma_load(void*, const PlTensorMap*, const int (&)[R], pl_u64*) {}
+template <int R> PL_DEV void pl_tma_load_multicast(void*, const PlTensorMap*, const int (&)[R], pl_u64*, pl_u32) {}
 template <int R> PL_DEV void pl_tma_store(const PlTensorMap*, const int (&)[R], const void*) {}
 #endif
 // The ring (codegen.cpp's pipelined inputs with TMA): one barrier per slot, initialized once per

@@ -10,7 +10,9 @@
 //    are rows of whole 16-byte chunks (bulk_rows) and the addresses are 16-byte aligned (checked
 //    at run time), one thread starts a bulk copy per row on sm_90 (cp.async.bulk, completing on
 //    the barrier likewise) and the group goes on without waiting; otherwise the group copies the
-//    elements, syncs, and one thread arrives.
+//    elements, syncs, and one thread arrives. A multicast copy (collective_axes) whose shares
+//    are boxes: each peer's thread arrives with the whole copy's bytes on its own barrier and
+//    issues its share once for all peers (TMA multicast); else each CTA copies the whole block.
 //  * copy_smem_to_gmem: a box as above is one TMA store (cp.async.bulk.tensor ... bulk_group),
 //    else with whole 16-byte rows (bulk_rows) and aligned addresses thread 0 starts a bulk copy
 //    per row on sm_90 (cp.async.bulk ... bulk_group); either way thread 0 commits them as one
@@ -42,6 +44,7 @@
 #include <optional>
 #include <set>
 
+#include "core/call.h"
 #include "eval/interpreter.h"
 #include "gpu/emitter.h"
 #include "ir/analysis.h"
@@ -131,6 +134,45 @@ std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem, i
     box.back() = panel_cols;
   }
   return tensor_map_for_boxes(gmem.operand, gmem.dtype, a, box, swizzle_bytes);
+}
+
+// A multicast copy (copy_gmem_to_smem with collective_axes) in a cluster of several CTAs, as the
+// interpreter splits it (core::multicast_share_dim): per cluster rank, the mask of the ranks
+// copying together (its peers, itself included) and its share's index among them (rank order).
+struct MulticastPeers {
+  int64_t count = 1;  // CTAs per copy (the same for every rank)
+  std::vector<uint32_t> mask;
+  std::vector<int64_t> share;
+};
+MulticastPeers multicast_peers(const EmitContext& ctx, const ir::Op& op) {
+  MulticastPeers out;
+  if (ctx.cluster_dims.empty() || !op.attrs.has(ir::AttrKey::Axes)) return out;
+  std::vector<int> collective;  // among the cluster axes
+  for (int64_t axis : op.attrs.get_ints(ir::AttrKey::Axes)) collective.push_back(static_cast<int>(axis) - ctx.first_cluster_axis);
+  const int64_t ctas = num_elements(ctx.cluster_dims);
+  std::vector<std::vector<int64_t>> coords(static_cast<size_t>(ctas));
+  for (int64_t r = 0; r < ctas; ++r) core::unravel_row_major(r, ctx.cluster_dims, coords[static_cast<size_t>(r)]);
+  for (int64_t r = 0; r < ctas; ++r) {
+    uint32_t mask = 0;
+    int64_t count = 0, share = 0;
+    for (int64_t q = 0; q < ctas; ++q) {
+      if (!core::multicast_peers(coords[static_cast<size_t>(r)], coords[static_cast<size_t>(q)], collective)) continue;
+      mask |= 1u << q;
+      if (q < r) ++share;
+      ++count;
+    }
+    out.mask.push_back(mask);
+    out.share.push_back(share);
+    out.count = count;
+  }
+  return out;
+}
+
+// A C++ array literal of a table by cluster rank: "{1u, 3u}".
+template <class T> std::string table_literal(const std::vector<T>& v, const char* suffix) {
+  std::string out = "{";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]) + suffix;
+  return out + "}";
 }
 }  // namespace
 
@@ -440,6 +482,39 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       std::optional<TensorMapSpec> tma = !ctx_.tensor_maps || (panels > 1 && !one_matrix)
                                              ? std::nullopt
                                              : tma_box(gmem, smem, swizzle_bytes, panels > 1 ? panel_cols : 0);
+      // A multicast copy goes as TMA's: each peer copies its share (a box) into the same place of
+      // every peer's shared memory (cp.async.bulk.tensor ... multicast::cluster), completing on
+      // each one's barrier there, and expects the whole copy's bytes on its own. Where the share
+      // is a box landing densely from an aligned start — the dims before the one it splits are
+      // 1; a swizzled tile's share is whole rows from a multiple of 8 of them — else each CTA
+      // copies the whole block itself, as for a plain copy: the same bytes land, with no peer to
+      // wait for. (Whether the TMA branch runs is the same in every CTA: the host's encoded maps,
+      // addresses in scratch laid out alike, compile-time layouts.)
+      bool multicast = false;
+      const MulticastPeers peers = to_gmem ? MulticastPeers{} : multicast_peers(ctx_, op);
+      int64_t share_gmem_step = 0, share_smem_step = 0;  // (elements: share k starts k steps in)
+      if (tma && peers.count > 1) {
+        const std::optional<size_t> dim = core::multicast_share_dim(smem.shape, peers.count);
+        std::optional<TensorMapSpec> share;
+        if (dim) {
+          const int64_t len = smem.shape[*dim] / peers.count, rank = static_cast<int64_t>(smem.shape.size());
+          bool dense = true;
+          for (size_t d = 0; d < *dim; ++d) dense = dense && smem.shape[d] == 1;
+          const bool rows = static_cast<int64_t>(*dim) == rank - 2;
+          // (Per panel: `len` of its rows.)
+          share_smem_step = panels > 1 ? len * panel_cols : len * smem.strides[*dim];
+          share_gmem_step = len * gmem.strides[*dim];
+          const int64_t align = swizzled.empty() ? 128 : 8 * swizzle_bytes;
+          if (dense && (swizzled.empty() || rows) && (share_smem_step * itemsize(smem.dtype)) % align == 0) {
+            RefInfo gmem_share = gmem, smem_share = smem;
+            gmem_share.shape[*dim] = smem_share.shape[*dim] = len;
+            smem_share.strides = contiguous_strides(smem_share.shape);
+            share = tma_box(gmem_share, smem_share, swizzle_bytes, panels > 1 ? panel_cols : 0);
+          }
+        }
+        tma = share;
+        multicast = share.has_value();
+      }
       int map = -1;
       if (tma) {
         std::vector<TensorMapSpec>& maps = *ctx_.tensor_maps;
@@ -476,17 +551,27 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
           line("if (PL_HAS_BULK_COPY && " + layout_ok + "((" + P + ".tma_ok >> " + M + ") & 1u) && ((pl_u64)" + smem.ptr + " & " +
                align_mask + ") == 0) {");
           line("  if (pl_tid() == 0) {");
-          line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) + "]);");
+          std::string smem_start = smem.ptr, share_offset;
+          if (multicast) {
+            const std::string n = std::to_string(peers.mask.size());
+            line("    const pl_u32 peers[" + n + "] = " + table_literal(peers.mask, "u") + ";  // by cluster rank");
+            line("    const pl_i64 share[" + n + "] = " + table_literal(peers.share, "") + ";  // (of " +
+                 std::to_string(peers.count) + ")");
+            share_offset = " + share[pl_cluster_rank()] * " + std::to_string(share_gmem_step);
+            smem_start = "(" + smem.ptr + " + share[pl_cluster_rank()] * " + std::to_string(share_smem_step) + ")";
+          }
+          line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) +
+               "])" + share_offset + ";");
           line("    const int c[" + std::to_string(rank) + "] = {" + coords + "};");
           const std::string R = std::to_string(rank), map_ptr = "&" + P + ".tmap[" + M + "]";
           // One box (panel 0), or panel q: columns q P.. of every row, after q panels of the matrix.
           auto each_box = [&](const std::function<std::string(const std::string& smem_at, const std::string& c)>& issue) {
-            if (panels == 1) return line("    " + issue(smem.ptr, "c"));
+            if (panels == 1) return line("    " + issue(smem_start, "c"));
             const std::string n = std::to_string(panel_cols);
             line("    for (int q = 0; q < " + std::to_string(panels) + "; ++q) {");
             line("      int cq[" + R + "];");
             line("      for (int d = 0; d < " + R + "; ++d) cq[d] = c[d] + (d == 0 ? q * " + n + " : 0);");
-            line("      " + issue(smem.ptr + " + q * " + std::to_string(smem.panel_rows) + " * " + n, "cq"));
+            line("      " + issue(smem_start + " + q * " + std::to_string(smem.panel_rows) + " * " + n, "cq"));
             line("    }");
           };
           if (to_gmem) {
@@ -496,10 +581,12 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
             line("    pl_bulk_store_commit();");
           } else {
             const std::string b = ref_operand(*this, op, 2).ptr;
-            int64_t bytes = tma->elem_bytes * panels;
+            int64_t bytes = tma->elem_bytes * panels * (multicast ? peers.count : 1);  // (every peer's share)
             for (uint32_t x : tma->box) bytes *= x;
             line("    pl_expect_tx(" + b + ", " + std::to_string(bytes) + "u);");
             each_box([&](const std::string& at, const std::string& c) {
+              if (multicast)
+                return "pl_tma_load_multicast<" + R + ">(" + at + ", " + map_ptr + ", " + c + ", " + b + ", peers[pl_cluster_rank()]);";
               return "pl_tma_load<" + R + ">(" + at + ", " + map_ptr + ", " + c + ", " + b + ");";
             });
           }

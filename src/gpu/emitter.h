@@ -182,6 +182,12 @@ struct EmitContext {
   // Some barrier is a gpu::ClusterBarrier of a multi-CTA cluster: barrier_arrive goes to the
   // peers pl_mbar_peers(index) names.
   bool cluster_barriers = false;
+  // A gpu::kernel's cluster, for multicast copies: its sizes along the cluster axes (a CTA's rank
+  // in it is its row-major index there, %cluster_ctarank) and the first cluster axis among the
+  // mesh's axes (multicast copies name theirs so). Empty: one CTA, or no TMA multicast
+  // (CodegenOptions::multicast).
+  std::vector<int64_t> cluster_dims;
+  int first_cluster_axis = 0;
   // Profiling (gpu::CompilerParams::profile_space): the names of the kernel's named regions, a
   // region's number is its index (the emitter adds names as it meets them). nullptr: not
   // profiling, named regions emit nothing.

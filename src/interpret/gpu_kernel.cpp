@@ -493,26 +493,22 @@ class GpuThreadInterpreter : public eval::Interpreter {
     const std::vector<std::vector<int64_t>>& positions = *wave_->cluster_positions;
     const size_t cluster_ctas = positions.size(), first = cta / cluster_ctas * cluster_ctas;
     const std::vector<int64_t>& here = positions[cta % cluster_ctas];
+    std::vector<int> collective;  // among the cluster axes
+    for (int64_t axis : axes) collective.push_back(static_cast<int>(axis - first_cluster_axis));
     std::vector<size_t> peers;  // in row-major order of the cluster: a peer's rank is its place here
-    for (size_t p = first; p < first + cluster_ctas; ++p) {
-      bool peer = true;
-      for (size_t d = 0; d < here.size(); ++d)
-        if (positions[p % cluster_ctas][d] != here[d] &&
-            std::find(axes.begin(), axes.end(), first_cluster_axis + static_cast<int64_t>(d)) == axes.end())
-          peer = false;
-      if (peer) peers.push_back(p);
-    }
+    for (size_t p = first; p < first + cluster_ctas; ++p)
+      if (core::multicast_peers(positions[p % cluster_ctas], here, collective)) peers.push_back(p);
     const int64_t n = static_cast<int64_t>(peers.size());
     const int64_t rank = std::find(peers.begin(), peers.end(), cta) - peers.begin();
     const eval::RefValue& src = ref(op.operands[0]);
     const eval::RefValue& dst = ref(op.operands[1]);
     // The shares: equal parts along the first dimension the peers' count divides.
-    size_t dim = 0;
-    while (dim < dst.shape.size() && dst.shape[dim] % n != 0) ++dim;
-    if (dim == dst.shape.size())
+    const std::optional<size_t> share_dim = core::multicast_share_dim(dst.shape, n);
+    if (!share_dim)
       throw Error(what + ": no dimension of the copy's shape " + shape_to_string(dst.shape) +
                       " divides into equal shares for its " + std::to_string(n) + " CTAs",
                   op.loc);
+    const size_t dim = *share_dim;
     const int64_t len = dst.shape[dim] / n;
     auto share = [&](eval::RefValue v) {
       v.data += rank * len * v.strides[dim] * static_cast<int64_t>(itemsize(v.dtype));

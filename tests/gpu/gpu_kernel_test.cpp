@@ -876,11 +876,11 @@ TEST(GpuKernelErrors, ClusterBarrierReachesOnlyItsPeers) {
 // the two CTAs of each y copy the same rows of `x` (chosen by the cluster and y), each issuing its
 // share, and each gets all of them in its own SMEM; then every CTA writes its SMEM scaled by its
 // own factor. Twice in a row on two buffers, the second time after a gpu::ClusterBarrier tells both
-// peers that the first buffer is no longer read. Compiled (no multicast yet), each CTA copies the
-// whole block itself.
-TEST_P(GpuKernelBoth, MulticastCopiesLandInEveryPeer) {
-  constexpr int kGrid = 2, kRows = 16, kCols = 8;
-  pl::PallasCall call = plgpu::kernel(
+// peers that the first buffer is no longer read.
+constexpr int kMulticastRows = 16, kMulticastCols = 8;
+pl::PallasCall multicast_copies(const std::string& how) {
+  constexpr int kGrid = 2, kRows = kMulticastRows, kCols = kMulticastCols;
+  return plgpu::kernel(
       [](pl::Ref x, pl::Ref out, pl::Ref a, pl::Ref b, pl::Ref bars, pl::Ref done) {
         pl::Value g = plgpu::axis_index("g"), cx = plgpu::axis_index("x"), cy = plgpu::axis_index("y");
         pl::Value block = g * 2 + cy, cta = (g * 2 + cy) * 2 + cx;
@@ -896,19 +896,63 @@ TEST_P(GpuKernelBoth, MulticastCopiesLandInEveryPeer) {
       },
       {pl::ShapeDtype({kGrid * 4 * kRows, 2 * kCols}, pl::f32)},
       plgpu::Mesh{.grid = {kGrid}, .grid_names = {"g"}, .cluster = {2, 2}, .cluster_names = {"x", "y"}},
-      run_on(GetParam(), {plgpu::SMEM({kRows, kCols}, pl::f32), plgpu::SMEM({kRows, kCols}, pl::f32),
-                          plgpu::Barrier{.num_barriers = 2}, plgpu::ClusterBarrier{.collective_axes = {"x"}}}));
-  pl::Array x = random_f32({kGrid * 2 * kRows, 2 * kCols}, 9);
-  pl::Array out = call(x).at(0);
-  for (int g = 0; g < kGrid; ++g)
+      run_on(how, {plgpu::SMEM({kRows, kCols}, pl::f32), plgpu::SMEM({kRows, kCols}, pl::f32),
+                   plgpu::Barrier{.num_barriers = 2}, plgpu::ClusterBarrier{.collective_axes = {"x"}}}));
+}
+pl::Array multicast_copies_input() { return random_f32({2 * 2 * kMulticastRows, 2 * kMulticastCols}, 9); }
+void expect_multicast_copies(const pl::Array& x, const pl::Array& out) {
+  for (int g = 0; g < 2; ++g)
     for (int cy = 0; cy < 2; ++cy)
       for (int cx = 0; cx < 2; ++cx)
-        for (int r = 0; r < kRows; ++r)
-          for (int c = 0; c < 2 * kCols; ++c) {
+        for (int r = 0; r < kMulticastRows; ++r)
+          for (int c = 0; c < 2 * kMulticastCols; ++c) {
             const int cta = (g * 2 + cy) * 2 + cx, block = g * 2 + cy;
-            EXPECT_EQ(out.get({cta * kRows + r, c}), x.get({block * kRows + r, c}) * (cx + 1))
+            EXPECT_EQ(out.get({cta * kMulticastRows + r, c}), x.get({block * kMulticastRows + r, c}) * (cx + 1))
                 << "CTA " << cta << " [" << r << ", " << c << "]";
           }
+}
+
+TEST_P(GpuKernelBoth, MulticastCopiesLandInEveryPeer) {
+  const pl::Array x = multicast_copies_input();
+  expect_multicast_copies(x, multicast_copies(GetParam())(x).at(0));
+}
+
+// Compiled, a multicast copy whose shares are boxes goes by TMA multicast: each CTA arrives with
+// the whole block's bytes on its own barrier and issues its share (8 of the 16 rows) once, landing
+// in its peer's SMEM and completing on the peer's barrier too. Along x in 2 x 2 clusters (ranks
+// row-major over (x, y)) the peers are ranks 0 and 2, 1 and 3. Checked: the map (an 8 x 8 box),
+// the peers' masks and shares, one box per CTA and copy in host emulation (each share written
+// into both CTAs, which each then read it all), the PTX and the machine code. Without multicast
+// (PALLAS_GPU_NO_MULTICAST=1) each CTA copies the whole block, a 16 x 8 box.
+TEST(GpuKernel, MulticastCopiesGoByTmaMulticast) {
+  const pl::Array x = multicast_copies_input();
+  std::shared_ptr<const pl::TracedCall> tc = multicast_copies("mosaic_gpu").trace({x.shape_dtype()});
+  plgpu::CodegenOptions whole;
+  whole.multicast = false;
+  for (bool multicast : {false, true}) {
+    SCOPED_TRACE(multicast ? "multicast" : "whole copies");
+    const plgpu::GeneratedKernel k =
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, multicast ? plgpu::CodegenOptions{} : whole);
+    ASSERT_EQ(k.tensor_maps.size(), 1u);
+    const uint32_t rows = multicast ? kMulticastRows / 2 : kMulticastRows;
+    EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 4, {2 * kMulticastCols, 2 * 2 * kMulticastRows},
+                                                       {2 * kMulticastCols * 4}, {kMulticastCols, rows}}));
+    EXPECT_EQ(k.source.find("pl_tma_load_multicast<2>(") != std::string::npos, multicast);
+    EXPECT_EQ(k.source.find("const pl_u32 peers[4] = {5u, 10u, 5u, 10u};") != std::string::npos, multicast);
+    EXPECT_EQ(k.source.find("const pl_i64 share[4] = {0, 0, 1, 1};") != std::string::npos, multicast);
+    EXPECT_CONTAINS(k.source, "pl_expect_tx((pl_mbar + 0), 512u);");  // the whole block's bytes (16 x 8 x 4)
+    plgpu::HostEmulationStats stats;
+    const pl::Array out = plgpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 4, &stats).at(0);
+    EXPECT_EQ(stats.tma_boxes, 16);  // 8 CTAs x 2 copies: a share each, or the whole block each
+    expect_multicast_copies(x, out);
+    if (!multicast) continue;
+    if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    const pl::gpu::CompiledKernel ptx = pl::gpu::Nvrtc::get().compile(k.source, "multicast.cu", "compute_90a");
+    EXPECT_CONTAINS(std::string(ptx.image.begin(), ptx.image.end()),
+                    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster");
+    if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+    EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "UTMALDG.2D.MULTICAST");
+  }
 }
 
 // What goes wrong with multicast copies is an error naming it: a peer that never issues its share
