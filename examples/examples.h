@@ -53,6 +53,10 @@ struct RunOptions {
   std::string profile_dir;
   int profile_space = 256;
 
+  // CTAs per cluster, for the gpu::kernel examples written for clusters (0: the example's
+  // default; elsewhere a UsageError). Clusters of several CTAs need sm_90 or later on the GPU.
+  int cluster = 0;
+
   bool uses_tpu_interpret_options() const {
     return devices != 0 || cores != 0 || !dma_mode.empty() || detect_races;
   }
@@ -107,6 +111,8 @@ struct Example {
   std::function<Problem(const RunOptions&)> build;
   // Runs on a mesh of simulated devices (accepts RunOptions::devices).
   bool multi_device = false;
+  // Its CTAs may come in clusters (accepts RunOptions::cluster).
+  bool clusters = false;
 };
 
 // Every bundled example, in a stable order. Their `build` also checks the options every example

@@ -8,6 +8,12 @@
 // are done with it. Each consumer writes its rows out through shared memory: it stores the
 // accumulator to an SMEM tile and copies that to z (bulk copies on sm_90, as Hopper kernels'
 // epilogues do), waiting for the copy before the CTA ends.
+// With `--cluster N` the CTAs come in clusters of N along j (sm_90 and later on the GPU): they
+// need the same rows of x, so each producer copies 1/N of a step's x block for all of them (a
+// multicast copy, collective along the cluster axis "c"; TMA multicast on the GPU, which reads x
+// from L2 once per cluster instead of once per CTA), and a slot is free only when the consumers
+// of every CTA of the cluster are done with it (a gpu::ClusterBarrier along "c"). Without it the
+// clusters are of one CTA, which the sm_80 path compiles too.
 #include "examples/registry.h"
 #include "examples/support.h"
 #include "pallas/gpu.h"
@@ -27,9 +33,10 @@ constexpr int64_t kDefaultSize = 256;
 constexpr int64_t kTileM = 128, kStepK = 64, kSlots = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
 
-void kernel(int64_t k_steps, int64_t tile_n, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
+void kernel(int64_t k_steps, int64_t tile_n, int64_t cluster, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
             const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& out_s, const pl::Ref& full, const pl::Ref& free) {
-  pl::Value i = plgpu::axis_index("i"), j = plgpu::axis_index("j"), wg = plgpu::axis_index("wg");
+  pl::Value i = plgpu::axis_index("i"), wg = plgpu::axis_index("wg");
+  pl::Value j = plgpu::axis_index("j") * cluster + plgpu::axis_index("c");  // the output's column block
   // Named regions (gpu::named_region) show in the trace of `pallas run ws_matmul --backend
   // gpu-emulate --profile DIR`; they change nothing else.
   pl::when(wg == 2, [&] {  // the producer
@@ -38,7 +45,7 @@ void kernel(int64_t k_steps, int64_t tile_n, const pl::Ref& x, const pl::Ref& y,
       // The slot's previous contents must have been consumed (not on the first pass).
       pl::when(k >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
       plgpu::copy_gmem_to_smem(x.at(pl::ds(i * kTileM, kTileM), pl::ds(k * kStepK, kStepK)), x_s.at(slot),
-                               full.at(slot));
+                               full.at(slot), {"c"});
       plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * tile_n, tile_n)), y_s.at(slot),
                                full.at(slot));
     }); });
@@ -77,19 +84,30 @@ Problem build(const RunOptions& opts) {
                      " (the CTA's tile), got " + std::to_string(n));
   const int64_t k_steps = n / kStepK;
   const int64_t tile_n = opts.dtype == DType::F32 ? 64 : 128;
+  const int64_t cluster = opts.cluster == 0 ? 1 : opts.cluster;  // CTAs along j sharing x's blocks
+  if ((n / tile_n) % cluster != 0 || (cluster & (cluster - 1)) != 0)
+    throw UsageError("ws_matmul: --cluster must be a power of two dividing the " + std::to_string(n / tile_n) +
+                     " column blocks of the output (size / " + std::to_string(tile_n) + "), got " + std::to_string(cluster));
   pl::CallOptions options = on_backend(
       {.scratch_shapes = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
                           plgpu::SMEM({kSlots, kStepK, tile_n}, opts.dtype), plgpu::ACC({2, kConsumerRows, tile_n}),
                           plgpu::SMEM({2, kConsumerRows, tile_n}, pl::f32),
                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots},
-                          plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots}},
+                          plgpu::ClusterBarrier{.collective_axes = {"c"}, .num_arrivals = 2, .num_barriers = kSlots}},
        .name = "ws_matmul"},
       opts);
   pl::PallasCall call = plgpu::kernel(
-      [k_steps, tile_n](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s, pl::Ref full,
-                pl::Ref free) { kernel(k_steps, tile_n, x, y, z, x_s, y_s, acc, out_s, full, free); },
+      [k_steps, tile_n, cluster](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s,
+                                 pl::Ref full, pl::Ref free) {
+        kernel(k_steps, tile_n, cluster, x, y, z, x_s, y_s, acc, out_s, full, free);
+      },
       {pl::ShapeDtype({n, n}, pl::f32)},
-      plgpu::Mesh{.grid = {n / kTileM, n / tile_n}, .grid_names = {"i", "j"}, .num_threads = 3, .thread_name = "wg"},
+      plgpu::Mesh{.grid = {n / kTileM, n / tile_n / cluster},
+                  .grid_names = {"i", "j"},
+                  .cluster = {cluster},
+                  .cluster_names = {"c"},
+                  .num_threads = 3,
+                  .thread_name = "wg"},
       options);
   // f32 sums of exact products in another order than BLAS: slack proportional to K.
   return square_matmul_problem("ws_matmul", opts, n, call, {1e-4, 4e-6 * static_cast<double>(n)});
@@ -100,8 +118,8 @@ Problem build(const RunOptions& opts) {
 Example example() {
   return {"ws_matmul",
           "warp-specialized gpu::kernel matmul: a producer warpgroup streams K-steps into SMEM slots on "
-          "barriers, two consumer warpgroups wgmma into f32",
-          build};
+          "barriers, two consumer warpgroups wgmma into f32 (--cluster N: clusters sharing x by multicast)",
+          build, /*multi_device=*/false, /*clusters=*/true};
 }
 
 }  // namespace pallas::examples::ws_matmul

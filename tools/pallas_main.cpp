@@ -22,6 +22,9 @@ CLI::App* add_example_command(CLI::App& app, const std::string& name, const std:
   cmd->add_option("--size", args.size, "problem size (0: the example's default)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dtype", args.dtype, "input dtype")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->add_option("--cluster", args.cluster,
+                  "CTAs per cluster, for the gpu::kernel examples with clusters (ws_matmul; sm_90 and later)")
+      ->check(CLI::Range(1, 16));
   return cmd;
 }
 

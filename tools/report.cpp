@@ -14,7 +14,8 @@ examples::RunOptions run_options(const ExampleArgs& args) {
           .dma_mode = args.dma_mode,
           .detect_races = args.detect_races,
           .profile_dir = args.profile_dir,
-          .profile_space = args.profile_space};
+          .profile_space = args.profile_space,
+          .cluster = args.cluster};
 }
 
 std::string headline(const examples::Problem& p) {

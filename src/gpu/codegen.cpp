@@ -674,17 +674,16 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       if (gm.scratch_barrier_collective_axes[s].empty()) continue;
       std::vector<int> collective;  // among the cluster axes
       for (int axis : gm.scratch_barrier_collective_axes[s]) collective.push_back(axis - layout.num_grid_axes);
-      std::string masks;
+      std::vector<int64_t> masks;
       for (size_t r = 0; r < coords.size(); ++r) {
-        uint32_t mask = 0;
+        int64_t mask = 0;
         for (size_t q = 0; q < coords.size(); ++q)
-          if (core::cluster_barrier_peers(coords[r], coords[q], collective)) mask |= 1u << q;
-        masks += (r ? ", " : "") + std::to_string(mask) + "u";
+          if (core::cluster_barrier_peers(coords[r], coords[q], collective)) mask |= int64_t{1} << q;
+        masks.push_back(mask);
       }
       const int64_t first = scratch_offsets[s], end = first + std::max<int64_t>(1, gm.scratch_types[s].size());
-      cases += "  if (i >= " + std::to_string(first) + " && i < " + std::to_string(end) + ") { const pl_u32 m[" +
-               std::to_string(out.cluster_ctas) + "] = {" + masks + "}; return m[pl_cluster_rank()]; }  // scratch[" +
-               std::to_string(s) + "]\n";
+      cases += "  if (i >= " + std::to_string(first) + " && i < " + std::to_string(end) + ") return " +
+               detail::table_entry(masks, "u", "pl_cluster_rank()") + ";  // scratch[" + std::to_string(s) + "]\n";
     }
     if (!cases.empty()) {
       ctx.cluster_barriers = true;

@@ -141,7 +141,7 @@ std::optional<TensorMapSpec> tma_box(const RefInfo& gmem, const RefInfo& smem, i
 // copying together (its peers, itself included) and its share's index among them (rank order).
 struct MulticastPeers {
   int64_t count = 1;  // CTAs per copy (the same for every rank)
-  std::vector<uint32_t> mask;
+  std::vector<int64_t> mask;
   std::vector<int64_t> share;
 };
 MulticastPeers multicast_peers(const EmitContext& ctx, const ir::Op& op) {
@@ -153,11 +153,11 @@ MulticastPeers multicast_peers(const EmitContext& ctx, const ir::Op& op) {
   std::vector<std::vector<int64_t>> coords(static_cast<size_t>(ctas));
   for (int64_t r = 0; r < ctas; ++r) core::unravel_row_major(r, ctx.cluster_dims, coords[static_cast<size_t>(r)]);
   for (int64_t r = 0; r < ctas; ++r) {
-    uint32_t mask = 0;
+    int64_t mask = 0;
     int64_t count = 0, share = 0;
     for (int64_t q = 0; q < ctas; ++q) {
       if (!core::multicast_peers(coords[static_cast<size_t>(r)], coords[static_cast<size_t>(q)], collective)) continue;
-      mask |= 1u << q;
+      mask |= int64_t{1} << q;
       if (q < r) ++share;
       ++count;
     }
@@ -168,13 +168,16 @@ MulticastPeers multicast_peers(const EmitContext& ctx, const ir::Op& op) {
   return out;
 }
 
-// A C++ array literal of a table by cluster rank: "{1u, 3u}".
-template <class T> std::string table_literal(const std::vector<T>& v, const char* suffix) {
-  std::string out = "{";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]) + suffix;
-  return out + "}";
-}
 }  // namespace
+
+std::string table_entry(const std::vector<int64_t>& table, const char* suffix, const std::string& index) {
+  if (std::all_of(table.begin(), table.end(), [&](int64_t x) { return x == table[0]; }))
+    return std::to_string(table[0]) + suffix;
+  std::string out = "(";
+  for (size_t i = 0; i + 1 < table.size(); ++i)
+    out += index + " == " + std::to_string(i) + " ? " + std::to_string(table[i]) + suffix + " : ";
+  return out + std::to_string(table.back()) + suffix + ")";
+}
 
 std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, const Shape& array,
                                                   const std::vector<int64_t>& box, int swizzle_bytes) {
@@ -552,13 +555,13 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
                align_mask + ") == 0) {");
           line("  if (pl_tid() == 0) {");
           std::string smem_start = smem.ptr, share_offset;
-          if (multicast) {
-            const std::string n = std::to_string(peers.mask.size());
-            line("    const pl_u32 peers[" + n + "] = " + table_literal(peers.mask, "u") + ";  // by cluster rank");
-            line("    const pl_i64 share[" + n + "] = " + table_literal(peers.share, "") + ";  // (of " +
+          if (multicast) {  // by the cluster rank: the peers, this CTA's share among them
+            line("    const int rank = pl_cluster_rank();");
+            line("    const pl_u32 peers = " + table_entry(peers.mask, "u", "rank") + ";");
+            line("    const pl_i64 share = " + table_entry(peers.share, "", "rank") + ";  // (of " +
                  std::to_string(peers.count) + ")");
-            share_offset = " + share[pl_cluster_rank()] * " + std::to_string(share_gmem_step);
-            smem_start = "(" + smem.ptr + " + share[pl_cluster_rank()] * " + std::to_string(share_smem_step) + ")";
+            share_offset = " + share * " + std::to_string(share_gmem_step);
+            smem_start = "(" + smem.ptr + " + share * " + std::to_string(share_smem_step) + ")";
           }
           line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) +
                "])" + share_offset + ";");
@@ -586,7 +589,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
             line("    pl_expect_tx(" + b + ", " + std::to_string(bytes) + "u);");
             each_box([&](const std::string& at, const std::string& c) {
               if (multicast)
-                return "pl_tma_load_multicast<" + R + ">(" + at + ", " + map_ptr + ", " + c + ", " + b + ", peers[pl_cluster_rank()]);";
+                return "pl_tma_load_multicast<" + R + ">(" + at + ", " + map_ptr + ", " + c + ", " + b + ", peers);";
               return "pl_tma_load<" + R + ">(" + at + ", " + map_ptr + ", " + c + ", " + b + ");";
             });
           }

@@ -45,6 +45,10 @@ bool whole_view(const ir::Indexer& idx, const Shape& shape);
 std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, const Shape& array,
                                                   const std::vector<int64_t>& box, int swizzle_bytes = 0);
 std::string uninitialized_literal(DType t);     // what the interpreters fill fresh buffers with
+// Entry `index` (an expression) of a table of constants by cluster rank, as an expression:
+// "(r == 0 ? 5u : r == 1 ? 10u : 5u)", or the entry when all are equal — not an array indexed at
+// run time, which would live on the stack (local memory).
+std::string table_entry(const std::vector<int64_t>& table, const char* suffix, const std::string& index);
 // The gpu::kernel SMEM scratch buffers (of `candidates`: 2-byte elements, whole tiles of rows of
 // 128, 64 or 32 bytes, 8 rows at a time) that can be kept swizzled so that wgmma reads them where
 // they are (emit_gpu_ops.cpp): each feeds a wgmma, and is otherwise only loaded and stored

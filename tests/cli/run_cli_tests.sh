@@ -164,6 +164,13 @@ rm -rf "$tmp"
 check profile_on_reference 2 "$PALLAS" run ws_matmul --profile /tmp/unused-pallas-profile
 expect profile_on_reference_msg "^error: --profile needs --backend gpu or gpu-emulate"
 check profile_space_alone 2 "$PALLAS" run ws_matmul --backend gpu-emulate --profile-space 4
+# Clusters: ws_matmul shares x's blocks by multicast; other examples refuse --cluster.
+check ws_matmul_cluster 0 "$PALLAS" run ws_matmul --backend gpu-emulate --dtype bf16 --size 256 --cluster 2
+expect ws_matmul_cluster_line "^ws_matmul bf16.* backend=gpu-emulate: .*  ok$"
+check ws_matmul_cluster_cuda 0 "$PALLAS" cuda ws_matmul --dtype bf16 --cluster 2
+expect ws_matmul_cluster_cuda_multicast "pl_tma_load_multicast<2>\("
+check cluster_elsewhere 2 "$PALLAS" run add --cluster 2
+expect cluster_elsewhere_msg "^error: add has no clusters"
 check cuda_tpu_only 2 "$PALLAS" cuda dma_matmul
 expect cuda_tpu_only_msg "needs the TPU interpret mode"
 exit $fail

@@ -102,6 +102,41 @@ TEST(GpuCodegen, EveryGpuExampleCompilesWithNvrtcForHopperAndAmpere) {
   }
 }
 
+// ws_matmul in clusters of two along j (`--cluster 2`): each producer copies 64 of the 128 rows
+// of a step's x block for both CTAs, by TMA multicast into the 128-byte swizzled slots (a 64 x 64
+// box of x); y's two panels stay a box each. Host emulation lands each share in both CTAs and
+// matches the independent reference; the sm_90a unit has the multicast TMA loads. Clusters need
+// sm_90: the sm_80 compile says so.
+TEST(GpuCodegen, WsMatmulInClustersSharesXByTmaMulticast) {
+  ex::Problem p = ex::find("ws_matmul").build({.seed = 3, .size = 256, .dtype = DType::BF16, .backend = "gpu", .cluster = 2});
+  std::shared_ptr<const TracedCall> tc = p.call.trace(p.arg_shapes());
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+  EXPECT_EQ(k.cluster_ctas, 2);
+  const gpu::TensorMapSpec x_share{0, 2, {256, 256}, {512}, {64, 64}, 128}, y_panel{1, 2, {256, 256}, {512}, {64, 64}, 128},
+      z_rows{2, 4, {256, 256}, {1024}, {128, 64}, 0};
+  ASSERT_EQ(k.tensor_maps.size(), 3u);
+  EXPECT_EQ(k.tensor_maps[0], x_share);
+  EXPECT_EQ(k.tensor_maps[1], y_panel);
+  EXPECT_EQ(k.tensor_maps[2], z_rows);  // (the epilogue's store: a consumer's 64 rows)
+  EXPECT_NE(k.source.find("const pl_u32 peers = 3u;"), std::string::npos);
+  EXPECT_NE(k.source.find("const pl_i64 share = (rank == 0 ? 0 : 1);"), std::string::npos);
+  EXPECT_NE(k.source.find("pl_tma_load_multicast<2>("), std::string::npos);
+  gpu::HostEmulationStats stats;
+  std::vector<Array> outs = gpu::run_host_emulation(*tc, k, p.inputs, static_grid(*tc), 4, &stats);
+  // 4 CTAs x (4 K-steps x (x's share, y's two panels) + 2 consumers' stores)
+  EXPECT_EQ(stats.tma_boxes, 4 * (4 * (1 + 2) + 2));
+  ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
+  EXPECT_TRUE(o.ok) << o.message;
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_NO_THROW(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_90a"));
+  try {
+    gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_80");
+    ADD_FAILURE() << "a kernel with clusters compiled for sm_80";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("clusters of more than one CTA needs sm_90 or later"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GpuCodegen, TpuOnlyExamplesAreRejectedByName) {
   for (std::string name : {"dma_matmul", "right_permute"}) {
     ex::RunOptions o;

@@ -211,6 +211,25 @@ TEST(Examples, WsMatmulRunsInterpretedAndCompiled) {
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .backend = "tpu-interpret"}), ex::UsageError);
 }
 
+// ws_matmul with clusters (`--cluster N`): the producers share x's blocks by multicast and a slot
+// frees only when every consumer of the cluster is done with it — race-free in the interpreter
+// (which checks that a multicast share lands only in a slot no peer still reads) and right on
+// both backends. Cluster sizes that do not split the output's column blocks, or examples without
+// clusters, are usage errors.
+TEST(Examples, WsMatmulRunsInClusters) {
+  for (const char* backend : {"reference", "gpu-emulate"})
+    for (auto [t, size, cluster] : {std::tuple{pl::bf16, 256, 2}, std::tuple{pl::bf16, 512, 4}, std::tuple{pl::f32, 256, 4}}) {
+      SCOPED_TRACE(std::string(backend) + " " + std::string(pl::dtype_name(t)) + " cluster " + std::to_string(cluster));
+      ex::Problem p =
+          ex::find("ws_matmul").build({.seed = 6, .size = size, .dtype = t, .backend = backend, .cluster = cluster});
+      ex::Outcome o = ex::run(p);
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .dtype = pl::bf16, .cluster = 4}), ex::UsageError);  // 2 blocks
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 384, .dtype = pl::bf16, .cluster = 3}), ex::UsageError);
+  EXPECT_THROW(ex::find("add").build({.cluster = 2}), ex::UsageError);
+}
+
 // The persistent-grid reduction with a GMEM semaphore, interpreted and compiled (host emulation;
 // the GPU in scripts/gpu_validate.sh). Both outputs are checked: the column sums and each CTA's
 // partial row, which only come out right if CTA c summed blocks c, c + 16, ...
