@@ -47,6 +47,12 @@ for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_SYNC_WGMMA=1; do
   if out=$(run env $v "$BUILD/pallas" run ws_matmul --backend gpu --dtype bf16 --size 512 2>&1); then log "ok    ${v:-default}: $out"
   else log "FAIL  ${v:-default}: $out"; status=1; fi
 done
+# ws_matmul in clusters sharing x by TMA multicast (stop 35), and with each CTA copying all of x.
+for v in "--cluster 2" "--cluster 4" "--cluster 2 NO_MULTICAST"; do
+  envs=""; args=${v% NO_MULTICAST}; [ "$args" != "$v" ] && envs=PALLAS_GPU_NO_MULTICAST=1
+  if out=$(run env $envs "$BUILD/pallas" run ws_matmul --backend gpu --dtype bf16 --size 1024 $args 2>&1); then log "ok    $v: $out"
+  else log "FAIL  $v: $out"; status=1; fi
+done
 # The whole suite, sharded over the cores: with a GPU present the tests that skip without one run.
 shards=$(( $(nproc) > 2 ? $(nproc) : 2 ))
 pids=()
@@ -72,6 +78,11 @@ if [ -x "$SAN" ]; then
         log "FAIL  compute-sanitizer $tool $e:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
       fi
     done
+    if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run ws_matmul --backend gpu --size 128 --cluster 2 >"$OUT/san.log" 2>&1; then
+      log "ok    compute-sanitizer $tool ws_matmul --cluster 2"
+    else
+      log "FAIL  compute-sanitizer $tool ws_matmul --cluster 2:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
+    fi
   done
   rm -f "$OUT/san.log"
 else
@@ -105,6 +116,10 @@ if [ -z "${NO_BENCH:-}" ]; then
   for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_SYNC_WGMMA=1; do
     out=$(run env $v "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
     log "bench ws_matmul ${v:-default}: $out"
+  done
+  for c in 2 4; do
+    out=$(run "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 --cluster $c 2>&1 | tail -1)
+    log "bench ws_matmul --cluster $c: $out"
   done
 fi
 log "status $status"
