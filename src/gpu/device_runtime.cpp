@@ -209,10 +209,13 @@ static std::vector<PlHostGroups<PlHostRows>> pl_host_async_copies, pl_host_bulk_
 // Bulk copies into shared memory in flight, for all threads: they complete on a barrier, not a
 // thread's group — each lands, and makes its arrival, when a thread next tests its barrier
 // (pl_host_land_bulk_loads).
-// An entry is either a copy's rows or an expect-tx arrival (`arrive`, no rows: pl_expect_tx),
-// which arrives once `expect` bytes of copies have landed on the barrier — the hardware's
-// transaction count, so a test that comes between the arrival and the issue of the copies does
-// not complete the phase.
+// An entry is either a copy's rows or an expect-tx arrival (`arrive`, no rows: pl_expect_tx).
+// The barrier keeps the hardware's transaction count (`owed`: bytes expected minus bytes landed,
+// in this phase), and its expect-tx arrivals wait until the count is zero — so a test that
+// comes between the arrival and the issue of the copies does not complete the phase, and bytes
+// that land before their arrival (a peer's share of a multicast copy, before this CTA's own
+// expect-tx) count against the arrival to come: the count goes negative for a while, as the
+// hardware's may.
 struct PlHostBulkLoad {
   pl_u64* b;
   PlHostRows rows;
@@ -221,7 +224,8 @@ struct PlHostBulkLoad {
 };
 static std::mutex pl_host_bulk_loads_mu;
 static std::vector<PlHostBulkLoad> pl_host_bulk_loads;
-// Per barrier: the bytes its landed expect-tx arrivals still wait for, and those arrivals.
+// Per barrier: the transaction count (bytes of landed expect-tx arrivals minus bytes landed), and
+// the arrivals that wait for it to be zero.
 struct PlHostTx {
   pl_i64 owed = 0;
   int arrivals = 0;
@@ -783,9 +787,9 @@ PL_DEV void pl_host_land_bulk_loads(pl_u64* b) {
   }
   v.resize(keep);
   pl_host_bulk_loads_pending.fetch_sub(landed, std::memory_order_release);
-  if (!tx || tx->arrivals == 0 || tx->owed > 0) return;
+  if (!tx || tx->arrivals == 0 || tx->owed != 0) return;
   const int arrivals = tx->arrivals;
-  *tx = {};
+  tx->arrivals = 0;
   for (int a = 0; a < arrivals; ++a) pl_mbar_arrive(b);
 }
 PL_DEV void pl_mbar_inval(pl_u64* b) {

@@ -958,6 +958,62 @@ TEST(GpuKernel, MulticastCopiesGoByTmaMulticast) {
   }
 }
 
+// A multicast copy into a tile wgmma reads in place: y's (64, 128) bf16 block, which both CTAs of
+// a 2-CTA cluster multiply their own x rows by. Compiled, the tile is 128-byte swizzled in two
+// 64-column panels, and each CTA's share is 32 rows of each panel (a box per panel, from a
+// multiple of the swizzle's 8 rows), landing swizzled in both CTAs.
+pl::PallasCall multicast_into_wgmma_tile(const std::string& how) {
+  constexpr int M = 64, N = 128, K = 64;
+  return plgpu::kernel(
+      [](pl::Ref x, pl::Ref y, pl::Ref out, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref bar) {
+        pl::Value c = plgpu::axis_index("c");
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(c * M, M), pl::all), x_s, bar);
+        plgpu::copy_gmem_to_smem(y, y_s, bar, {"c"});
+        plgpu::barrier_wait(bar);
+        acc[pl::all] = pl::zeros({M, N}, pl::f32);
+        plgpu::wgmma(acc, x_s, y_s);
+        plgpu::wgmma_wait(0);
+        out.at(pl::ds(c * M, M), pl::all)[pl::all] = acc[pl::all];
+      },
+      {pl::ShapeDtype({2 * M, N}, pl::f32)}, plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}},
+      run_on(how, {plgpu::SMEM({M, K}, pl::bf16), plgpu::SMEM({K, N}, pl::bf16), plgpu::ACC({M, N}),
+                   plgpu::Barrier{.num_arrivals = 2}}));
+}
+
+TEST_P(GpuKernelBoth, MulticastCopyIntoASwizzledTileOfTwoPanels) {
+  pl::Array x = random_f32({128, 64}, 21).astype(pl::bf16), y = random_f32({64, 128}, 22).astype(pl::bf16);
+  expect_product_of(x, y, multicast_into_wgmma_tile(GetParam())(x, y).at(0));
+}
+
+TEST(GpuKernel, MulticastCopyIntoASwizzledTileGoesAsBoxesPerPanel) {
+  pl::Array x = random_f32({128, 64}, 21).astype(pl::bf16), y = random_f32({64, 128}, 22).astype(pl::bf16);
+  std::shared_ptr<const pl::TracedCall> tc = multicast_into_wgmma_tile("mosaic_gpu").trace({x.shape_dtype(), y.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  // x's box (64 x 64, swizzled), y's share: 32 rows of a 64-column panel (swizzled).
+  ASSERT_EQ(k.tensor_maps.size(), 2u);
+  EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 2, {64, 128}, {128}, {64, 64}, 128}));
+  EXPECT_EQ(k.tensor_maps[1], (plgpu::TensorMapSpec{1, 2, {128, 64}, {256}, {64, 32}, 128}));
+  EXPECT_CONTAINS(k.source, "pl_expect_tx((pl_mbar + 0), 16384u);");  // all of y: 64 x 128 x 2 bytes
+  EXPECT_CONTAINS(k.source, "const pl_i64 share = (rank == 0 ? 0 : 1);");
+  plgpu::HostEmulationStats stats;
+  const pl::Array out = plgpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats).at(0);
+  EXPECT_EQ(stats.tma_boxes, 2 * (1 + 2));  // per CTA: x's box, y's share in each of 2 panels
+  EXPECT_GT(stats.wgmma_instructions, 0);
+  expect_product_of(x, y, out);
+  // A peer's share may land before this CTA's own expect-tx arrival: the barrier's transaction
+  // count goes negative meanwhile, and host emulation keeps it so. Shown with CTA 1's issuing
+  // thread paused before its x copy (CTA 0's share of y is in by then) and again before its
+  // multicast, while its other threads test the barrier: landing x's arrival and box with CTA 0's
+  // share leaves the count at -8192, not complete — the phase still waits for all of y.
+  plgpu::GeneratedKernel paused = k;
+  for (const std::string issue : {"pl_expect_tx((pl_mbar + 0), 16384u);", "pl_expect_tx((pl_mbar + 0), 8192u);"}) {
+    const size_t at = paused.source.find(issue);
+    ASSERT_NE(at, std::string::npos);
+    paused.source.insert(at, "if (pl_cluster_rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50)); ");
+  }
+  expect_product_of(x, y, plgpu::run_host_emulation(*tc, paused, {x, y}, tc->grid_mapping.grid, 128).at(0));
+}
+
 // What goes wrong with multicast copies is an error naming it: a peer that never issues its share
 // (the others' barrier never completes), peers copying different sources, a share issued into a
 // buffer a peer still reads (a race: its copy writes the peer's SMEM), a copy that does not split
