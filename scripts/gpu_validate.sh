@@ -53,6 +53,10 @@ for v in "--cluster 2" "--cluster 4" "--cluster 2 NO_MULTICAST"; do
   if out=$(run env $envs "$BUILD/pallas" run ws_matmul --backend gpu --dtype bf16 --size 1024 $args 2>&1); then log "ok    $v: $out"
   else log "FAIL  $v: $out"; status=1; fi
 done
+# Device arrays outside the stream-ordered pool (cuMemAlloc / cuMemFree, as before stop 35).
+if out=$(PALLAS_GPU_NO_POOL=1 OPENBLAS_NUM_THREADS=1 run "$BUILD/pallas_tests" --gtest_filter='*DeviceArrays*' 2>&1 | tail -1); then
+  log "ok    PALLAS_GPU_NO_POOL=1 device arrays: $out"
+else log "FAIL  PALLAS_GPU_NO_POOL=1 device arrays: $out"; status=1; fi
 # The whole suite, sharded over the cores: with a GPU present the tests that skip without one run.
 shards=$(( $(nproc) > 2 ? $(nproc) : 2 ))
 pids=()

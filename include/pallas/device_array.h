@@ -33,7 +33,10 @@ class DeviceArray {
   // A copy of `a` in the emulated device's memory (for calls with backend "gpu_emulate").
   static DeviceArray emulated(const Array& a);
   // New, uninitialized device memory of this shape and dtype, on the GPU or emulated.
-  static DeviceArray uninitialized(const ShapeDtype& s, bool on_gpu);
+  // On the GPU the memory comes from the device's pool, ordered on `stream` (null: the default
+  // stream), and goes back to it when the last handle is gone, ordered on the stream of the
+  // array's last call_on_device.
+  static DeviceArray uninitialized(const ShapeDtype& s, bool on_gpu, void* stream = nullptr);
 
   // Copies the data back to a new host Array (waits for `stream`).
   Array to_host(void* stream = nullptr) const;

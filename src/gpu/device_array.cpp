@@ -39,20 +39,20 @@ DeviceArray DeviceArray::over_host_memory(Array memory) {
   return d;
 }
 
-DeviceArray DeviceArray::uninitialized(const ShapeDtype& s, bool on_gpu) {
+DeviceArray DeviceArray::uninitialized(const ShapeDtype& s, bool on_gpu, void* stream) {
   if (!on_gpu) return over_host_memory(Array::uninitialized(s.shape, s.dtype));
   DeviceArray d;
   d.storage_ = std::make_shared<Storage>();
   d.shape_ = s.shape;
   d.dtype_ = s.dtype;
   d.on_gpu_ = true;
-  d.storage_->gpu = DeviceBuffer(static_cast<size_t>(d.nbytes()));
+  d.storage_->gpu = DeviceBuffer(static_cast<size_t>(d.nbytes()), stream);
   d.ptr_ = d.storage_->gpu.ptr();
   return d;
 }
 
 DeviceArray DeviceArray::to_gpu(const Array& a, void* stream) {
-  DeviceArray d = uninitialized(a.shape_dtype(), true);
+  DeviceArray d = uninitialized(a.shape_dtype(), true, stream);
   if (d.nbytes() > 0) d.storage_->gpu.upload(a.raw_data(), static_cast<size_t>(d.nbytes()), stream);
   return d;
 }
@@ -79,6 +79,8 @@ Array DeviceArray::to_host(void* stream) const {
 
 DLManagedTensor* DeviceArray::to_dlpack() const {
   if (!storage_) throw Error("DeviceArray::to_dlpack: an empty (default-constructed) device array");
+  // The importer's work may be on any stream: the memory is freed only once the device is idle.
+  if (on_gpu_) storage_->gpu.free_after_device_sync();
   return detail::export_dlpack(storage_, reinterpret_cast<void*>(ptr_),
                                on_gpu_ ? DLDevice{kDLCUDA, 0} : DLDevice{kDLCPU, 0}, shape_, dtype_);
 }
@@ -162,11 +164,14 @@ std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vecto
   const std::vector<bool> written = ir::params_written(tc->kernel);
   std::set<int> aliased_inputs;
   for (auto [i, o] : tc->input_output_aliases) aliased_inputs.insert(i);
+  // The arrays are used on `stream` now: their memory goes back to the pool in its order.
+  for (const DeviceArray& a : args)
+    if (a.storage_ && a.on_gpu_) a.storage_->gpu.use_on(stream);
   std::vector<DeviceArray> private_copies;
   std::vector<uint64_t> ptrs;
   for (size_t i = 0; i < args.size(); ++i) {
     if (i < written.size() && written[i] && !aliased_inputs.count(static_cast<int>(i))) {
-      private_copies.push_back(DeviceArray::uninitialized(args[i].shape_dtype(), true));
+      private_copies.push_back(DeviceArray::uninitialized(args[i].shape_dtype(), true, stream));
       if (args[i].nbytes() > 0)
         private_copies.back().storage_->gpu.copy_from(args[i].data_ptr(), static_cast<size_t>(args[i].nbytes()), stream);
       ptrs.push_back(private_copies.back().data_ptr());
@@ -180,7 +185,7 @@ std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vecto
     if (alias != alias_of_output.end()) {
       result.push_back(args[static_cast<size_t>(alias->second)]);
     } else {
-      result.push_back(DeviceArray::uninitialized(gm.block_mappings[static_cast<size_t>(gm.num_inputs + o)].array, true));
+      result.push_back(DeviceArray::uninitialized(gm.block_mappings[static_cast<size_t>(gm.num_inputs + o)].array, true, stream));
     }
     ptrs.push_back(result.back().data_ptr());
   }

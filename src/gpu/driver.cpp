@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,7 @@ struct CUlaunchConfig {
 constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, kAttrMaxSmemOptin = 97;
 constexpr int kFuncAttrMaxDynamicSmem = 8, kFuncAttrNonPortableClusterSizeAllowed = 14;
 constexpr unsigned kMemHostAllocDeviceMap = 0x02;
+constexpr int kAttrMemoryPoolsSupported = 115, kMemPoolAttrReleaseThreshold = 4;
 }  // namespace
 
 struct DriverApi {
@@ -74,7 +76,13 @@ struct DriverApi {
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*StreamSynchronize)(CUstream);
+  CUresult (*CtxSynchronize)();
   CUresult (*GetErrorString)(CUresult, const char**);
+  // The stream-ordered allocator (CUDA 11.2; null: unknown). The pool is a CUmemoryPool handle.
+  CUresult (*DeviceGetDefaultMemPool)(void**, CUdevice);
+  CUresult (*MemPoolSetAttribute)(void*, int, void*);
+  CUresult (*MemAllocAsync)(CUdeviceptr*, size_t, CUstream);
+  CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
 };
 
 Device& Device::get() {
@@ -113,8 +121,15 @@ Device& Device::get() {
     PALLAS_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     PALLAS_SYM(MemsetD8Async, "cuMemsetD8Async");
     PALLAS_SYM(StreamSynchronize, "cuStreamSynchronize");
+    PALLAS_SYM(CtxSynchronize, "cuCtxSynchronize");
     PALLAS_SYM(GetErrorString, "cuGetErrorString");
 #undef PALLAS_SYM
+#define PALLAS_OPTIONAL_SYM(field, name) api->field = reinterpret_cast<decltype(api->field)>(dlsym(h, name))
+    PALLAS_OPTIONAL_SYM(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool");
+    PALLAS_OPTIONAL_SYM(MemPoolSetAttribute, "cuMemPoolSetAttribute");
+    PALLAS_OPTIONAL_SYM(MemAllocAsync, "cuMemAllocAsync");
+    PALLAS_OPTIONAL_SYM(MemFreeAsync, "cuMemFreeAsync");
+#undef PALLAS_OPTIONAL_SYM
     auto* d = new Device;
     d->api_ = api;
     d->check(api->Init(0), "cuInit");
@@ -126,6 +141,18 @@ Device& Device::get() {
     d->check(api->DeviceGetAttribute(&d->sms_, kAttrMultiprocessors, d->device_), "cuDeviceGetAttribute");
     d->check(api->DeviceGetAttribute(&v, kAttrMaxSmemOptin, d->device_), "cuDeviceGetAttribute");
     d->max_smem_optin_ = v;
+    // The pool: a call allocating its outputs then costs no cuMemAlloc (a driver round trip) and
+    // its free no cuMemFree (which waits for the device).
+    const char* no_pool = std::getenv("PALLAS_GPU_NO_POOL");
+    int pools = 0;
+    void* pool = nullptr;
+    if (api->DeviceGetDefaultMemPool && api->MemPoolSetAttribute && api->MemAllocAsync && api->MemFreeAsync &&
+        !(no_pool && std::string(no_pool) == "1") &&
+        api->DeviceGetAttribute(&pools, kAttrMemoryPoolsSupported, d->device_) == 0 && pools != 0 &&
+        api->DeviceGetDefaultMemPool(&pool, d->device_) == 0) {
+      uint64_t keep_all = ~uint64_t{0};
+      d->pooled_ = api->MemPoolSetAttribute(pool, kMemPoolAttrReleaseThreshold, &keep_all) == 0;
+    }
     return d;
   }();
   device->make_current();
@@ -148,21 +175,38 @@ void Device::check(int rc, const char* what) const {
   throw Error(std::string(what) + " failed: CUDA error " + std::to_string(rc) + (msg ? std::string(" (") + msg + ")" : ""));
 }
 
-DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+DeviceBuffer::DeviceBuffer(size_t bytes, void* stream, bool from_pool) : bytes_(bytes), stream_(stream) {
   Device& d = Device::get();
   CUdeviceptr p = 0;
-  d.check(d.api().MemAlloc(&p, std::max<size_t>(bytes, 1)), "cuMemAlloc");
+  const size_t n = std::max<size_t>(bytes, 1);
+  // (A pool allocation that fails, e.g. out of memory while the pool holds freed blocks another
+  // stream has not released yet, gets one more chance from cuMemAlloc.)
+  pooled_ = from_pool && d.pooled() && d.api().MemAllocAsync(&p, n, stream) == 0;
+  if (!pooled_) d.check(d.api().MemAlloc(&p, n), "cuMemAlloc");
   ptr_ = p;
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) Device::get().api().MemFree(ptr_);
+void DeviceBuffer::release() noexcept {
+  if (!ptr_) return;
+  const DriverApi& api = Device::get().api();
+  if (!pooled_) {
+    api.MemFree(ptr_);
+  } else if (sync_free_) {
+    api.CtxSynchronize();
+    api.MemFreeAsync(ptr_, nullptr);
+  } else if (api.MemFreeAsync(ptr_, stream_) != 0) {  // (a stream destroyed meanwhile)
+    api.CtxSynchronize();
+    api.MemFreeAsync(ptr_, nullptr);
+  }
+  ptr_ = 0;
 }
+
+DeviceBuffer::~DeviceBuffer() { release(); }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) Device::get().api().MemFree(ptr_);
-    ptr_ = o.ptr_, bytes_ = o.bytes_;
+    release();
+    ptr_ = o.ptr_, bytes_ = o.bytes_, stream_ = o.stream_, pooled_ = o.pooled_, sync_free_ = o.sync_free_;
     o.ptr_ = 0, o.bytes_ = 0;
   }
   return *this;
@@ -257,7 +301,7 @@ struct LaunchBuffers {
     }
     host = static_cast<int64_t*>(p);
     std::fill(host, host + kErrorRecordWords + 1, 0);
-    err = DeviceBuffer(kErrorRecordWords * sizeof(int64_t));
+    err = DeviceBuffer::outside_pool(kErrorRecordWords * sizeof(int64_t));
     host[kErrorFlagWord] = mapped ? static_cast<int64_t>(flag) : 0;  // staged through host[]: page-locked
     err.upload(host, kErrorRecordWords * sizeof(int64_t));
     d.synchronize(nullptr);
@@ -284,7 +328,7 @@ class LaunchBufferPool {
       }
     }
     if (!b) b = std::make_unique<LaunchBuffers>();
-    if (b->workspace.bytes() < workspace_bytes) b->workspace = DeviceBuffer(workspace_bytes);
+    if (b->workspace.bytes() < workspace_bytes) b->workspace = DeviceBuffer::outside_pool(workspace_bytes);
     return b;
   }
   // Only after the launch's stream has synchronized: nothing on the device uses them any more.
@@ -410,7 +454,7 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   const size_t profile_words = profile_buffer_words(k, grid);
   DeviceBuffer profile;  // only when profiling: every allocation adds to the launch overhead
   if (profile_words > 0) {
-    profile = DeviceBuffer(profile_words * sizeof(uint64_t));
+    profile = DeviceBuffer(profile_words * sizeof(uint64_t), stream);
     d.check(api.MemsetD8Async(profile.ptr(), 0, profile_words * sizeof(uint64_t), stream), "cuMemsetD8Async");
   }
   std::vector<uint64_t> words = pack_params(k, operand_ptrs, workspace.ptr(), err.ptr(),

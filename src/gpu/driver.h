@@ -34,6 +34,12 @@ class Device {
   void synchronize(void* stream) const;
   // Throws pallas::Error naming the call and the driver's message when rc != 0.
   void check(int rc, const char* what) const;
+  // Whether device memory comes from the device's stream-ordered pool (cuMemAllocAsync /
+  // cuMemFreeAsync), which keeps what is freed for the next allocation instead of giving it back
+  // to the driver: the default pool, its release threshold raised once for the process (so
+  // synchronizing does not trim it). False without pool support, with a driver lacking the
+  // entry points, or with PALLAS_GPU_NO_POOL=1 (then cuMemAlloc / cuMemFree).
+  bool pooled() const { return pooled_; }
 
  private:
   Device() = default;
@@ -42,15 +48,26 @@ class Device {
   void* context_ = nullptr;
   int cc_major_ = 0, cc_minor_ = 0, sms_ = 0;
   int64_t max_smem_optin_ = 0;
+  bool pooled_ = false;
 };
 
-// Device memory, freed on destruction.
+// Device memory, freed on destruction. From the device's pool (Device::pooled) the allocation is
+// ordered on `stream` and so is the free, on the stream of the buffer's last use (use_on): what
+// was enqueued there before still reads it, and a later allocation on that stream may take the
+// memory at once. Memory handed to another library (DLPack) is freed after a device-wide
+// synchronize instead (free_after_device_sync): its work may be on streams we do not know.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes);
+  explicit DeviceBuffer(size_t bytes, void* stream = nullptr) : DeviceBuffer(bytes, stream, true) {}
+  // Memory outside the pool (cuMemAlloc), for buffers kept across calls on any stream (a pool
+  // allocation is ordered on one stream).
+  static DeviceBuffer outside_pool(size_t bytes) { return DeviceBuffer(bytes, nullptr, false); }
   ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0, o.bytes_ = 0; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(o.ptr_), bytes_(o.bytes_), stream_(o.stream_), pooled_(o.pooled_), sync_free_(o.sync_free_) {
+    o.ptr_ = 0, o.bytes_ = 0;
+  }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -60,10 +77,17 @@ class DeviceBuffer {
   void download(void* dst, size_t bytes, void* stream = nullptr) const;
   // Copies `bytes` from device address `src` (stream-ordered).
   void copy_from(uint64_t src, size_t bytes, void* stream = nullptr);
+  // The buffer is (also) used on `stream` from now on: its free is ordered there.
+  void use_on(void* stream) { stream_ = stream; }
+  void free_after_device_sync() { sync_free_ = true; }
 
  private:
+  DeviceBuffer(size_t bytes, void* stream, bool from_pool);
+  void release() noexcept;
   uint64_t ptr_ = 0;
   size_t bytes_ = 0;
+  void* stream_ = nullptr;
+  bool pooled_ = false, sync_free_ = false;
 };
 
 // Stream-ordered copies from device address `src` (device memory not owned by a DeviceBuffer,
