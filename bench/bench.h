@@ -14,6 +14,8 @@ void bench_interpreter(std::ostream& report);
 void bench_pallas_call(std::ostream& report);
 void bench_tpu_interpret(std::ostream& report);
 void bench_gpu(std::ostream& report);
+// The GPU launch overhead table alone (gpu_validate.sh runs it with and without the memory pool).
+void bench_gpu_launch(std::ostream& report);
 void bench_sparse_core(std::ostream& report);
 
 namespace bench {

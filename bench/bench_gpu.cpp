@@ -115,6 +115,37 @@ pl::PallasCall blocked_matmul(int64_t n, int64_t bm, int64_t bn, int64_t bk, int
 
 // Copy and elementwise bandwidth, bf16 matmul against cuBLAS, launch overhead: each row measured
 // in this one process, next to its reference (issue 5's targets are ratios of these).
+// Launch overhead: a kernel that does nothing, and the smallest pallas_call (add of 8 x 45), on
+// resident operands with and without an output to allocate (device memory from the pool, or with
+// PALLAS_GPU_NO_POOL=1 cuMemAlloc / cuMemFree).
+void launch_overhead(std::ostream& report) {
+  report << "\nLaunch overhead, host time of a call on a tiny problem + wait (median of 200; device memory "
+         << (gpu::Device::get().pooled() ? "from the stream-ordered pool" : "by cuMemAlloc / cuMemFree") << "):\n\n| what | µs |\n|---|---|\n";
+  gpu::DeviceBuffer a = gpu::DeviceBuffer::outside_pool(16), b = gpu::DeviceBuffer::outside_pool(16);
+  report << "| plain CUDA kernel, no work (cuLaunchKernelEx + cuStreamSynchronize) | "
+         << synced_seconds(200, [&] { bench::plain_copy_kernel(b.ptr(), a.ptr(), 0); }) * 1e6 << " |\n";
+  ex::RunOptions tiny;
+  tiny.backend = "gpu";
+  tiny.size = 8;
+  ex::Problem t = ex::find("add").build(tiny);
+  ResidentCall tiny_call(t.call, t.inputs);
+  report << "| pallas add [8, 45]: launch_generated (clear error record, launch, read it back, wait) | "
+         << synced_seconds(200, [&] { tiny_call.launch(); }) * 1e6 << " |\n";
+  std::vector<gpu::DeviceArray> args;
+  for (const pl::Array& x : t.inputs) args.push_back(gpu::DeviceArray::to_gpu(x));
+  report << "| pallas add [8, 45]: gpu::call_on_device (+ output allocation, argument checks) | "
+         << synced_seconds(200, [&] { gpu::call_on_device(t.call, args); }) * 1e6 << " |\n";
+  // The output aliased to input 0 (updated in place): no allocation per call.
+  const pl::BlockSpec spec({8, 45}, [](pl::Value i) { return pl::Indices{i, 0}; });
+  pl::PallasCall in_place = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref z) { z[pl::all] = x[pl::all] + y[pl::all]; },
+                                            pl::ShapeDtype({8, 45}, pl::f32),
+                                            pl::CallOptions{.grid = {1}, .in_specs = {spec, spec}, .out_specs = {spec},
+                                                            .input_output_aliases = {{0, 0}}, .backend = "mosaic_gpu",
+                                                            .name = "add_in_place"});
+  report << "| pallas add [8, 45], output aliased to x: gpu::call_on_device (no allocation) | "
+         << synced_seconds(200, [&] { gpu::call_on_device(in_place, args); }) * 1e6 << " |\n";
+}
+
 void side_by_side(std::ostream& report) {
   gpu::Device& d = gpu::Device::get();
   const int64_t rows = 16384, cols = 16384, elems = rows * cols, bytes = elems * 4;  // 1 GiB per array
@@ -247,33 +278,18 @@ void side_by_side(std::ostream& report) {
     }
   }
 
-  // Launch overhead: a kernel that does nothing, and the smallest pallas_call (add of 8 x 45).
-  report << "\nLaunch overhead, host time of a call on a tiny problem + wait (median of 200):\n\n| what | µs |\n|---|---|\n";
-  report << "| plain CUDA kernel, no work (cuLaunchKernelEx + cuStreamSynchronize) | "
-         << synced_seconds(200, [&] { bench::plain_copy_kernel(b.ptr(), a.ptr(), 0); }) * 1e6 << " |\n";
-  ex::RunOptions tiny;
-  tiny.backend = "gpu";
-  tiny.size = 8;
-  ex::Problem t = ex::find("add").build(tiny);
-  ResidentCall tiny_call(t.call, t.inputs);
-  report << "| pallas add [8, 45]: launch_generated (clear error record, launch, read it back, wait) | "
-         << synced_seconds(200, [&] { tiny_call.launch(); }) * 1e6 << " |\n";
-  std::vector<gpu::DeviceArray> args;
-  for (const pl::Array& x : t.inputs) args.push_back(gpu::DeviceArray::to_gpu(x));
-  report << "| pallas add [8, 45]: gpu::call_on_device (+ output allocation, argument checks) | "
-         << synced_seconds(200, [&] { gpu::call_on_device(t.call, args); }) * 1e6 << " |\n";
-  // The output aliased to input 0 (updated in place): no allocation per call.
-  const pl::BlockSpec spec({8, 45}, [](pl::Value i) { return pl::Indices{i, 0}; });
-  pl::PallasCall in_place = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref z) { z[pl::all] = x[pl::all] + y[pl::all]; },
-                                            pl::ShapeDtype({8, 45}, pl::f32),
-                                            pl::CallOptions{.grid = {1}, .in_specs = {spec, spec}, .out_specs = {spec},
-                                                            .input_output_aliases = {{0, 0}}, .backend = "mosaic_gpu",
-                                                            .name = "add_in_place"});
-  report << "| pallas add [8, 45], output aliased to x: gpu::call_on_device (no allocation) | "
-         << synced_seconds(200, [&] { gpu::call_on_device(in_place, args); }) * 1e6 << " |\n";
+  launch_overhead(report);
 }
 
 }  // namespace
+
+void bench_gpu_launch(std::ostream& report) {
+  if (const std::string why = gpu::driver_unavailable_reason(); !why.empty()) {
+    report << "Launch overhead: not measured (" << why << ").\n";
+    return;
+  }
+  launch_overhead(report);
+}
 
 void bench_gpu(std::ostream& report) {
   report << "Code generation and cold NVRTC compile (median of 3; one thread; no kernel cache):\n\n"

@@ -10,7 +10,7 @@
 int main(int argc, char** argv) {
   const std::map<std::string, void (*)(std::ostream&)> benches = {
       {"elementwise", bench_elementwise}, {"dot", bench_dot}, {"interpreter", bench_interpreter}, {"pallas_call", bench_pallas_call},
-      {"tpu_interpret", bench_tpu_interpret}, {"gpu", bench_gpu}, {"sparse_core", bench_sparse_core}};
+      {"tpu_interpret", bench_tpu_interpret}, {"gpu", bench_gpu}, {"gpu_launch", bench_gpu_launch}, {"sparse_core", bench_sparse_core}};
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) names.push_back(argv[i]);
   if (names.empty())

@@ -121,6 +121,10 @@ if [ -z "${NO_BENCH:-}" ]; then
     out=$(run env $v "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
     log "bench ws_matmul ${v:-default}: $out"
   done
+  # The launch overhead with device memory from the pool and without (stop 35), one after the other.
+  for v in "" PALLAS_GPU_NO_POOL=1; do
+    log "launch overhead ${v:-(pool)}:"; run env $v "$BUILD/pallas_bench" gpu_launch 2>&1 | grep "^| [a-z]" | tee -a "$REPORT"
+  done
   for c in 2 4; do
     out=$(run "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 --cluster $c 2>&1 | tail -1)
     log "bench ws_matmul --cluster $c: $out"
