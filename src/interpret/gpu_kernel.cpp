@@ -107,8 +107,9 @@ class Turns {
   }
 
   // Called on thread i (during its turn): returns once `ready()` holds, letting the others run
-  // meanwhile. `what` describes the wait for a deadlock report.
-  void wait_until(int i, const std::function<bool()>& ready, const std::string& what) {
+  // meanwhile. `what` describes the wait for a deadlock report (called then, so that it tells the
+  // state the threads are stuck in, not the one they began waiting in).
+  void wait_until(int i, const std::function<bool()>& ready, const std::function<std::string()>& what) {
     std::unique_lock<std::mutex> lock(mu_);
     if (ready()) return;
     threads_[i].state = State::Waiting;
@@ -134,7 +135,7 @@ class Turns {
   struct Thread {
     State state = State::Ready;
     std::function<bool()> ready;
-    std::string what;
+    std::function<std::string()> what;
   };
   // Gives the turn to the next thread after i that can go on; false when none can (mu_ held).
   bool hand_over(int i) {
@@ -159,7 +160,7 @@ class Turns {
     std::string msg = "gpu::kernel deadlock: no thread can go on (on a GPU the kernel would hang):";
     for (size_t t = 0; t < threads_.size(); ++t)
       msg += "\n  " + names_[t] + ": " +
-             (threads_[t].state == State::Done ? std::string("finished") : threads_[t].what);
+             (threads_[t].state == State::Done ? std::string("finished") : threads_[t].what());
     return msg;
   }
 
@@ -454,11 +455,12 @@ class GpuThreadInterpreter : public eval::Interpreter {
     if (value < 0) throw Error(eval::negative_semaphore_amount(op.info().name, value), op.loc);
     const bool decrement = op.attrs.get_int_or(AttrKey::Decrement, 1) != 0;
     auto [count, sem] = semaphore(op);
-    std::ostringstream what;
-    what << "waits at " << op.loc.to_string() << " for semaphore " << sem.name << " to reach " << value << " ("
-         << *count << " when it began waiting)";
     const int32_t* c = count;
-    wave_->turns->wait_until(index_, [c, value] { return *c >= value; }, what.str());
+    const std::string where = op.loc.to_string(), name = sem.name;
+    wave_->turns->wait_until(index_, [c, value] { return *c >= value; }, [c, value, where, name] {
+      return "waits at " + where + " for semaphore " + name + " to reach " + std::to_string(value) + " (it is " +
+             std::to_string(*c) + ")";
+    });
     if (decrement) *count -= static_cast<int32_t>(value);
     tpu_interpret::merge_into(clock_, sem.released);
   }
@@ -584,17 +586,19 @@ class GpuThreadInterpreter : public eval::Interpreter {
                    op.loc);
     };
     if (b.phase > want) throw missed();
-    std::ostringstream what;
-    what << "waits at " << op.loc.to_string() << " for phase " << want << " of barrier " << b.name
-         << " (" << b.phase << " phases completed, " << b.arrivals << " of " << b.num_arrivals
-         << " arrivals in the current one";
-    for (const auto& [at, m] : wave_->multicasts)
-      if (&wave_->barriers.at(at) == &b)
-        what << "; a multicast copy into it has the shares of " << m.count << " of its " << m.landed.size()
-             << " CTAs: a peer has not issued its copy_gmem_to_smem";
-    what << ")";
     BarrierState* bp = &b;
-    wave_->turns->wait_until(index_, [bp, want] { return bp->phase >= want; }, what.str());
+    const Wave* wave = wave_;
+    const std::string where = op.loc.to_string();
+    wave_->turns->wait_until(index_, [bp, want] { return bp->phase >= want; }, [bp, want, wave, where] {
+      std::ostringstream what;
+      what << "waits at " << where << " for phase " << want << " of barrier " << bp->name << " (" << bp->phase
+           << " phases completed, " << bp->arrivals << " of " << bp->num_arrivals << " arrivals in the current one";
+      for (const auto& [at, m] : wave->multicasts)
+        if (&wave->barriers.at(at) == bp)
+          what << "; a multicast copy into it has the shares of " << m.count << " of its " << m.landed.size()
+               << " CTAs: a peer has not issued its copy_gmem_to_smem";
+      return what.str() + ")";
+    });
     if (b.phase > want) throw missed();
     b.observed = true;
     next = want + 1;

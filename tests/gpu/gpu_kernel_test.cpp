@@ -473,6 +473,23 @@ TEST(GpuKernelErrors, AWaitNothingWillCompleteIsADeadlockNamingTheLine) {
   EXPECT_CONTAINS(e, "0 of 1 arrivals");
 }
 
+// The deadlock report tells each wait as it stands when no thread can go on: here thread 1's
+// arrival came after thread 0 began waiting, and the report counts it.
+TEST(GpuKernelErrors, ADeadlockReportCountsArrivalsMadeAfterTheWaitBegan) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref bar) {
+        pl::Value wg = plgpu::axis_index("wg");
+        pl::when(wg == 0, [&] { plgpu::barrier_wait(bar); });
+        pl::when(wg == 1, [&] { plgpu::barrier_arrive(bar); });  // one of the two arrivals it needs
+        out[wg] = wg;
+      },
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+      interpreted({plgpu::Barrier{.num_arrivals = 2}}));
+  std::string e = error_of([&] { call(); });
+  EXPECT_CONTAINS(e, "gpu::kernel deadlock");
+  EXPECT_CONTAINS(e, "(0 phases completed, 1 of 2 arrivals in the current one)");
+}
+
 TEST(GpuKernelErrors, TwoThreadsWaitingForEachOtherDeadlock) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref out, pl::Ref bars) {
