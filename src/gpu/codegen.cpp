@@ -412,7 +412,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // only while something else reads or writes it, and serves the products where wgmma does not
   // run (sm_80; host emulation with threads that are not warpgroups). That memory is in the
   // workspace, not in shared memory (GeneratedKernel::acc_memory_bytes).
-  std::map<ir::ValueId, detail::KernelAccumulator> register_accs;
+  std::map<ir::ValueId, detail::AccumulatorRegisters> register_accs;
   if (gpu_kernel) {
     std::set<ir::ValueId> candidates;
     for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
@@ -871,7 +871,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const auto it = register_accs.find(k.body.args[first_scratch + s]);
     if (it == register_accs.end()) continue;
-    detail::KernelAccumulator a = it->second;
+    detail::AccumulatorRegisters a = it->second;
     a.var = "pl_acc_" + std::to_string(s);
     em.bind_kernel_accumulator(it->first, a);
     out.accumulators_in_registers.push_back(static_cast<int>(s));
@@ -889,7 +889,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   const Emitter::RegisterAccumulator acc_regs = em.choose_register_accumulator(k.body, accumulator_candidates);
   std::string acc_type, acc_scratch;
   if (acc_regs.ref >= 0) {
-    acc_type = "PlAccRegs<" + std::to_string(acc_regs.nc) + ", " + std::to_string(acc_regs.rounds) + ">";
+    acc_type = "PlAccRegs<" + std::to_string(acc_regs.regs.nc) + ", " + std::to_string(acc_regs.regs.rounds) + ">";
     for (size_t s = 0; s < gm.scratch_types.size(); ++s)
       if (k.body.args[first_scratch + s] == acc_regs.ref) {
         out.register_accumulator = static_cast<int>(s);
@@ -1149,7 +1149,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     if (t.dtype == DType::Semaphore) continue;  // zeroed before the launch, for the whole grid
     std::string where = "((" + ctype(t.dtype) + "*)(arena + " + std::to_string(scratch_offsets[s]) + "))";
     if (in_registers(s)) {  // (pl_acc_start: in the registers where they hold it)
-      const detail::KernelAccumulator& a = register_accs.at(k.body.args[first_scratch + s]);
+      const detail::AccumulatorRegisters& a = register_accs.at(k.body.args[first_scratch + s]);
       src << "  if (!pl_acc_in_registers<" << a.nc << ", " << a.rounds << ">(" << a.m << ", " << a.n << "))\n  ";
       where = acc_memory(s);
     }

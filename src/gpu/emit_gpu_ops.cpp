@@ -282,12 +282,12 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
   return out;
 }
 
-std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, const std::set<ValueId>& candidates,
+std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& k, const std::set<ValueId>& candidates,
                                                           const std::string& thread_axis, int num_groups) {
   const std::vector<const ir::Op*> producer = ir::defining_ops(k);
   std::map<ValueId, ValueId> matrix_of;  // a thread's matrix (a candidate, or a view of one) -> the candidate
   std::set<ValueId> refused;
-  std::map<ValueId, KernelAccumulator> fed;  // the candidates a wgmma accumulates into
+  std::map<ValueId, AccumulatorRegisters> fed;  // the candidates a wgmma accumulates into
   const auto shape_of = [&](ValueId v) -> const Shape& { return k.values.at(static_cast<size_t>(v)).shape; };
   for (ValueId c : candidates)
     if (shape_of(c).size() == 2 && num_groups == 1) matrix_of[c] = c;  // the CTA's only thread's
@@ -339,7 +339,7 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
         const auto it = matrix_of.find(v);
         if (it == matrix_of.end()) continue;
         if (op.code == OpCode::GpuWgmma && i == 0 && wgmma_product(op)) {
-          KernelAccumulator& a = fed[it->second];
+          AccumulatorRegisters& a = fed[it->second];
           a.m = shape_of(v).at(0), a.n = shape_of(v).at(1);
         } else if (!((op.code == OpCode::Load || op.code == OpCode::Store) && i == 0)) {
           refused.insert(it->second);
@@ -349,7 +349,7 @@ std::map<ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k, 
     }
   };
   scan(k.body);
-  std::map<ValueId, KernelAccumulator> out;
+  std::map<ValueId, AccumulatorRegisters> out;
   for (auto& [c, a] : fed) {
     if (refused.count(c)) continue;
     a.nc = static_cast<int>(Emitter::wgmma_width(a.n));
@@ -703,7 +703,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       const RefInfo& a = ref_operand(*this, op, 1);
       const RefInfo& b = ref_operand(*this, op, 2);
       const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
-      const KernelAccumulator* kacc = kernel_acc(op.operands[0]);
+      const AccumulatorRegisters* kacc = kernel_acc(op.operands[0]);
       before_mem_read();
       before_mem_write();
       // On tensor cores (wgmma / mma.sync) when the layouts allow: row-major a and acc, b

@@ -534,7 +534,7 @@ void Emitter::emit_pure(const ir::Op& op) {
           note(slot_of(l), 1, p.a_layout);
           note(slot_of(r), p.b_nk ? 1 : 2, p.b_layout);
         }
-        if (into_registers) p.acc_rounds = acc_regs_.rounds;
+        if (into_registers) p.acc_rounds = acc_regs_.regs.rounds;
         on_tensor_cores = open_tensor_core_product(p);
       }
       open_thread_loop(std::max<int64_t>(1, rt.size()));

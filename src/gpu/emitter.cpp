@@ -521,8 +521,8 @@ void Emitter::plan_fusion(const ir::Region& r) {
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
   // `dst[...] = acc[...]`, a whole gpu::kernel ACC matrix in registers stored right away to
   // other memory (unmasked): the registers go to dst. (Views made in r are not emitted yet.)
-  std::map<ValueId, const KernelAccumulator*> acc_views;
-  auto acc_of = [&](ValueId v) -> const KernelAccumulator* {
+  std::map<ValueId, const AccumulatorRegisters*> acc_views;
+  auto acc_of = [&](ValueId v) -> const AccumulatorRegisters* {
     const auto it = acc_views.find(v);
     return it != acc_views.end() ? it->second : kernel_acc(v);
   };
@@ -569,11 +569,13 @@ Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Regi
     const ir::Type& t = type(ref);
     if (t.shape != type(dot.results[0]).shape) continue;  // the store's view is the whole buffer
     RegisterAccumulator a;
-    a.ref = ref, a.ptr = info(ref).ref.ptr, a.m = p.m, a.n = p.n;
-    a.nc = static_cast<int>(wgmma_width(p.n));
-    const int64_t blocks = p.m / 64 * (p.n / a.nc), warpgroups = threads / 128;
-    a.rounds = static_cast<int>((blocks + warpgroups - 1) / warpgroups);
-    if (a.rounds * a.nc / 2 > 128) continue;  // more registers than a thread should hold
+    a.ref = ref, a.ptr = info(ref).ref.ptr;
+    AccumulatorRegisters& r = a.regs;
+    r.var = "pl_acc", r.m = p.m, r.n = p.n;
+    r.nc = static_cast<int>(wgmma_width(p.n));
+    const int64_t blocks = p.m / 64 * (p.n / r.nc), warpgroups = threads / 128;
+    r.rounds = static_cast<int>((blocks + warpgroups - 1) / warpgroups);
+    if (r.rounds * r.nc / 2 > 128) continue;  // more registers than a thread should hold
     acc_regs_ = a;
     return a;
   }
@@ -704,7 +706,7 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
   if (acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref) line(acc_regs_.flush(acc_regs_.ptr));
   // A gpu::kernel ACC in registers: its thread's matrix is a view of it (register_accumulators
   // admits no other); a load or store flushes the registers into the matrix first.
-  if (const KernelAccumulator* a = kernel_acc(op.operands[0])) {
+  if (const AccumulatorRegisters* a = kernel_acc(op.operands[0])) {
     if (op.code == OpCode::RefView)
       kernel_accs_[op.results[0]] = *a;
     else
@@ -781,7 +783,7 @@ bool Emitter::is_stored_from_registers(const ir::Op& load) const {
 }
 
 void Emitter::emit_store_from_registers(const ir::Op& store, const ir::Op& load) {
-  const KernelAccumulator& a = *kernel_acc(load.operands[0]);
+  const AccumulatorRegisters& a = *kernel_acc(load.operands[0]);
   const RefInfo& acc = info(load.operands[0]).ref;  // the thread's matrix
   const RefInfo d = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
   // (An f32 ACC's matrix goes to f32 memory: never a swizzled tile, whose elements are 2 bytes.)
@@ -810,15 +812,13 @@ void Emitter::emit_ref_op(const ir::Op& op) {
   // products run in memory instead, the store does too.
   // A gpu::kernel's ACC in registers likewise (its thread's matrix).
   const ir::Indexer& idx = op.attrs.get_indexer(ir::AttrKey::Index);
-  const KernelAccumulator* kacc = kernel_acc(op.operands[0]);
   const bool ring_acc = acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref;
-  const bool whole = op.code == OpCode::Store && (ring_acc || kacc) &&
+  const AccumulatorRegisters* kacc = ring_acc ? &acc_regs_.regs : kernel_acc(op.operands[0]);
+  const bool whole = op.code == OpCode::Store && kacc &&
                      op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0 && whole_view(idx, type(op.operands[0]).shape);
   if (whole && op.operands.size() == 2 && is_uniform(op.operands[1])) {
-    const std::string var = kacc ? kacc->var : "pl_acc";
-    const int64_t m = kacc ? kacc->m : acc_regs_.m, n = kacc ? kacc->n : acc_regs_.n;
-    line("if (!pl_acc_fill(" + var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(m) + ", " +
-         std::to_string(n) + ")) {");
+    line("if (!pl_acc_fill(" + kacc->var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(kacc->m) +
+         ", " + std::to_string(kacc->n) + ")) {");
     ++indent_;
     ++conditional_depth_;  // (barriers in here may not run: the arena frees nothing at them)
     emit_ref_op_in_memory(op);

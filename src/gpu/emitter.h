@@ -55,9 +55,10 @@ std::string table_entry(const std::vector<int64_t>& table, const char* suffix, c
 // (through any view) and copied to or from GMEM; wgmma and the copies get views where the
 // pattern repeats (whole rows from a row that is a multiple of 8; every row of several panels).
 std::set<ir::ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ir::ValueId>& candidates);
-// A gpu::kernel ACC kept in registers: each Pallas thread's M x N matrix of it is a PlAccRegs
-// variable `var` of `rounds` wgmma blocks NC columns wide.
-struct KernelAccumulator {
+// An f32 accumulator matrix kept in registers: a PlAccRegs variable `var` of `rounds` wgmma blocks
+// NC columns wide holding an M x N matrix — each Pallas thread's matrix of a gpu::kernel ACC, or
+// a pallas_call's register accumulator (Emitter::RegisterAccumulator).
+struct AccumulatorRegisters {
   std::string var;
   int64_t m = 0, n = 0;
   int nc = 0, rounds = 0;
@@ -73,7 +74,7 @@ struct KernelAccumulator {
 // its own matrix of one — the whole buffer when the CTA has one Pallas thread (`num_groups`), else
 // `acc.at(axis_index(thread_axis) [+- a constant])` of a (threads, M, N) buffer — and only by wgmma (as the
 // accumulator of a bf16 / f16 product of wgmma's shapes), loads and stores. Their `var` is empty.
-std::map<ir::ValueId, KernelAccumulator> register_accumulators(const ir::Kernel& k,
+std::map<ir::ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& k,
                                                                const std::set<ir::ValueId>& candidates,
                                                                const std::string& thread_axis, int num_groups);
 // Whether a gpu::kernel's set_max_registers become setmaxnreg (emit_gpu_ops.cpp).
@@ -232,20 +233,16 @@ class Emitter {
   struct RegisterAccumulator {
     ir::ValueId ref = -1;  // the scratch Ref (-1: none)
     std::string ptr;       // its pointer in the body
-    int nc = 0, rounds = 0;
-    int64_t m = 0, n = 0;
+    AccumulatorRegisters regs;  // the registers: the variable pl_acc, a row-major m x n matrix
     // The statement writing the registers back to the scratch at `scratch` (a float*), if newer.
-    std::string flush(const std::string& scratch) const {
-      return "pl_acc_flush(pl_acc, " + scratch + ", " + std::to_string(n) + ", " + std::to_string(m) + ", " +
-             std::to_string(n) + ");";
-    }
+    std::string flush(const std::string& scratch) const { return regs.flush(scratch, regs.n); }
   };
   // Chooses it among `scratch` (f32 2-D scratch Refs, bound with their memory groups), before
   // the body `body` is emitted; returns it (ref -1: none qualifies).
   RegisterAccumulator choose_register_accumulator(const ir::Region& body, const std::set<ir::ValueId>& scratch);
   // Binds a gpu::kernel ACC scratch Ref kept in registers (register_accumulators); its views
   // follow it. Every access but a wgmma into it or a fill of it first flushes the registers.
-  void bind_kernel_accumulator(ir::ValueId ref, const KernelAccumulator& a) { kernel_accs_[ref] = a; }
+  void bind_kernel_accumulator(ir::ValueId ref, const AccumulatorRegisters& a) { kernel_accs_[ref] = a; }
   // Whether the tensor cores can compute such a product (dtypes and shape).
   static bool tensor_core_shape(const MmaProduct& p);  // emit_ops.cpp
   // Whether wgmma can compute it (a tensor-core shape with m % 64 == 0).
@@ -378,8 +375,8 @@ class Emitter {
   };
   std::map<int, SlotUses> slot_uses_;
   RegisterAccumulator acc_regs_;
-  std::map<ir::ValueId, KernelAccumulator> kernel_accs_;  // gpu::kernel ACC Refs (and views) in registers
-  const KernelAccumulator* kernel_acc(ir::ValueId v) const {
+  std::map<ir::ValueId, AccumulatorRegisters> kernel_accs_;  // gpu::kernel ACC Refs (and views) in registers
+  const AccumulatorRegisters* kernel_acc(ir::ValueId v) const {
     const auto it = kernel_accs_.find(v);
     return it == kernel_accs_.end() ? nullptr : &it->second;
   }
