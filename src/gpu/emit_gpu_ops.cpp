@@ -496,7 +496,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       bool multicast = false;
       const MulticastPeers peers = to_gmem ? MulticastPeers{} : multicast_peers(ctx_, op);
       int64_t share_gmem_step = 0, share_smem_step = 0;  // (elements: share k starts k steps in)
-      if (tma && peers.count > 1) {
+      if (ctx_.tensor_maps && (panels == 1 || one_matrix) && peers.count > 1 && gmem.shape == smem.shape) {
         const std::optional<size_t> dim = core::multicast_share_dim(smem.shape, peers.count);
         std::optional<TensorMapSpec> share;
         if (dim) {
@@ -515,7 +515,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
             share = tma_box(gmem_share, smem_share, swizzle_bytes, panels > 1 ? panel_cols : 0);
           }
         }
-        tma = share;
+        if (share) tma = share;  // (else the whole block, a box or not, as for a plain copy)
         multicast = share.has_value();
       }
       int map = -1;

@@ -975,6 +975,31 @@ TEST(GpuKernel, MulticastCopiesGoByTmaMulticast) {
   }
 }
 
+// A block too tall for one TMA box (512 rows; a box dim holds at most 256) still multicasts: each
+// of the two CTAs' shares is a box of 256 rows.
+TEST(GpuKernel, AMulticastCopyWhoseSharesAreBoxesGoesByTmaWhenTheWholeIsNot) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) {
+        pl::Value c = plgpu::axis_index("c");
+        plgpu::copy_gmem_to_smem(x, s, bar, {"c"});
+        plgpu::barrier_wait(bar);
+        out.at(pl::ds(c * 512, 512), pl::all)[pl::all] = s[pl::all] + c.astype(pl::f32);
+      },
+      {pl::ShapeDtype({1024, 4}, pl::f32)}, plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}},
+      run_on("mosaic_gpu", {plgpu::SMEM({512, 4}, pl::f32), plgpu::Barrier{}}));
+  const pl::Array x = random_f32({512, 4}, 31);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  ASSERT_EQ(k.tensor_maps.size(), 1u);
+  EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 4, {4, 512}, {16}, {4, 256}}));
+  plgpu::HostEmulationStats stats;
+  const pl::Array out = plgpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 4, &stats).at(0);
+  EXPECT_EQ(stats.tma_boxes, 2);
+  for (int c = 0; c < 2; ++c)
+    for (int e = 0; e < 512 * 4; ++e)
+      EXPECT_EQ(out.data<float>()[c * 2048 + e], x.data<float>()[e] + float(c)) << c << " " << e;
+}
+
 // A multicast copy into a tile wgmma reads in place: y's (64, 128) bf16 block, which both CTAs of
 // a 2-CTA cluster multiply their own x rows by. Compiled, the tile is 128-byte swizzled in two
 // 64-column panels, and each CTA's share is 32 rows of each panel (a box per panel, from a
