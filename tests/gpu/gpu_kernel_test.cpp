@@ -975,6 +975,41 @@ TEST(GpuKernel, MulticastCopiesGoByTmaMulticast) {
   }
 }
 
+// Collective along both axes of 2 x 2 clusters: the four CTAs of a cluster copy one block
+// together, a quarter each (4 of its 16 rows), and each gets all of it. Compiled: every rank's
+// peers are all four (mask 15), its share its rank.
+pl::PallasCall multicast_along_both_axes(const std::string& how) {
+  return plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) {
+        pl::Value g = plgpu::axis_index("g"), cx = plgpu::axis_index("x"), cy = plgpu::axis_index("y");
+        pl::Value cta = (g * 2 + cx) * 2 + cy;
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(g * 16, 16), pl::all), s, bar, {"x", "y"});
+        plgpu::barrier_wait(bar);
+        out.at(pl::ds(cta * 16, 16), pl::all)[pl::all] = s[pl::all] * (cta + 1).astype(pl::f32);
+      },
+      {pl::ShapeDtype({2 * 4 * 16, 8}, pl::f32)},
+      plgpu::Mesh{.grid = {2}, .grid_names = {"g"}, .cluster = {2, 2}, .cluster_names = {"x", "y"}},
+      run_on(how, {plgpu::SMEM({16, 8}, pl::f32), plgpu::Barrier{}}));
+}
+
+TEST_P(GpuKernelBoth, MulticastCopyAlongBothClusterAxes) {
+  const pl::Array x = random_f32({32, 8}, 33);
+  const pl::Array out = multicast_along_both_axes(GetParam())(x).at(0);
+  for (int cta = 0; cta < 8; ++cta)
+    for (int e = 0; e < 16 * 8; ++e)
+      EXPECT_EQ(out.data<float>()[cta * 128 + e], x.data<float>()[cta / 4 * 128 + e] * float(cta + 1)) << cta << " " << e;
+  if (GetParam() != "gpu_emulate") return;
+  std::shared_ptr<const pl::TracedCall> tc = multicast_along_both_axes("mosaic_gpu").trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_CONTAINS(k.source, "const pl_u32 peers = 15u;");
+  EXPECT_CONTAINS(k.source, "const pl_i64 share = (rank == 0 ? 0 : rank == 1 ? 1 : rank == 2 ? 2 : 3);");
+  ASSERT_EQ(k.tensor_maps.size(), 1u);
+  EXPECT_EQ(k.tensor_maps[0], (plgpu::TensorMapSpec{0, 4, {8, 32}, {32}, {8, 4}}));
+  plgpu::HostEmulationStats stats;
+  plgpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 4, &stats);
+  EXPECT_EQ(stats.tma_boxes, 8);  // one share per CTA
+}
+
 // A block too tall for one TMA box (512 rows; a box dim holds at most 256) still multicasts: each
 // of the two CTAs' shares is a box of 256 rows.
 TEST(GpuKernel, AMulticastCopyWhoseSharesAreBoxesGoesByTmaWhenTheWholeIsNot) {
