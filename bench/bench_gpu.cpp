@@ -261,11 +261,14 @@ void side_by_side(std::ostream& report) {
 
     // The ws_matmul example (gpu::kernel: a producer warpgroup, two consumers; 128 x 128 tiles)
     // on the same inputs, alone and in clusters along j that share x's blocks by TMA multicast
-    // (`--cluster N`): L2 reads of x drop by N.
-    report << "\nThe ws_matmul example on the same inputs, by cluster size (median of 5):\n\n"
-           << "| cluster | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n|---|---|---|---|---|\n";
-    for (int cluster : {1, 2, 4}) {
-      ex::Problem w = ex::find("ws_matmul").build({.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = cluster});
+    // (`--cluster N`: L2 reads of x drop by N), with a CTA per tile or a persistent grid of one
+    // CTA per SM (`--persistent`).
+    report << "\nThe ws_matmul example on the same inputs, by cluster size and grid (median of 5):\n\n"
+           << "| cluster | persistent CTAs | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n|---|---|---|---|---|---|\n";
+    const int sms = d.multiprocessors();
+    for (auto [cluster, persistent] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{4, 0}, std::pair{1, sms}, std::pair{2, sms}}) {
+      ex::Problem w = ex::find("ws_matmul").build(
+          {.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = cluster, .persistent = persistent});
       ResidentCall v(w.call, p.inputs);
       const double t = synced_seconds(5, [&] { v.launch(); });
       const double ref = synced_seconds(5, [&] { cb.gemm_bf16_f32(n, n, n, A, B, C); });
@@ -273,7 +276,8 @@ void side_by_side(std::ostream& report) {
       d.synchronize(nullptr);
       double worst = 0;
       for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
-      report << "| " << cluster << " | " << t * 1e3 << " | " << flops / t / 1e12 << " | " << ref / t * 100 << "% ("
+      report << "| " << cluster << " | " << (persistent ? std::to_string(persistent) : "-") << " | " << t * 1e3 << " | "
+             << flops / t / 1e12 << " | " << ref / t * 100 << "% ("
              << ref * 1e3 << ") | " << worst << " |\n";
     }
   }

@@ -53,9 +53,11 @@ struct RunOptions {
   std::string profile_dir;
   int profile_space = 256;
 
-  // CTAs per cluster, for the gpu::kernel examples written for clusters (0: the example's
-  // default; elsewhere a UsageError). Clusters of several CTAs need sm_90 or later on the GPU.
+  // The grid of the gpu::kernel examples written for it (elsewhere a non-default value is a
+  // UsageError): CTAs per cluster (0: the example's default; several need sm_90 or later on the
+  // GPU), and the CTAs of a persistent grid that loops over the work (0: a CTA per piece of work).
   int cluster = 0;
+  int persistent = 0;
 
   bool uses_tpu_interpret_options() const {
     return devices != 0 || cores != 0 || !dma_mode.empty() || detect_races;
@@ -111,8 +113,8 @@ struct Example {
   std::function<Problem(const RunOptions&)> build;
   // Runs on a mesh of simulated devices (accepts RunOptions::devices).
   bool multi_device = false;
-  // Its CTAs may come in clusters (accepts RunOptions::cluster).
-  bool clusters = false;
+  // Its grid is the user's to shape (accepts RunOptions::cluster and ::persistent).
+  bool gpu_grid_options = false;
 };
 
 // Every bundled example, in a stable order. Their `build` also checks the options every example

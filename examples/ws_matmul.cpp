@@ -14,6 +14,11 @@
 // from L2 once per cluster instead of once per CTA), and a slot is free only when the consumers
 // of every CTA of the cluster are done with it (a gpu::ClusterBarrier along "c"). Without it the
 // clusters are of one CTA, which the sm_80 path compiles too.
+// With `--persistent P` the grid is P CTAs (a GPU's SM count, say) that loop over the tiles: the
+// ring's steps run on from one tile to the next, and the consumers hand back a tile's last slot
+// before its epilogue, so the producer loads the next tile's first steps while they store.
+#include <functional>
+
 #include "examples/registry.h"
 #include "examples/support.h"
 #include "pallas/gpu.h"
@@ -33,42 +38,75 @@ constexpr int64_t kDefaultSize = 256;
 constexpr int64_t kTileM = 128, kStepK = 64, kSlots = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
 
-void kernel(int64_t k_steps, int64_t tile_n, int64_t cluster, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z, const pl::Ref& x_s,
-            const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& out_s, const pl::Ref& full, const pl::Ref& free) {
-  pl::Value i = plgpu::axis_index("i"), wg = plgpu::axis_index("wg");
-  pl::Value j = plgpu::axis_index("j") * cluster + plgpu::axis_index("c");  // the output's column block
+// Which output tiles a CTA computes: its own, from its grid indices i and j; or, in a persistent
+// grid (`--persistent P`: P CTAs, P / N clusters), the cluster tiles (a row block i and N column
+// blocks along j) c, c + P / N, c + 2 P / N, ... of cluster c, in order.
+struct Tiles {
+  int64_t cluster = 1;            // CTAs per cluster along j
+  int64_t persistent_clusters = 0;  // 0: a CTA per tile
+  int64_t per_row = 0, count = 0;   // cluster tiles along j, in all
+};
+// Calls f(first_step, i, j) for each of the CTA's tiles: the index of the tile's first K-step among
+// all the CTA makes (the ring's slots and phases run on across tiles), its row and column blocks.
+void for_each_tile(const Tiles& t, int64_t k_steps, const std::function<void(pl::Value, pl::Value, pl::Value)>& f) {
+  const pl::Value c = plgpu::axis_index("c");
+  if (t.persistent_clusters == 0) {
+    f(pl::full({}, pl::i32, 0), plgpu::axis_index("i"), plgpu::axis_index("j") * t.cluster + c);
+    return;
+  }
+  const pl::Value q = plgpu::axis_index("p");
+  const int32_t clusters = static_cast<int32_t>(t.persistent_clusters);
+  const pl::Value mine = (static_cast<int32_t>(t.count) - q + (clusters - 1)) / clusters;
+  pl::fori_loop(0, mine, [&](pl::Value u) {
+    const pl::Value tile = q + u * clusters;
+    f(u * static_cast<int32_t>(k_steps), tile / static_cast<int32_t>(t.per_row),
+      tile % static_cast<int32_t>(t.per_row) * t.cluster + c);
+  });
+}
+
+void kernel(int64_t k_steps, int64_t tile_n, const Tiles& tiles, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z,
+            const pl::Ref& x_s, const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& out_s, const pl::Ref& full,
+            const pl::Ref& free) {
+  pl::Value wg = plgpu::axis_index("wg");
   // Named regions (gpu::named_region) show in the trace of `pallas run ws_matmul --backend
   // gpu-emulate --profile DIR`; they change nothing else.
   pl::when(wg == 2, [&] {  // the producer
-    plgpu::named_region("produce", [&] { pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
-      pl::Value slot = k % kSlots;
-      // The slot's previous contents must have been consumed (not on the first pass).
-      pl::when(k >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
-      plgpu::copy_gmem_to_smem(x.at(pl::ds(i * kTileM, kTileM), pl::ds(k * kStepK, kStepK)), x_s.at(slot),
-                               full.at(slot), {"c"});
-      plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * tile_n, tile_n)), y_s.at(slot),
-                               full.at(slot));
+    plgpu::named_region("produce", [&] { for_each_tile(tiles, k_steps, [&](pl::Value first, pl::Value i, pl::Value j) {
+      pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
+        pl::Value step = first + k, slot = step % kSlots;
+        // The slot's previous contents must have been consumed (not on the first pass).
+        pl::when(step >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(i * kTileM, kTileM), pl::ds(k * kStepK, kStepK)), x_s.at(slot),
+                                 full.at(slot), {"c"});
+        plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * tile_n, tile_n)), y_s.at(slot),
+                                 full.at(slot));
+      });
     }); });
   });
   pl::when(wg < 2, [&] {  // a consumer: rows wg * 64 ... of the tile
     pl::Ref my_acc = acc.at(wg);
-    my_acc[pl::all] = pl::zeros({kConsumerRows, tile_n}, pl::f32);
-    plgpu::named_region("mainloop", [&] { pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
-      pl::Value slot = k % kSlots;
-      plgpu::barrier_wait(full.at(slot));
-      plgpu::wgmma(my_acc, x_s.at(slot, pl::ds(wg * kConsumerRows, kConsumerRows), pl::all), y_s.at(slot));
-      // This step's wgmma runs on; the previous step's is done, so its slot goes back to the
-      // producer while the tensor cores work.
-      plgpu::wgmma_wait(1);
-      pl::when(k > 0, [&] { plgpu::barrier_arrive(free.at((k + kSlots - 1) % kSlots)); });
-    }); });
-    plgpu::wgmma_wait(0);  // the accumulator is whole
-    plgpu::named_region("epilogue", [&] {
-      pl::Ref my_out = out_s.at(wg);
-      my_out[pl::all] = my_acc[pl::all];
-      plgpu::commit_smem();  // the stores before the copy reads them
-      plgpu::copy_smem_to_gmem(my_out, z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * tile_n, tile_n)));
-      plgpu::wait_smem_to_gmem(0);
+    for_each_tile(tiles, k_steps, [&](pl::Value first, pl::Value i, pl::Value j) {
+      my_acc[pl::all] = pl::zeros({kConsumerRows, tile_n}, pl::f32);
+      plgpu::named_region("mainloop", [&] { pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
+        pl::Value step = first + k, slot = step % kSlots;
+        plgpu::barrier_wait(full.at(slot));
+        plgpu::wgmma(my_acc, x_s.at(slot, pl::ds(wg * kConsumerRows, kConsumerRows), pl::all), y_s.at(slot));
+        // This step's wgmma runs on; the previous step's is done, so its slot goes back to the
+        // producer while the tensor cores work.
+        plgpu::wgmma_wait(1);
+        pl::when(k > 0, [&] { plgpu::barrier_arrive(free.at((step + kSlots - 1) % kSlots)); });
+      }); });
+      plgpu::wgmma_wait(0);  // the accumulator is whole: the last step's slot goes back too (the
+      // producer fills it with the next tile's steps during this tile's epilogue)
+      plgpu::barrier_arrive(free.at((first + static_cast<int32_t>(k_steps - 1)) % kSlots));
+      plgpu::named_region("epilogue", [&] {
+        pl::Ref my_out = out_s.at(wg);
+        my_out[pl::all] = my_acc[pl::all];
+        plgpu::commit_smem();  // the stores before the copy reads them
+        plgpu::copy_smem_to_gmem(my_out,
+                                 z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * tile_n, tile_n)));
+        plgpu::wait_smem_to_gmem(0);  // (my_out is rewritten by the next tile)
+      });
     });
   });
 }
@@ -88,6 +126,16 @@ Problem build(const RunOptions& opts) {
   if ((n / tile_n) % cluster != 0 || (cluster & (cluster - 1)) != 0)
     throw UsageError("ws_matmul: --cluster must be a power of two dividing the " + std::to_string(n / tile_n) +
                      " column blocks of the output (size / " + std::to_string(tile_n) + "), got " + std::to_string(cluster));
+  Tiles tiles{.cluster = cluster};
+  if (opts.persistent != 0) {
+    tiles.per_row = n / tile_n / cluster;
+    tiles.count = n / kTileM * tiles.per_row;
+    if (opts.persistent % cluster != 0 || opts.persistent / cluster > tiles.count)
+      throw UsageError("ws_matmul: --persistent takes a number of CTAs that is a multiple of the cluster size (" +
+                       std::to_string(cluster) + ") and at most " + std::to_string(tiles.count * cluster) +
+                       " (a cluster per tile), got " + std::to_string(opts.persistent));
+    tiles.persistent_clusters = opts.persistent / cluster;
+  }
   pl::CallOptions options = on_backend(
       {.scratch_shapes = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
                           plgpu::SMEM({kSlots, kStepK, tile_n}, opts.dtype), plgpu::ACC({2, kConsumerRows, tile_n}),
@@ -97,17 +145,16 @@ Problem build(const RunOptions& opts) {
        .name = "ws_matmul"},
       opts);
   pl::PallasCall call = plgpu::kernel(
-      [k_steps, tile_n, cluster](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s,
-                                 pl::Ref full, pl::Ref free) {
-        kernel(k_steps, tile_n, cluster, x, y, z, x_s, y_s, acc, out_s, full, free);
+      [k_steps, tile_n, tiles](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s,
+                               pl::Ref full, pl::Ref free) {
+        kernel(k_steps, tile_n, tiles, x, y, z, x_s, y_s, acc, out_s, full, free);
       },
       {pl::ShapeDtype({n, n}, pl::f32)},
-      plgpu::Mesh{.grid = {n / kTileM, n / tile_n / cluster},
-                  .grid_names = {"i", "j"},
-                  .cluster = {cluster},
-                  .cluster_names = {"c"},
-                  .num_threads = 3,
-                  .thread_name = "wg"},
+      tiles.persistent_clusters == 0
+          ? plgpu::Mesh{.grid = {n / kTileM, n / tile_n / cluster}, .grid_names = {"i", "j"}, .cluster = {cluster},
+                        .cluster_names = {"c"}, .num_threads = 3, .thread_name = "wg"}
+          : plgpu::Mesh{.grid = {tiles.persistent_clusters}, .grid_names = {"p"}, .cluster = {cluster},
+                        .cluster_names = {"c"}, .num_threads = 3, .thread_name = "wg"},
       options);
   // f32 sums of exact products in another order than BLAS: slack proportional to K.
   return square_matmul_problem("ws_matmul", opts, n, call, {1e-4, 4e-6 * static_cast<double>(n)});
@@ -118,8 +165,9 @@ Problem build(const RunOptions& opts) {
 Example example() {
   return {"ws_matmul",
           "warp-specialized gpu::kernel matmul: a producer warpgroup streams K-steps into SMEM slots on "
-          "barriers, two consumer warpgroups wgmma into f32 (--cluster N: clusters sharing x by multicast)",
-          build, /*multi_device=*/false, /*clusters=*/true};
+          "barriers, two consumer warpgroups wgmma into f32 (--cluster N: clusters sharing x by multicast; "
+          "--persistent P: P CTAs looping over the tiles)",
+          build, /*multi_device=*/false, /*gpu_grid_options=*/true};
 }
 
 }  // namespace pallas::examples::ws_matmul

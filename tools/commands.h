@@ -24,7 +24,8 @@ struct ExampleArgs {
   // The GPU backends' on-device profiler (`pallas run --profile DIR`).
   std::string profile_dir;
   int profile_space = 256;
-  int cluster = 0;  // CTAs per cluster (`--cluster`; 0: the example's default)
+  int cluster = 0;     // CTAs per cluster (`--cluster`; 0: the example's default)
+  int persistent = 0;  // CTAs of a persistent grid (`--persistent`; 0: none)
   // `pallas cuda`: the target arch, and whether to compile the unit with NVRTC as a check.
   std::string arch = "sm_90a";
   bool compile = false;

@@ -15,7 +15,8 @@ examples::RunOptions run_options(const ExampleArgs& args) {
           .detect_races = args.detect_races,
           .profile_dir = args.profile_dir,
           .profile_space = args.profile_space,
-          .cluster = args.cluster};
+          .cluster = args.cluster,
+          .persistent = args.persistent};
 }
 
 std::string headline(const examples::Problem& p) {

@@ -137,6 +137,24 @@ TEST(GpuCodegen, WsMatmulInClustersSharesXByTmaMulticast) {
   }
 }
 
+// ws_matmul in a persistent grid (`--persistent`): compiles for sm_90a with clusters, and for
+// sm_80 without (one CTA per cluster), and runs under host emulation.
+TEST(GpuCodegen, WsMatmulInAPersistentGridCompiles) {
+  for (int cluster : {1, 2}) {
+    SCOPED_TRACE("cluster " + std::to_string(cluster));
+    ex::Problem p = ex::find("ws_matmul").build(
+        {.seed = 4, .size = 512, .dtype = DType::BF16, .backend = "gpu", .cluster = cluster, .persistent = 4});
+    std::shared_ptr<const TracedCall> tc = p.call.trace(p.arg_shapes());
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+    std::vector<Array> outs = gpu::run_host_emulation(*tc, k, p.inputs, static_grid(*tc), 4);
+    ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
+    EXPECT_TRUE(o.ok) << o.message;
+    if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_90a").is_cubin);
+    if (cluster == 1) EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_80").is_cubin);
+  }
+}
+
 TEST(GpuCodegen, TpuOnlyExamplesAreRejectedByName) {
   for (std::string name : {"dma_matmul", "right_permute"}) {
     ex::RunOptions o;

@@ -214,8 +214,9 @@ TEST(Examples, WsMatmulRunsInterpretedAndCompiled) {
 // ws_matmul with clusters (`--cluster N`): the producers share x's blocks by multicast and a slot
 // frees only when every consumer of the cluster is done with it — race-free in the interpreter
 // (which checks that a multicast share lands only in a slot no peer still reads) and right on
-// both backends. Cluster sizes that do not split the output's column blocks, or examples without
-// clusters, are usage errors.
+// both backends; and in a persistent grid (`--persistent P`). Cluster sizes that do not split the
+// output's column blocks, grids that do not fit the tiles, or examples without these options are
+// usage errors.
 TEST(Examples, WsMatmulRunsInClusters) {
   for (const char* backend : {"reference", "gpu-emulate"})
     for (auto [t, size, cluster] : {std::tuple{pl::bf16, 256, 2}, std::tuple{pl::bf16, 512, 4}, std::tuple{pl::f32, 256, 4}}) {
@@ -225,9 +226,23 @@ TEST(Examples, WsMatmulRunsInClusters) {
       ex::Outcome o = ex::run(p);
       EXPECT_TRUE(o.ok) << o.message;
     }
+  // A persistent grid: CTAs looping over the tiles, the ring running on across them — evenly (16
+  // tiles, 4 CTAs), unevenly (3 CTAs: 6, 5, 5 tiles) and in clusters (4 CTAs in 2 clusters of 2,
+  // 8 cluster tiles).
+  for (const char* backend : {"reference", "gpu-emulate"})
+    for (auto [cluster, persistent] : {std::pair{1, 4}, std::pair{1, 3}, std::pair{2, 4}}) {
+      SCOPED_TRACE(std::string(backend) + " cluster " + std::to_string(cluster) + " persistent " + std::to_string(persistent));
+      ex::Problem p = ex::find("ws_matmul").build(
+          {.seed = 8, .size = 512, .dtype = pl::bf16, .backend = backend, .cluster = cluster, .persistent = persistent});
+      ex::Outcome o = ex::run(p);
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 512, .dtype = pl::bf16, .cluster = 2, .persistent = 3}), ex::UsageError);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .dtype = pl::bf16, .persistent = 5}), ex::UsageError);  // 4 tiles
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .dtype = pl::bf16, .cluster = 4}), ex::UsageError);  // 2 blocks
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 384, .dtype = pl::bf16, .cluster = 3}), ex::UsageError);
   EXPECT_THROW(ex::find("add").build({.cluster = 2}), ex::UsageError);
+  EXPECT_THROW(ex::find("add").build({.persistent = 2}), ex::UsageError);
 }
 
 // The persistent-grid reduction with a GMEM semaphore, interpreted and compiled (host emulation;
