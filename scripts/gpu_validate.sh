@@ -83,11 +83,13 @@ if [ -x "$SAN" ]; then
         log "FAIL  compute-sanitizer $tool $e:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
       fi
     done
-    if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run ws_matmul --backend gpu --size 128 --cluster 2 >"$OUT/san.log" 2>&1; then
-      log "ok    compute-sanitizer $tool ws_matmul --cluster 2"
-    else
-      log "FAIL  compute-sanitizer $tool ws_matmul --cluster 2:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
-    fi
+    for v in "--cluster 2" "--persistent 1" "--cluster 2 --persistent 2"; do
+      if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run ws_matmul --backend gpu --size 128 $v >"$OUT/san.log" 2>&1; then
+        log "ok    compute-sanitizer $tool ws_matmul $v"
+      else
+        log "FAIL  compute-sanitizer $tool ws_matmul $v:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
+      fi
+    done
   done
   rm -f "$OUT/san.log"
 else
