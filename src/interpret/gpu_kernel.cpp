@@ -44,8 +44,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "core/call.h"
 #include "ir/analysis.h"
@@ -66,6 +68,10 @@ struct BarrierState {
   int arrivals = 0;           // in the current phase
   int64_t phase = 0;          // completed phases
   bool observed = true;       // some thread has waited for the latest completed phase
+  // A copy to SMEM arrived in the current phase / in the latest completed one (where it was
+  // issued): the CTA must not end before a thread waits for that phase (the copy may still be
+  // landing on a GPU).
+  std::optional<SourceLoc> copy_in_phase, copy_in_completed;
   std::string name;           // "scratch[2][1] of CTA (0, 1)"
   // A gpu::ClusterBarrier: this barrier in each CTA an arrival reaches (this one's included);
   // empty for a barrier of one CTA.
@@ -360,6 +366,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
         record(op, ref(op.operands[0]), false, copy);
         record(op, ref(op.operands[1]), true, copy);
         eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
+        b.copy_in_phase = op.loc;
         arrive(op, b, copy.clock);
         return true;
       }
@@ -479,6 +486,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
     b.arrivals = 0;
     ++b.phase;
     b.observed = false;
+    b.copy_in_completed = std::exchange(b.copy_in_phase, std::nullopt);
     b.released[b.phase] = std::move(b.arrived);
     b.arrived.clear();
   }
@@ -549,6 +557,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
       if (++m.count < n) continue;
       const VectorClock released = std::move(m.released);
       wave_->multicasts.erase(barrier_there);
+      b.copy_in_phase = op.loc;
       arrive(op, b, released);
     }
   }
@@ -936,6 +945,24 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
       for (std::thread& th : threads) th.join();
     }
     turns.rethrow_error();
+    // A copy into SMEM that no thread waited for: on a GPU the CTA could end (and its shared
+    // memory go to the next CTA) while the copy lands.
+    for (const auto& [at, m] : wave.multicasts) {
+      const BarrierState& b = wave.barriers.at(at);
+      throw Error("copy_gmem_to_smem with collective_axes: a multicast copy into barrier " + b.name + " has the shares of " +
+                      std::to_string(m.count) + " of its " + std::to_string(m.landed.size()) +
+                      " CTAs when the CTAs end (first issued by " + m.first_issuer +
+                      "): every peer must issue its share, and a thread wait for the barrier");
+    }
+    for (const auto& [at, b] : wave.barriers) {
+      const std::optional<SourceLoc>& copy = b.copy_in_phase ? b.copy_in_phase : (b.observed ? std::nullopt : b.copy_in_completed);
+      if (!copy) continue;
+      throw Error("copy_gmem_to_smem: the CTA ends before any of its threads waits for phase " +
+                      std::to_string(b.copy_in_phase ? b.phase + 1 : b.phase) + " of barrier " + b.name +
+                      ", which a copy to SMEM completes: on a GPU the copy may still be landing when the CTA "
+                      "exits — wait for the barrier (barrier_wait) before the kernel ends",
+                  *copy);
+    }
     // Each Pallas thread is a warpgroup: the registers its CTA's warpgroups end up asking for
     // must fit in what the CTA holds, or on a GPU an increase waits forever (the error names the
     // first warpgroup's increase past the entry).

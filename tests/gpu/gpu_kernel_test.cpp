@@ -490,6 +490,51 @@ TEST(GpuKernelErrors, ADeadlockReportCountsArrivalsMadeAfterTheWaitBegan) {
   EXPECT_CONTAINS(e, "(0 phases completed, 1 of 2 arrivals in the current one)");
 }
 
+// A copy into SMEM that no thread waits for before the CTA ends is an error naming the copy: on a
+// GPU the CTA could exit (and its shared memory go to the next CTA) while the copy lands. Also a
+// copy whose phase never completes, and a multicast copy that lacks a peer's share at the end.
+TEST(GpuKernelErrors, ACopyNoThreadWaitsForBeforeTheEndIsAnError) {
+  auto make = [](std::function<void(pl::Ref, pl::Ref, pl::Ref, pl::Ref)> body, plgpu::Mesh mesh, int arrivals = 1) {
+    return plgpu::kernel([body](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) { body(x, out, s, bar); },
+                         {pl::ShapeDtype({8}, pl::f32)}, std::move(mesh),
+                         interpreted({plgpu::SMEM({8}, pl::f32), plgpu::Barrier{.num_arrivals = arrivals}}));
+  };
+  const pl::Array x = random_f32({8}, 41);
+  const std::string line = "gpu_kernel_test.cpp:" + std::to_string(__LINE__ + 3);
+  std::string e = error_of([&] {
+    make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) {
+      plgpu::copy_gmem_to_smem(x, s, bar);  // never waited for
+      out[pl::all] = x[pl::all];
+    }, plgpu::Mesh{})(x);
+  });
+  EXPECT_CONTAINS(e, "copy_gmem_to_smem: the CTA ends before any of its threads waits for phase 1 of barrier scratch[1]");
+  EXPECT_CONTAINS(e, "the copy may still be landing when the CTA exits");
+  EXPECT_CONTAINS(e, line);
+  e = error_of([&] {
+    make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) {
+      plgpu::copy_gmem_to_smem(x, s, bar);  // one of the phase's two arrivals
+      out[pl::all] = x[pl::all];
+    }, plgpu::Mesh{}, 2)(x);
+  });
+  EXPECT_CONTAINS(e, "waits for phase 1 of barrier scratch[1]");
+  e = error_of([&] {
+    make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) {
+      pl::when(plgpu::axis_index("c") == 0, [&] {
+        plgpu::copy_gmem_to_smem(x, s, bar, {"c"});
+        out[pl::all] = x[pl::all];
+      });
+    }, plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}})(x);
+  });
+  EXPECT_CONTAINS(e, "has the shares of 1 of its 2 CTAs when the CTAs end (first issued by CTA (0,))");
+  // Waited for, the same copy is fine.
+  const pl::Array out = make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) {
+    plgpu::copy_gmem_to_smem(x, s, bar);
+    plgpu::barrier_wait(bar);
+    out[pl::all] = s[pl::all];
+  }, plgpu::Mesh{})(x).at(0);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out.data<float>()[i], x.data<float>()[i]);
+}
+
 TEST(GpuKernelErrors, TwoThreadsWaitingForEachOtherDeadlock) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref out, pl::Ref bars) {
