@@ -264,11 +264,13 @@ void side_by_side(std::ostream& report) {
     // (`--cluster N`: L2 reads of x drop by N), with a CTA per tile or a persistent grid of one
     // CTA per SM (`--persistent`).
     report << "\nThe ws_matmul example on the same inputs, by cluster size and grid (median of 5):\n\n"
-           << "| cluster | persistent CTAs | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n|---|---|---|---|---|---|\n";
+           << "| cluster (i x j) | persistent CTAs | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n|---|---|---|---|---|---|\n";
     const int sms = d.multiprocessors();
-    for (auto [cluster, persistent] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{4, 0}, std::pair{1, sms}, std::pair{2, sms}}) {
-      ex::Problem w = ex::find("ws_matmul").build(
-          {.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = cluster, .persistent = persistent});
+    struct Grid { int rows, cluster, persistent; };
+    for (Grid g : {Grid{1, 1, 0}, Grid{1, 2, 0}, Grid{1, 4, 0}, Grid{2, 2, 0}, Grid{1, 1, sms}, Grid{1, 2, sms}}) {
+      const int cluster = g.cluster, persistent = g.persistent;
+      ex::Problem w = ex::find("ws_matmul").build({.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = cluster,
+                                                   .cluster_rows = g.rows, .persistent = persistent});
       ResidentCall v(w.call, p.inputs);
       const double t = synced_seconds(5, [&] { v.launch(); });
       const double ref = synced_seconds(5, [&] { cb.gemm_bf16_f32(n, n, n, A, B, C); });
@@ -276,7 +278,7 @@ void side_by_side(std::ostream& report) {
       d.synchronize(nullptr);
       double worst = 0;
       for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
-      report << "| " << cluster << " | " << (persistent ? std::to_string(persistent) : "-") << " | " << t * 1e3 << " | "
+      report << "| " << g.rows << " x " << cluster << " | " << (persistent ? std::to_string(persistent) : "-") << " | " << t * 1e3 << " | "
              << flops / t / 1e12 << " | " << ref / t * 100 << "% ("
              << ref * 1e3 << ") | " << worst << " |\n";
     }

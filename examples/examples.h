@@ -57,6 +57,7 @@ struct RunOptions {
   // UsageError): CTAs per cluster (0: the example's default; several need sm_90 or later on the
   // GPU), and the CTAs of a persistent grid that loops over the work (0: a CTA per piece of work).
   int cluster = 0;
+  int cluster_rows = 0;  // CTAs per cluster along a second axis (0: one)
   int persistent = 0;
 
   bool uses_tpu_interpret_options() const {

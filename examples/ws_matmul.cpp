@@ -13,7 +13,10 @@
 // multicast copy, collective along the cluster axis "c"; TMA multicast on the GPU, which reads x
 // from L2 once per cluster instead of once per CTA), and a slot is free only when the consumers
 // of every CTA of the cluster are done with it (a gpu::ClusterBarrier along "c"). Without it the
-// clusters are of one CTA, which the sm_80 path compiles too.
+// clusters are of one CTA, which the sm_80 path compiles too. `--cluster-rows M` adds M CTAs along
+// i, which share y's blocks the same way (multicast along "r"); a slot is then free when the
+// consumers of the CTAs sharing either block with this one are done (the ClusterBarrier along
+// both axes: the CTAs differing from this one along one of them).
 // With `--persistent P` the grid is P CTAs (a GPU's SM count, say) that loop over the tiles: the
 // ring's steps run on from one tile to the next, and the consumers hand back a tile's last slot
 // before its epilogue, so the producer loads the next tile's first steps while they store.
@@ -39,19 +42,19 @@ constexpr int64_t kTileM = 128, kStepK = 64, kSlots = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
 
 // Which output tiles a CTA computes: its own, from its grid indices i and j; or, in a persistent
-// grid (`--persistent P`: P CTAs, P / N clusters), the cluster tiles (a row block i and N column
-// blocks along j) c, c + P / N, c + 2 P / N, ... of cluster c, in order.
+// grid (`--persistent P`: P CTAs, P / (M N) clusters), the cluster tiles (M row blocks along i and
+// N column blocks along j) c, c + P / (M N), ... of cluster c, in order.
 struct Tiles {
-  int64_t cluster = 1;            // CTAs per cluster along j
+  int64_t rows = 1, cluster = 1;    // CTAs per cluster along i (M), along j (N)
   int64_t persistent_clusters = 0;  // 0: a CTA per tile
   int64_t per_row = 0, count = 0;   // cluster tiles along j, in all
 };
 // Calls f(first_step, i, j) for each of the CTA's tiles: the index of the tile's first K-step among
 // all the CTA makes (the ring's slots and phases run on across tiles), its row and column blocks.
 void for_each_tile(const Tiles& t, int64_t k_steps, const std::function<void(pl::Value, pl::Value, pl::Value)>& f) {
-  const pl::Value c = plgpu::axis_index("c");
+  const pl::Value r = plgpu::axis_index("r"), c = plgpu::axis_index("c");
   if (t.persistent_clusters == 0) {
-    f(pl::full({}, pl::i32, 0), plgpu::axis_index("i"), plgpu::axis_index("j") * t.cluster + c);
+    f(pl::full({}, pl::i32, 0), plgpu::axis_index("i") * t.rows + r, plgpu::axis_index("j") * t.cluster + c);
     return;
   }
   const pl::Value q = plgpu::axis_index("p");
@@ -59,7 +62,7 @@ void for_each_tile(const Tiles& t, int64_t k_steps, const std::function<void(pl:
   const pl::Value mine = (static_cast<int32_t>(t.count) - q + (clusters - 1)) / clusters;
   pl::fori_loop(0, mine, [&](pl::Value u) {
     const pl::Value tile = q + u * clusters;
-    f(u * static_cast<int32_t>(k_steps), tile / static_cast<int32_t>(t.per_row),
+    f(u * static_cast<int32_t>(k_steps), tile / static_cast<int32_t>(t.per_row) * t.rows + r,
       tile % static_cast<int32_t>(t.per_row) * t.cluster + c);
   });
 }
@@ -79,7 +82,7 @@ void kernel(int64_t k_steps, int64_t tile_n, const Tiles& tiles, const pl::Ref& 
         plgpu::copy_gmem_to_smem(x.at(pl::ds(i * kTileM, kTileM), pl::ds(k * kStepK, kStepK)), x_s.at(slot),
                                  full.at(slot), {"c"});
         plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * tile_n, tile_n)), y_s.at(slot),
-                                 full.at(slot));
+                                 full.at(slot), {"r"});
       });
     }); });
   });
@@ -123,25 +126,31 @@ Problem build(const RunOptions& opts) {
   const int64_t k_steps = n / kStepK;
   const int64_t tile_n = opts.dtype == DType::F32 ? 64 : 128;
   const int64_t cluster = opts.cluster == 0 ? 1 : opts.cluster;  // CTAs along j sharing x's blocks
+  const int64_t rows = opts.cluster_rows == 0 ? 1 : opts.cluster_rows;  // CTAs along i sharing y's
   if ((n / tile_n) % cluster != 0 || (cluster & (cluster - 1)) != 0)
     throw UsageError("ws_matmul: --cluster must be a power of two dividing the " + std::to_string(n / tile_n) +
                      " column blocks of the output (size / " + std::to_string(tile_n) + "), got " + std::to_string(cluster));
-  Tiles tiles{.cluster = cluster};
+  if ((n / kTileM) % rows != 0 || (rows & (rows - 1)) != 0 || rows * cluster > 16)
+    throw UsageError("ws_matmul: --cluster-rows must be a power of two dividing the " + std::to_string(n / kTileM) +
+                     " row blocks of the output (size / " + std::to_string(kTileM) +
+                     "), with at most 16 CTAs per cluster, got " + std::to_string(rows));
+  Tiles tiles{.rows = rows, .cluster = cluster};
+  const int64_t cluster_ctas = rows * cluster;
   if (opts.persistent != 0) {
     tiles.per_row = n / tile_n / cluster;
-    tiles.count = n / kTileM * tiles.per_row;
-    if (opts.persistent % cluster != 0 || opts.persistent / cluster > tiles.count)
+    tiles.count = n / kTileM / rows * tiles.per_row;
+    if (opts.persistent % cluster_ctas != 0 || opts.persistent / cluster_ctas > tiles.count)
       throw UsageError("ws_matmul: --persistent takes a number of CTAs that is a multiple of the cluster size (" +
-                       std::to_string(cluster) + ") and at most " + std::to_string(tiles.count * cluster) +
+                       std::to_string(cluster_ctas) + ") and at most " + std::to_string(tiles.count * cluster_ctas) +
                        " (a cluster per tile), got " + std::to_string(opts.persistent));
-    tiles.persistent_clusters = opts.persistent / cluster;
+    tiles.persistent_clusters = opts.persistent / cluster_ctas;
   }
   pl::CallOptions options = on_backend(
       {.scratch_shapes = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
                           plgpu::SMEM({kSlots, kStepK, tile_n}, opts.dtype), plgpu::ACC({2, kConsumerRows, tile_n}),
                           plgpu::SMEM({2, kConsumerRows, tile_n}, pl::f32),
                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots},
-                          plgpu::ClusterBarrier{.collective_axes = {"c"}, .num_arrivals = 2, .num_barriers = kSlots}},
+                          plgpu::ClusterBarrier{.collective_axes = {"r", "c"}, .num_arrivals = 2, .num_barriers = kSlots}},
        .name = "ws_matmul"},
       opts);
   pl::PallasCall call = plgpu::kernel(
@@ -151,10 +160,10 @@ Problem build(const RunOptions& opts) {
       },
       {pl::ShapeDtype({n, n}, pl::f32)},
       tiles.persistent_clusters == 0
-          ? plgpu::Mesh{.grid = {n / kTileM, n / tile_n / cluster}, .grid_names = {"i", "j"}, .cluster = {cluster},
-                        .cluster_names = {"c"}, .num_threads = 3, .thread_name = "wg"}
-          : plgpu::Mesh{.grid = {tiles.persistent_clusters}, .grid_names = {"p"}, .cluster = {cluster},
-                        .cluster_names = {"c"}, .num_threads = 3, .thread_name = "wg"},
+          ? plgpu::Mesh{.grid = {n / kTileM / rows, n / tile_n / cluster}, .grid_names = {"i", "j"}, .cluster = {rows, cluster},
+                        .cluster_names = {"r", "c"}, .num_threads = 3, .thread_name = "wg"}
+          : plgpu::Mesh{.grid = {tiles.persistent_clusters}, .grid_names = {"p"}, .cluster = {rows, cluster},
+                        .cluster_names = {"r", "c"}, .num_threads = 3, .thread_name = "wg"},
       options);
   // f32 sums of exact products in another order than BLAS: slack proportional to K.
   return square_matmul_problem("ws_matmul", opts, n, call, {1e-4, 4e-6 * static_cast<double>(n)});
@@ -165,7 +174,7 @@ Problem build(const RunOptions& opts) {
 Example example() {
   return {"ws_matmul",
           "warp-specialized gpu::kernel matmul: a producer warpgroup streams K-steps into SMEM slots on "
-          "barriers, two consumer warpgroups wgmma into f32 (--cluster N: clusters sharing x by multicast; "
+          "barriers, two consumer warpgroups wgmma into f32 (--cluster N, --cluster-rows M: clusters sharing x, y by multicast; "
           "--persistent P: P CTAs looping over the tiles)",
           build, /*multi_device=*/false, /*gpu_grid_options=*/true};
 }

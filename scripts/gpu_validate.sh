@@ -49,7 +49,8 @@ for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_SYNC_WGMMA=1; do
 done
 # ws_matmul in clusters sharing x by TMA multicast and in persistent grids (stop 35), and with each
 # CTA copying all of x.
-for v in "--cluster 2" "--cluster 4" "--cluster 2 --persistent 8" "--persistent 6" "--cluster 2 NO_MULTICAST"; do
+for v in "--cluster 2" "--cluster 4" "--cluster 2 --cluster-rows 2" "--cluster 2 --persistent 8" "--persistent 6" \
+         "--cluster 2 --cluster-rows 2 --persistent 8" "--cluster 2 NO_MULTICAST"; do
   envs=""; args=${v% NO_MULTICAST}; [ "$args" != "$v" ] && envs=PALLAS_GPU_NO_MULTICAST=1
   if out=$(run env $envs "$BUILD/pallas" run ws_matmul --backend gpu --dtype bf16 --size 1024 $args 2>&1); then log "ok    $v: $out"
   else log "FAIL  $v: $out"; status=1; fi
@@ -129,7 +130,7 @@ if [ -z "${NO_BENCH:-}" ]; then
     log "launch overhead ${v:-(pool)}:"; run env $v "$BUILD/pallas_bench" gpu_launch 2>&1 | grep "^| [a-z]" | tee -a "$REPORT"
   done
   # (132: an H100 SXM's / H200's SMs; pallas_bench gpu asks the device.)
-  for v in "--cluster 2" "--cluster 4" "--persistent 132" "--cluster 2 --persistent 132"; do
+  for v in "--cluster 2" "--cluster 4" "--cluster 2 --cluster-rows 2" "--persistent 132" "--cluster 2 --persistent 132"; do
     out=$(run "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 $v 2>&1 | tail -1)
     log "bench ws_matmul $v: $out"
   done

@@ -25,6 +25,7 @@ struct ExampleArgs {
   std::string profile_dir;
   int profile_space = 256;
   int cluster = 0;     // CTAs per cluster (`--cluster`; 0: the example's default)
+  int cluster_rows = 0;  // CTAs per cluster along a second axis (`--cluster-rows`)
   int persistent = 0;  // CTAs of a persistent grid (`--persistent`; 0: none)
   // `pallas cuda`: the target arch, and whether to compile the unit with NVRTC as a check.
   std::string arch = "sm_90a";

@@ -25,6 +25,9 @@ CLI::App* add_example_command(CLI::App& app, const std::string& name, const std:
   cmd->add_option("--cluster", args.cluster,
                   "CTAs per cluster, for the gpu::kernel examples with clusters (ws_matmul; sm_90 and later)")
       ->check(CLI::Range(1, 16));
+  cmd->add_option("--cluster-rows", args.cluster_rows,
+                  "CTAs per cluster along a second axis (ws_matmul: along the rows, sharing y's blocks)")
+      ->check(CLI::Range(1, 16));
   cmd->add_option("--persistent", args.persistent,
                   "CTAs of a persistent grid looping over the work, for the gpu::kernel examples with one (ws_matmul)")
       ->check(CLI::Range(1, 1 << 20));

@@ -16,6 +16,7 @@ examples::RunOptions run_options(const ExampleArgs& args) {
           .profile_dir = args.profile_dir,
           .profile_space = args.profile_space,
           .cluster = args.cluster,
+          .cluster_rows = args.cluster_rows,
           .persistent = args.persistent};
 }
 

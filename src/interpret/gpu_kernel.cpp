@@ -282,7 +282,8 @@ struct Buffer {
 
 // A multicast copy (copy_gmem_to_smem with collective_axes) on its way into one receiving CTA:
 // which peers' shares have landed there, and what the first one copied (every peer must copy the
-// same source). Keyed by the receiving barrier; gone once all shares landed and it arrived.
+// same source). Keyed by the receiving barrier and destination; gone once all shares landed and it
+// arrived.
 struct MulticastLanding {
   std::vector<bool> landed;  // by peer rank
   int count = 0;
@@ -318,7 +319,9 @@ struct Wave {
   const std::vector<std::vector<int64_t>>* cluster_positions = nullptr;
   std::vector<std::string> cta_names;
   const std::vector<std::vector<Array>>* scratch = nullptr;
-  std::map<const std::byte*, MulticastLanding> multicasts;  // by the receiving barrier
+  // By the receiving barrier and the copy's destination there (copies of x and y may complete on
+  // one barrier, each multicast among its own peers).
+  std::map<std::pair<const std::byte*, const std::byte*>, MulticastLanding> multicasts;
 };
 
 class GpuThreadInterpreter : public eval::Interpreter {
@@ -537,7 +540,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
       eval::write(there, data);
       const std::byte* barrier_there = in_cta(barrier_here, cta, p);
       BarrierState& b = wave_->barriers.at(barrier_there);
-      MulticastLanding& m = wave_->multicasts[barrier_there];
+      const std::pair<const std::byte*, const std::byte*> key{barrier_there, in_cta(dst.data, cta, p)};
+      MulticastLanding& m = wave_->multicasts[key];
       if (m.count == 0) {
         m.landed.assign(static_cast<size_t>(n), false);
         m.src = src;
@@ -556,7 +560,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
       tpu_interpret::merge_into(m.released, copy.clock);
       if (++m.count < n) continue;
       const VectorClock released = std::move(m.released);
-      wave_->multicasts.erase(barrier_there);
+      wave_->multicasts.erase(key);
       b.copy_in_phase = op.loc;
       arrive(op, b, released);
     }
@@ -603,7 +607,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
       what << "waits at " << where << " for phase " << want << " of barrier " << bp->name << " (" << bp->phase
            << " phases completed, " << bp->arrivals << " of " << bp->num_arrivals << " arrivals in the current one";
       for (const auto& [at, m] : wave->multicasts)
-        if (&wave->barriers.at(at) == bp)
+        if (&wave->barriers.at(at.first) == bp)
           what << "; a multicast copy into it has the shares of " << m.count << " of its " << m.landed.size()
                << " CTAs: a peer has not issued its copy_gmem_to_smem";
       return what.str() + ")";
@@ -948,7 +952,7 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     // A copy into SMEM that no thread waited for: on a GPU the CTA could end (and its shared
     // memory go to the next CTA) while the copy lands.
     for (const auto& [at, m] : wave.multicasts) {
-      const BarrierState& b = wave.barriers.at(at);
+      const BarrierState& b = wave.barriers.at(at.first);
       throw Error("copy_gmem_to_smem with collective_axes: a multicast copy into barrier " + b.name + " has the shares of " +
                       std::to_string(m.count) + " of its " + std::to_string(m.landed.size()) +
                       " CTAs when the CTAs end (first issued by " + m.first_issuer +

@@ -169,6 +169,8 @@ check ws_matmul_cluster 0 "$PALLAS" run ws_matmul --backend gpu-emulate --dtype 
 expect ws_matmul_cluster_line "^ws_matmul bf16.* backend=gpu-emulate: .*  ok$"
 check ws_matmul_cluster_cuda 0 "$PALLAS" cuda ws_matmul --dtype bf16 --cluster 2
 expect ws_matmul_cluster_cuda_multicast "pl_tma_load_multicast<2>\("
+check ws_matmul_2x2 0 "$PALLAS" run ws_matmul --backend reference --dtype bf16 --size 256 --cluster 2 --cluster-rows 2
+expect ws_matmul_2x2_line "^ws_matmul bf16.* backend=reference: .*  ok$"
 check ws_matmul_persistent 0 "$PALLAS" run ws_matmul --backend gpu-emulate --dtype bf16 --size 512 --cluster 2 --persistent 4
 expect ws_matmul_persistent_line "^ws_matmul bf16.* backend=gpu-emulate: .*  ok$"
 check cluster_elsewhere 2 "$PALLAS" run add --cluster 2

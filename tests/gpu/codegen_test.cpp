@@ -15,6 +15,7 @@
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
 #include "gpu/host_emulation.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "pallas/tpu.h"
 
 namespace pallas {
@@ -135,6 +136,32 @@ TEST(GpuCodegen, WsMatmulInClustersSharesXByTmaMulticast) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("clusters of more than one CTA needs sm_90 or later"), std::string::npos) << e.what();
   }
+}
+
+// ws_matmul in 2 x 2 clusters (`--cluster 2 --cluster-rows 2`): x multicast along j (ranks r * 2 +
+// c: peers {0, 1} and {2, 3}), y along i (peers {0, 2} and {1, 3}); the sm_90a unit has one
+// multicast TMA load for x's share and one per panel of y's (SASS UTMALDG.2D.MULTICAST).
+TEST(GpuCodegen, WsMatmulInTwoByTwoClustersSharesXAndY) {
+  ex::Problem p = ex::find("ws_matmul").build(
+      {.seed = 5, .size = 256, .dtype = DType::BF16, .backend = "gpu", .cluster = 2, .cluster_rows = 2});
+  std::shared_ptr<const TracedCall> tc = p.call.trace(p.arg_shapes());
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+  EXPECT_EQ(k.cluster_ctas, 4);
+  EXPECT_NE(k.source.find("const pl_u32 peers = (rank == 0 ? 3u : rank == 1 ? 3u : rank == 2 ? 12u : 12u);"), std::string::npos);
+  EXPECT_NE(k.source.find("const pl_u32 peers = (rank == 0 ? 5u : rank == 1 ? 10u : rank == 2 ? 5u : 10u);"), std::string::npos);
+  gpu::HostEmulationStats stats;
+  std::vector<Array> outs = gpu::run_host_emulation(*tc, k, p.inputs, static_grid(*tc), 4, &stats);
+  EXPECT_EQ(stats.tma_boxes, 4 * (4 * (1 + 2) + 2));  // per CTA and K step: x's share, y's share per panel
+  ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
+  EXPECT_TRUE(o.ok) << o.message;
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_90a").is_cubin);
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  const std::string sass = test_util::sass_of(k.source, "sm_90a");
+  int multicasts = 0;
+  for (size_t at = sass.find("UTMALDG.2D.MULTICAST"); at != std::string::npos; at = sass.find("UTMALDG.2D.MULTICAST", at + 1))
+    ++multicasts;
+  EXPECT_EQ(multicasts, 3);
 }
 
 // ws_matmul in a persistent grid (`--persistent`): compiles for sm_90a with clusters, and for

@@ -228,12 +228,16 @@ TEST(Examples, WsMatmulRunsInClusters) {
     }
   // A persistent grid: CTAs looping over the tiles, the ring running on across them — evenly (16
   // tiles, 4 CTAs), unevenly (3 CTAs: 6, 5, 5 tiles) and in clusters (4 CTAs in 2 clusters of 2,
-  // 8 cluster tiles).
+  // 8 cluster tiles). And 2 x 2 clusters (`--cluster-rows 2`): y's blocks multicast along the
+  // rows too, into the same "full" barriers as x's, and the slots freed by a ClusterBarrier along
+  // both axes; alone and persistent (8 CTAs, 2 clusters).
   for (const char* backend : {"reference", "gpu-emulate"})
-    for (auto [cluster, persistent] : {std::pair{1, 4}, std::pair{1, 3}, std::pair{2, 4}}) {
-      SCOPED_TRACE(std::string(backend) + " cluster " + std::to_string(cluster) + " persistent " + std::to_string(persistent));
-      ex::Problem p = ex::find("ws_matmul").build(
-          {.seed = 8, .size = 512, .dtype = pl::bf16, .backend = backend, .cluster = cluster, .persistent = persistent});
+    for (auto [rows, cluster, persistent] :
+         {std::tuple{0, 1, 4}, std::tuple{0, 1, 3}, std::tuple{0, 2, 4}, std::tuple{2, 2, 0}, std::tuple{2, 2, 8}}) {
+      SCOPED_TRACE(std::string(backend) + " cluster " + std::to_string(rows) + " x " + std::to_string(cluster) +
+                   " persistent " + std::to_string(persistent));
+      ex::Problem p = ex::find("ws_matmul").build({.seed = 8, .size = 512, .dtype = pl::bf16, .backend = backend,
+                                                   .cluster = cluster, .cluster_rows = rows, .persistent = persistent});
       ex::Outcome o = ex::run(p);
       EXPECT_TRUE(o.ok) << o.message;
     }
@@ -243,6 +247,10 @@ TEST(Examples, WsMatmulRunsInClusters) {
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 384, .dtype = pl::bf16, .cluster = 3}), ex::UsageError);
   EXPECT_THROW(ex::find("add").build({.cluster = 2}), ex::UsageError);
   EXPECT_THROW(ex::find("add").build({.persistent = 2}), ex::UsageError);
+  EXPECT_THROW(ex::find("add").build({.cluster_rows = 2}), ex::UsageError);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 384, .dtype = pl::bf16, .cluster_rows = 3}), ex::UsageError);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 1024, .dtype = pl::bf16, .cluster = 8, .cluster_rows = 4}),
+               ex::UsageError);  // 32 CTAs a cluster
 }
 
 // The persistent-grid reduction with a GMEM semaphore, interpreted and compiled (host emulation;
