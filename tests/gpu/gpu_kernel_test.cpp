@@ -1055,6 +1055,34 @@ TEST_P(GpuKernelBoth, MulticastCopyAlongBothClusterAxes) {
   EXPECT_EQ(stats.tma_boxes, 8);  // one share per CTA
 }
 
+// Two multicast copies completing on one barrier, each among its own peers: a along x, b along
+// y, in 2 x 2 clusters (the 2-D cluster matmul's x and y blocks). Each lands where its own
+// peers put it; the barrier's phase takes both copies' arrivals.
+pl::PallasCall two_multicasts_into_one_barrier(const std::string& how) {
+  return plgpu::kernel(
+      [](pl::Ref x, pl::Ref y, pl::Ref out, pl::Ref a, pl::Ref b, pl::Ref bar) {
+        pl::Value cx = plgpu::axis_index("x"), cy = plgpu::axis_index("y");
+        pl::Value cta = cx * 2 + cy;
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(cy * 16, 16), pl::all), a, bar, {"x"});  // same for both x-peers
+        plgpu::copy_gmem_to_smem(y.at(pl::ds(cx * 16, 16), pl::all), b, bar, {"y"});  // same for both y-peers
+        plgpu::barrier_wait(bar);
+        out.at(pl::ds(cta * 16, 16), pl::all)[pl::all] = a[pl::all] * 10.0f + b[pl::all];
+      },
+      {pl::ShapeDtype({4 * 16, 8}, pl::f32)}, plgpu::Mesh{.cluster = {2, 2}, .cluster_names = {"x", "y"}},
+      run_on(how, {plgpu::SMEM({16, 8}, pl::f32), plgpu::SMEM({16, 8}, pl::f32), plgpu::Barrier{.num_arrivals = 2}}));
+}
+
+TEST_P(GpuKernelBoth, TwoMulticastCopiesAlongDifferentAxesCompleteOnOneBarrier) {
+  const pl::Array x = random_f32({32, 8}, 51), y = random_f32({32, 8}, 52);
+  const pl::Array out = two_multicasts_into_one_barrier(GetParam())(x, y).at(0);
+  for (int cx = 0; cx < 2; ++cx)
+    for (int cy = 0; cy < 2; ++cy)
+      for (int e = 0; e < 16 * 8; ++e)
+        EXPECT_EQ(out.data<float>()[(cx * 2 + cy) * 128 + e],
+                  x.data<float>()[cy * 128 + e] * 10.0f + y.data<float>()[cx * 128 + e])
+            << cx << cy << " " << e;
+}
+
 // A block too tall for one TMA box (512 rows; a box dim holds at most 256) still multicasts: each
 // of the two CTAs' shares is a box of 256 rows.
 TEST(GpuKernel, AMulticastCopyWhoseSharesAreBoxesGoesByTmaWhenTheWholeIsNot) {
