@@ -2,6 +2,7 @@
 // only where a GPU is present — GB/s of the copy-like examples and TFLOP/s of the matmul. Without
 // a GPU the device rows say so; no number is printed that was not measured.
 #include <iostream>
+#include <sstream>
 
 #include "bench/bench.h"
 #include "bench/cuda_reference.h"
@@ -240,23 +241,28 @@ void side_by_side(std::ostream& report) {
     }
     report << "\nmax |pallas - cuBLAS| = " << diff << " (max |cuBLAS| = " << mag << ")\n";
 
-    // Other block shapes of the same kernel on the same inputs, each next to a fresh cuBLAS time
-    // (the machine is shared: a ratio is of two numbers taken a second apart), each result
-    // checked against cuBLAS'.
+    // Other block shapes of the same kernel on the same inputs, each beside cuBLAS.
     report << "\nThe same product by block shape (x (bm, bk), y (bk, bn), Buffered(depth); median of 5):\n\n"
            << "| bm x bn x bk, depth | slots | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n|---|---|---|---|---|---|\n";
     struct Blocks { int64_t bm, bn, bk; int depth; };
-    for (Blocks s : {Blocks{128, 128, 128, 2}, Blocks{128, 128, 64, 4}, Blocks{128, 256, 64, 3}}) {
-      ResidentCall v(blocked_matmul(n, s.bm, s.bn, s.bk, s.depth), p.inputs);
+    // A call on the same inputs, timed next to a fresh cuBLAS time (the machine is shared: a ratio
+    // is of two numbers taken a second apart), its result checked against cuBLAS': the row's cells
+    // "ms | TFLOP/s | of cuBLAS (ms) | max abs diff |".
+    auto versus_cublas = [&](ResidentCall& v) {
       const double t = synced_seconds(5, [&] { v.launch(); });
       const double ref = synced_seconds(5, [&] { cb.gemm_bf16_f32(n, n, n, A, B, C); });
       v.buffers[2].download(x.data(), x.size() * 4);
       d.synchronize(nullptr);
       double worst = 0;
       for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
+      std::ostringstream cells;
+      cells << t * 1e3 << " | " << flops / t / 1e12 << " | " << ref / t * 100 << "% (" << ref * 1e3 << ") | " << worst << " |\n";
+      return cells.str();
+    };
+    for (Blocks s : {Blocks{128, 128, 128, 2}, Blocks{128, 128, 64, 4}, Blocks{128, 256, 64, 3}}) {
+      ResidentCall v(blocked_matmul(n, s.bm, s.bn, s.bk, s.depth), p.inputs);
       report << "| " << s.bm << " x " << s.bn << " x " << s.bk << ", " << s.depth << " | " << v.loaded->kernel.pipeline_slots
-             << " | " << t * 1e3 << " | " << flops / t / 1e12 << " | " << ref / t * 100 << "% (" << ref * 1e3 << ") | "
-             << worst << " |\n";
+             << " | " << versus_cublas(v);
     }
 
     // The ws_matmul example (gpu::kernel: a producer warpgroup, two consumers; 128 x 128 tiles)
@@ -268,19 +274,11 @@ void side_by_side(std::ostream& report) {
     const int sms = d.multiprocessors();
     struct Grid { int rows, cluster, persistent; };
     for (Grid g : {Grid{1, 1, 0}, Grid{1, 2, 0}, Grid{1, 4, 0}, Grid{2, 2, 0}, Grid{1, 1, sms}, Grid{1, 2, sms}}) {
-      const int cluster = g.cluster, persistent = g.persistent;
-      ex::Problem w = ex::find("ws_matmul").build({.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = cluster,
-                                                   .cluster_rows = g.rows, .persistent = persistent});
+      ex::Problem w = ex::find("ws_matmul").build({.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = g.cluster,
+                                                   .cluster_rows = g.rows, .persistent = g.persistent});
       ResidentCall v(w.call, p.inputs);
-      const double t = synced_seconds(5, [&] { v.launch(); });
-      const double ref = synced_seconds(5, [&] { cb.gemm_bf16_f32(n, n, n, A, B, C); });
-      v.buffers[2].download(x.data(), x.size() * 4);
-      d.synchronize(nullptr);
-      double worst = 0;
-      for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
-      report << "| " << g.rows << " x " << cluster << " | " << (persistent ? std::to_string(persistent) : "-") << " | " << t * 1e3 << " | "
-             << flops / t / 1e12 << " | " << ref / t * 100 << "% ("
-             << ref * 1e3 << ") | " << worst << " |\n";
+      report << "| " << g.rows << " x " << g.cluster << " | " << (g.persistent ? std::to_string(g.persistent) : "-")
+             << " | " << versus_cublas(v);
     }
   }
 

@@ -1277,34 +1277,33 @@ template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)
   });
 }
 #elif PL_HAS_BULK_COPY
-template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
+// One TMA load of the box at coordinates c into dst, completing on barrier b; MULTICAST: the box
+// lands at dst's offset in the shared memory of each CTA of the cluster whose rank is in `peers`
+// (a 16-bit mask), completing on the barrier at b's offset there.
+template <int R, bool MULTICAST>
+PL_DEV void pl_tma_load_box(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b, pl_u32 peers) {
   const pl_u32 d = pl_smem_u32(dst), m = pl_smem_u32(b);
   const pl_u64 t = (pl_u64)map;
-#define PL_TMA_LOAD(N, COORDS, ...)                                                                        \
-  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, " \
-               COORDS "], [%2];" ::"r"(d), "l"(t), "r"(m), __VA_ARGS__ : "memory")
-  if constexpr (R == 1) PL_TMA_LOAD(1, "{%3}", "r"(c[0]));
-  if constexpr (R == 2) PL_TMA_LOAD(2, "{%3, %4}", "r"(c[0]), "r"(c[1]));
-  if constexpr (R == 3) PL_TMA_LOAD(3, "{%3, %4, %5}", "r"(c[0]), "r"(c[1]), "r"(c[2]));
-  if constexpr (R == 4) PL_TMA_LOAD(4, "{%3, %4, %5, %6}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
-  if constexpr (R == 5) PL_TMA_LOAD(5, "{%3, %4, %5, %6, %7}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
+  const unsigned short mask = (unsigned short)peers;  // (operand %3, which the plain form leaves unused)
+#define PL_TMA_LOAD(N, COORDS, ...)                                                                                  \
+  if constexpr (MULTICAST)                                                                                           \
+    asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" \
+                 " [%0], [%1, " COORDS "], [%2], %3;" ::"r"(d), "l"(t), "r"(m), "h"(mask), __VA_ARGS__ : "memory");     \
+  else                                                                                                               \
+    asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"              \
+                 " [%0], [%1, " COORDS "], [%2];" ::"r"(d), "l"(t), "r"(m), "h"(mask), __VA_ARGS__ : "memory")
+  if constexpr (R == 1) { PL_TMA_LOAD(1, "{%4}", "r"(c[0])); }
+  if constexpr (R == 2) { PL_TMA_LOAD(2, "{%4, %5}", "r"(c[0]), "r"(c[1])); }
+  if constexpr (R == 3) { PL_TMA_LOAD(3, "{%4, %5, %6}", "r"(c[0]), "r"(c[1]), "r"(c[2])); }
+  if constexpr (R == 4) { PL_TMA_LOAD(4, "{%4, %5, %6, %7}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3])); }
+  if constexpr (R == 5) { PL_TMA_LOAD(5, "{%4, %5, %6, %7, %8}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4])); }
 #undef PL_TMA_LOAD
 }
-// The box lands at dst's offset in the shared memory of each CTA of the cluster whose rank is in
-// `peers` (a 16-bit mask), completing on the barrier at b's offset there.
+template <int R> PL_DEV void pl_tma_load(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b) {
+  pl_tma_load_box<R, false>(dst, map, c, b, 0);
+}
 template <int R> PL_DEV void pl_tma_load_multicast(void* dst, const PlTensorMap* map, const int (&c)[R], pl_u64* b, pl_u32 peers) {
-  const pl_u32 d = pl_smem_u32(dst), m = pl_smem_u32(b);
-  const pl_u64 t = (pl_u64)map;
-  const unsigned short mask = (unsigned short)peers;
-#define PL_TMA_LOAD(N, COORDS, ...)                                                                                   \
-  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" \
-               " [%0], [%1, " COORDS "], [%2], %3;" ::"r"(d), "l"(t), "r"(m), "h"(mask), __VA_ARGS__ : "memory")
-  if constexpr (R == 1) PL_TMA_LOAD(1, "{%4}", "r"(c[0]));
-  if constexpr (R == 2) PL_TMA_LOAD(2, "{%4, %5}", "r"(c[0]), "r"(c[1]));
-  if constexpr (R == 3) PL_TMA_LOAD(3, "{%4, %5, %6}", "r"(c[0]), "r"(c[1]), "r"(c[2]));
-  if constexpr (R == 4) PL_TMA_LOAD(4, "{%4, %5, %6, %7}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
-  if constexpr (R == 5) PL_TMA_LOAD(5, "{%4, %5, %6, %7, %8}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
-#undef PL_TMA_LOAD
+  pl_tma_load_box<R, true>(dst, map, c, b, peers);
 }
 template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)[R], const void* src) {
   const pl_u32 s = pl_smem_u32(src);

@@ -191,10 +191,7 @@ void DeviceBuffer::release() noexcept {
   const DriverApi& api = Device::get().api();
   if (!pooled_) {
     api.MemFree(ptr_);
-  } else if (sync_free_) {
-    api.CtxSynchronize();
-    api.MemFreeAsync(ptr_, nullptr);
-  } else if (api.MemFreeAsync(ptr_, stream_) != 0) {  // (a stream destroyed meanwhile)
+  } else if (sync_free_ || api.MemFreeAsync(ptr_, stream_) != 0) {  // (or its stream destroyed meanwhile)
     api.CtxSynchronize();
     api.MemFreeAsync(ptr_, nullptr);
   }

@@ -168,6 +168,37 @@ MulticastPeers multicast_peers(const EmitContext& ctx, const ir::Op& op) {
   return out;
 }
 
+// A multicast copy's share as one TMA box (per panel, in a tile of several): the box's map and
+// where share k starts, k steps in (elements) in the GMEM view and in the SMEM tile. Where the
+// share is a box landing densely from an aligned start: the dims before the one it splits are 1;
+// a swizzled tile's share is whole rows from a multiple of the pattern's 8 of them; an
+// unswizzled one starts on a 128-byte boundary. nullopt otherwise.
+struct MulticastShare {
+  TensorMapSpec box;
+  int64_t gmem_step = 0, smem_step = 0;
+};
+std::optional<MulticastShare> multicast_share(const RefInfo& gmem, const RefInfo& smem, int64_t peers, int swizzle_bytes,
+                                              int64_t panel_cols) {
+  if (gmem.shape != smem.shape) return std::nullopt;
+  const std::optional<size_t> dim = core::multicast_share_dim(smem.shape, peers);
+  if (!dim) return std::nullopt;
+  for (size_t d = 0; d < *dim; ++d)
+    if (smem.shape[d] != 1) return std::nullopt;
+  const bool swizzled = !smem.swizzled.empty();
+  if (swizzled && *dim + 2 != smem.shape.size()) return std::nullopt;  // (not rows)
+  const int64_t len = smem.shape[*dim] / peers;
+  MulticastShare out;
+  out.smem_step = panel_cols > 0 ? len * panel_cols : len * smem.strides[*dim];  // (per panel: `len` of its rows)
+  out.gmem_step = len * gmem.strides[*dim];
+  if ((out.smem_step * itemsize(smem.dtype)) % (swizzled ? 8 * swizzle_bytes : 128) != 0) return std::nullopt;
+  RefInfo gmem_share = gmem, smem_share = smem;
+  gmem_share.shape[*dim] = smem_share.shape[*dim] = len;
+  smem_share.strides = contiguous_strides(smem_share.shape);
+  const std::optional<TensorMapSpec> box = tma_box(gmem_share, smem_share, swizzle_bytes, panel_cols);
+  if (!box) return std::nullopt;
+  out.box = *box;
+  return out;
+}
 }  // namespace
 
 std::string table_entry(const std::vector<int64_t>& table, const char* suffix, const std::string& index) {
@@ -493,31 +524,12 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // copies the whole block itself, as for a plain copy: the same bytes land, with no peer to
       // wait for. (Whether the TMA branch runs is the same in every CTA: the host's encoded maps,
       // addresses in scratch laid out alike, compile-time layouts.)
-      bool multicast = false;
       const MulticastPeers peers = to_gmem ? MulticastPeers{} : multicast_peers(ctx_, op);
-      int64_t share_gmem_step = 0, share_smem_step = 0;  // (elements: share k starts k steps in)
-      if (ctx_.tensor_maps && (panels == 1 || one_matrix) && peers.count > 1 && gmem.shape == smem.shape) {
-        const std::optional<size_t> dim = core::multicast_share_dim(smem.shape, peers.count);
-        std::optional<TensorMapSpec> share;
-        if (dim) {
-          const int64_t len = smem.shape[*dim] / peers.count, rank = static_cast<int64_t>(smem.shape.size());
-          bool dense = true;
-          for (size_t d = 0; d < *dim; ++d) dense = dense && smem.shape[d] == 1;
-          const bool rows = static_cast<int64_t>(*dim) == rank - 2;
-          // (Per panel: `len` of its rows.)
-          share_smem_step = panels > 1 ? len * panel_cols : len * smem.strides[*dim];
-          share_gmem_step = len * gmem.strides[*dim];
-          const int64_t align = swizzled.empty() ? 128 : 8 * swizzle_bytes;
-          if (dense && (swizzled.empty() || rows) && (share_smem_step * itemsize(smem.dtype)) % align == 0) {
-            RefInfo gmem_share = gmem, smem_share = smem;
-            gmem_share.shape[*dim] = smem_share.shape[*dim] = len;
-            smem_share.strides = contiguous_strides(smem_share.shape);
-            share = tma_box(gmem_share, smem_share, swizzle_bytes, panels > 1 ? panel_cols : 0);
-          }
-        }
-        if (share) tma = share;  // (else the whole block, a box or not, as for a plain copy)
-        multicast = share.has_value();
-      }
+      std::optional<MulticastShare> share;
+      if (ctx_.tensor_maps && (panels == 1 || one_matrix) && peers.count > 1)
+        share = multicast_share(gmem, smem, peers.count, swizzle_bytes, panels > 1 ? panel_cols : 0);
+      if (share) tma = share->box;  // (else the whole block, a box or not, as for a plain copy)
+      const bool multicast = share.has_value();
       int map = -1;
       if (tma) {
         std::vector<TensorMapSpec>& maps = *ctx_.tensor_maps;
@@ -560,8 +572,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
             line("    const pl_u32 peers = " + table_entry(peers.mask, "u", "rank") + ";");
             line("    const pl_i64 share = " + table_entry(peers.share, "", "rank") + ";  // (of " +
                  std::to_string(peers.count) + ")");
-            share_offset = " + share * " + std::to_string(share_gmem_step);
-            smem_start = "(" + smem.ptr + " + share * " + std::to_string(share_smem_step) + ")";
+            share_offset = " + share * " + std::to_string(share->gmem_step);
+            smem_start = "(" + smem.ptr + " + share * " + std::to_string(share->smem_step) + ")";
           }
           line("    const pl_i64 off = (pl_i64)(" + gmem.ptr + " - (" + T + "*)" + P + ".op[" + std::to_string(gmem.operand) +
                "])" + share_offset + ";");

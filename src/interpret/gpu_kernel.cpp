@@ -289,6 +289,7 @@ struct MulticastLanding {
   int count = 0;
   eval::RefValue src;         // the first share's whole source
   std::string first_issuer;   // "CTA (0, 1)"
+  SourceLoc first_loc;        // where it issued
   VectorClock released;       // the shares' copies, released by the one arrival
 };
 
@@ -546,6 +547,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
         m.landed.assign(static_cast<size_t>(n), false);
         m.src = src;
         m.first_issuer = wave_->cta_names[cta];
+        m.first_loc = op.loc;
       } else if (m.src.data != src.data || m.src.shape != src.shape || m.src.strides != src.strides) {
         throw Error(what + ": " + wave_->cta_names[cta] + " copies " + describe(src) + ", but " + m.first_issuer +
                         " copied " + describe(m.src) + " in the same multicast (into barrier " + b.name +
@@ -956,7 +958,8 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
       throw Error("copy_gmem_to_smem with collective_axes: a multicast copy into barrier " + b.name + " has the shares of " +
                       std::to_string(m.count) + " of its " + std::to_string(m.landed.size()) +
                       " CTAs when the CTAs end (first issued by " + m.first_issuer +
-                      "): every peer must issue its share, and a thread wait for the barrier");
+                      "): every peer must issue its share, and a thread wait for the barrier",
+                  m.first_loc);
     }
     for (const auto& [at, b] : wave.barriers) {
       const std::optional<SourceLoc>& copy = b.copy_in_phase ? b.copy_in_phase : (b.observed ? std::nullopt : b.copy_in_completed);

@@ -526,6 +526,7 @@ TEST(GpuKernelErrors, ACopyNoThreadWaitsForBeforeTheEndIsAnError) {
     }, plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}})(x);
   });
   EXPECT_CONTAINS(e, "has the shares of 1 of its 2 CTAs when the CTAs end (first issued by CTA (0,))");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:");  // the copy's line
   // Waited for, the same copy is fine.
   const pl::Array out = make([](pl::Ref x, pl::Ref out, pl::Ref s, pl::Ref bar) {
     plgpu::copy_gmem_to_smem(x, s, bar);
