@@ -265,20 +265,26 @@ void side_by_side(std::ostream& report) {
              << " | " << versus_cublas(v);
     }
 
-    // The ws_matmul example (gpu::kernel: a producer warpgroup, two consumers; 128 x 128 tiles)
-    // on the same inputs, alone and in clusters along j that share x's blocks by TMA multicast
-    // (`--cluster N`: L2 reads of x drop by N), with a CTA per tile or a persistent grid of one
-    // CTA per SM (`--persistent`).
-    report << "\nThe ws_matmul example on the same inputs, by cluster size and grid (median of 5):\n\n"
-           << "| cluster (i x j) | persistent CTAs | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n|---|---|---|---|---|---|\n";
+    // The ws_matmul example (gpu::kernel: a producer warpgroup, two consumers) on the same inputs:
+    // 128 x 128 tiles with the old ring of 2 slots and the default 4, and 128 x 256 tiles (one
+    // m64n256k16 wgmma block a consumer, the epilogue from registers); alone and in clusters that
+    // share x's blocks along j (`--cluster N`) and y's along i (`--cluster-rows M`) by TMA
+    // multicast, with a CTA per tile or a persistent grid of one CTA per SM (`--persistent`).
+    report << "\nThe ws_matmul example on the same inputs, by tiling, cluster and grid (median of 5):\n\n"
+           << "| tile, slots | cluster (i x j) | persistent CTAs | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n"
+           << "|---|---|---|---|---|---|---|\n";
     const int sms = d.multiprocessors();
-    struct Grid { int rows, cluster, persistent; };
-    for (Grid g : {Grid{1, 1, 0}, Grid{1, 2, 0}, Grid{1, 4, 0}, Grid{2, 2, 0}, Grid{1, 1, sms}, Grid{1, 2, sms}}) {
+    struct Config { int tile_n, stages, rows, cluster, persistent; };
+    for (Config g : {Config{128, 2, 1, 1, 0}, Config{128, 4, 1, 1, 0}, Config{128, 4, 1, 2, 0}, Config{128, 4, 1, 4, 0},
+                     Config{128, 4, 2, 2, 0}, Config{128, 4, 1, 1, sms}, Config{128, 4, 1, 2, sms}, Config{256, 4, 1, 1, 0},
+                     Config{256, 3, 1, 1, 0}, Config{256, 4, 1, 2, 0}, Config{256, 4, 2, 1, 0}, Config{256, 4, 1, 2, sms},
+                     Config{256, 4, 2, 1, sms}}) {
       ex::Problem w = ex::find("ws_matmul").build({.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = g.cluster,
-                                                   .cluster_rows = g.rows, .persistent = g.persistent});
+                                                   .cluster_rows = g.rows, .persistent = g.persistent,
+                                                   .tile_n = g.tile_n, .stages = g.stages});
       ResidentCall v(w.call, p.inputs);
-      report << "| " << g.rows << " x " << g.cluster << " | " << (g.persistent ? std::to_string(g.persistent) : "-")
-             << " | " << versus_cublas(v);
+      report << "| 128 x " << g.tile_n << ", " << g.stages << " | " << g.rows << " x " << g.cluster << " | "
+             << (g.persistent ? std::to_string(g.persistent) : "-") << " | " << versus_cublas(v);
     }
   }
 

@@ -59,6 +59,10 @@ struct RunOptions {
   int cluster = 0;
   int cluster_rows = 0;  // CTAs per cluster along a second axis (0: one)
   int persistent = 0;
+  // Their tiling (likewise): the CTA's output tile's columns, and the K-steps its pipeline keeps in
+  // flight (its ring's slots); 0: the example's default.
+  int tile_n = 0;
+  int stages = 0;
 
   bool uses_tpu_interpret_options() const {
     return devices != 0 || cores != 0 || !dma_mode.empty() || detect_races;

@@ -12,9 +12,10 @@ Example with_common_checks(Example e) {
   const std::string name = e.name;
   const bool multi_device = e.multi_device, grid_options = e.gpu_grid_options;
   e.build = [build, name, multi_device, grid_options](const RunOptions& given) {
-    if ((given.cluster != 0 || given.cluster_rows != 0 || given.persistent != 0) && !grid_options)
-      throw UsageError(name + " takes no grid options: --cluster, --cluster-rows and --persistent are for the "
-                       "gpu::kernel examples written for them (see `pallas list`)");
+    if ((given.cluster != 0 || given.cluster_rows != 0 || given.persistent != 0 || given.tile_n != 0 ||
+         given.stages != 0) && !grid_options)
+      throw UsageError(name + " takes no grid or tiling options: --cluster, --cluster-rows, --persistent, --tile-n "
+                       "and --stages are for the gpu::kernel examples written for them (see `pallas list`)");
     if (given.backend == "tpu-interpret") {
       if (given.devices != 0 && !multi_device)
         throw UsageError(name + " runs on one device: --devices is for the multi-device examples "

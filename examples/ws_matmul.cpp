@@ -1,13 +1,16 @@
 // Example `ws_matmul`: a warp-specialized matmul written with gpu::kernel (Mosaic GPU's
-// plgpu.kernel), the structure of Hopper matmul kernels. Each CTA computes a (128, 128) tile of
-// the output with three Pallas threads (warpgroups): thread 2, the producer, streams K-steps of
-// x and y into a ring of shared-memory slots; threads 0 and 1, the consumers, each accumulate 64
-// rows of the tile with wgmma into an f32 accumulator (registers on the GPU) and hand each slot
+// plgpu.kernel), the structure of Hopper matmul kernels. Each CTA computes a (128, N) tile of
+// the output (N = 128 by default for bf16 / f16, 64 for f32; `--tile-n`) with three Pallas
+// threads (warpgroups): thread 2, the producer, streams K-steps of x and y into a ring of
+// shared-memory slots (4 by default, 2 for f32; `--stages`); threads 0 and 1, the consumers, each accumulate
+// 64 rows of the tile with wgmma into an f32 accumulator (registers on the GPU) and hand each slot
 // back once the wgmma reading it is done, one step later (wgmma_wait(1)). A slot's "full"
 // barrier completes when both of its copies have landed, its "free" barrier when both consumers
 // are done with it. Each consumer writes its rows out through shared memory: it stores the
 // accumulator to an SMEM tile and copies that to z (bulk copies on sm_90, as Hopper kernels'
-// epilogues do), waiting for the copy before the CTA ends.
+// epilogues do), waiting for the copy before the CTA ends. With N = 256 (bf16 / f16: each
+// consumer's 64 x 256 accumulator is 128 registers a thread, one m64n256k16 wgmma per 16 of K)
+// that tile would not fit beside the slots: the consumers store their registers to z directly.
 // With `--cluster N` the CTAs come in clusters of N along j (sm_90 and later on the GPU): they
 // need the same rows of x, so each producer copies 1/N of a step's x block for all of them (a
 // multicast copy, collective along the cluster axis "c"; TMA multicast on the GPU, which reads x
@@ -38,8 +41,21 @@ constexpr int64_t kDefaultSize = 256;
 // reads them in place (docs/GPU.md, "Swizzled SMEM tiles").
 // Tiles of 128 x 128 for bf16 / f16: y's slots are two 128-byte panels (64 columns each), a TMA
 // box per panel; 128 x 64 for f32 (twice the bytes, whose accumulator stays in shared memory).
-constexpr int64_t kTileM = 128, kStepK = 64, kSlots = 2;
+// Slots: while the consumers' wgmma read two of them (this step's and the previous one's, handed
+// back at the next wgmma_wait(1)), the producer fills the others — with 4, two steps ahead, which
+// hides a TMA load's latency behind two steps of wgmma (with 2 it has none: a slot is refilled
+// only after the step before the one that needs it). f32 (no tensor cores: the CTA's products and
+// their accumulator go through shared memory too) keeps 2.
+constexpr int64_t kTileM = 128, kStepK = 64, kDefaultStages = 4, kDefaultStagesF32 = 2;
 constexpr int64_t kConsumerRows = kTileM / 2;
+// Tiles wider than this write the accumulator from registers (no SMEM tile for the epilogue).
+constexpr int64_t kWidestSmemEpilogue = 128;
+
+// The CTA's tiling: its output tile's columns, and its ring's slots.
+struct Tiling {
+  int64_t tile_n = 0, slots = 0;
+  bool smem_epilogue() const { return tile_n <= kWidestSmemEpilogue; }
+};
 
 // Which output tiles a CTA computes: its own, from its grid indices i and j; or, in a persistent
 // grid (`--persistent P`: P CTAs, P / (M N) clusters), the cluster tiles (M row blocks along i and
@@ -67,9 +83,10 @@ void for_each_tile(const Tiles& t, int64_t k_steps, const std::function<void(pl:
   });
 }
 
-void kernel(int64_t k_steps, int64_t tile_n, const Tiles& tiles, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z,
-            const pl::Ref& x_s, const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref& out_s, const pl::Ref& full,
+void kernel(int64_t k_steps, const Tiling& tiling, const Tiles& tiles, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z,
+            const pl::Ref& x_s, const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref* out_s, const pl::Ref& full,
             const pl::Ref& free) {
+  const int64_t tile_n = tiling.tile_n, kSlots = tiling.slots;
   pl::Value wg = plgpu::axis_index("wg");
   // Named regions (gpu::named_region) show in the trace of `pallas run ws_matmul --backend
   // gpu-emulate --profile DIR`; they change nothing else.
@@ -103,11 +120,15 @@ void kernel(int64_t k_steps, int64_t tile_n, const Tiles& tiles, const pl::Ref& 
       // producer fills it with the next tile's steps during this tile's epilogue)
       plgpu::barrier_arrive(free.at((first + static_cast<int32_t>(k_steps - 1)) % kSlots));
       plgpu::named_region("epilogue", [&] {
-        pl::Ref my_out = out_s.at(wg);
+        pl::Ref my_z = z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * tile_n, tile_n));
+        if (out_s == nullptr) {
+          my_z[pl::all] = my_acc[pl::all];  // from the registers, 8 bytes a store
+          return;
+        }
+        pl::Ref my_out = out_s->at(wg);
         my_out[pl::all] = my_acc[pl::all];
         plgpu::commit_smem();  // the stores before the copy reads them
-        plgpu::copy_smem_to_gmem(my_out,
-                                 z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * tile_n, tile_n)));
+        plgpu::copy_smem_to_gmem(my_out, my_z);
         plgpu::wait_smem_to_gmem(0);  // (my_out is rewritten by the next tile)
       });
     });
@@ -124,7 +145,24 @@ Problem build(const RunOptions& opts) {
     throw UsageError("ws_matmul: size must be a positive multiple of " + std::to_string(kTileM) +
                      " (the CTA's tile), got " + std::to_string(n));
   const int64_t k_steps = n / kStepK;
-  const int64_t tile_n = opts.dtype == DType::F32 ? 64 : 128;
+  const int64_t tile_n = opts.tile_n != 0 ? opts.tile_n : opts.dtype == DType::F32 ? 64 : 128;
+  if (tile_n != 64 && tile_n != 128 && tile_n != 256)
+    throw UsageError("ws_matmul: --tile-n must be 64, 128 or 256 (columns of the CTA's output tile), got " +
+                     std::to_string(tile_n));
+  if (tile_n != 64 && opts.dtype == DType::F32)
+    throw UsageError("ws_matmul: f32 takes --tile-n 64 only (without tensor cores its products and accumulator go "
+                     "through shared memory, which a wider tile overflows beside the slots), got " + std::to_string(tile_n));
+  if (n % tile_n != 0)
+    throw UsageError("ws_matmul: size must be a multiple of --tile-n (" + std::to_string(tile_n) + "), got " +
+                     std::to_string(n));
+  const Tiling tiling{.tile_n = tile_n,
+                      .slots = opts.stages != 0                 ? opts.stages
+                               : opts.dtype == DType::F32 ? kDefaultStagesF32
+                                                          : kDefaultStages};
+  if (tiling.slots < 2)
+    throw UsageError("ws_matmul: --stages must be at least 2 (a consumer holds two slots: the step its wgmma "
+                     "reads and the one before, until its wgmma_wait(1)), got " + std::to_string(tiling.slots));
+  const int64_t kSlots = tiling.slots;
   const int64_t cluster = opts.cluster == 0 ? 1 : opts.cluster;  // CTAs along j sharing x's blocks
   const int64_t rows = opts.cluster_rows == 0 ? 1 : opts.cluster_rows;  // CTAs along i sharing y's
   if ((n / tile_n) % cluster != 0 || (cluster & (cluster - 1)) != 0)
@@ -145,18 +183,19 @@ Problem build(const RunOptions& opts) {
                        " (a cluster per tile), got " + std::to_string(opts.persistent));
     tiles.persistent_clusters = opts.persistent / cluster_ctas;
   }
-  pl::CallOptions options = on_backend(
-      {.scratch_shapes = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
-                          plgpu::SMEM({kSlots, kStepK, tile_n}, opts.dtype), plgpu::ACC({2, kConsumerRows, tile_n}),
-                          plgpu::SMEM({2, kConsumerRows, tile_n}, pl::f32),
-                          plgpu::Barrier{.num_arrivals = 2, .num_barriers = kSlots},
-                          plgpu::ClusterBarrier{.collective_axes = {"r", "c"}, .num_arrivals = 2, .num_barriers = kSlots}},
-       .name = "ws_matmul"},
-      opts);
+  std::vector<pl::ScratchShape> scratch = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
+                                           plgpu::SMEM({kSlots, kStepK, tile_n}, opts.dtype),
+                                           plgpu::ACC({2, kConsumerRows, tile_n}),
+                                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = static_cast<int>(kSlots)},
+                                           plgpu::ClusterBarrier{.collective_axes = {"r", "c"}, .num_arrivals = 2,
+                                                                 .num_barriers = static_cast<int>(kSlots)}};
+  if (tiling.smem_epilogue()) scratch.push_back(plgpu::SMEM({2, kConsumerRows, tile_n}, pl::f32));
+  pl::CallOptions options = on_backend({.scratch_shapes = scratch, .name = "ws_matmul"}, opts);
   pl::PallasCall call = plgpu::kernel(
-      [k_steps, tile_n, tiles](pl::Ref x, pl::Ref y, pl::Ref z, pl::Ref x_s, pl::Ref y_s, pl::Ref acc, pl::Ref out_s,
-                               pl::Ref full, pl::Ref free) {
-        kernel(k_steps, tile_n, tiles, x, y, z, x_s, y_s, acc, out_s, full, free);
+      [k_steps, tiling, tiles](const std::vector<pl::Ref>& refs) {
+        // x, y, z; x_s, y_s, acc, full, free [, out_s]
+        kernel(k_steps, tiling, tiles, refs[0], refs[1], refs[2], refs[3], refs[4], refs[5],
+               refs.size() > 8 ? &refs[8] : nullptr, refs[6], refs[7]);
       },
       {pl::ShapeDtype({n, n}, pl::f32)},
       tiles.persistent_clusters == 0

@@ -50,7 +50,9 @@ done
 # ws_matmul in clusters sharing x by TMA multicast and in persistent grids (stop 35), and with each
 # CTA copying all of x.
 for v in "--cluster 2" "--cluster 4" "--cluster 2 --cluster-rows 2" "--cluster 2 --persistent 8" "--persistent 6" \
-         "--cluster 2 --cluster-rows 2 --persistent 8" "--cluster 2 NO_MULTICAST"; do
+         "--cluster 2 --cluster-rows 2 --persistent 8" "--cluster 2 NO_MULTICAST" \
+         "--tile-n 256" "--tile-n 256 --stages 2" "--tile-n 256 --cluster 2 --persistent 8" \
+         "--tile-n 256 --cluster-rows 2 --persistent 6" "--stages 2" "--tile-n 64 --stages 3"; do
   envs=""; args=${v% NO_MULTICAST}; [ "$args" != "$v" ] && envs=PALLAS_GPU_NO_MULTICAST=1
   if out=$(run env $envs "$BUILD/pallas" run ws_matmul --backend gpu --dtype bf16 --size 1024 $args 2>&1); then log "ok    $v: $out"
   else log "FAIL  $v: $out"; status=1; fi
@@ -84,8 +86,11 @@ if [ -x "$SAN" ]; then
         log "FAIL  compute-sanitizer $tool $e:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
       fi
     done
-    for v in "--cluster 2" "--persistent 1" "--cluster 2 --persistent 2"; do
-      if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run ws_matmul --backend gpu --size 128 $v >"$OUT/san.log" 2>&1; then
+    # (--size 128 unless the variant says: 128 x 256 tiles need a multiple of 256.)
+    for v in "--cluster 2" "--persistent 1" "--cluster 2 --persistent 2" "--tile-n 256 --size 256" \
+             "--tile-n 256 --size 512 --cluster 2 --persistent 2"; do
+      size=(--size 128); [[ "$v" == *--size* ]] && size=()
+      if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run ws_matmul --backend gpu "${size[@]}" $v >"$OUT/san.log" 2>&1; then
         log "ok    compute-sanitizer $tool ws_matmul $v"
       else
         log "FAIL  compute-sanitizer $tool ws_matmul $v:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
@@ -130,7 +135,8 @@ if [ -z "${NO_BENCH:-}" ]; then
     log "launch overhead ${v:-(pool)}:"; run env $v "$BUILD/pallas_bench" gpu_launch 2>&1 | grep "^| [a-z]" | tee -a "$REPORT"
   done
   # (132: an H100 SXM's / H200's SMs; pallas_bench gpu asks the device.)
-  for v in "--cluster 2" "--cluster 4" "--cluster 2 --cluster-rows 2" "--persistent 132" "--cluster 2 --persistent 132"; do
+  for v in "--cluster 2" "--cluster 4" "--cluster 2 --cluster-rows 2" "--persistent 132" "--cluster 2 --persistent 132" \
+           "--stages 2" "--tile-n 256" "--tile-n 256 --cluster 2" "--tile-n 256 --cluster 2 --persistent 132"; do
     out=$(run "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 $v 2>&1 | tail -1)
     log "bench ws_matmul $v: $out"
   done

@@ -27,6 +27,8 @@ struct ExampleArgs {
   int cluster = 0;     // CTAs per cluster (`--cluster`; 0: the example's default)
   int cluster_rows = 0;  // CTAs per cluster along a second axis (`--cluster-rows`)
   int persistent = 0;  // CTAs of a persistent grid (`--persistent`; 0: none)
+  int tile_n = 0;      // the output tile's columns (`--tile-n`; 0: the example's default)
+  int stages = 0;      // K-steps in flight (`--stages`; 0: the example's default)
   // `pallas cuda`: the target arch, and whether to compile the unit with NVRTC as a check.
   std::string arch = "sm_90a";
   bool compile = false;

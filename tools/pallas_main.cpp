@@ -31,6 +31,12 @@ CLI::App* add_example_command(CLI::App& app, const std::string& name, const std:
   cmd->add_option("--persistent", args.persistent,
                   "CTAs of a persistent grid looping over the work, for the gpu::kernel examples with one (ws_matmul)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--tile-n", args.tile_n,
+                  "columns of a CTA's output tile, for the gpu::kernel examples with the choice (ws_matmul: 64, 128, 256)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--stages", args.stages,
+                  "K-steps a CTA's pipeline keeps in flight (its ring's SMEM slots), for the gpu::kernel examples with one")
+      ->check(CLI::Range(1, 64));
   return cmd;
 }
 

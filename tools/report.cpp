@@ -17,7 +17,9 @@ examples::RunOptions run_options(const ExampleArgs& args) {
           .profile_space = args.profile_space,
           .cluster = args.cluster,
           .cluster_rows = args.cluster_rows,
-          .persistent = args.persistent};
+          .persistent = args.persistent,
+          .tile_n = args.tile_n,
+          .stages = args.stages};
 }
 
 std::string headline(const examples::Problem& p) {

@@ -420,7 +420,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       if (t.space == MemorySpace::GpuAcc && t.dtype == DType::F32 && gm.scratch_unions[s].union_index < 0)
         candidates.insert(k.body.args[first_scratch + s]);
     }
-    register_accs = detail::register_accumulators(k, candidates, thread_axis_name, out.num_groups);
+    register_accs = detail::register_accumulators(k, candidates, thread_axis_name, out.num_groups, swizzled_tiles);
   }
   auto in_registers = [&](size_t s) { return register_accs.count(k.body.args[first_scratch + s]) > 0; };
   // A gpu::kernel's shared-memory scratch starts at 128-byte boundaries: what TMA copies need
@@ -1025,6 +1025,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "#define PL_HOST_CTAS " << out.host_ctas << "\n";
   }
   if (!opts.async_wgmma) src << "#define PL_WGMMA_ASYNC 0\n";
+  for (const auto& [ref, a] : register_accs)
+    if (a.nc > 128) {
+      src << "#define PL_WGMMA_WIDE 1\n";  // (m64n256k16: the runtime's widest wgmma, parsed only then)
+      break;
+    }
   // (No staging, PL_WGMMA_STAGES 0: every product reads both operands in place.)
   if (out.uses_wgmma)
     src << "#define PL_WGMMA_STAGES " << out.wgmma_staging_bytes / wgmma_stage_bytes() << "\n#define PL_WG_KC "

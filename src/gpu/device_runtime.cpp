@@ -15,10 +15,12 @@ namespace {
 
 // The wgmma.mma_async wrappers for each instruction width the runtime uses: an m64nNk16 operation
 // names all N/2 accumulator registers of the thread, too many to write out by hand. TB is the
-// instruction's transpose-b immediate (1: b is MN-major in shared memory).
+// instruction's transpose-b immediate (1: b is MN-major in shared memory). The widest, 256, only
+// where the unit uses it (PL_WGMMA_WIDE): its 128 operands cost NVRTC time to parse.
 std::string wgmma_instructions() {
   std::string s;
-  for (int n : {8, 16, 32, 64, 128}) {
+  for (int n : {8, 16, 32, 64, 128, 256}) {
+    if (n == 256) s += "#ifdef PL_WGMMA_WIDE\n";
     for (const char* ty : {"bf16", "f16"}) {
       const int regs = n / 2;
       auto reg = [](int i) { return "%" + std::to_string(i); };
@@ -31,6 +33,7 @@ std::string wgmma_instructions() {
       for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
       s += "\n               : \"l\"(da), \"l\"(db), \"r\"(1), \"n\"(TB));\n  }\n};\n";
     }
+    if (n == 256) s += "#endif\n";
   }
   return s;
 }
@@ -1646,6 +1649,40 @@ template <int NC, int ROUNDS> PL_DEV bool pl_acc_store(PlAccRegs<NC, ROUNDS>& f,
   }
   return true;
 }
+// pl_acc_store where the accumulator goes to other memory (`dst[...] = acc[...]`, an epilogue
+// storing it to global memory): registers 2 p and 2 p + 1 are neighbours in a row (columns
+// 2 (lane % 4) + 8 (p / 2) + 0, 1), so where d's rows start on 8 bytes each pair is one 8-byte
+// store, half the instructions. (Only there: a second unrolled loop in every pl_acc_store cost
+// NVRTC ~20 ms a unit.)
+#if !PL_HOST_EMULATION
+struct __align__(8) PlF32Pair {
+  float lo, hi;
+};
+#endif
+template <int NC, int ROUNDS>
+PL_DEV bool pl_acc_store_pairs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
+  if (((pl_u64)d & 7) != 0 || (ldd & 1) != 0) return pl_acc_store(f, d, ldd, M, N);  // (uniform)
+  pl_acc_drain(f);
+  if (!f.dirty) return false;
+  const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
+#pragma unroll
+  for (int q = 0; q < ROUNDS; ++q) {
+    const int blk = q * wgs + wg;
+    if (blk >= blocks) continue;
+    float* dq = d + pl_wgmma_acc_base(blk / blocks_n * 64, blk % blocks_n * NC, ldd);
+    const float* r = f.r + q * NC / 2;
+#pragma unroll
+    for (int i = 0; i < NC / 2; i += 2) {
+      float* p = dq + pl_wgmma_acc_off(i, ldd);
+#if PL_HOST_EMULATION
+      p[0] = r[i], p[1] = r[i + 1];
+#else
+      *(PlF32Pair*)p = PlF32Pair{r[i], r[i + 1]};
+#endif
+    }
+  }
+  return true;
+}
 template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
   if (!pl_acc_store(f, d, ldd, M, N)) return;
   f.dirty = 0;
@@ -1782,6 +1819,7 @@ template <int NC, bool BNK, int LA, int LB, int PENDING = 0, class In>
 PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int M, int N,
                            int K) {
   constexpr bool staged = LA == 0 || LB == 0;
+  static_assert(NC <= 128 || !staged, "the staging holds 128 columns of b: wider products read both operands in place");
   const int t = pl_tid() & 127, step = staged ? PL_WG_KC : K;
   pl_u8* stage_a = pl_wgmma_staging + (pl_cta_tid() >> 7) * PL_WG_STAGE_BYTES;
   pl_u8* stage_b = stage_a + 64 * PL_WG_KC * 2;

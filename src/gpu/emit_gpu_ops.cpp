@@ -314,10 +314,13 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
 }
 
 std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& k, const std::set<ValueId>& candidates,
-                                                          const std::string& thread_axis, int num_groups) {
+                                                          const std::string& thread_axis, int num_groups,
+                                                          const std::set<ValueId>& swizzled_tiles) {
   const std::vector<const ir::Op*> producer = ir::defining_ops(k);
   std::map<ValueId, ValueId> matrix_of;  // a thread's matrix (a candidate, or a view of one) -> the candidate
   std::set<ValueId> refused;
+  std::set<ValueId> swizzled_views(swizzled_tiles);  // the swizzled tiles and their views
+  std::set<ValueId> staged;  // candidates a product with an operand not in place accumulates into
   std::map<ValueId, AccumulatorRegisters> fed;  // the candidates a wgmma accumulates into
   const auto shape_of = [&](ValueId v) -> const Shape& { return k.values.at(static_cast<size_t>(v)).shape; };
   for (ValueId c : candidates)
@@ -348,6 +351,7 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
   };
   std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
     for (const ir::Op& op : region.ops) {
+      if (op.code == OpCode::RefView && swizzled_views.count(op.operands[0])) swizzled_views.insert(op.results[0]);
       if (op.code == OpCode::RefView && candidates.count(op.operands[0]) && shape_of(op.operands[0]).size() == 3) {
         // (threads, M, N): the thread's own matrix, acc.at(thread index).
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
@@ -372,6 +376,7 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
         if (op.code == OpCode::GpuWgmma && i == 0 && wgmma_product(op)) {
           AccumulatorRegisters& a = fed[it->second];
           a.m = shape_of(v).at(0), a.n = shape_of(v).at(1);
+          if (!swizzled_views.count(op.operands[1]) || !swizzled_views.count(op.operands[2])) staged.insert(it->second);
         } else if (!((op.code == OpCode::Load || op.code == OpCode::Store) && i == 0)) {
           refused.insert(it->second);
         }
@@ -383,7 +388,10 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
   std::map<ValueId, AccumulatorRegisters> out;
   for (auto& [c, a] : fed) {
     if (refused.count(c)) continue;
-    a.nc = static_cast<int>(Emitter::wgmma_width(a.n));
+    // Products reading both operands where they are (swizzled tiles: no staging, which holds at
+    // most 128 columns of b) may use wgmma's widest instruction, m64n256k16: half as many
+    // instructions, each reading a's 64 rows once for 256 columns instead of twice.
+    a.nc = static_cast<int>(Emitter::wgmma_width(a.n, /*in_place=*/!staged.count(c)));
     a.rounds = static_cast<int>(a.m / 64 * (a.n / a.nc));  // one warpgroup's blocks
     if (a.rounds * a.nc / 2 <= 128) out[c] = a;  // (registers per thread, as the ring's)
   }
@@ -736,7 +744,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         if (!b.swizzled.empty()) p.b_layout = "pl_swizzled_layout(" + b.swizzled + ", true)";
         // Into an ACC in registers: left running until the kernel's wgmma_wait.
         if (kacc && tensor_core_shape(p))
-          p.acc_rounds = kacc->rounds, p.acc_var = kacc->var, p.acc_pending = "PL_KERNEL_WGMMA_PENDING";
+          p.acc_rounds = kacc->rounds, p.acc_nc = kacc->nc, p.acc_var = kacc->var, p.acc_pending = "PL_KERNEL_WGMMA_PENDING";
         on_tensor_cores = open_tensor_core_product(p);
       }
       // The loop below reads and writes the ACC's memory: the registers go there first.

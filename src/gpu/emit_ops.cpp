@@ -603,7 +603,8 @@ bool Emitter::tensor_core_shape(const MmaProduct& p) {
 
 bool Emitter::wgmma_shape(const MmaProduct& p) { return tensor_core_shape(p) && p.m % 64 == 0; }
 
-int64_t Emitter::wgmma_width(int64_t n) {
+int64_t Emitter::wgmma_width(int64_t n, bool in_place) {
+  if (in_place && n % 256 == 0) return 256;
   int64_t nc = 128;
   while (nc > 8 && n % nc != 0) nc /= 2;
   return nc;
@@ -622,7 +623,9 @@ bool Emitter::open_tensor_core_product(const MmaProduct& p) {
   // instantiation per product keeps NVRTC's compile short).
   // Into the register accumulator: pl_tc_dot_acc, which always accumulates.
   const bool regs = p.acc_rounds > 0;
-  std::string targs = std::string(p.b_nk ? "true" : "false") + ", " + s(wgmma_width(p.n));
+  // (A gpu::kernel's ACC in registers has its width, 256 only where its products are in place.)
+  PALLAS_INTERNAL_CHECK(p.acc_nc <= 128 || in_place);
+  std::string targs = std::string(p.b_nk ? "true" : "false") + ", " + s(p.acc_nc > 0 ? p.acc_nc : wgmma_width(p.n));
   if (regs || p.a_layout != "0" || p.b_layout != "0") targs += ", " + p.a_layout + ", " + p.b_layout;
   if (regs) targs += ", " + s(p.acc_rounds) + (p.acc_pending.empty() ? "" : ", " + p.acc_pending);
   const std::string args = p.d + ", " + s(p.ldd) + ", " + p.a + ", " + s(p.lda) + ", " + p.b + ", " + s(p.ldb) + ", " + s(p.m) +

@@ -789,7 +789,9 @@ void Emitter::emit_store_from_registers(const ir::Op& store, const ir::Op& load)
   // (An f32 ACC's matrix goes to f32 memory: never a swizzled tile, whose elements are 2 bytes.)
   PALLAS_INTERNAL_CHECK(d.swizzled.empty());
   before_mem_write();
-  line("if (!pl_acc_store(" + a.var + ", " + d.ptr + ", " + std::to_string(d.strides.at(0)) + ", " + std::to_string(a.m) +
+  // (Pairs of registers as one store where rows are an even number of elements apart.)
+  const char* store_fn = d.strides.at(0) % 2 == 0 ? "pl_acc_store_pairs(" : "pl_acc_store(";
+  line("if (!" + std::string(store_fn) + a.var + ", " + d.ptr + ", " + std::to_string(d.strides.at(0)) + ", " + std::to_string(a.m) +
        ", " + std::to_string(a.n) + ")) {");
   ++indent_;
   // The ACC's memory is current (nothing in the registers is newer): copy it.

@@ -74,9 +74,12 @@ struct AccumulatorRegisters {
 // its own matrix of one — the whole buffer when the CTA has one Pallas thread (`num_groups`), else
 // `acc.at(axis_index(thread_axis) [+- a constant])` of a (threads, M, N) buffer — and only by wgmma (as the
 // accumulator of a bf16 / f16 product of wgmma's shapes), loads and stores. Their `var` is empty.
+// Their instruction width `nc` may be 256 where every product reads both operands in place (views
+// of `swizzled_tiles`), else at most 128.
 std::map<ir::ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& k,
                                                                const std::set<ir::ValueId>& candidates,
-                                                               const std::string& thread_axis, int num_groups);
+                                                               const std::string& thread_axis, int num_groups,
+                                                               const std::set<ir::ValueId>& swizzled_tiles);
 // Whether a gpu::kernel's set_max_registers become setmaxnreg (emit_gpu_ops.cpp).
 // setmaxnreg.inc waits until the CTA has room, forever where it never will: so it is emitted
 // only where every warpgroup's request follows from its thread index (branches on axis_index and
@@ -100,7 +103,7 @@ struct MmaProduct {
   // d is the register accumulator's scratch (Emitter::RegisterAccumulator, or a gpu::kernel's
   // ACC in registers): pl_tc_dot_acc adds to the registers, `rounds` of them, in the PlAccRegs
   // variable acc_var, leaving acc_pending groups of wgmma running (empty: the ring's default).
-  int acc_rounds = 0;
+  int acc_rounds = 0, acc_nc = 0;  // (acc_nc: the registers' instruction width, register_accumulators')
   std::string acc_var = "pl_acc", acc_pending;
   int64_t ldd = 0, lda = 0, ldb = 0;
   bool b_nk = false;
@@ -247,8 +250,9 @@ class Emitter {
   static bool tensor_core_shape(const MmaProduct& p);  // emit_ops.cpp
   // Whether wgmma can compute it (a tensor-core shape with m % 64 == 0).
   static bool wgmma_shape(const MmaProduct& p);  // emit_ops.cpp
-  // wgmma's instruction width for a product with n columns: the widest of 128, 64, ... 8 dividing n.
-  static int64_t wgmma_width(int64_t n);  // emit_ops.cpp
+  // wgmma's instruction width for a product with n columns: the widest of 128, 64, ... 8 dividing n
+  // — or 256 where both operands are read in place (the staging holds at most 128 columns of b).
+  static int64_t wgmma_width(int64_t n, bool in_place = false);  // emit_ops.cpp
   // Emits the ops of `r` (not its yield); returns the yielded values.
   std::vector<ir::ValueId> emit_region(const ir::Region& r);
   const ValueInfo& info(ir::ValueId v) const { return values_.at(static_cast<size_t>(v)); }

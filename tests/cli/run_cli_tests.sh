@@ -173,8 +173,16 @@ check ws_matmul_2x2 0 "$PALLAS" run ws_matmul --backend reference --dtype bf16 -
 expect ws_matmul_2x2_line "^ws_matmul bf16.* backend=reference: .*  ok$"
 check ws_matmul_persistent 0 "$PALLAS" run ws_matmul --backend gpu-emulate --dtype bf16 --size 512 --cluster 2 --persistent 4
 expect ws_matmul_persistent_line "^ws_matmul bf16.* backend=gpu-emulate: .*  ok$"
+# Tiling: 128 x 256 tiles (one m64n256k16 wgmma block a consumer), a ring of 3 slots.
+check ws_matmul_wide 0 "$PALLAS" run ws_matmul --backend gpu-emulate --dtype bf16 --size 256 --tile-n 256 --stages 3
+expect ws_matmul_wide_line "^ws_matmul bf16.* backend=gpu-emulate: .*  ok$"
+check ws_matmul_wide_cuda 0 "$PALLAS" cuda ws_matmul --dtype bf16 --tile-n 256
+expect ws_matmul_wide_cuda_regs "PlAccRegs<256, 1>"
+check ws_matmul_one_stage 2 "$PALLAS" run ws_matmul --dtype bf16 --stages 1
+expect ws_matmul_one_stage_msg "^error: ws_matmul: --stages must be at least 2"
+check tile_elsewhere 2 "$PALLAS" run add --tile-n 128
 check cluster_elsewhere 2 "$PALLAS" run add --cluster 2
-expect cluster_elsewhere_msg "^error: add takes no grid options"
+expect cluster_elsewhere_msg "^error: add takes no grid or tiling options"
 check cuda_tpu_only 2 "$PALLAS" cuda dma_matmul
 expect cuda_tpu_only_msg "needs the TPU interpret mode"
 exit $fail

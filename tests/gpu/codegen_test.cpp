@@ -178,8 +178,53 @@ TEST(GpuCodegen, WsMatmulInAPersistentGridCompiles) {
     EXPECT_TRUE(o.ok) << o.message;
     if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_90a").is_cubin);
-    if (cluster == 1) EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_80").is_cubin);
+    if (cluster == 1) {
+      EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_80").is_cubin);
+    }
   }
+}
+
+// ws_matmul with 128 x 256 tiles (`--tile-n 256`): each consumer's 64 x 256 accumulator is one
+// m64n256k16 wgmma block (PlAccRegs<256, 1>: both operands are swizzled tiles read in place), y's
+// slot four 64-column panels, and the epilogue stores the registers to z (no SMEM tile, no TMA
+// store). Without swizzled tiles (staged operands) the same kernel takes two m64n128k16 blocks.
+TEST(GpuCodegen, WsMatmulWithWideTilesUsesTheWidestWgmma) {
+  ex::Problem p = ex::find("ws_matmul").build({.seed = 6, .size = 256, .dtype = DType::BF16, .backend = "gpu", .tile_n = 256});
+  std::shared_ptr<const TracedCall> tc = p.call.trace(p.arg_shapes());
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+  EXPECT_EQ(k.accumulators_in_registers, std::vector<int>{2});
+  EXPECT_NE(k.source.find("PlAccRegs<256, 1>"), std::string::npos);
+  EXPECT_NE(k.source.find("pl_tc_dot_acc<false, 256, "), std::string::npos);
+  EXPECT_EQ(k.tensor_maps.size(), 2u);  // x's and y's (z is stored from the registers)
+  // Whole warpgroups (3 x 128 host threads a CTA), so that the wgmma run on the registers.
+  gpu::HostEmulationStats stats;
+  std::vector<Array> outs = gpu::run_host_emulation(*tc, k, p.inputs, static_grid(*tc), 384, &stats);
+  EXPECT_EQ(stats.tma_boxes, 2 * 4 * (1 + 4));         // 2 CTAs x 4 K-steps x (x's box, y's 4 panels)
+  EXPECT_EQ(stats.wgmma_instructions, 2 * 2 * 4 * 4);  // 2 CTAs x 2 consumers x 4 K-steps x 64 / 16
+  ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
+  EXPECT_TRUE(o.ok) << o.message;
+
+  // (2 slots: the staging of three warpgroups fits beside them.)
+  ex::Problem p2 = ex::find("ws_matmul").build(
+      {.seed = 6, .size = 256, .dtype = DType::BF16, .backend = "gpu", .tile_n = 256, .stages = 2});
+  std::shared_ptr<const TracedCall> tc2 = p2.call.trace(p2.arg_shapes());
+  gpu::GeneratedKernel staged = gpu::generate_cuda(*tc2, static_grid(*tc2), {.swizzle = false});
+  EXPECT_NE(staged.source.find("PlAccRegs<128, 2>"), std::string::npos);
+  EXPECT_EQ(staged.source.find("PlAccRegs<256"), std::string::npos);
+  stats = {};
+  outs = gpu::run_host_emulation(*tc2, staged, p2.inputs, static_grid(*tc2), 384, &stats);
+  EXPECT_EQ(stats.wgmma_instructions, 2 * 2 * 2 * 4 * 4);  // twice as many, half as wide
+  o = ex::compare(p2, p2.inputs, outs, p2.reference(p2.inputs));
+  EXPECT_TRUE(o.ok) << o.message;
+
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "ws_matmul.cu", "sm_80").is_cubin);
+  EXPECT_TRUE(gpu::Nvrtc::get().compile(staged.source, "ws_matmul.cu", "sm_90a").is_cubin);
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  const std::string sass = test_util::sass_of(k.source, "sm_90a");
+  EXPECT_NE(sass.find("HGMMA.64x256x16.F32"), std::string::npos);
+  EXPECT_EQ(sass.find("HGMMA.64x128x16"), std::string::npos);
+  EXPECT_NE(sass.find("STG.E.64"), std::string::npos);  // the epilogue's register pairs
 }
 
 TEST(GpuCodegen, TpuOnlyExamplesAreRejectedByName) {

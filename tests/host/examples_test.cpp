@@ -253,6 +253,38 @@ TEST(Examples, WsMatmulRunsInClusters) {
                ex::UsageError);  // 32 CTAs a cluster
 }
 
+// ws_matmul's tiling (`--tile-n`, `--stages`): 128 x 256 tiles (the epilogue from the
+// accumulator straight to z), alone, in clusters and persistent; narrower tiles and other ring
+// depths (3 slots: the steps' slots and phases wrap unevenly across a persistent CTA's tiles).
+// Tiles that are not 64, 128 or 256 columns, or do not divide the output, f32 wider than 64, fewer
+// than 2 stages, and configurations past the shared memory are errors.
+TEST(Examples, WsMatmulTakesOtherTilings) {
+  for (const char* backend : {"reference", "gpu-emulate"})
+    for (auto [tile_n, stages, cluster, persistent, t] :
+         {std::tuple{256, 0, 1, 0, pl::bf16}, std::tuple{256, 0, 2, 4, pl::f16}, std::tuple{256, 3, 1, 3, pl::bf16},
+          std::tuple{64, 3, 1, 0, pl::bf16}, std::tuple{128, 2, 1, 3, pl::bf16}, std::tuple{128, 3, 2, 0, pl::f16}}) {
+      SCOPED_TRACE(std::string(backend) + " tile_n " + std::to_string(tile_n) + " stages " + std::to_string(stages) +
+                   " cluster " + std::to_string(cluster) + " persistent " + std::to_string(persistent));
+      ex::Problem p = ex::find("ws_matmul").build({.seed = 9, .size = 512, .dtype = t, .backend = backend,
+                                                   .cluster = cluster, .persistent = persistent, .tile_n = tile_n,
+                                                   .stages = stages});
+      ex::Outcome o = ex::run(p);
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .dtype = pl::bf16, .tile_n = 96}), ex::UsageError);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 384, .dtype = pl::bf16, .tile_n = 256}), ex::UsageError);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .dtype = pl::f32, .tile_n = 128}), ex::UsageError);
+  EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .dtype = pl::bf16, .stages = 1}), ex::UsageError);
+  EXPECT_THROW(ex::find("add").build({.tile_n = 128}), ex::UsageError);
+  EXPECT_THROW(ex::find("add").build({.stages = 2}), ex::UsageError);
+  try {
+    ex::find("ws_matmul").build({.size = 256, .dtype = pl::bf16, .tile_n = 256, .stages = 5});
+    ADD_FAILURE() << "5 slots of 48 KiB were taken";
+  } catch (const pl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds available shared memory"), std::string::npos) << e.what();
+  }
+}
+
 // The persistent-grid reduction with a GMEM semaphore, interpreted and compiled (host emulation;
 // the GPU in scripts/gpu_validate.sh). Both outputs are checked: the column sums and each CTA's
 // partial row, which only come out right if CTA c summed blocks c, c + 16, ...
