@@ -204,6 +204,19 @@ TEST(GpuCodegen, WsMatmulWithWideTilesUsesTheWidestWgmma) {
   ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
   EXPECT_TRUE(o.ok) << o.message;
 
+  // In a cluster of 2 sharing x by multicast, persistent (2 CTAs looping over 4 cluster tiles: the
+  // registers refilled per tile, the ring running on across tiles), on whole warpgroups too.
+  ex::Problem pc = ex::find("ws_matmul").build({.seed = 7, .size = 512, .dtype = DType::BF16, .backend = "gpu",
+                                                .cluster = 2, .persistent = 2, .tile_n = 256});
+  std::shared_ptr<const TracedCall> tcc = pc.call.trace(pc.arg_shapes());
+  gpu::GeneratedKernel kc = gpu::generate_cuda(*tcc, static_grid(*tcc));
+  EXPECT_NE(kc.source.find("PlAccRegs<256, 1>"), std::string::npos);
+  stats = {};
+  outs = gpu::run_host_emulation(*tcc, kc, pc.inputs, static_grid(*tcc), 384, &stats);
+  EXPECT_EQ(stats.wgmma_instructions, 2 * 2 * 4 * 8 * 4);  // 2 CTAs x 2 consumers x 4 tiles x 8 K-steps x 4
+  o = ex::compare(pc, pc.inputs, outs, pc.reference(pc.inputs));
+  EXPECT_TRUE(o.ok) << o.message;
+
   // (2 slots: the staging of three warpgroups fits beside them.)
   ex::Problem p2 = ex::find("ws_matmul").build(
       {.seed = 6, .size = 256, .dtype = DType::BF16, .backend = "gpu", .tile_n = 256, .stages = 2});
