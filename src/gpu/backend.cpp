@@ -91,6 +91,9 @@ int emulation_threads(const GeneratedKernel& k) {
   // A co-resident kernel runs all its CTAs at once: two threads per group when warps would be
   // too many.
   const int fewest = k.num_groups > 1 ? 2 * k.num_groups : 4;
+  // A warpgroup per group where they run on wgmma (its accumulator in registers, as on the GPU).
+  if (k.uses_wgmma && k.host_ctas * 128 * std::max(1, k.num_groups) <= kMaxHostEmulationThreads)
+    return 128 * std::max(1, k.num_groups);
   if (k.tensor_core_dots > 0 && k.host_ctas * 32 * std::max(1, k.num_groups) <= kMaxHostEmulationThreads)
     return 32 * std::max(1, k.num_groups);
   return fewest;

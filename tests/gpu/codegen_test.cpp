@@ -12,6 +12,7 @@
 
 #include "core/call.h"
 #include "examples/examples.h"
+#include "gpu/backend.h"
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
 #include "gpu/host_emulation.h"
@@ -238,6 +239,22 @@ TEST(GpuCodegen, WsMatmulWithWideTilesUsesTheWidestWgmma) {
   EXPECT_NE(sass.find("HGMMA.64x256x16.F32"), std::string::npos);
   EXPECT_EQ(sass.find("HGMMA.64x128x16"), std::string::npos);
   EXPECT_NE(sass.find("STG.E.64"), std::string::npos);  // the epilogue's register pairs
+}
+
+// gpu_emulate's host threads: a warpgroup per Pallas thread where the products run on wgmma (so
+// the accumulator's registers are exercised as on the GPU), two per Pallas thread without
+// tensor-core products (f32).
+TEST(GpuCodegen, HostEmulationRunsWgmmaOnWholeWarpgroups) {
+  ex::Problem ws = ex::find("ws_matmul").build({.size = 256, .dtype = DType::BF16, .backend = "gpu"});
+  std::shared_ptr<const TracedCall> tc = ws.call.trace(ws.arg_shapes());
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+  ASSERT_TRUE(k.uses_wgmma);
+  EXPECT_EQ(gpu::emulation_threads(k), 3 * 128);
+  ex::Problem f32 = ex::find("ws_matmul").build({.size = 256, .dtype = DType::F32, .backend = "gpu"});
+  tc = f32.call.trace(f32.arg_shapes());
+  k = gpu::generate_cuda(*tc, static_grid(*tc));
+  EXPECT_FALSE(k.uses_wgmma);
+  EXPECT_EQ(gpu::emulation_threads(k), 2 * 3);
 }
 
 TEST(GpuCodegen, TpuOnlyExamplesAreRejectedByName) {
