@@ -86,16 +86,16 @@ void for_each_tile(const Tiles& t, int64_t k_steps, const std::function<void(pl:
 void kernel(int64_t k_steps, const Tiling& tiling, const Tiles& tiles, const pl::Ref& x, const pl::Ref& y, const pl::Ref& z,
             const pl::Ref& x_s, const pl::Ref& y_s, const pl::Ref& acc, const pl::Ref* out_s, const pl::Ref& full,
             const pl::Ref& free) {
-  const int64_t tile_n = tiling.tile_n, kSlots = tiling.slots;
+  const int64_t tile_n = tiling.tile_n, slots = tiling.slots;
   pl::Value wg = plgpu::axis_index("wg");
   // Named regions (gpu::named_region) show in the trace of `pallas run ws_matmul --backend
   // gpu-emulate --profile DIR`; they change nothing else.
   pl::when(wg == 2, [&] {  // the producer
     plgpu::named_region("produce", [&] { for_each_tile(tiles, k_steps, [&](pl::Value first, pl::Value i, pl::Value j) {
       pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
-        pl::Value step = first + k, slot = step % kSlots;
+        pl::Value step = first + k, slot = step % slots;
         // The slot's previous contents must have been consumed (not on the first pass).
-        pl::when(step >= kSlots, [&] { plgpu::barrier_wait(free.at(slot)); });
+        pl::when(step >= slots, [&] { plgpu::barrier_wait(free.at(slot)); });
         plgpu::copy_gmem_to_smem(x.at(pl::ds(i * kTileM, kTileM), pl::ds(k * kStepK, kStepK)), x_s.at(slot),
                                  full.at(slot), {"c"});
         plgpu::copy_gmem_to_smem(y.at(pl::ds(k * kStepK, kStepK), pl::ds(j * tile_n, tile_n)), y_s.at(slot),
@@ -108,17 +108,17 @@ void kernel(int64_t k_steps, const Tiling& tiling, const Tiles& tiles, const pl:
     for_each_tile(tiles, k_steps, [&](pl::Value first, pl::Value i, pl::Value j) {
       my_acc[pl::all] = pl::zeros({kConsumerRows, tile_n}, pl::f32);
       plgpu::named_region("mainloop", [&] { pl::fori_loop(0, static_cast<int>(k_steps), [&](pl::Value k) {
-        pl::Value step = first + k, slot = step % kSlots;
+        pl::Value step = first + k, slot = step % slots;
         plgpu::barrier_wait(full.at(slot));
         plgpu::wgmma(my_acc, x_s.at(slot, pl::ds(wg * kConsumerRows, kConsumerRows), pl::all), y_s.at(slot));
         // This step's wgmma runs on; the previous step's is done, so its slot goes back to the
         // producer while the tensor cores work.
         plgpu::wgmma_wait(1);
-        pl::when(k > 0, [&] { plgpu::barrier_arrive(free.at((step + kSlots - 1) % kSlots)); });
+        pl::when(k > 0, [&] { plgpu::barrier_arrive(free.at((step + slots - 1) % slots)); });
       }); });
       plgpu::wgmma_wait(0);  // the accumulator is whole: the last step's slot goes back too (the
       // producer fills it with the next tile's steps during this tile's epilogue)
-      plgpu::barrier_arrive(free.at((first + static_cast<int32_t>(k_steps - 1)) % kSlots));
+      plgpu::barrier_arrive(free.at((first + static_cast<int32_t>(k_steps - 1)) % slots));
       plgpu::named_region("epilogue", [&] {
         pl::Ref my_z = z.at(pl::ds(i * kTileM + wg * kConsumerRows, kConsumerRows), pl::ds(j * tile_n, tile_n));
         if (out_s == nullptr) {
@@ -162,7 +162,7 @@ Problem build(const RunOptions& opts) {
   if (tiling.slots < 2)
     throw UsageError("ws_matmul: --stages must be at least 2 (a consumer holds two slots: the step its wgmma "
                      "reads and the one before, until its wgmma_wait(1)), got " + std::to_string(tiling.slots));
-  const int64_t kSlots = tiling.slots;
+  const int64_t slots = tiling.slots;
   const int64_t cluster = opts.cluster == 0 ? 1 : opts.cluster;  // CTAs along j sharing x's blocks
   const int64_t rows = opts.cluster_rows == 0 ? 1 : opts.cluster_rows;  // CTAs along i sharing y's
   if ((n / tile_n) % cluster != 0 || (cluster & (cluster - 1)) != 0)
@@ -183,12 +183,12 @@ Problem build(const RunOptions& opts) {
                        " (a cluster per tile), got " + std::to_string(opts.persistent));
     tiles.persistent_clusters = opts.persistent / cluster_ctas;
   }
-  std::vector<pl::ScratchShape> scratch = {plgpu::SMEM({kSlots, kTileM, kStepK}, opts.dtype),
-                                           plgpu::SMEM({kSlots, kStepK, tile_n}, opts.dtype),
+  std::vector<pl::ScratchShape> scratch = {plgpu::SMEM({slots, kTileM, kStepK}, opts.dtype),
+                                           plgpu::SMEM({slots, kStepK, tile_n}, opts.dtype),
                                            plgpu::ACC({2, kConsumerRows, tile_n}),
-                                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = static_cast<int>(kSlots)},
+                                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = static_cast<int>(slots)},
                                            plgpu::ClusterBarrier{.collective_axes = {"r", "c"}, .num_arrivals = 2,
-                                                                 .num_barriers = static_cast<int>(kSlots)}};
+                                                                 .num_barriers = static_cast<int>(slots)}};
   if (tiling.smem_epilogue()) scratch.push_back(plgpu::SMEM({2, kConsumerRows, tile_n}, pl::f32));
   pl::CallOptions options = on_backend({.scratch_shapes = scratch, .name = "ws_matmul"}, opts);
   pl::PallasCall call = plgpu::kernel(
