@@ -1635,51 +1635,43 @@ template <int N, int NC, int ROUNDS> PL_DEV void pl_acc_wait(PlAccRegs<NC, ROUND
 template <int NC, int ROUNDS> PL_DEV void pl_acc_drain(PlAccRegs<NC, ROUNDS>& f) { pl_acc_wait<0>(f); }
 // Writes f's registers to d (M x N, row stride ldd) where they are newer than the scratch; false,
 // having written nothing, where the scratch is current. The registers stay the newer copy.
-template <int NC, int ROUNDS> PL_DEV bool pl_acc_store(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
-  pl_acc_drain(f);
-  if (!f.dirty) return false;
-  const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
-#pragma unroll
-  for (int q = 0; q < ROUNDS; ++q) {
-    const int blk = q * wgs + wg;
-    if (blk >= blocks) continue;
-    float* dq = d + pl_wgmma_acc_base(blk / blocks_n * 64, blk % blocks_n * NC, ldd);
-#pragma unroll
-    for (int i = 0; i < NC / 2; ++i) dq[pl_wgmma_acc_off(i, ldd)] = f.r[q * NC / 2 + i];
-  }
-  return true;
-}
-// pl_acc_store where the accumulator goes to other memory (`dst[...] = acc[...]`, an epilogue
-// storing it to global memory): registers 2 p and 2 p + 1 are neighbours in a row (columns
-// 2 (lane % 4) + 8 (p / 2) + 0, 1), so where d's rows start on 8 bytes each pair is one 8-byte
-// store, half the instructions. (Only there: a second unrolled loop in every pl_acc_store cost
-// NVRTC ~20 ms a unit.)
+// PAIRS (where the accumulator goes to other memory, `dst[...] = acc[...]`: an epilogue storing it
+// to global memory): registers 2 p and 2 p + 1 are neighbours in a row (columns 2 (lane % 4) +
+// 8 (p / 2) + 0, 1), so where d's rows start on 8 bytes each pair is one 8-byte store, half the
+// instructions. (Only there: the pair loop in every pl_acc_store cost NVRTC ~20 ms a unit.)
 #if !PL_HOST_EMULATION
 struct __align__(8) PlF32Pair {
   float lo, hi;
 };
 #endif
-template <int NC, int ROUNDS>
-PL_DEV bool pl_acc_store_pairs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
-  if (((pl_u64)d & 7) != 0 || (ldd & 1) != 0) return pl_acc_store(f, d, ldd, M, N);  // (uniform)
+template <bool PAIRS = false, int NC, int ROUNDS>
+PL_DEV bool pl_acc_store(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
   pl_acc_drain(f);
   if (!f.dirty) return false;
   const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
+  const bool pairs = PAIRS && ((pl_u64)d & 7) == 0 && (ldd & 1) == 0;  // (the same for the group)
 #pragma unroll
   for (int q = 0; q < ROUNDS; ++q) {
     const int blk = q * wgs + wg;
     if (blk >= blocks) continue;
     float* dq = d + pl_wgmma_acc_base(blk / blocks_n * 64, blk % blocks_n * NC, ldd);
     const float* r = f.r + q * NC / 2;
+    if constexpr (PAIRS) {
+      if (pairs) {
 #pragma unroll
-    for (int i = 0; i < NC / 2; i += 2) {
-      float* p = dq + pl_wgmma_acc_off(i, ldd);
+        for (int i = 0; i < NC / 2; i += 2) {
+          float* p = dq + pl_wgmma_acc_off(i, ldd);
 #if PL_HOST_EMULATION
-      p[0] = r[i], p[1] = r[i + 1];
+          p[0] = r[i], p[1] = r[i + 1];
 #else
-      *(PlF32Pair*)p = PlF32Pair{r[i], r[i + 1]};
+          *(PlF32Pair*)p = PlF32Pair{r[i], r[i + 1]};
 #endif
+        }
+        continue;
+      }
     }
+#pragma unroll
+    for (int i = 0; i < NC / 2; ++i) dq[pl_wgmma_acc_off(i, ldd)] = r[i];
   }
   return true;
 }

@@ -790,7 +790,7 @@ void Emitter::emit_store_from_registers(const ir::Op& store, const ir::Op& load)
   PALLAS_INTERNAL_CHECK(d.swizzled.empty());
   before_mem_write();
   // (Pairs of registers as one store where rows are an even number of elements apart.)
-  const char* store_fn = d.strides.at(0) % 2 == 0 ? "pl_acc_store_pairs(" : "pl_acc_store(";
+  const char* store_fn = d.strides.at(0) % 2 == 0 ? "pl_acc_store<true>(" : "pl_acc_store(";
   line("if (!" + std::string(store_fn) + a.var + ", " + d.ptr + ", " + std::to_string(d.strides.at(0)) + ", " + std::to_string(a.m) +
        ", " + std::to_string(a.n) + ")) {");
   ++indent_;

@@ -136,24 +136,34 @@ void check_names(const char* what, const std::vector<int64_t>& sizes,
                   loc);
 }
 
-// How many CTAs a gpu::ClusterBarrier's arrival reaches (core::cluster_barrier_peers; the same for
-// every CTA of the cluster, so counted for the first). Checks the axes.
-int64_t cluster_peers(const Mesh& mesh, const ScratchShape& s, size_t index, const SourceLoc& loc) {
-  const std::string what = "scratch_shapes[" + std::to_string(index) + "] (gpu::ClusterBarrier)";
-  std::vector<int> collective;
-  std::set<std::string> seen;
-  for (const std::string& axis : s.collective_axes) {
-    const auto at = std::find(mesh.cluster_names.begin(), mesh.cluster_names.end(), axis);
-    if (at == mesh.cluster_names.end()) {
+// The positions among `cluster_names` of the collective axes `axes` (a ClusterBarrier's, a
+// multicast copy's); `what` names the asker in the errors: an axis that is not a cluster axis,
+// or one named twice.
+std::vector<int> collective_cluster_axes(const std::vector<std::string>& axes, const std::vector<std::string>& cluster_names,
+                                         const std::string& what, const SourceLoc& loc) {
+  std::vector<int> out;
+  for (const std::string& axis : axes) {
+    const auto at = std::find(cluster_names.begin(), cluster_names.end(), axis);
+    if (at == cluster_names.end()) {
       std::string known;
-      for (const std::string& n : mesh.cluster_names) known += (known.empty() ? "" : ", ") + n;
+      for (const std::string& n : cluster_names) known += (known.empty() ? "" : ", ") + n;
       throw Error(what + ": the collective axis '" + axis + "' is not a cluster axis of the mesh (cluster axes: " +
                       (known.empty() ? "none" : known) + ")",
                   loc);
     }
-    if (!seen.insert(axis).second) throw Error(what + ": the collective axis '" + axis + "' is named twice", loc);
-    collective.push_back(static_cast<int>(at - mesh.cluster_names.begin()));
+    const int position = static_cast<int>(at - cluster_names.begin());
+    if (std::find(out.begin(), out.end(), position) != out.end())
+      throw Error(what + ": the collective axis '" + axis + "' is named twice", loc);
+    out.push_back(position);
   }
+  return out;
+}
+
+// How many CTAs a gpu::ClusterBarrier's arrival reaches (core::cluster_barrier_peers; the same for
+// every CTA of the cluster, so counted for the first). Checks the axes.
+int64_t cluster_peers(const Mesh& mesh, const ScratchShape& s, size_t index, const SourceLoc& loc) {
+  const std::string what = "scratch_shapes[" + std::to_string(index) + "] (gpu::ClusterBarrier)";
+  const std::vector<int> collective = collective_cluster_axes(s.collective_axes, mesh.cluster_names, what, loc);
   int64_t ctas = 1, peers = 0;
   for (int64_t c : mesh.cluster) ctas *= c;
   const std::vector<int64_t> first(mesh.cluster.size(), 0);
@@ -313,25 +323,13 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::
                 at);
   if (collective_axes.empty())
     throw Error("copy_gmem_to_smem: collective_axes is empty (name cluster axes, or make a plain copy)", at);
+  const std::vector<std::string> cluster_names(env->grid_names.begin() + env->cluster_axes_begin,
+                                               env->grid_names.begin() + env->cluster_axes_end);
   ir::Ints axes;
   std::string names;
-  for (const std::string& name : collective_axes) {
-    int found = -1;
-    for (int i = env->cluster_axes_begin; i < env->cluster_axes_end; ++i)
-      if (env->grid_names[static_cast<size_t>(i)] == name) found = i;
-    if (found < 0) {
-      std::string known;
-      for (int i = env->cluster_axes_begin; i < env->cluster_axes_end; ++i)
-        known += (known.empty() ? "" : ", ") + env->grid_names[static_cast<size_t>(i)];
-      throw Error("copy_gmem_to_smem: the collective axis '" + name + "' is not a cluster axis of the mesh (cluster "
-                      "axes: " + known + ")",
-                  at);
-    }
-    if (std::find(axes.begin(), axes.end(), int64_t{found}) != axes.end())
-      throw Error("copy_gmem_to_smem: the collective axis '" + name + "' is named twice", at);
-    axes.push_back(found);
-    names += (names.empty() ? "" : ",") + name;
-  }
+  for (int position : detail::collective_cluster_axes(collective_axes, cluster_names, "copy_gmem_to_smem", at))
+    axes.push_back(env->cluster_axes_begin + position);
+  for (const std::string& name : collective_axes) names += (names.empty() ? "" : ",") + name;
   Attrs a;
   a.set(AttrKey::Axes, axes);  // mesh axes (grid..., cluster..., thread)
   a.set(AttrKey::AxisNames, names);
