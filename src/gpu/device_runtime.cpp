@@ -1723,14 +1723,21 @@ template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k, boo
 // 64 x NC result lives (the ISA's figure for the m64nNk16 accumulator): element (r, c) is in thread
 // 32 (r / 16) + 4 (r % 8) + (c % 8) / 2 of the warpgroup, register 4 (c / 8) + 2 ((r % 16) / 8) + c % 2.
 // (pl_wgmma_dot_n loads and stores the registers by the inverse map, written independently.)
+// Each thread visits only its own elements — solving the map for it: rows 16 (me / 32) + (me % 32) / 4
+// and 8 below, columns 2 (me % 4) and the next in every 8 — and reads its two rows of a once.
 template <int NC, class In, int TB> PL_DEV void pl_host_wgmma_run(float* d, pl_u64 da, pl_u64 db) {
   const int me = pl_tid() & 127;
-  for (int r = 0; r < 64; ++r) {
-    for (int c = 0; c < NC; ++c) {
-      if (32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2 != me) continue;
+  const int rows[2] = {16 * (me / 32) + (me % 32) / 4, 16 * (me / 32) + (me % 32) / 4 + 8};
+  float a[2][16], b[16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) a[h][k] = pl_wgmma_operand<In>(da, rows[h], k, false);
+  for (int c = 2 * (me % 4); c < NC; c += (c % 2 == 0 ? 1 : 7)) {
+    for (int k = 0; k < 16; ++k) b[k] = pl_wgmma_operand<In>(db, c, k, TB != 0);
+    for (int h = 0; h < 2; ++h) {
+      const int r = rows[h];
+      if (32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2 != me) __builtin_trap();  // (the map above, solved)
       float acc = 0;
-      for (int k = 0; k < 16; ++k)
-        acc += pl_wgmma_operand<In>(da, r, k, false) * pl_wgmma_operand<In>(db, c, k, TB != 0);
+      for (int k = 0; k < 16; ++k) acc += a[h][k] * b[k];
       d[4 * (c / 8) + 2 * ((r % 16) / 8) + c % 2] += acc;
     }
   }
