@@ -79,8 +79,12 @@ class DeviceArray {
 // the default stream), or emulated (backend "gpu_emulate", every operand emulated). Operands are
 // checked as a call checks host arrays. An aliased output (input_output_aliases) is its input,
 // updated in place. The call waits for the stream before it returns, to raise the errors the
-// kernel recorded (out-of-bounds blocks, failed checks, deadlocks) as pallas::Error. Not
-// supported yet: dynamic grid sizes and vmapped calls.
+// kernel recorded (out-of-bounds blocks, failed checks, deadlocks) as pallas::Error. Dynamic
+// grid sizes come first, as with host arrays: device scalars, read back to the host (which waits
+// for the stream). A vmapped call (pl::vmap) runs as its one batched kernel on the arrays as they
+// lie; one that would run a call per batch element (a dynamic grid, a batched scalar-prefetch
+// operand) or move a batch axis (an input aliased to an output batched along another axis) is
+// not supported on device arrays: NotSupportedError saying which.
 std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vector<DeviceArray>& args,
                                         void* stream = nullptr);
 

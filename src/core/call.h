@@ -1,6 +1,7 @@
 // Internals of pallas_call shared by the driver and the backends.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -39,6 +40,17 @@ class PallasCallImpl {
   // and traces for the remaining arguments' shapes.
   std::shared_ptr<const TracedCall> prepare(const std::vector<Array>& all_args,
                                             std::vector<int64_t>& grid, std::vector<Array>& args);
+  // The same from the signatures of the leading `size_args` (as many as the grid has dynamic
+  // dimensions, or fewer: an error) and of the other arguments, `sig`; `size_of(i)` reads the value
+  // of size argument i once its signature has passed (an integer scalar). For operands that are
+  // not host arrays (device arrays).
+  std::shared_ptr<const TracedCall> prepare(const std::vector<ShapeDtype>& size_args,
+                                            const std::function<int64_t(size_t)>& size_of,
+                                            const std::vector<ShapeDtype>& sig, std::vector<int64_t>& grid);
+  // How many leading arguments are dynamic grid sizes.
+  size_t num_dynamic_grid_dims() const;
+  // Runs a prepared call on its backend (the one dispatch, for plain and vmapped calls).
+  std::vector<Array> run(const TracedCall& tc, const std::vector<Array>& args, const std::vector<int64_t>& grid);
   // "name at file.cc:12" for messages.
   std::string func_src_info() const;
 };
@@ -94,6 +106,13 @@ namespace transforms {
 // The batched TracedCall of a vmapped call for these (user-given) argument shapes.
 std::shared_ptr<TracedCall> trace_vmapped(const PallasCallImpl& call,
                                           const std::vector<ShapeDtype>& args);
+// Whether one batched kernel runs a vmapped call on its arguments as they lie, as
+// gpu::call_on_device needs: throws NotSupportedError (its message starting with `who`) where
+// calling it would loop over the batch (a dynamic grid, a batched scalar-prefetch operand) or move
+// a batch axis (an input aliased to an output batched along another axis). `all_args`: the
+// signatures of all the call's arguments.
+void check_vmapped_in_place(const PallasCallImpl& call, const std::vector<ShapeDtype>& all_args,
+                            const std::string& who);
 // Runs a vmapped call on the arguments the user passed (dynamic grid sizes included).
 std::vector<Array> call_vmapped(PallasCallImpl& call, const std::vector<Array>& all_args);
 // The cost of a vmapped call that runs one inner call per batch element (batched scalar

@@ -227,17 +227,35 @@ int PallasCall::cache_size() const {
   return static_cast<int>(impl_->cache.size());
 }
 
+size_t PallasCallImpl::num_dynamic_grid_dims() const {
+  size_t n = 0;
+  for (const GridDim& d : grid_spec.grid.dims) n += d.is_dynamic();
+  return n;
+}
+
 std::shared_ptr<const TracedCall> PallasCallImpl::prepare(const std::vector<Array>& all_args,
                                                          std::vector<int64_t>& grid,
                                                          std::vector<Array>& args) {
+  const long num_sizes = static_cast<long>(std::min(num_dynamic_grid_dims(), all_args.size()));
+  std::vector<ShapeDtype> size_args, sig;
+  for (long i = 0; i < static_cast<long>(all_args.size()); ++i)
+    (i < num_sizes ? size_args : sig).push_back(all_args[static_cast<size_t>(i)].shape_dtype());
+  args.assign(all_args.begin() + num_sizes, all_args.end());
+  return prepare(
+      size_args, [&](size_t i) { return all_args[i].scalar_at_flat(0).as_int64(); }, sig, grid);
+}
+
+std::shared_ptr<const TracedCall> PallasCallImpl::prepare(const std::vector<ShapeDtype>& size_args,
+                                                         const std::function<int64_t(size_t)>& size_of,
+                                                         const std::vector<ShapeDtype>& sig,
+                                                         std::vector<int64_t>& grid) {
   const Grid& g = grid_spec.grid;
-  size_t num_dynamic = 0;
-  for (const GridDim& d : g.dims) num_dynamic += d.is_dynamic();
-  if (all_args.size() < num_dynamic)
+  const size_t num_dynamic = num_dynamic_grid_dims();
+  if (size_args.size() < num_dynamic)
     throw Error("pallas_call " + func_src_info() + ": the grid has " +
                     std::to_string(num_dynamic) +
                     " dynamic dimensions, so the call needs that many leading i32 scalar sizes; got " +
-                    std::to_string(all_args.size()) + " arguments",
+                    std::to_string(size_args.size() + sig.size()) + " arguments",
                 loc);
   grid.clear();
   size_t next = 0;
@@ -246,13 +264,13 @@ std::shared_ptr<const TracedCall> PallasCallImpl::prepare(const std::vector<Arra
       grid.push_back(g.dims[d].size());
       continue;
     }
-    const Array& s = all_args[next];
-    if (s.rank() != 0 || !is_integer(s.dtype()))
+    const ShapeDtype& s = size_args[next];
+    if (s.rank() != 0 || !is_integer(s.dtype))
       throw Error("pallas_call " + func_src_info() + ": argument " + std::to_string(next) +
                       " must be an integer scalar (the size of dynamic grid dimension " +
-                      std::to_string(d) + "), got " + s.shape_dtype().to_string(),
+                      std::to_string(d) + "), got " + s.to_string(),
                   loc);
-    int64_t n = s.scalar_at_flat(0).as_int64();
+    int64_t n = size_of(next);
     if (n < 0)
       throw Error("pallas_call " + func_src_info() + ": dynamic grid dimension " +
                       std::to_string(d) + " has negative size " + std::to_string(n),
@@ -260,9 +278,6 @@ std::shared_ptr<const TracedCall> PallasCallImpl::prepare(const std::vector<Arra
     grid.push_back(n);
     ++next;
   }
-  args.assign(all_args.begin() + static_cast<long>(num_dynamic), all_args.end());
-  std::vector<ShapeDtype> sig;
-  for (const Array& a : args) sig.push_back(a.shape_dtype());
   std::shared_ptr<const TracedCall> tc = trace(sig);
   if (vmap) {
     // A vmapped call's grid has leading batch dimensions that grid_spec does not list: take the
@@ -277,23 +292,26 @@ std::shared_ptr<const TracedCall> PallasCallImpl::prepare(const std::vector<Arra
   return tc;
 }
 
+std::vector<Array> PallasCallImpl::run(const TracedCall& tc, const std::vector<Array>& args,
+                                       const std::vector<int64_t>& grid) {
+  if (tc.gpu_kernel) {
+    if (backend == "reference") return interpret::run_gpu_kernel(tc, args, grid, opts.debug_out);
+    gpu::check_compilable_kernel(tc, loc);
+  }
+  if (backend == "reference") return interpret::run_reference(tc, args, grid, opts.debug_out);
+  if (backend == "tpu_interpret") return tpu_interpret::run(*this, tc, {args}, grid, tpu::Mesh{}).at(0);
+  if (backend == "mosaic_gpu") return gpu::run_gpu(*this, tc, args, grid);
+  if (backend == "gpu_emulate") return gpu::run_gpu_emulated(*this, tc, args, grid);
+  throw InternalError("unknown backend " + backend);
+}
+
 std::vector<Array> PallasCall::operator()(const std::vector<Array>& all_args) const {
   PallasCallImpl& c = *impl_;
   if (c.vmap) return transforms::call_vmapped(c, all_args);
   std::vector<int64_t> grid;
   std::vector<Array> args;
   std::shared_ptr<const TracedCall> tc = c.prepare(all_args, grid, args);
-  if (tc->gpu_kernel) {
-    if (c.backend == "reference") return interpret::run_gpu_kernel(*tc, args, grid, c.opts.debug_out);
-    gpu::check_compilable_kernel(*tc, c.loc);
-  }
-  if (c.backend == "reference")
-    return interpret::run_reference(*tc, args, grid, c.opts.debug_out);
-  if (c.backend == "tpu_interpret")
-    return tpu_interpret::run(c, *tc, {args}, grid, tpu::Mesh{}).at(0);
-  if (c.backend == "mosaic_gpu") return gpu::run_gpu(c, *tc, args, grid);
-  if (c.backend == "gpu_emulate") return gpu::run_gpu_emulated(c, *tc, args, grid);
-  throw InternalError("unknown backend " + c.backend);
+  return c.run(*tc, args, grid);
 }
 
 }  // namespace pallas

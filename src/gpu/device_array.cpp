@@ -107,35 +107,35 @@ DeviceArray DeviceArray::from_dlpack(DLManagedTensor* tensor) {
   return d;
 }
 
-std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vector<DeviceArray>& args, void* stream) {
+std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vector<DeviceArray>& all_args, void* stream) {
   PallasCallImpl& c = *call.impl();
   const std::string who = "call_on_device(" + c.func_src_info() + ")";
   if (c.backend != "mosaic_gpu" && c.backend != "gpu_emulate")
     throw Error(who + ": device arrays run on the GPU backend (backend \"mosaic_gpu\") or its emulation "
                       "(\"gpu_emulate\"); this call's backend is \"" + c.backend + "\"",
                 c.loc);
-  if (c.vmap) throw NotSupportedError(who + ": a vmapped call on device arrays", c.loc);
-  std::vector<int64_t> grid;
-  for (const GridDim& d : c.grid_spec.grid.dims) {
-    if (d.is_dynamic())
-      throw NotSupportedError(who + ": dynamic grid sizes on device arrays (they are host scalars: call with "
-                                    "host arrays)",
-                              c.loc);
-    grid.push_back(d.size());
-  }
   const bool gpu = c.backend == "mosaic_gpu";
-  std::vector<ShapeDtype> sig;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (!args[i].storage_)
+  std::vector<ShapeDtype> all_sig;
+  for (size_t i = 0; i < all_args.size(); ++i) {
+    if (!all_args[i].storage_)
       throw Error(who + ": argument " + std::to_string(i) + " is an empty (default-constructed) device array", c.loc);
-    if (args[i].on_gpu() != gpu)
+    if (all_args[i].on_gpu() != gpu)
       throw Error(who + ": argument " + std::to_string(i) + " is in " +
-                      (args[i].on_gpu() ? "GPU memory" : "the emulated device's (host) memory") +
+                      (all_args[i].on_gpu() ? "GPU memory" : "the emulated device's (host) memory") +
                       " but the call runs " + (gpu ? "on the GPU (backend mosaic_gpu)" : "emulated (backend gpu_emulate)"),
                   c.loc);
-    sig.push_back(args[i].shape_dtype());
+    all_sig.push_back(all_args[i].shape_dtype());
   }
-  std::shared_ptr<const TracedCall> tc = c.trace(sig);
+  // A vmapped call runs as its one batched kernel, on the arrays as they lie.
+  if (c.vmap) transforms::check_vmapped_in_place(c, all_sig, who);
+  // The leading dynamic grid sizes are read back to the host (on the GPU: waiting for `stream`).
+  const size_t num_sizes = std::min(c.num_dynamic_grid_dims(), all_args.size());
+  const std::vector<ShapeDtype> size_sig(all_sig.begin(), all_sig.begin() + static_cast<long>(num_sizes));
+  const std::vector<ShapeDtype> sig(all_sig.begin() + static_cast<long>(num_sizes), all_sig.end());
+  const std::vector<DeviceArray> args(all_args.begin() + static_cast<long>(num_sizes), all_args.end());
+  std::vector<int64_t> grid;
+  std::shared_ptr<const TracedCall> tc = c.prepare(
+      size_sig, [&](size_t i) { return all_args[i].to_host(stream).scalar_at_flat(0).as_int64(); }, sig, grid);
   if (tc->gpu_kernel) check_compilable_kernel(*tc, c.loc);
   const GridMapping& gm = tc->grid_mapping;
   std::map<int, int> alias_of_output;

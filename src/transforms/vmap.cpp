@@ -30,12 +30,6 @@ std::vector<int> output_ranks(const PallasCallImpl& c) {
   return ranks;
 }
 
-size_t num_dynamic_dims(const PallasCallImpl& c) {
-  size_t n = 0;
-  for (const GridDim& d : c.grid_spec.grid.dims) n += d.is_dynamic();
-  return n;
-}
-
 std::string call_name(const PallasCallImpl& c) { return "vmap of pallas_call " + c.func_src_info(); }
 
 // ---- Host arrays: the evaluators' shape ops (src/eval/eval.h) --------------------------------------
@@ -89,7 +83,7 @@ void fall_back(Plan& p, bool only, const std::string& why) {
 // `shapes`: one per call argument; nullopt for the dynamic grid sizes when tracing from shapes.
 Plan make_plan(const PallasCallImpl& c, const std::vector<std::optional<ShapeDtype>>& shapes) {
   const VmapInfo& v = *c.vmap;
-  const size_t nd = num_dynamic_dims(c);
+  const size_t nd = c.num_dynamic_grid_dims();
   if (v.in_axes.size() != shapes.size())
     throw Error(call_name(c) + ": in_axes has " + std::to_string(v.in_axes.size()) +
                     " entries but the call got " + std::to_string(shapes.size()) +
@@ -257,7 +251,7 @@ std::vector<Array> run_loop(const PallasCallImpl& c, const Plan& p,
 
 std::shared_ptr<TracedCall> trace_vmapped(const PallasCallImpl& c,
                                           const std::vector<ShapeDtype>& args) {
-  std::vector<std::optional<ShapeDtype>> shapes(num_dynamic_dims(c));
+  std::vector<std::optional<ShapeDtype>> shapes(c.num_dynamic_grid_dims());
   shapes.insert(shapes.end(), args.begin(), args.end());
   Plan p = make_plan(c, shapes);
   if (p.loop_only)
@@ -267,6 +261,27 @@ std::shared_ptr<TracedCall> trace_vmapped(const PallasCallImpl& c,
                             c.vmap->loc);
   std::shared_ptr<const TracedCall> inner = c.vmap->inner->trace(p.inner_args);
   return batch_traced_call(*inner, p, *c.vmap);
+}
+
+void check_vmapped_in_place(const PallasCallImpl& c, const std::vector<ShapeDtype>& all_args,
+                            const std::string& who) {
+  const std::vector<std::optional<ShapeDtype>> shapes(all_args.begin(), all_args.end());
+  const Plan p = make_plan(c, shapes);
+  const size_t nd = c.num_dynamic_grid_dims();
+  if (p.loop_only || nd > 0)
+    throw NotSupportedError(who + ": a vmapped call with " + p.loop_reason +
+                                " on device arrays (it runs one call per batch element; call it with host arrays)",
+                            c.vmap->loc);
+  for (size_t j = 0; j < p.run_axes.size(); ++j) {
+    const std::optional<int>& given = p.axes[nd + j];
+    if (given == p.run_axes[j]) continue;
+    throw NotSupportedError(who + ": a vmapped call on device arrays whose input " + std::to_string(j) + " is " +
+                                (given ? "batched along axis " + std::to_string(*given) : std::string("not batched")) +
+                                " but aliased to an output batched along axis " + std::to_string(*p.run_axes[j]) +
+                                " (device arrays are not copied to move it: batch the input along that axis, "
+                                "or call with host arrays)",
+                            c.vmap->loc);
+  }
 }
 
 std::optional<CostEstimate> estimate_vmapped_loop(const PallasCallImpl& c,
@@ -296,7 +311,7 @@ std::vector<Array> call_vmapped(PallasCallImpl& c, const std::vector<Array>& all
   std::vector<int64_t> grid;
   std::vector<Array> args;
   std::shared_ptr<const TracedCall> tc = c.prepare(all_args, grid, args);
-  const size_t nd = num_dynamic_dims(c);
+  const size_t nd = c.num_dynamic_grid_dims();
   for (size_t j = 0; j < args.size(); ++j) {
     const std::optional<int>& given = p.axes[nd + j];
     const std::optional<int>& wanted = p.run_axes[j];
@@ -308,11 +323,7 @@ std::vector<Array> call_vmapped(PallasCallImpl& c, const std::vector<Array>& all
       args[j] = stack(copies, *wanted);
     }
   }
-  if (c.backend == "reference") return interpret::run_reference(*tc, args, grid, c.opts.debug_out);
-  if (c.backend == "tpu_interpret")
-    return tpu_interpret::run(c, *tc, {args}, grid, tpu::Mesh{}).at(0);
-  if (c.backend == "mosaic_gpu") return gpu::run_gpu(c, *tc, args, grid);
-  throw InternalError("unknown backend " + c.backend);
+  return c.run(*tc, args, grid);
 }
 
 }  // namespace transforms
@@ -352,7 +363,7 @@ PallasCall vmap(const PallasCall& call, std::vector<std::optional<int>> in_axes,
   }
   const GridSpec& gs = inner->grid_spec;
   if (gs.in_specs.given()) {
-    const size_t expected = transforms::num_dynamic_dims(*inner) +
+    const size_t expected = inner->num_dynamic_grid_dims() +
                             static_cast<size_t>(gs.num_scalar_prefetch) + gs.in_specs.size();
     if (in_axes.size() != expected)
       throw Error(name + ": in_axes has " + std::to_string(in_axes.size()) +

@@ -40,6 +40,20 @@ pl::PallasCall affine(const std::string& backend, float a, std::map<int, int> al
                          pl::ShapeDtype({512}, pl::f32), o);
 }
 
+// o = x * 2 + program_id(0) over a dynamic number of blocks of 128 (its leading argument), in
+// place: the blocks past it keep x's values.
+pl::PallasCall scaled_prefix(const std::string& backend) {
+  pl::CallOptions o;
+  o.grid = pl::Grid{pl::dynamic};
+  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.backend = backend;
+  o.input_output_aliases = {{0, 0}};
+  return pl::pallas_call(
+      [](pl::Ref x, pl::Ref out) { out[pl::all] = x[pl::all] * 2.0f + pl::program_id(0).astype(pl::f32); },
+      pl::ShapeDtype({512}, pl::f32), o);
+}
+
 pl::Array ramp(int64_t n) {
   pl::Array a = pl::Array::zeros({n}, pl::f32);
   for (int64_t i = 0; i < n; ++i) a.data<float>()[i] = static_cast<float>(i % 37) - 11.0f;
@@ -93,6 +107,60 @@ TEST_P(DeviceArrays, AWrittenInputThatIsNotAliasedStaysUnchanged) {
     ASSERT_EQ(out.data<float>()[i], (x.data<float>()[i] + 100.0f) * 2.0f) << i;
     ASSERT_EQ(after.data<float>()[i], x.data<float>()[i]) << i;
   }
+}
+
+// The dynamic grid sizes lead the operands, as device scalars: read back to the host.
+TEST_P(DeviceArrays, DynamicGridSizesAreDeviceScalars) {
+  const pl::Array x = ramp(512);
+  pl::PallasCall call = scaled_prefix(GetParam());
+  for (int32_t blocks : {3, 0, 4}) {
+    SCOPED_TRACE(std::to_string(blocks) + " blocks");
+    plgpu::DeviceArray dx = put(x);
+    const plgpu::DeviceArray out = plgpu::call_on_device(call, {put(pl::Array::full({}, pl::i32, blocks)), dx}).at(0);
+    EXPECT_TRUE(out.shares_buffer_with(dx));
+    const pl::Array got = out.to_host();
+    for (int64_t i = 0; i < 512; ++i) {
+      const float v = x.data<float>()[i];
+      ASSERT_EQ(got.data<float>()[i], i / 128 < blocks ? v * 2.0f + static_cast<float>(i / 128) : v) << i;
+    }
+  }
+}
+
+// A vmapped call runs as its one batched kernel on the arrays as they lie: batched along any
+// axis, or not batched (every batch element reads the same array).
+TEST_P(DeviceArrays, AVmappedCallRunsAsOneBatchedKernel) {
+  pl::CallOptions o;
+  o.grid = {4};
+  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; }),
+                pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.backend = GetParam();
+  pl::PallasCall axpy = pl::pallas_call(
+      [](pl::Ref x, pl::Ref y, pl::Ref out) { out[pl::all] = x[pl::all] * 3.0f + y[pl::all]; },
+      pl::ShapeDtype({512}, pl::f32), o);
+  const int64_t B = 3;
+  pl::Array xs = pl::Array::random_normal({B, 512}, pl::f32, 7), y = ramp(512);
+  pl::Array xs_t = pl::Array::zeros({512, B}, pl::f32);  // xs, batched along its last axis
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < 512; ++i) xs_t.data<float>()[i * B + b] = xs.data<float>()[b * 512 + i];
+  struct Case { std::vector<std::optional<int>> in_axes; int out_axis; const pl::Array* x; };
+  for (const Case& c : {Case{{0, std::nullopt}, 0, &xs}, Case{{1, std::nullopt}, 1, &xs_t}}) {
+    SCOPED_TRACE("x batched along axis " + std::to_string(*c.in_axes[0]));
+    const pl::Array got =
+        plgpu::call_on_device(pl::vmap(axpy, c.in_axes, {c.out_axis}), {put(*c.x), put(y)}).at(0).to_host();
+    ASSERT_EQ(got.shape(), c.out_axis == 0 ? (pl::Shape{B, 512}) : (pl::Shape{512, B}));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < 512; ++i) {
+        const int64_t at = c.out_axis == 0 ? b * 512 + i : i * B + b;
+        ASSERT_EQ(got.data<float>()[at], xs.data<float>()[b * 512 + i] * 3.0f + y.data<float>()[i]) << b << " " << i;
+      }
+  }
+  // In place: an input aliased to the output and batched along the output's axis.
+  plgpu::DeviceArray dxs = put(xs);
+  const plgpu::DeviceArray out = plgpu::call_on_device(pl::vmap(affine(GetParam(), 2.0f, {{0, 0}}), {0}), {dxs}).at(0);
+  EXPECT_TRUE(out.shares_buffer_with(dxs));
+  const pl::Array got = dxs.to_host();
+  for (int64_t i = 0; i < B * 512; ++i) ASSERT_EQ(got.data<float>()[i], xs.data<float>()[i] * 2.0f + 1.0f) << i;
 }
 
 // DLPack: export shares the memory and keeps it alive; import takes ownership and runs the
@@ -177,16 +245,45 @@ TEST(DeviceArraysEmulated, MisuseIsReportedClearly) {
   t.dl_tensor.device = {kDLCUDA, 0};
   t.dl_tensor.strides = strides;
   EXPECT_CONTAINS(error_of([&] { plgpu::DeviceArray::from_dlpack(&t); }), "are not row-major contiguous");
-  // Dynamic grid sizes are host scalars.
+  // A dynamic grid size is an integer scalar, on the device as the operands are.
+  pl::PallasCall dynamic = scaled_prefix("gpu_emulate");
+  EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(dynamic, {dx, dx}); }),
+                  "argument 0 must be an integer scalar (the size of dynamic grid dimension 0), got f32[512]");
+  EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(dynamic, {}); }),
+                  "the grid has 1 dynamic dimensions, so the call needs that many leading i32 scalar sizes; got 0");
+  const plgpu::DeviceArray minus_one = plgpu::DeviceArray::emulated(pl::Array::full({}, pl::i32, -1));
+  EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(dynamic, {minus_one, dx}); }),
+                  "dynamic grid dimension 0 has negative size -1");
+  EXPECT_EQ(dx.to_host().data<float>()[5], x.data<float>()[5]);  // (nothing ran)
+}
+
+// pl::vmap of calls on device arrays: what needs a loop over the batch or a moved batch axis.
+TEST(DeviceArraysEmulated, VmapsThatAreNotOneBatchedKernelOnTheArraysAsTheyLie) {
+  auto dev = [](const pl::Array& a) { return plgpu::DeviceArray::emulated(a); };
+  // An input aliased to the output, batched along another axis than the output's.
+  plgpu::DeviceArray x_t = dev(pl::Array::zeros({512, 2}, pl::f32));
+  pl::PallasCall in_place = pl::vmap(affine("gpu_emulate", 2.0f, {{0, 0}}), {1});
+  EXPECT_CONTAINS(error_of<pl::NotSupportedError>([&] { plgpu::call_on_device(in_place, {x_t}); }),
+                  "a vmapped call on device arrays whose input 0 is batched along axis 1 but aliased to an "
+                  "output batched along axis 0");
+  // A dynamic grid runs one call per batch element.
+  const plgpu::DeviceArray n = dev(pl::Array::full({}, pl::i32, 2));
+  pl::PallasCall dynamic = pl::vmap(scaled_prefix("gpu_emulate"), {std::nullopt, 0});
+  EXPECT_CONTAINS(error_of<pl::NotSupportedError>(
+                      [&] { plgpu::call_on_device(dynamic, {n, dev(pl::Array::zeros({2, 512}, pl::f32))}); }),
+                  "a vmapped call with a dynamic grid on device arrays");
+  // So does a batched scalar-prefetch operand.
   pl::CallOptions o;
-  o.grid = pl::Grid{pl::dynamic};
-  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
-  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.grid_spec = pl::PrefetchScalarGridSpec(1, {4}, {pl::BlockSpec({1, 8}, [](pl::Value i, pl::Ref t) { return pl::Indices{t[i], 0}; })},
+                                           {pl::BlockSpec({1, 8}, [](pl::Value i, pl::Ref) { return pl::Indices{i, 0}; })});
   o.backend = "gpu_emulate";
-  pl::PallasCall dynamic =
-      pl::pallas_call([](pl::Ref a, pl::Ref b) { b[pl::all] = a[pl::all]; }, pl::ShapeDtype({512}, pl::f32), o);
-  EXPECT_CONTAINS(error_of<pl::NotSupportedError>([&] { plgpu::call_on_device(dynamic, {dx}); }),
-                  "dynamic grid sizes on device arrays");
+  pl::PallasCall gather = pl::vmap(
+      pl::pallas_call([](pl::Ref, pl::Ref x, pl::Ref out) { out[pl::all] = x[pl::all]; }, pl::ShapeDtype({4, 8}, pl::f32), o),
+      {0, 0});
+  EXPECT_CONTAINS(error_of<pl::NotSupportedError>([&] {
+                    plgpu::call_on_device(gather, {dev(pl::Array::zeros({2, 4}, pl::i32)), dev(pl::Array::zeros({2, 4, 8}, pl::f32))});
+                  }),
+                  "a vmapped call with a batched scalar-prefetch operand on device arrays");
 }
 
 }  // namespace

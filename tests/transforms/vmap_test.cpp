@@ -1,5 +1,6 @@
 // pl::vmap against the unbatched call run once per batch element (itself tested against
-// independent references elsewhere), on the reference interpreter and the TPU interpret mode.
+// independent references elsewhere), on the reference interpreter, the TPU interpret mode and
+// gpu_emulate (the GPU backend's generated CUDA, run on the host).
 // The per-element slicing and stacking here is element by element, independent of vmap's own.
 #include <gtest/gtest.h>
 
@@ -108,15 +109,23 @@ void check_vmap(const pl::PallasCall& call, const std::vector<pl::Array>& args,
   expect_same(actual, per_element(call, clones(args), in_axes, out_axes, size));
 }
 
-class Vmap : public ::testing::TestWithParam<bool> {
+// The options' fields that choose where a call runs: "reference" (the reference interpreter),
+// "tpu_interpret" (the TPU interpret mode) or "gpu_emulate" (the generated CUDA, run on the host).
+pl::InterpretMode interpret_on(const std::string& where) {
+  if (where == "tpu_interpret") return pltpu::InterpretParams{};
+  return pl::InterpretMode(where == "reference");
+}
+std::optional<std::string> backend_on(const std::string& where) {
+  return where == "gpu_emulate" ? std::optional<std::string>(where) : std::nullopt;
+}
+
+class Vmap : public ::testing::TestWithParam<std::string> {
  protected:
-  // The reference interpreter, or the TPU interpret mode.
-  pl::InterpretMode mode() const {
-    return GetParam() ? pl::InterpretMode(pltpu::InterpretParams{}) : pl::InterpretMode(true);
-  }
+  pl::InterpretMode mode() const { return interpret_on(GetParam()); }
+  std::optional<std::string> backend() const { return backend_on(GetParam()); }
 };
 
-pl::PallasCall add_call(pl::InterpretMode mode) {
+pl::PallasCall add_call(const std::string& where = "reference") {
   return pl::pallas_call(
       [](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; },
       pl::ShapeDtype({32, 64}, pl::f32),
@@ -124,11 +133,12 @@ pl::PallasCall add_call(pl::InterpretMode mode) {
        .in_specs = {pl::BlockSpec({8, 32}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; }),
                     pl::BlockSpec({8, 32}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
        .out_specs = {pl::BlockSpec({8, 32}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
-       .interpret = mode});
+       .interpret = interpret_on(where),
+       .backend = backend_on(where)});
 }
 
 // z = x @ y with a (m, n, k) grid accumulating into the output block.
-pl::PallasCall matmul_call(pl::InterpretMode mode) {
+pl::PallasCall matmul_call(const std::string& where = "reference") {
   return pl::pallas_call(
       [](pl::Ref x, pl::Ref y, pl::Ref z) {
         pl::when(pl::program_id(2) == 0, [&] { z[pl::all] = pl::full({16, 8}, pl::f32, 0.0); });
@@ -139,21 +149,22 @@ pl::PallasCall matmul_call(pl::InterpretMode mode) {
        .in_specs = {pl::BlockSpec({16, 8}, [](pl::Value i, pl::Value, pl::Value k) { return pl::Indices{i, k}; }),
                     pl::BlockSpec({8, 8}, [](pl::Value, pl::Value j, pl::Value k) { return pl::Indices{k, j}; })},
        .out_specs = {pl::BlockSpec({16, 8}, [](pl::Value i, pl::Value j, pl::Value) { return pl::Indices{i, j}; })},
-       .interpret = mode});
+       .interpret = interpret_on(where),
+       .backend = backend_on(where)});
 }
 
 }  // namespace
 
-INSTANTIATE_TEST_SUITE_P(Modes, Vmap, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "TpuInterpret" : "Reference"; });
+INSTANTIATE_TEST_SUITE_P(Modes, Vmap, ::testing::Values("reference", "tpu_interpret", "gpu_emulate"),
+                         [](const auto& info) { return info.param; });
 
 TEST_P(Vmap, ElementwiseAddWithGrid) {
-  pl::PallasCall call = add_call(mode());
+  pl::PallasCall call = add_call(GetParam());
   check_vmap(call, {random_f32({3, 32, 64}, 1), random_f32({3, 32, 64}, 2)}, {0, 0}, {}, 3);
 }
 
 TEST_P(Vmap, MatmulWithAnUnbatchedOperand) {
-  pl::PallasCall call = matmul_call(mode());
+  pl::PallasCall call = matmul_call(GetParam());
   check_vmap(call, {random_f32({4, 32, 16}, 3), random_f32({16, 24}, 4)}, {0, std::nullopt}, {}, 4);
   check_vmap(call, {random_f32({32, 16}, 5), random_f32({16, 24, 2}, 6)}, {std::nullopt, 2}, {}, 2);
 }
@@ -169,7 +180,8 @@ TEST_P(Vmap, ProgramIdAndNumProgramsReferToTheOriginalAxes) {
       {.grid = {2, 3},
        .in_specs = {pl::BlockSpec({8, 8}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
        .out_specs = {pl::BlockSpec({8, 8}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
-       .interpret = mode()});
+       .interpret = mode(),
+       .backend = backend()});
   pl::Array xs = pl::Array::zeros({5, 16, 24}, pl::f32);
   pl::Array o = pl::vmap(call, {0})(xs)[0];
   // Element (b, r, c) is in block (r / 8, c / 8) of the ORIGINAL grid (2, 3), whatever b is.
@@ -190,12 +202,13 @@ TEST_P(Vmap, NamedGridAxesKeepTheirMeaning) {
       {.grid = pl::Grid{{"rows", 2}, {"cols", 2}},
        .in_specs = {pl::BlockSpec({8, 8}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
        .out_specs = {pl::BlockSpec({8, 8}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
-       .interpret = mode()});
+       .interpret = mode(),
+       .backend = backend()});
   check_vmap(call, {random_f32({3, 16, 16}, 8)}, {0}, {}, 3);
 }
 
 TEST_P(Vmap, BatchAxisNotZero) {
-  pl::PallasCall call = add_call(mode());
+  pl::PallasCall call = add_call(GetParam());
   // x batched on its last axis, y on its middle one; the output batched on axis 1, then 2.
   check_vmap(call, {random_f32({32, 64, 3}, 9), random_f32({32, 3, 64}, 10)}, {2, 1}, {1}, 3);
   check_vmap(call, {random_f32({32, 64, 3}, 11), random_f32({32, 3, 64}, 12)}, {-1, 1}, {-1}, 3);
@@ -205,19 +218,19 @@ TEST_P(Vmap, BatchAxisNotZero) {
 }
 
 TEST_P(Vmap, BatchSizeOne) {
-  pl::PallasCall call = matmul_call(mode());
+  pl::PallasCall call = matmul_call(GetParam());
   check_vmap(call, {random_f32({1, 32, 16}, 13), random_f32({16, 24}, 14)}, {0, std::nullopt}, {}, 1);
   check_vmap(call, {random_f32({32, 1, 16}, 15), random_f32({16, 1, 24}, 16)}, {1, 1}, {2}, 1);
 }
 
 TEST_P(Vmap, UnbatchedArgumentsWithAxisSize) {
-  pl::PallasCall call = add_call(mode());
+  pl::PallasCall call = add_call(GetParam());
   check_vmap(call, {random_f32({32, 64}, 17), random_f32({32, 64}, 18)},
              {std::nullopt, std::nullopt}, {}, 2, /*axis_size=*/2);
 }
 
 TEST_P(Vmap, NestedVmap) {
-  pl::PallasCall call = matmul_call(mode());
+  pl::PallasCall call = matmul_call(GetParam());
   pl::PallasCall inner = pl::vmap(call, {0, std::nullopt});
   // The outer batch: x on axis 1 of the inner-batched x, y batched on its last axis.
   pl::PallasCall outer = pl::vmap(inner, {1, 2}, {1});
@@ -248,7 +261,8 @@ TEST_P(Vmap, AliasedInputs) {
                     pl::BlockSpec({8, 8}, [](pl::Value i) { return pl::Indices{i, 0}; })},
        .out_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return pl::Indices{i, 0}; })},
        .input_output_aliases = {{0, 0}},
-       .interpret = mode()});
+       .interpret = mode(),
+       .backend = backend()});
   // Batched on the output's axis: updated in place.
   pl::Array x = random_f32({3, 16, 8}, 21);
   pl::Array y = random_f32({3, 16, 8}, 22);
@@ -273,7 +287,8 @@ TEST_P(Vmap, BatchedScalarPrefetchRunsOneCallPerElement) {
            1, {4},
            {pl::BlockSpec({1, 8}, [](pl::Value i, pl::Ref t) { return pl::Indices{t[i], 0}; })},
            {pl::BlockSpec({1, 8}, [](pl::Value i, pl::Ref) { return pl::Indices{i, 0}; })}),
-       .interpret = mode()});
+       .interpret = mode(),
+       .backend = backend()});
   pl::Array tables = pl::Array::from_vector<int32_t>({2, 4}, {2, 0, 3, 2, 1, 1, 0, 3});
   pl::Array table = pl::Array::from_vector<int32_t>({4}, {3, 1, 0, 2});
   pl::Array xs = random_f32({2, 4, 8}, 29);
@@ -292,7 +307,8 @@ TEST_P(Vmap, DynamicGridRunsOneCallPerElement) {
       {.grid = {pl::dynamic},
        .in_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return pl::Indices{i, 0}; })},
        .out_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return pl::Indices{i, 0}; })},
-       .interpret = mode()});
+       .interpret = mode(),
+       .backend = backend()});
   pl::Array n = pl::Array::full({}, pl::i32, 4);
   check_vmap(call, {n, random_f32({32, 3, 8}, 30)}, {std::nullopt, 1}, {}, 3);
   // A batched grid size: one call per element with its own grid.
@@ -314,12 +330,13 @@ TEST_P(Vmap, DimensionSemanticsGetTheBatchAxis) {
        .in_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return pl::Indices{i, 0}; })},
        .out_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return pl::Indices{i, 0}; })},
        .compiler_params = pltpu::CompilerParams{.dimension_semantics = {"arbitrary"}},
-       .interpret = mode()});
+       .interpret = mode(),
+       .backend = backend()});
   check_vmap(call, {random_f32({4, 16, 8}, 32)}, {0}, {}, 4);
 }
 
 TEST(VmapCost, EstimateScalesWithTheBatch) {
-  pl::PallasCall call = matmul_call(true);
+  pl::PallasCall call = matmul_call();
   pl::Array x = random_f32({32, 16}, 33), y = random_f32({16, 24}, 34);
   pl::CostEstimate one = pl::estimate_cost(call, x, y);
   pl::CostEstimate five = pl::estimate_cost(pl::vmap(call, {0, 0}), random_f32({5, 32, 16}, 35),
@@ -341,7 +358,7 @@ TEST(VmapCost, EstimateScalesWithTheBatch) {
 }
 
 TEST(VmapErrors, BadInput) {
-  pl::PallasCall call = add_call(true);
+  pl::PallasCall call = add_call();
   pl::Array a = random_f32({3, 32, 64}, 37), b = random_f32({4, 32, 64}, 38);
   EXPECT_CONTAINS(error_of([&] { pl::vmap(call, {0, 0})(a, b); }), "inconsistent batch sizes");
   EXPECT_CONTAINS(error_of([&] { pl::vmap(call, {0, 0})(a, b); }),
