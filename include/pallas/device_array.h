@@ -64,7 +64,7 @@ class DeviceArray {
   struct Storage;  // owns the memory (device_array.cpp)
 
  private:
-  friend std::vector<DeviceArray> call_on_device(const PallasCall&, const std::vector<DeviceArray>&, void*);
+  friend struct DeviceCalls;  // call_on_device and call_on_device_async (device_array.cpp)
   // An emulated array whose memory is `memory` (no copy).
   static DeviceArray over_host_memory(Array memory);
   std::shared_ptr<Storage> storage_;
@@ -87,5 +87,22 @@ class DeviceArray {
 // not supported on device arrays: NotSupportedError saying which.
 std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vector<DeviceArray>& args,
                                         void* stream = nullptr);
+// The same without waiting: the kernel is queued on `stream` and its outputs come back at once,
+// so calls chain on the GPU back to back with no host round trip between them. What a kernel
+// records (an out-of-bounds block, a failed check, a deadlock) is raised at the stream's next
+// synchronizing point instead — synchronize(stream), DeviceArray::to_host(stream), a waiting
+// call_on_device on it — as pallas::Error naming the call: the first such error of the stream's
+// calls since the last such point (the later calls ran on what it left). Errors in the call
+// itself (shapes, dtypes, arrays on the wrong device) are raised at once, as by call_on_device.
+// A call that profiles (gpu::CompilerParams::profile_space) waits; one with dynamic grid sizes
+// waits for the stream before it launches (it reads them back). Each launch in flight holds its
+// own workspace: past 32 of them, or 256 MiB, a call first waits for the stream (what those
+// recorded still waits for the next synchronizing point). Emulated (gpu_emulate), the kernel runs
+// before the call returns and what it recorded waits the same way.
+std::vector<DeviceArray> call_on_device_async(const PallasCall& call, const std::vector<DeviceArray>& args,
+                                              void* stream = nullptr);
+// Waits for `stream` and raises the first error the kernels of asynchronous calls on it recorded
+// since the last synchronizing point, if one did.
+void synchronize(void* stream = nullptr);
 
 }  // namespace pallas::gpu

@@ -9,6 +9,7 @@
 
 #include "array/dlpack_layout.h"
 #include "core/call.h"
+#include "gpu/async_calls.h"
 #include "gpu/backend.h"
 #include "gpu/driver.h"
 #include "gpu/host_emulation.h"
@@ -68,12 +69,13 @@ Array DeviceArray::emulated_memory() const {
 
 Array DeviceArray::to_host(void* stream) const {
   if (!storage_) throw Error("DeviceArray::to_host: an empty (default-constructed) device array");
-  if (!on_gpu_) return emulated_memory().clone();
-  Array out = Array::uninitialized(shape_, dtype_);
-  if (nbytes() > 0) {
-    copy_device_to_host(out.raw_data(), ptr_, static_cast<size_t>(nbytes()), stream);
-    Device::get().synchronize(stream);
+  if (!on_gpu_) {
+    async_calls::raise_pending(stream);
+    return emulated_memory().clone();
   }
+  Array out = Array::uninitialized(shape_, dtype_);
+  if (nbytes() > 0) copy_device_to_host(out.raw_data(), ptr_, static_cast<size_t>(nbytes()), stream);
+  synchronize_stream(stream);  // (raising what the asynchronous calls before recorded)
   return out;
 }
 
@@ -107,9 +109,16 @@ DeviceArray DeviceArray::from_dlpack(DLManagedTensor* tensor) {
   return d;
 }
 
-std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vector<DeviceArray>& all_args, void* stream) {
+// call_on_device (`wait`) and call_on_device_async.
+struct DeviceCalls {
+  static std::vector<DeviceArray> run(const PallasCall& call, const std::vector<DeviceArray>& all_args, void* stream,
+                                      bool wait);
+};
+
+std::vector<DeviceArray> DeviceCalls::run(const PallasCall& call, const std::vector<DeviceArray>& all_args,
+                                          void* stream, bool wait) {
   PallasCallImpl& c = *call.impl();
-  const std::string who = "call_on_device(" + c.func_src_info() + ")";
+  const std::string who = std::string(wait ? "call_on_device(" : "call_on_device_async(") + c.func_src_info() + ")";
   if (c.backend != "mosaic_gpu" && c.backend != "gpu_emulate")
     throw Error(who + ": device arrays run on the GPU backend (backend \"mosaic_gpu\") or its emulation "
                       "(\"gpu_emulate\"); this call's backend is \"" + c.backend + "\"",
@@ -145,7 +154,13 @@ std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vecto
     std::vector<Array> host_args;
     for (const DeviceArray& a : args) host_args.push_back(a.emulated_memory());
     std::shared_ptr<const GeneratedKernel> k = emulated_kernel(c, *tc, grid);
-    std::vector<Array> outs = run_host_emulation(*tc, *k, host_args, grid, emulation_threads(*k));
+    // (It runs now either way; without waiting, what it records waits for the stream's next
+    // synchronizing point, as on the GPU.)
+    std::exception_ptr recorded;
+    std::vector<Array> outs =
+        run_host_emulation(*tc, *k, host_args, grid, emulation_threads(*k), nullptr, wait ? nullptr : &recorded);
+    async_calls::note_error(stream, recorded);  // (after an earlier call's, which comes first)
+    if (wait) async_calls::raise_pending(stream);
     std::vector<DeviceArray> result;
     for (int o = 0; o < gm.num_outputs; ++o) {
       auto alias = alias_of_output.find(o);
@@ -189,8 +204,22 @@ std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vecto
     }
     ptrs.push_back(result.back().data_ptr());
   }
-  launch_generated(*tc, loaded->kernel, loaded->function, ptrs, grid, stream);
+  // Without waiting, the launch keeps the traced call and the kernel alive until it is retired.
+  std::shared_ptr<const void> owner;
+  if (!wait) owner = std::make_shared<std::pair<std::shared_ptr<const TracedCall>, std::shared_ptr<const LoadedKernel>>>(tc, loaded);
+  launch_generated(*tc, loaded->kernel, loaded->function, ptrs, grid, stream, std::move(owner));
   return result;
 }
+
+std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vector<DeviceArray>& args, void* stream) {
+  return DeviceCalls::run(call, args, stream, /*wait=*/true);
+}
+
+std::vector<DeviceArray> call_on_device_async(const PallasCall& call, const std::vector<DeviceArray>& args,
+                                              void* stream) {
+  return DeviceCalls::run(call, args, stream, /*wait=*/false);
+}
+
+void synchronize(void* stream) { synchronize_stream(stream); }
 
 }  // namespace pallas::gpu

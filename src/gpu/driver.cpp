@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#include "gpu/async_calls.h"
 #include "gpu/cuda_libs.h"
 #include "gpu/profiler.h"
 #include "pallas/error.h"
@@ -422,14 +423,103 @@ const TensorMapEncoder& tensor_map_encoder(const Device& d) {
   return cached;
 }
 
+// The error record of a launch whose stream has synchronized (the record's copy enqueued after
+// the kernel when the flag is not mapped): the error it names (null if none). Gives the buffers back.
+std::exception_ptr retire_launch(std::unique_ptr<LaunchBuffers> buffers, const TracedCall& call,
+                                 const GeneratedKernel& k, void* stream) {
+  Device& d = Device::get();
+  const volatile int64_t* flag = buffers->host + kErrorRecordWords;
+  if (buffers->mapped && *flag != 0) {
+    buffers->err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
+    d.check(d.api().StreamSynchronize(stream), "cuStreamSynchronize (the error record)");
+  }
+  int64_t record[kErrorRecordWords] = {};
+  if (!buffers->mapped || *flag != 0) std::copy(buffers->host, buffers->host + kErrorFlagWord, record);
+  buffers->err_dirty = record[0] != 0;
+  LaunchBufferPool::get().give_back(std::move(buffers));
+  if (record[0] == 0) return nullptr;
+  try {
+    throw_kernel_error(call, k, record);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+// Launches queued without waiting (launch_generated with an owner), per stream, oldest first:
+// their buffers stay theirs until the stream has synchronized.
+struct PendingLaunch {
+  void* stream;
+  std::unique_ptr<LaunchBuffers> buffers;
+  std::shared_ptr<const void> owner;  // keeps `call` and `k` alive
+  const TracedCall* call;
+  const GeneratedKernel* k;
+};
+std::mutex pending_mu;
+std::vector<PendingLaunch>& pending_launches() {
+  static std::vector<PendingLaunch>* launches = new std::vector<PendingLaunch>;
+  return *launches;
+}
+// At most this many launches, or workspace bytes, wait on a stream; the next one synchronizes it
+// first (their errors then wait for the next synchronizing point): a bound on the buffers held.
+constexpr size_t kMaxPendingLaunches = 32;
+constexpr size_t kMaxPendingWorkspaceBytes = size_t{256} << 20;
+
+// Retires the launches pending on `stream`, which has synchronized: the first error they recorded
+// becomes the stream's pending error (async_calls).
+void retire_pending_launches(void* stream) {
+  std::vector<PendingLaunch> mine;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu);
+    std::vector<PendingLaunch>& all = pending_launches();
+    for (auto it = all.begin(); it != all.end();) {
+      if (it->stream == stream) {
+        mine.push_back(std::move(*it));
+        it = all.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (PendingLaunch& p : mine)
+    async_calls::note_error(stream, retire_launch(std::move(p.buffers), *p.call, *p.k, stream));
+}
+
+size_t pending_launches_on(void* stream, size_t* workspace_bytes = nullptr) {
+  std::lock_guard<std::mutex> lock(pending_mu);
+  size_t n = 0, bytes = 0;
+  for (const PendingLaunch& p : pending_launches())
+    if (p.stream == stream) ++n, bytes += p.buffers->workspace.bytes();
+  if (workspace_bytes) *workspace_bytes = bytes;
+  return n;
+}
+
 }  // namespace
 
+void synchronize_stream(void* stream) {
+  if (pending_launches_on(stream) > 0 || driver_unavailable_reason().empty()) {
+    Device::get().synchronize(stream);
+    retire_pending_launches(stream);
+  }
+  async_calls::raise_pending(stream);
+}
+
 void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
-                      const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream) {
+                      const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream,
+                      std::shared_ptr<const void> owner) {
   Device& d = Device::get();
   const DriverApi& api = d.api();
   const int64_t points = parallel_points(k, grid);
   if (points == 0) return;
+  // Profiling reads its buffer back after the kernel: such a launch waits.
+  const bool wait = !owner || profile_buffer_words(k, grid) > 0;
+  if (!wait) {
+    size_t held = 0;
+    if (pending_launches_on(stream, &held) >= kMaxPendingLaunches || held >= kMaxPendingWorkspaceBytes) {
+      d.synchronize(stream);
+      retire_pending_launches(stream);
+    }
+  }
   // A grid-stride loop over the parallel points (launch_ctas). With clusters, a whole number of
   // them (the points are too): a CTA's rank in its 1-D cluster is then its point's rank, which the
   // kernel decodes the cluster axes from.
@@ -461,17 +551,17 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   d.check(api.LaunchKernelEx(&launch.cfg, function, params, nullptr), "cuLaunchKernelEx");
   // (A throw below drops the buffers altogether.)
   if (!buffers->mapped) err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
-  d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
-  const volatile int64_t* flag = buffers->host + kErrorRecordWords;
-  if (buffers->mapped && *flag != 0) {
-    err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
-    d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the error record)");
+  if (!wait) {
+    std::lock_guard<std::mutex> lock(pending_mu);
+    pending_launches().push_back({stream, std::move(buffers), std::move(owner), &call, &k});
+    return;
   }
-  int64_t record[kErrorRecordWords] = {};
-  if (!buffers->mapped || *flag != 0) std::copy(buffers->host, buffers->host + kErrorFlagWord, record);
-  buffers->err_dirty = record[0] != 0;
-  LaunchBufferPool::get().give_back(std::move(buffers));
-  if (record[0] != 0) throw_kernel_error(call, k, record);
+  d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
+  // Earlier asynchronous calls on the stream have finished too: their error comes first.
+  retire_pending_launches(stream);
+  const std::exception_ptr error = retire_launch(std::move(buffers), call, k, stream);
+  async_calls::raise_pending(stream);
+  if (error) std::rethrow_exception(error);
   if (profile_words > 0) {
     std::vector<uint64_t> events(profile_words);
     profile.download(events.data(), profile_words * sizeof(uint64_t), stream);

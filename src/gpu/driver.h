@@ -109,8 +109,16 @@ void* load_function(const std::vector<char>& image, const GeneratedKernel& k);
 
 // Runs loaded kernel `function` of `k`: operands already on the device (`operand_ptrs`, in the
 // kernel's order: prefetch, inputs, outputs), on `stream` (null: the default stream), and waits
-// for it. Raises the interpreters' error when the kernel recorded one.
+// for it. Raises the interpreters' error when the kernel recorded one — after the error of an
+// earlier asynchronous launch on the stream, if one recorded any. With an `owner` (keeping `call`
+// and `k` alive) it returns once the kernel is queued (unless it profiles): what the kernel
+// records is raised at the stream's next synchronizing point (synchronize_stream, a waiting
+// launch, DeviceArray::to_host).
 void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
-                      const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream);
+                      const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream,
+                      std::shared_ptr<const void> owner = nullptr);
+// Waits for `stream` (where a GPU is present or launches are pending on it) and raises the first
+// error its asynchronous launches — GPU or emulated (async_calls) — recorded since the last time.
+void synchronize_stream(void* stream);
 
 }  // namespace pallas::gpu

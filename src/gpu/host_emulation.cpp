@@ -222,7 +222,7 @@ static bool emulated_tensor_map(const TensorMapSpec& spec, uint64_t address, uin
 
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
                                       const std::vector<Array>& args, const std::vector<int64_t>& grid,
-                                      int threads, HostEmulationStats* stats) {
+                                      int threads, HostEmulationStats* stats, std::exception_ptr* deferred_error) {
   const GridMapping& gm = call.grid_mapping;
   const int num_index = gm.num_index_operands, num_in = gm.num_inputs, num_out = gm.num_outputs;
   if (static_cast<int>(args.size()) != num_index + num_in)
@@ -289,7 +289,15 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
       stats->tma_boxes = static_cast<int64_t>(kernel.tma_count());
     }
   }
-  if (err[0] != 0) throw_kernel_error(call, k, err);
+  if (err[0] != 0) {
+    if (!deferred_error) throw_kernel_error(call, k, err);
+    try {
+      throw_kernel_error(call, k, err);
+    } catch (...) {
+      *deferred_error = std::current_exception();
+    }
+    return outputs;
+  }
   if (!profile.empty()) write_profile_trace(call, k, grid, profile.data());
   return outputs;
 }

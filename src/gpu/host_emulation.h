@@ -6,6 +6,8 @@
 // interpreter on a machine without a GPU. It is not a performance path.
 #pragma once
 
+#include <exception>
+
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -31,9 +33,12 @@ struct HostEmulationStats {
   int64_t wgmma_instructions = 0;  // warpgroup-wide wgmma.mma_async instructions
   int64_t tma_boxes = 0;           // TMA tensor copies (cp.async.bulk.tensor) of the ring
 };
+// `deferred_error` (asynchronous calls on device arrays): the error the kernel recorded goes
+// there instead of being thrown (errors found before the kernel runs are still thrown).
 std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKernel& k,
                                       const std::vector<Array>& args, const std::vector<int64_t>& grid,
-                                      int threads = 1, HostEmulationStats* stats = nullptr);
+                                      int threads = 1, HostEmulationStats* stats = nullptr,
+                                      std::exception_ptr* deferred_error = nullptr);
 // The most host threads one run starts (CTAs at once x threads each; a co-resident kernel runs
 // all its CTAs at once, and a larger grid is a pallas::Error).
 inline constexpr int64_t kMaxHostEmulationThreads = 4096;

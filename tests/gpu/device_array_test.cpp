@@ -109,6 +109,57 @@ TEST_P(DeviceArrays, AWrittenInputThatIsNotAliasedStaysUnchanged) {
   }
 }
 
+// o = x * a + 1 over a grid of 5 blocks of 128 of a 512-element x: the fifth block is out of
+// bounds, which the kernel records (the interpreters' error).
+pl::PallasCall overrun(const std::string& backend) {
+  pl::CallOptions o;
+  o.grid = {5};
+  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.backend = backend;
+  o.name = "overrun";
+  return pl::pallas_call([](pl::Ref x, pl::Ref out) { out[pl::all] = x[pl::all] + 1.0f; },
+                         pl::ShapeDtype({512}, pl::f32), o);
+}
+
+// call_on_device_async: calls chain without waiting; what a kernel records is raised at the
+// stream's next synchronizing point (synchronize, to_host, a waiting call), once.
+TEST_P(DeviceArrays, AsyncCallsRaiseWhatTheyRecordedAtTheNextSynchronizingPoint) {
+  const pl::Array x = ramp(512);
+  pl::PallasCall twice = affine(GetParam(), 2.0f), thrice = affine(GetParam(), 3.0f);
+  auto expect_chain = [&](const plgpu::DeviceArray& z) {
+    const pl::Array got = z.to_host();
+    for (int64_t i = 0; i < 512; ++i)
+      ASSERT_EQ(got.data<float>()[i], (x.data<float>()[i] * 2.0f + 1.0f) * 3.0f + 1.0f) << i;
+  };
+  plgpu::DeviceArray dx = put(x);
+  expect_chain(plgpu::call_on_device_async(thrice, {plgpu::call_on_device_async(twice, {dx}).at(0)}).at(0));
+  EXPECT_NO_THROW(plgpu::synchronize());  // (nothing recorded)
+
+  // A failing call, and calls after it: synchronize raises its error, and only once.
+  const std::string expected = "Out-of-bounds block index (4,) for input \"args[0]\" in iteration (4,)";
+  EXPECT_NO_THROW(plgpu::call_on_device_async(overrun(GetParam()), {dx}));
+  plgpu::DeviceArray y;
+  EXPECT_NO_THROW(y = plgpu::call_on_device_async(twice, {dx}).at(0));
+  EXPECT_NO_THROW(plgpu::call_on_device_async(overrun(GetParam()), {dx}));
+  EXPECT_CONTAINS(error_of([&] { plgpu::synchronize(); }), expected);
+  EXPECT_NO_THROW(plgpu::synchronize());
+  expect_chain(plgpu::call_on_device(thrice, {y}).at(0));  // (y was computed all the same)
+
+  // to_host and a waiting call are synchronizing points too.
+  EXPECT_NO_THROW(plgpu::call_on_device_async(overrun(GetParam()), {dx}));
+  EXPECT_CONTAINS(error_of([&] { dx.to_host(); }), expected);
+  EXPECT_NO_THROW(dx.to_host());
+  EXPECT_NO_THROW(plgpu::call_on_device_async(overrun(GetParam()), {dx}));
+  EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(twice, {dx}); }), expected);
+  EXPECT_NO_THROW(plgpu::synchronize());
+
+  // Errors in the call itself are raised at once.
+  EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device_async(twice, {plgpu::DeviceArray()}); }),
+                  "call_on_device_async(kernel at device_array_test.cpp:");
+  EXPECT_NO_THROW(plgpu::synchronize());
+}
+
 // The dynamic grid sizes lead the operands, as device scalars: read back to the host.
 TEST_P(DeviceArrays, DynamicGridSizesAreDeviceScalars) {
   const pl::Array x = ramp(512);
