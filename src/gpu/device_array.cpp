@@ -204,9 +204,21 @@ std::vector<DeviceArray> DeviceCalls::run(const PallasCall& call, const std::vec
     }
     ptrs.push_back(result.back().data_ptr());
   }
-  // Without waiting, the launch keeps the traced call and the kernel alive until it is retired.
+  // Without waiting, the launch keeps the traced call, the kernel and every array it uses alive
+  // until it is retired: a private copy (dropped here) or an array its caller drops must not be
+  // freed under the running kernel where freeing is not stream-ordered (outside the pool).
   std::shared_ptr<const void> owner;
-  if (!wait) owner = std::make_shared<std::pair<std::shared_ptr<const TracedCall>, std::shared_ptr<const LoadedKernel>>>(tc, loaded);
+  if (!wait) {
+    struct InFlight {
+      std::shared_ptr<const TracedCall> tc;
+      std::shared_ptr<const LoadedKernel> loaded;
+      std::vector<DeviceArray> arrays;
+    };
+    auto in_flight = std::make_shared<InFlight>(InFlight{tc, loaded, args});
+    in_flight->arrays.insert(in_flight->arrays.end(), private_copies.begin(), private_copies.end());
+    in_flight->arrays.insert(in_flight->arrays.end(), result.begin(), result.end());
+    owner = std::move(in_flight);
+  }
   launch_generated(*tc, loaded->kernel, loaded->function, ptrs, grid, stream, std::move(owner));
   return result;
 }
