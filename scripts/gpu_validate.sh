@@ -96,6 +96,13 @@ if [ -x "$SAN" ]; then
         log "FAIL  compute-sanitizer $tool ws_matmul $v:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
       fi
     done
+    # Device arrays: chained, asynchronous (stop 37: launches retired at synchronize), DLPack.
+    if OPENBLAS_NUM_THREADS=1 run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas_tests" \
+         --gtest_filter='*DeviceArrays*mosaic_gpu*' >"$OUT/san.log" 2>&1; then
+      log "ok    compute-sanitizer $tool device arrays"
+    else
+      log "FAIL  compute-sanitizer $tool device arrays:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
+    fi
   done
   rm -f "$OUT/san.log"
 else
