@@ -63,6 +63,10 @@ struct RunOptions {
   // flight (its ring's slots); 0: the example's default.
   int tile_n = 0;
   int stages = 0;
+  // The shared memory a CTA may use where the kernel runs, for the examples whose default
+  // pipeline depth follows it (ws_matmul); 0: with backend "gpu", this machine's GPU's
+  // (gpu::device_shared_memory_limit), else an H100's 227 KiB.
+  int64_t shared_memory_limit = 0;
 
   bool uses_tpu_interpret_options() const {
     return devices != 0 || cores != 0 || !dma_mode.empty() || detect_races;

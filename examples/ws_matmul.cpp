@@ -2,8 +2,9 @@
 // plgpu.kernel), the structure of Hopper matmul kernels. Each CTA computes a (128, N) tile of
 // the output (N = 128 by default for bf16 / f16, 64 for f32; `--tile-n`) with three Pallas
 // threads (warpgroups): thread 2, the producer, streams K-steps of x and y into a ring of
-// shared-memory slots (4 by default, 2 for f32; `--stages`); threads 0 and 1, the consumers, each accumulate
-// 64 rows of the tile with wgmma into an f32 accumulator (registers on the GPU) and hand each slot
+// shared-memory slots (4 by default, fewer where the GPU's shared memory holds fewer, 2 for f32;
+// `--stages`); threads 0 and 1, the consumers, each accumulate 64 rows of the tile with wgmma
+// into an f32 accumulator (registers on the GPU) and hand each slot
 // back once the wgmma reading it is done, one step later (wgmma_wait(1)). A slot's "full"
 // barrier completes when both of its copies have landed, its "free" barrier when both consumers
 // are done with it. Each consumer writes its rows out through shared memory: it stores the
@@ -56,6 +57,34 @@ struct Tiling {
   int64_t tile_n = 0, slots = 0;
   bool smem_epilogue() const { return tile_n <= kWidestSmemEpilogue; }
 };
+
+// The kernel's scratch: x's and y's ring slots, the consumers' accumulators, each slot's "full"
+// and "free" barriers, and (tiles up to 128 columns) the epilogue's SMEM tile.
+std::vector<pl::ScratchShape> scratch_of(const Tiling& t, DType dtype) {
+  const int64_t slots = t.slots;
+  std::vector<pl::ScratchShape> scratch = {plgpu::SMEM({slots, kTileM, kStepK}, dtype),
+                                           plgpu::SMEM({slots, kStepK, t.tile_n}, dtype),
+                                           plgpu::ACC({2, kConsumerRows, t.tile_n}),
+                                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = static_cast<int>(slots)},
+                                           plgpu::ClusterBarrier{.collective_axes = {"r", "c"}, .num_arrivals = 2,
+                                                                 .num_barriers = static_cast<int>(slots)}};
+  if (t.smem_epilogue()) scratch.push_back(plgpu::SMEM({2, kConsumerRows, t.tile_n}, pl::f32));
+  return scratch;
+}
+
+// Without --stages: 4 slots (2 for f32), or as many as the device's shared memory holds, down to
+// 2 — an A100's 163 KiB holds 3 of bf16's 128 x 128 tiles beside the epilogue's (4 take 192 KiB).
+// (1 KiB spare for what the code generator adds: alignment of the swizzled slots.)
+int64_t default_slots(const RunOptions& opts, int64_t tile_n) {
+  const int64_t most = opts.dtype == DType::F32 ? kDefaultStagesF32 : kDefaultStages;
+  int64_t limit = opts.shared_memory_limit;
+  if (limit == 0 && opts.backend == "gpu") limit = plgpu::device_shared_memory_limit().value_or(0);
+  if (limit == 0) return most;
+  for (int64_t slots = most; slots > 2; --slots)
+    if (plgpu::shared_memory_bytes(scratch_of({.tile_n = tile_n, .slots = slots}, opts.dtype)) + 1024 <= limit)
+      return slots;
+  return 2;
+}
 
 // Which output tiles a CTA computes: its own, from its grid indices i and j; or, in a persistent
 // grid (`--persistent P`: P CTAs, P / (M N) clusters), the cluster tiles (M row blocks along i and
@@ -156,9 +185,7 @@ Problem build(const RunOptions& opts) {
     throw UsageError("ws_matmul: size must be a multiple of --tile-n (" + std::to_string(tile_n) + "), got " +
                      std::to_string(n));
   const Tiling tiling{.tile_n = tile_n,
-                      .slots = opts.stages != 0                 ? opts.stages
-                               : opts.dtype == DType::F32 ? kDefaultStagesF32
-                                                          : kDefaultStages};
+                      .slots = opts.stages != 0 ? opts.stages : default_slots(opts, tile_n)};
   if (tiling.slots < 2)
     throw UsageError("ws_matmul: --stages must be at least 2 (a consumer holds two slots: the step its wgmma "
                      "reads and the one before, until its wgmma_wait(1)), got " + std::to_string(tiling.slots));
@@ -183,14 +210,7 @@ Problem build(const RunOptions& opts) {
                        " (a cluster per tile), got " + std::to_string(opts.persistent));
     tiles.persistent_clusters = opts.persistent / cluster_ctas;
   }
-  std::vector<pl::ScratchShape> scratch = {plgpu::SMEM({slots, kTileM, kStepK}, opts.dtype),
-                                           plgpu::SMEM({slots, kStepK, tile_n}, opts.dtype),
-                                           plgpu::ACC({2, kConsumerRows, tile_n}),
-                                           plgpu::Barrier{.num_arrivals = 2, .num_barriers = static_cast<int>(slots)},
-                                           plgpu::ClusterBarrier{.collective_axes = {"r", "c"}, .num_arrivals = 2,
-                                                                 .num_barriers = static_cast<int>(slots)}};
-  if (tiling.smem_epilogue()) scratch.push_back(plgpu::SMEM({2, kConsumerRows, tile_n}, pl::f32));
-  pl::CallOptions options = on_backend({.scratch_shapes = scratch, .name = "ws_matmul"}, opts);
+  pl::CallOptions options = on_backend({.scratch_shapes = scratch_of(tiling, opts.dtype), .name = "ws_matmul"}, opts);
   pl::PallasCall call = plgpu::kernel(
       [k_steps, tiling, tiles](const std::vector<pl::Ref>& refs) {
         // x, y, z; x_s, y_s, acc, full, free [, out_s]

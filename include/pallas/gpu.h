@@ -129,6 +129,10 @@ inline constexpr int64_t kMaxSharedMemoryBytes = 227 * 1024;
 // barrier aligned to 8 bytes; a Union its largest member, starting 16-byte aligned); ACC scratch
 // (registers) and Semaphores (GMEM) are not counted.
 int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch);
+// The shared memory a CTA may use on this machine's GPU (the driver's opt-in limit per block:
+// 227 KiB on an H100, 163 KiB on an A100); nullopt without a usable GPU. For kernels that size
+// their scratch to the device (ws_matmul's default pipeline depth).
+std::optional<int64_t> device_shared_memory_limit();
 
 namespace detail {
 PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, const Mesh& mesh,

@@ -14,6 +14,7 @@
 #include "gpu/cuda_libs.h"
 #include "gpu/profiler.h"
 #include "pallas/error.h"
+#include "pallas/gpu.h"
 
 namespace pallas::gpu {
 
@@ -495,6 +496,15 @@ size_t pending_launches_on(void* stream, size_t* workspace_bytes = nullptr) {
 }
 
 }  // namespace
+
+std::optional<int64_t> device_shared_memory_limit() {
+  if (!driver_unavailable_reason().empty()) return std::nullopt;
+  try {
+    return Device::get().max_shared_per_block();
+  } catch (const Error&) {  // (a driver but no usable device)
+    return std::nullopt;
+  }
+}
 
 void synchronize_stream(void* stream) {
   if (pending_launches_on(stream) > 0 || driver_unavailable_reason().empty()) {

@@ -285,6 +285,32 @@ TEST(Examples, WsMatmulTakesOtherTilings) {
   }
 }
 
+// Without --stages ws_matmul takes as many ring slots as the device's shared memory holds, up to
+// 4 (2 for f32): by hand, a bf16 128 x 128 slot pair is 32 KiB beside the 64 KiB epilogue tile
+// (4: 192 KiB, 3: 160 KiB), a 128 x 256 one 48 KiB with no epilogue tile (4: 192, 3: 144).
+TEST(Examples, WsMatmulsDefaultDepthFollowsTheDevicesSharedMemory) {
+  struct Case { int64_t limit; int tile_n; pl::DType t; int64_t slots; };
+  for (const Case& c : {Case{0, 0, pl::bf16, 4}, Case{227 * 1024, 0, pl::bf16, 4}, Case{163 * 1024, 0, pl::bf16, 3},
+                        Case{99 * 1024, 0, pl::bf16, 2}, Case{163 * 1024, 256, pl::f16, 3},
+                        Case{227 * 1024, 256, pl::bf16, 4}, Case{227 * 1024, 0, pl::f32, 2}}) {
+    SCOPED_TRACE("limit " + std::to_string(c.limit) + " tile_n " + std::to_string(c.tile_n) + " " +
+                 std::string(pl::dtype_name(c.t)));
+    ex::Problem p = ex::find("ws_matmul").build(
+        {.seed = 5, .size = 256, .dtype = c.t, .tile_n = c.tile_n, .shared_memory_limit = c.limit});
+    std::vector<pl::ShapeDtype> sig;
+    for (const pl::Array& a : p.inputs) sig.push_back(a.shape_dtype());
+    const pl::Shape& x_slots = p.call.trace(sig)->grid_mapping.scratch_types.at(0).shape;
+    EXPECT_EQ(x_slots.at(0), c.slots);
+    if (c.limit == 163 * 1024 && c.tile_n == 0) {  // (what an A100 gets runs)
+      ex::Outcome o = ex::run(p);
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  }
+  // --stages still decides where given (the launch then checks it against the device).
+  ex::Problem p = ex::find("ws_matmul").build({.size = 256, .dtype = pl::bf16, .stages = 4, .shared_memory_limit = 163 * 1024});
+  EXPECT_EQ(p.call.trace({p.inputs[0].shape_dtype(), p.inputs[1].shape_dtype()})->grid_mapping.scratch_types.at(0).shape.at(0), 4);
+}
+
 // The persistent-grid reduction with a GMEM semaphore, interpreted and compiled (host emulation;
 // the GPU in scripts/gpu_validate.sh). Both outputs are checked: the column sums and each CTA's
 // partial row, which only come out right if CTA c summed blocks c, c + 16, ...
