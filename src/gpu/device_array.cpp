@@ -155,11 +155,10 @@ std::vector<DeviceArray> DeviceCalls::run(const PallasCall& call, const std::vec
     for (const DeviceArray& a : args) host_args.push_back(a.emulated_memory());
     std::shared_ptr<const GeneratedKernel> k = emulated_kernel(c, *tc, grid);
     // (It runs now either way; without waiting, what it records waits for the stream's next
-    // synchronizing point, as on the GPU.)
+    // synchronizing point, as on the GPU. Waiting, an earlier asynchronous call's error comes first.)
     std::exception_ptr recorded;
-    std::vector<Array> outs =
-        run_host_emulation(*tc, *k, host_args, grid, emulation_threads(*k), nullptr, wait ? nullptr : &recorded);
-    async_calls::note_error(stream, recorded);  // (after an earlier call's, which comes first)
+    std::vector<Array> outs = run_host_emulation(*tc, *k, host_args, grid, emulation_threads(*k), nullptr, &recorded);
+    async_calls::note_error(stream, recorded);
     if (wait) async_calls::raise_pending(stream);
     std::vector<DeviceArray> result;
     for (int o = 0; o < gm.num_outputs; ++o) {
