@@ -50,6 +50,16 @@ constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, k
 constexpr int kFuncAttrMaxDynamicSmem = 8, kFuncAttrNonPortableClusterSizeAllowed = 14;
 constexpr unsigned kMemHostAllocDeviceMap = 0x02;
 constexpr int kAttrMemoryPoolsSupported = 115, kMemPoolAttrReleaseThreshold = 4;
+// cuda.h's CUmemPoolProps (CUDA 13.0): pinned device memory (allocType 1) on device `id`
+// (location type 1), no export handles (0).
+struct CUmemPoolProps {
+  int allocType = 1, handleTypes = 0, locationType = 1, locationId = 0;
+  void* win32SecurityAttributes = nullptr;
+  size_t maxSize = 0;  // (0: the system's default)
+  unsigned short usage = 0;
+  unsigned char reserved[54] = {};
+};
+static_assert(sizeof(CUmemPoolProps) == 88, "the driver's CUmemPoolProps layout");
 }  // namespace
 
 struct DriverApi {
@@ -81,9 +91,9 @@ struct DriverApi {
   CUresult (*CtxSynchronize)();
   CUresult (*GetErrorString)(CUresult, const char**);
   // The stream-ordered allocator (CUDA 11.2; null: unknown). The pool is a CUmemoryPool handle.
-  CUresult (*DeviceGetDefaultMemPool)(void**, CUdevice);
+  CUresult (*MemPoolCreate)(void**, const CUmemPoolProps*);
   CUresult (*MemPoolSetAttribute)(void*, int, void*);
-  CUresult (*MemAllocAsync)(CUdeviceptr*, size_t, CUstream);
+  CUresult (*MemAllocFromPoolAsync)(CUdeviceptr*, size_t, void*, CUstream);
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
 };
 
@@ -127,9 +137,9 @@ Device& Device::get() {
     PALLAS_SYM(GetErrorString, "cuGetErrorString");
 #undef PALLAS_SYM
 #define PALLAS_OPTIONAL_SYM(field, name) api->field = reinterpret_cast<decltype(api->field)>(dlsym(h, name))
-    PALLAS_OPTIONAL_SYM(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool");
+    PALLAS_OPTIONAL_SYM(MemPoolCreate, "cuMemPoolCreate");
     PALLAS_OPTIONAL_SYM(MemPoolSetAttribute, "cuMemPoolSetAttribute");
-    PALLAS_OPTIONAL_SYM(MemAllocAsync, "cuMemAllocAsync");
+    PALLAS_OPTIONAL_SYM(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
     PALLAS_OPTIONAL_SYM(MemFreeAsync, "cuMemFreeAsync");
 #undef PALLAS_OPTIONAL_SYM
     auto* d = new Device;
@@ -144,16 +154,21 @@ Device& Device::get() {
     d->check(api->DeviceGetAttribute(&v, kAttrMaxSmemOptin, d->device_), "cuDeviceGetAttribute");
     d->max_smem_optin_ = v;
     // The pool: a call allocating its outputs then costs no cuMemAlloc (a driver round trip) and
-    // its free no cuMemFree (which waits for the device).
+    // its free no cuMemFree (which waits for the device). A pool of our own, which keeps what is
+    // freed (release threshold: all) — not the device's default pool, whose settings belong to
+    // whoever else in the process allocates from it (cudaMallocAsync: CuPy, JAX's allocator).
     const char* no_pool = std::getenv("PALLAS_GPU_NO_POOL");
     int pools = 0;
     void* pool = nullptr;
-    if (api->DeviceGetDefaultMemPool && api->MemPoolSetAttribute && api->MemAllocAsync && api->MemFreeAsync &&
+    CUmemPoolProps props;
+    props.locationId = d->device_;
+    if (api->MemPoolCreate && api->MemPoolSetAttribute && api->MemAllocFromPoolAsync && api->MemFreeAsync &&
         !(no_pool && std::string(no_pool) == "1") &&
         api->DeviceGetAttribute(&pools, kAttrMemoryPoolsSupported, d->device_) == 0 && pools != 0 &&
-        api->DeviceGetDefaultMemPool(&pool, d->device_) == 0) {
+        api->MemPoolCreate(&pool, &props) == 0) {
       uint64_t keep_all = ~uint64_t{0};
       d->pooled_ = api->MemPoolSetAttribute(pool, kMemPoolAttrReleaseThreshold, &keep_all) == 0;
+      d->pool_ = d->pooled_ ? pool : nullptr;  // (never destroyed: the process's, as the device)
     }
     return d;
   }();
@@ -183,7 +198,7 @@ DeviceBuffer::DeviceBuffer(size_t bytes, void* stream, bool from_pool) : bytes_(
   const size_t n = std::max<size_t>(bytes, 1);
   // (A pool allocation that fails, e.g. out of memory while the pool holds freed blocks another
   // stream has not released yet, gets one more chance from cuMemAlloc.)
-  pooled_ = from_pool && d.pooled() && d.api().MemAllocAsync(&p, n, stream) == 0;
+  pooled_ = from_pool && d.pooled() && d.api().MemAllocFromPoolAsync(&p, n, d.pool(), stream) == 0;
   if (!pooled_) d.check(d.api().MemAlloc(&p, n), "cuMemAlloc");
   ptr_ = p;
 }

@@ -34,12 +34,14 @@ class Device {
   void synchronize(void* stream) const;
   // Throws pallas::Error naming the call and the driver's message when rc != 0.
   void check(int rc, const char* what) const;
-  // Whether device memory comes from the device's stream-ordered pool (cuMemAllocAsync /
+  // Whether device memory comes from a stream-ordered pool (cuMemAllocFromPoolAsync /
   // cuMemFreeAsync), which keeps what is freed for the next allocation instead of giving it back
-  // to the driver: the default pool, its release threshold raised once for the process (so
-  // synchronizing does not trim it). False without pool support, with a driver lacking the
-  // entry points, or with PALLAS_GPU_NO_POOL=1 (then cuMemAlloc / cuMemFree).
+  // to the driver: a pool of the library's own (cuMemPoolCreate; the device's default pool is left
+  // as it is), its release threshold at "keep everything" (so synchronizing does not trim it).
+  // False without pool support, with a driver lacking the entry points, or with
+  // PALLAS_GPU_NO_POOL=1 (then cuMemAlloc / cuMemFree).
   bool pooled() const { return pooled_; }
+  void* pool() const { return pool_; }  // the CUmemoryPool device memory comes from, when pooled()
 
  private:
   Device() = default;
@@ -49,6 +51,7 @@ class Device {
   int cc_major_ = 0, cc_minor_ = 0, sms_ = 0;
   int64_t max_smem_optin_ = 0;
   bool pooled_ = false;
+  void* pool_ = nullptr;
 };
 
 // Device memory, freed on destruction. From the device's pool (Device::pooled) the allocation is
