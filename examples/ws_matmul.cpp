@@ -189,7 +189,6 @@ Problem build(const RunOptions& opts) {
   if (tiling.slots < 2)
     throw UsageError("ws_matmul: --stages must be at least 2 (a consumer holds two slots: the step its wgmma "
                      "reads and the one before, until its wgmma_wait(1)), got " + std::to_string(tiling.slots));
-  const int64_t slots = tiling.slots;
   const int64_t cluster = opts.cluster == 0 ? 1 : opts.cluster;  // CTAs along j sharing x's blocks
   const int64_t rows = opts.cluster_rows == 0 ? 1 : opts.cluster_rows;  // CTAs along i sharing y's
   if ((n / tile_n) % cluster != 0 || (cluster & (cluster - 1)) != 0)

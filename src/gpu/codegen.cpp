@@ -1237,6 +1237,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   return out;
 }
 
+std::exception_ptr kernel_error(const TracedCall& call, const GeneratedKernel& k, const int64_t* err) {
+  try {
+    throw_kernel_error(call, k, err);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const int64_t* err) {
   const int64_t site_no = err[0] - 1;
   if (site_no < 0 || site_no >= static_cast<int64_t>(k.error_sites.size()))

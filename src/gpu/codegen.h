@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -260,6 +261,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
 // Raises the pallas::Error the interpreters raise for the failure a kernel recorded in `err`.
 [[noreturn]] void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k,
                                      const int64_t* err);
+// The same error as an exception_ptr, to raise later (asynchronous calls on device arrays).
+std::exception_ptr kernel_error(const TracedCall& call, const GeneratedKernel& k, const int64_t* err);
 
 // Whether the emitter has a lowering for the op (the op-table test walks every op).
 bool cuda_emitter_supports(ir::OpCode code);

@@ -453,13 +453,7 @@ std::exception_ptr retire_launch(std::unique_ptr<LaunchBuffers> buffers, const T
   if (!buffers->mapped || *flag != 0) std::copy(buffers->host, buffers->host + kErrorFlagWord, record);
   buffers->err_dirty = record[0] != 0;
   LaunchBufferPool::get().give_back(std::move(buffers));
-  if (record[0] == 0) return nullptr;
-  try {
-    throw_kernel_error(call, k, record);
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
+  return record[0] == 0 ? nullptr : kernel_error(call, k, record);
 }
 
 // Launches queued without waiting (launch_generated with an owner), per stream, oldest first:
@@ -537,7 +531,8 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   const int64_t points = parallel_points(k, grid);
   if (points == 0) return;
   // Profiling reads its buffer back after the kernel: such a launch waits.
-  const bool wait = !owner || profile_buffer_words(k, grid) > 0;
+  const size_t profile_words = profile_buffer_words(k, grid);
+  const bool wait = !owner || profile_words > 0;
   if (!wait) {
     size_t held = 0;
     if (pending_launches_on(stream, &held) >= kMaxPendingLaunches || held >= kMaxPendingWorkspaceBytes) {
@@ -563,7 +558,6 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
     buffers->err_dirty = false;
   }
   prepare_profile_dir(k, call.kernel.loc);
-  const size_t profile_words = profile_buffer_words(k, grid);
   DeviceBuffer profile;  // only when profiling: every allocation adds to the launch overhead
   if (profile_words > 0) {
     profile = DeviceBuffer(profile_words * sizeof(uint64_t), stream);

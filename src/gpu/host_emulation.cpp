@@ -291,11 +291,7 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   }
   if (err[0] != 0) {
     if (!deferred_error) throw_kernel_error(call, k, err);
-    try {
-      throw_kernel_error(call, k, err);
-    } catch (...) {
-      *deferred_error = std::current_exception();
-    }
+    *deferred_error = kernel_error(call, k, err);
     return outputs;
   }
   if (!profile.empty()) write_profile_trace(call, k, grid, profile.data());
