@@ -96,8 +96,9 @@ std::vector<DeviceArray> call_on_device(const PallasCall& call, const std::vecto
 // itself (shapes, dtypes, arrays on the wrong device) are raised at once, as by call_on_device.
 // A call that profiles (gpu::CompilerParams::profile_space) waits; one with dynamic grid sizes
 // waits for the stream before it launches (it reads them back). Each launch in flight holds its
-// own workspace: past 32 of them, or 256 MiB, a call first waits for the stream (what those
-// recorded still waits for the next synchronizing point). Emulated (gpu_emulate), the kernel runs
+// own workspace until it is seen to have finished (an event, checked at the stream's next call):
+// past 32 of them, or 256 MiB, a call first waits for the oldest (what it recorded still waits for
+// the next synchronizing point). Emulated (gpu_emulate), the kernel runs
 // before the call returns and what it recorded waits the same way.
 std::vector<DeviceArray> call_on_device_async(const PallasCall& call, const std::vector<DeviceArray>& args,
                                               void* stream = nullptr);

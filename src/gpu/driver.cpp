@@ -50,6 +50,8 @@ constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, k
 constexpr int kFuncAttrMaxDynamicSmem = 8, kFuncAttrNonPortableClusterSizeAllowed = 14;
 constexpr unsigned kMemHostAllocDeviceMap = 0x02;
 constexpr int kAttrMemoryPoolsSupported = 115, kMemPoolAttrReleaseThreshold = 4;
+constexpr unsigned kEventDisableTiming = 0x2;
+constexpr CUresult kErrorNotReady = 600;  // CUDA_ERROR_NOT_READY: cuEventQuery's "not yet"
 // cuda.h's CUmemPoolProps (CUDA 13.0): pinned device memory (allocType 1) on device `id`
 // (location type 1), no export handles (0).
 struct CUmemPoolProps {
@@ -95,6 +97,13 @@ struct DriverApi {
   CUresult (*MemPoolSetAttribute)(void*, int, void*);
   CUresult (*MemAllocFromPoolAsync)(CUdeviceptr*, size_t, void*, CUstream);
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+  // Events (a CUevent handle each; null: unknown — pending launches then retire only when their
+  // stream synchronizes).
+  CUresult (*EventCreate)(void**, unsigned);
+  CUresult (*EventRecord)(void*, CUstream);
+  CUresult (*EventQuery)(void*);
+  CUresult (*EventSynchronize)(void*);
+  CUresult (*EventDestroy)(void*);
 };
 
 Device& Device::get() {
@@ -141,6 +150,11 @@ Device& Device::get() {
     PALLAS_OPTIONAL_SYM(MemPoolSetAttribute, "cuMemPoolSetAttribute");
     PALLAS_OPTIONAL_SYM(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
     PALLAS_OPTIONAL_SYM(MemFreeAsync, "cuMemFreeAsync");
+    PALLAS_OPTIONAL_SYM(EventCreate, "cuEventCreate");
+    PALLAS_OPTIONAL_SYM(EventRecord, "cuEventRecord");
+    PALLAS_OPTIONAL_SYM(EventQuery, "cuEventQuery");
+    PALLAS_OPTIONAL_SYM(EventSynchronize, "cuEventSynchronize");
+    PALLAS_OPTIONAL_SYM(EventDestroy, "cuEventDestroy_v2");
 #undef PALLAS_OPTIONAL_SYM
     auto* d = new Device;
     d->api_ = api;
@@ -301,9 +315,15 @@ struct LaunchBuffers {
   int64_t* host = nullptr;  // page-locked: the record's copy, then the flag (kErrorRecordWords + 1 words)
   bool mapped = false;      // pl_fail sets host[kErrorRecordWords]
   bool err_dirty = false;
+  // Recorded after an asynchronous launch (and its record's copy): once it has completed, the
+  // buffers may be retired without synchronizing the stream. Null without the driver's events.
+  void* done = nullptr;
   LaunchBuffers() {
     Device& d = Device::get();
     const DriverApi& api = d.api();
+    if (api.EventCreate && api.EventRecord && api.EventQuery && api.EventSynchronize && api.EventDestroy &&
+        api.EventCreate(&done, kEventDisableTiming) != 0)
+      done = nullptr;
     const size_t bytes = (kErrorRecordWords + 1) * sizeof(int64_t);
     void* p = nullptr;
     CUdeviceptr flag = 0;
@@ -321,7 +341,11 @@ struct LaunchBuffers {
     d.synchronize(nullptr);
     host[kErrorFlagWord] = 0;
   }
-  ~LaunchBuffers() { Device::get().api().MemFreeHost(host); }
+  ~LaunchBuffers() {
+    const DriverApi& api = Device::get().api();
+    if (done) api.EventDestroy(done);
+    api.MemFreeHost(host);
+  }
   LaunchBuffers(const LaunchBuffers&) = delete;
   LaunchBuffers& operator=(const LaunchBuffers&) = delete;
 };
@@ -345,7 +369,7 @@ class LaunchBufferPool {
     if (b->workspace.bytes() < workspace_bytes) b->workspace = DeviceBuffer::outside_pool(workspace_bytes);
     return b;
   }
-  // Only after the launch's stream has synchronized: nothing on the device uses them any more.
+  // Only once the launch has finished (retire_launch): nothing on the device uses them any more.
   void give_back(std::unique_ptr<LaunchBuffers> b) {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(std::move(b));
@@ -439,8 +463,9 @@ const TensorMapEncoder& tensor_map_encoder(const Device& d) {
   return cached;
 }
 
-// The error record of a launch whose stream has synchronized (the record's copy enqueued after
-// the kernel when the flag is not mapped): the error it names (null if none). Gives the buffers back.
+// The error record of a launch that has finished — its stream synchronized or its event completed
+// (the record's copy enqueued after the kernel when the flag is not mapped): the error it names
+// (null if none). Gives the buffers back.
 std::exception_ptr retire_launch(std::unique_ptr<LaunchBuffers> buffers, const TracedCall& call,
                                  const GeneratedKernel& k, void* stream) {
   Device& d = Device::get();
@@ -457,7 +482,8 @@ std::exception_ptr retire_launch(std::unique_ptr<LaunchBuffers> buffers, const T
 }
 
 // Launches queued without waiting (launch_generated with an owner), per stream, oldest first:
-// their buffers stay theirs until the stream has synchronized.
+// their buffers stay theirs until the launch is known to have finished (its event has completed,
+// or its stream has synchronized).
 struct PendingLaunch {
   void* stream;
   std::unique_ptr<LaunchBuffers> buffers;
@@ -470,29 +496,59 @@ std::vector<PendingLaunch>& pending_launches() {
   static std::vector<PendingLaunch>* launches = new std::vector<PendingLaunch>;
   return *launches;
 }
-// At most this many launches, or workspace bytes, wait on a stream; the next one synchronizes it
-// first (their errors then wait for the next synchronizing point): a bound on the buffers held.
+// Held while launches are retired (and while one is waited for), so that a stream's errors are
+// noted in launch order when several host threads retire on it, and no launch's buffers (its
+// event) go back to the pool while another thread waits on them.
+std::mutex retire_mu;
+// At most this many launches, or workspace bytes, wait on a stream; the next one first waits for
+// the oldest to finish: a bound on the buffers held.
 constexpr size_t kMaxPendingLaunches = 32;
 constexpr size_t kMaxPendingWorkspaceBytes = size_t{256} << 20;
 
-// Retires the launches pending on `stream`, which has synchronized: the first error they recorded
-// becomes the stream's pending error (async_calls).
-void retire_pending_launches(void* stream) {
+// Retires launches pending on `stream`: all of them when the stream has synchronized; else those
+// whose events have completed, oldest first, up to the first still running (a stream finishes its
+// work in order). The first error they recorded becomes the stream's pending error (async_calls),
+// raised at its next synchronizing point.
+void retire_pending_launches(void* stream, bool stream_synchronized = true) {
+  const DriverApi& api = Device::get().api();
+  std::lock_guard<std::mutex> retiring(retire_mu);
   std::vector<PendingLaunch> mine;
   {
     std::lock_guard<std::mutex> lock(pending_mu);
     std::vector<PendingLaunch>& all = pending_launches();
     for (auto it = all.begin(); it != all.end();) {
-      if (it->stream == stream) {
-        mine.push_back(std::move(*it));
-        it = all.erase(it);
-      } else {
+      if (it->stream != stream) {
         ++it;
+        continue;
       }
+      // (An event query that fails — a faulted context — leaves the launch to the synchronize
+      // that will report the fault.)
+      if (!stream_synchronized && (!it->buffers->done || api.EventQuery(it->buffers->done) != 0)) break;
+      mine.push_back(std::move(*it));
+      it = all.erase(it);
     }
   }
   for (PendingLaunch& p : mine)
     async_calls::note_error(stream, retire_launch(std::move(p.buffers), *p.call, *p.k, stream));
+}
+
+// Waits for the oldest launch pending on `stream` to finish (its event); false when it has no
+// event (then only synchronizing the stream tells).
+bool wait_for_oldest_launch(void* stream) {
+  const Device& d = Device::get();
+  std::lock_guard<std::mutex> retiring(retire_mu);
+  void* done = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu);
+    for (const PendingLaunch& p : pending_launches())
+      if (p.stream == stream) {
+        done = p.buffers->done;
+        break;
+      }
+  }
+  if (!done) return false;
+  d.check(d.api().EventSynchronize(done), "cuEventSynchronize (an asynchronous launch)");
+  return true;
 }
 
 size_t pending_launches_on(void* stream, size_t* workspace_bytes = nullptr) {
@@ -534,10 +590,17 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   const size_t profile_words = profile_buffer_words(k, grid);
   const bool wait = !owner || profile_words > 0;
   if (!wait) {
+    // Launches that have finished give their buffers back (a loop of calls reuses a few sets);
+    // over the bound, this one waits for the oldest (the rest stay queued: the GPU keeps busy).
+    retire_pending_launches(stream, /*stream_synchronized=*/false);
     size_t held = 0;
-    if (pending_launches_on(stream, &held) >= kMaxPendingLaunches || held >= kMaxPendingWorkspaceBytes) {
-      d.synchronize(stream);
-      retire_pending_launches(stream);
+    while (pending_launches_on(stream, &held) >= kMaxPendingLaunches || held >= kMaxPendingWorkspaceBytes) {
+      if (!wait_for_oldest_launch(stream)) {
+        d.synchronize(stream);
+        retire_pending_launches(stream);
+        break;
+      }
+      retire_pending_launches(stream, /*stream_synchronized=*/false);
     }
   }
   // A grid-stride loop over the parallel points (launch_ctas). With clusters, a whole number of
@@ -571,6 +634,7 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   // (A throw below drops the buffers altogether.)
   if (!buffers->mapped) err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
   if (!wait) {
+    if (buffers->done) d.check(api.EventRecord(buffers->done, stream), "cuEventRecord");
     std::lock_guard<std::mutex> lock(pending_mu);
     pending_launches().push_back({stream, std::move(buffers), std::move(owner), &call, &k});
     return;

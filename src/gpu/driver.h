@@ -116,7 +116,9 @@ void* load_function(const std::vector<char>& image, const GeneratedKernel& k);
 // earlier asynchronous launch on the stream, if one recorded any. With an `owner` (keeping `call`
 // and `k` alive) it returns once the kernel is queued (unless it profiles): what the kernel
 // records is raised at the stream's next synchronizing point (synchronize_stream, a waiting
-// launch, DeviceArray::to_host).
+// launch, DeviceArray::to_host). Its buffers and `owner` are let go once it has finished (seen at
+// a later launch on the stream, by its event, or at a synchronizing point); with 32 launches or
+// 256 MiB of workspace pending on the stream, the next launch first waits for the oldest.
 void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* function,
                       const std::vector<uint64_t>& operand_ptrs, const std::vector<int64_t>& grid, void* stream,
                       std::shared_ptr<const void> owner = nullptr);

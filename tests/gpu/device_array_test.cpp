@@ -160,6 +160,48 @@ TEST_P(DeviceArrays, AsyncCallsRaiseWhatTheyRecordedAtTheNextSynchronizingPoint)
   EXPECT_NO_THROW(plgpu::synchronize());
 }
 
+// o = x + 1 in blocks of 128 whose index map lags one behind: block -1 at iteration 0 is out of
+// bounds (another error than overrun's).
+pl::PallasCall underrun(const std::string& backend) {
+  pl::CallOptions o;
+  o.grid = {4};
+  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i - 1}; })};
+  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.backend = backend;
+  o.name = "underrun";
+  return pl::pallas_call([](pl::Ref x, pl::Ref out) { out[pl::all] = x[pl::all] + 1.0f; },
+                         pl::ShapeDtype({512}, pl::f32), o);
+}
+
+// More asynchronous calls than may be pending on a stream at once (32): past the bound a call
+// waits for the oldest, and what finished is let go. The calls still run in order, and the first
+// error recorded — not a later one — is what synchronize raises.
+TEST_P(DeviceArrays, ManyAsyncCallsRunInOrderAndRaiseTheFirstErrorRecorded) {
+  const pl::Array x = ramp(512);
+  pl::PallasCall increment = affine(GetParam(), 1.0f, {{0, 0}});  // x + 1, in place
+  pl::PallasCall fails_first = overrun(GetParam()), fails_later = underrun(GetParam());
+  plgpu::DeviceArray dx = put(x);
+  const int calls = 100;
+  for (int c = 0; c < calls; ++c) {
+    ASSERT_NO_THROW(plgpu::call_on_device_async(increment, {dx})) << c;
+    if (c == 30) {
+      ASSERT_NO_THROW(plgpu::call_on_device_async(fails_first, {dx}));
+    } else if (c == 70) {
+      ASSERT_NO_THROW(plgpu::call_on_device_async(fails_later, {dx}));
+    }
+  }
+  const std::string raised = error_of([&] { plgpu::synchronize(); });
+  EXPECT_CONTAINS(raised, "Out-of-bounds block index (4,) for input \"args[0]\" in iteration (4,)");
+  EXPECT_EQ(raised.find("(-1,)"), std::string::npos) << raised;
+  EXPECT_NO_THROW(plgpu::synchronize());
+  const pl::Array got = dx.to_host();
+  for (int64_t i = 0; i < 512; ++i) ASSERT_EQ(got.data<float>()[i], x.data<float>()[i] + calls) << i;
+  // The later error alone, when it is the only one.
+  EXPECT_NO_THROW(plgpu::call_on_device_async(fails_later, {dx}));
+  EXPECT_CONTAINS(error_of([&] { plgpu::synchronize(); }),
+                  "Out-of-bounds block index (-1,) for input \"args[0]\" in iteration (0,)");
+}
+
 // The dynamic grid sizes lead the operands, as device scalars: read back to the host.
 TEST_P(DeviceArrays, DynamicGridSizesAreDeviceScalars) {
   const pl::Array x = ramp(512);
