@@ -1178,7 +1178,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                      ? "{ pl_init_scratch(p, arena); pl_cta(p, point, arena, ring_phase); pl_end_scratch(); }"
                                      : "pl_cta(p, point, arena, ring_phase);";
   // The ring's barriers (TMA inputs) and the parities each thread awaits next: per CTA, not per point.
-  const std::string ring_setup = out.tma_inputs.empty() ? "pl_u32 ring_phase = 0;" : "pl_u32 ring_phase = 0;\n  pl_ring_init();";
+  // (Indented by the caller: the second line takes `indent` too.)
+  auto ring_setup = [&](const std::string& indent) {
+    return indent + "pl_u32 ring_phase = 0;\n" + (out.tma_inputs.empty() ? "" : indent + "pl_ring_init();\n");
+  };
   // The workspace holds the semaphores first, then the CTAs' arenas.
   const std::string arena_after_semaphores = out.co_resident() ? std::to_string(out.arena_offset()) + " + " : "";
   src << "#if !PL_HOST_EMULATION\n";
@@ -1211,7 +1214,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   else
     src << "  char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)blockIdx.x * " << out.arena_bytes << "LL;\n";
   if (!fresh_scratch_per_point) src << "  pl_init_scratch(p, arena);\n";
-  src << "  " << ring_setup << "\n";
+  src << ring_setup("  ");
   src << "  for (pl_i64 point = blockIdx.x; point < p.num_points; point += gridDim.x) " << point_body << "\n}\n";
   src << "#else\n";
   // Host emulation: one cluster of CTAs at a time (all CTAs when co-resident), their threads host
@@ -1227,7 +1230,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "    char* arena = p.workspace + " << arena_after_semaphores << "(pl_i64)pl_host_cta() * " << out.arena_bytes
         << "LL;\n";
   if (!fresh_scratch_per_point) src << "    pl_init_scratch(p, arena);\n";
-  src << "    " << ring_setup << "\n";
+  src << ring_setup("    ");
   src << "    for (pl_i64 point = pl_host_cta(); point < p.num_points; point += PL_HOST_CTAS) " << point_body
       << "\n  };\n";
   src << "  std::vector<std::thread> threads;\n  for (int t = 1; t < nthreads * PL_HOST_CTAS; ++t) threads.emplace_back(run, t);\n";
