@@ -57,7 +57,10 @@ class DeviceArray {
   // DLPack (zero copy), as Array's: export hands the consumer a tensor on kDLCUDA device 0 (GPU)
   // or kDLCPU (emulated) that keeps this memory alive until its deleter runs; import takes
   // ownership of a row-major contiguous tensor on kDLCUDA device 0 (or kDLCPU: an emulated
-  // array) — when it throws, it has not taken ownership.
+  // array) — when it throws, it has not taken ownership. Export first waits for the stream of
+  // the array's last use (so an asynchronous call writing it has finished: the consumer may read
+  // it on any stream): a synchronizing point like to_host, raising what asynchronous calls on it
+  // recorded. An array must be let go before that stream is destroyed (its free is ordered there).
   DLManagedTensor* to_dlpack() const;
   static DeviceArray from_dlpack(DLManagedTensor* tensor);
 

@@ -1161,8 +1161,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) " << where << "[e] = "
         << detail::uninitialized_literal(t.dtype) << ";\n";
   }
-  // With clusters, no CTA may arrive on a peer's barriers before the peer has initialized them.
-  if (out.cluster_ctas > 1 && out.num_barriers > 0) src << "  if (pl_cta_tid() == 0) pl_fence_mbar_init();\n";
+  // The barriers' init is fenced for the copies completing on them (the async proxy) and, with
+  // clusters, for peers: no CTA may arrive on a peer's barriers before the peer initialized them.
+  if (out.num_barriers > 0) src << "  if (pl_cta_tid() == 0) pl_fence_mbar_init();\n";
   src << (out.cluster_ctas > 1 ? "  pl_cluster_sync();\n}\n\n" : "  pl_cta_sync();\n}\n\n");
   // After a point whose scratch is fresh: every thread is done with it before it is set up again
   // (with clusters: every thread of the cluster, which may still arrive on this CTA's barriers).

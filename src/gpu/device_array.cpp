@@ -81,6 +81,9 @@ Array DeviceArray::to_host(void* stream) const {
 
 DLManagedTensor* DeviceArray::to_dlpack() const {
   if (!storage_) throw Error("DeviceArray::to_dlpack: an empty (default-constructed) device array");
+  // The importer reads it on a stream of its own: what was queued to write it (an asynchronous
+  // call) has finished first — a synchronizing point, raising what those calls recorded.
+  synchronize_stream(storage_->gpu.last_stream());
   // The importer's work may be on any stream: the memory is freed only once the device is idle.
   if (on_gpu_) storage_->gpu.free_after_device_sync();
   return detail::export_dlpack(storage_, reinterpret_cast<void*>(ptr_),
@@ -150,6 +153,10 @@ std::vector<DeviceArray> DeviceCalls::run(const PallasCall& call, const std::vec
   std::map<int, int> alias_of_output;
   for (auto [i, o] : tc->input_output_aliases) alias_of_output[o] = i;
 
+  // The arrays are used on `stream` now: their memory goes back to the pool in its order, and an
+  // export waits for it (emulated arrays keep the stream for that too).
+  for (const DeviceArray& a : args) a.storage_->gpu.use_on(stream);
+
   if (!gpu) {
     std::vector<Array> host_args;
     for (const DeviceArray& a : args) host_args.push_back(a.emulated_memory());
@@ -168,6 +175,7 @@ std::vector<DeviceArray> DeviceCalls::run(const PallasCall& call, const std::vec
         continue;
       }
       result.push_back(DeviceArray::over_host_memory(outs[static_cast<size_t>(o)]));
+      result.back().storage_->gpu.use_on(stream);
     }
     return result;
   }
@@ -178,9 +186,6 @@ std::vector<DeviceArray> DeviceCalls::run(const PallasCall& call, const std::vec
   const std::vector<bool> written = ir::params_written(tc->kernel);
   std::set<int> aliased_inputs;
   for (auto [i, o] : tc->input_output_aliases) aliased_inputs.insert(i);
-  // The arrays are used on `stream` now: their memory goes back to the pool in its order.
-  for (const DeviceArray& a : args)
-    if (a.storage_ && a.on_gpu_) a.storage_->gpu.use_on(stream);
   std::vector<DeviceArray> private_copies;
   std::vector<uint64_t> ptrs;
   for (size_t i = 0; i < args.size(); ++i) {

@@ -967,9 +967,11 @@ PL_DEV void pl_mbar_arrive_remote(pl_u64* b, int rank) {
 #endif
 }
 #endif
-// Orders this thread's mbarrier.init before other CTAs' arrivals on them (then a cluster sync).
+// Orders this thread's mbarrier.init before the arrivals that other proxies and CTAs make on
+// them: the complete_tx of bulk and TMA copies (the async proxy, in any kernel on sm_90) and
+// peers' remote arrivals (with clusters); a CTA or cluster sync follows.
 PL_DEV void pl_fence_mbar_init() {
-#if !PL_HOST_EMULATION && PL_CLUSTER_CTAS > 1
+#if !PL_HOST_EMULATION && PL_HAS_BULK_COPY
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
@@ -1935,7 +1937,7 @@ PL_DEV void pl_fence_proxy_async() {}  // (nothing reads shared memory through t
 // every thread of the warpgroup executes it). The kernel is launched with __launch_bounds__(T, 1)
 // so that ptxas knows the count at the entry; the code generator checks that the requests fit.
 template <int N, bool INCREASE> PL_DEV void pl_setmaxnreg() {
-#if PL_HAS_WGMMA && !PL_HOST_EMULATION
+#if !PL_HOST_EMULATION && defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (INCREASE)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
   else

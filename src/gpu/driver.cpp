@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "gpu/async_calls.h"
 #include "gpu/cuda_libs.h"
@@ -28,7 +29,7 @@ using CUmodule = void*;
 using CUfunction = void*;
 using CUstream = void*;
 // CUlaunchAttribute: an id, padded to 8 bytes, and a 64-byte union of values (clusterDim: x, y, z).
-struct CUlaunchAttribute {
+struct alignas(8) CUlaunchAttribute {
   int id;
   char pad[4];
   union {
@@ -51,7 +52,7 @@ constexpr int kFuncAttrMaxDynamicSmem = 8, kFuncAttrNonPortableClusterSizeAllowe
 constexpr unsigned kMemHostAllocDeviceMap = 0x02;
 constexpr int kAttrMemoryPoolsSupported = 115, kMemPoolAttrReleaseThreshold = 4;
 constexpr unsigned kEventDisableTiming = 0x2;
-constexpr CUresult kErrorNotReady = 600;  // CUDA_ERROR_NOT_READY: cuEventQuery's "not yet"
+constexpr CUresult kErrorOutOfMemory = 2, kErrorNotReady = 600;  // (cuEventQuery's "not yet")
 // cuda.h's CUmemPoolProps (CUDA 13.0): pinned device memory (allocType 1) on device `id`
 // (location type 1), no export handles (0).
 struct CUmemPoolProps {
@@ -97,12 +98,12 @@ struct DriverApi {
   CUresult (*MemPoolSetAttribute)(void*, int, void*);
   CUresult (*MemAllocFromPoolAsync)(CUdeviceptr*, size_t, void*, CUstream);
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*MemPoolTrimTo)(void*, size_t);
   // Events (a CUevent handle each; null: unknown — pending launches then retire only when their
   // stream synchronizes).
   CUresult (*EventCreate)(void**, unsigned);
   CUresult (*EventRecord)(void*, CUstream);
   CUresult (*EventQuery)(void*);
-  CUresult (*EventSynchronize)(void*);
   CUresult (*EventDestroy)(void*);
 };
 
@@ -150,10 +151,10 @@ Device& Device::get() {
     PALLAS_OPTIONAL_SYM(MemPoolSetAttribute, "cuMemPoolSetAttribute");
     PALLAS_OPTIONAL_SYM(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
     PALLAS_OPTIONAL_SYM(MemFreeAsync, "cuMemFreeAsync");
+    PALLAS_OPTIONAL_SYM(MemPoolTrimTo, "cuMemPoolTrimTo");
     PALLAS_OPTIONAL_SYM(EventCreate, "cuEventCreate");
     PALLAS_OPTIONAL_SYM(EventRecord, "cuEventRecord");
     PALLAS_OPTIONAL_SYM(EventQuery, "cuEventQuery");
-    PALLAS_OPTIONAL_SYM(EventSynchronize, "cuEventSynchronize");
     PALLAS_OPTIONAL_SYM(EventDestroy, "cuEventDestroy_v2");
 #undef PALLAS_OPTIONAL_SYM
     auto* d = new Device;
@@ -213,7 +214,17 @@ DeviceBuffer::DeviceBuffer(size_t bytes, void* stream, bool from_pool) : bytes_(
   // (A pool allocation that fails, e.g. out of memory while the pool holds freed blocks another
   // stream has not released yet, gets one more chance from cuMemAlloc.)
   pooled_ = from_pool && d.pooled() && d.api().MemAllocFromPoolAsync(&p, n, d.pool(), stream) == 0;
-  if (!pooled_) d.check(d.api().MemAlloc(&p, n), "cuMemAlloc");
+  if (!pooled_) {
+    int rc = d.api().MemAlloc(&p, n);
+    if (rc == kErrorOutOfMemory && d.pooled() && d.api().MemPoolTrimTo) {
+      // The pool keeps what was freed (its release threshold): hand that back to the driver once
+      // its frees have happened, and try again.
+      d.check(d.api().CtxSynchronize(), "cuCtxSynchronize (out of device memory)");
+      d.api().MemPoolTrimTo(d.pool(), 0);
+      rc = d.api().MemAlloc(&p, n);
+    }
+    d.check(rc, "cuMemAlloc");
+  }
   ptr_ = p;
 }
 
@@ -222,7 +233,7 @@ void DeviceBuffer::release() noexcept {
   const DriverApi& api = Device::get().api();
   if (!pooled_) {
     api.MemFree(ptr_);
-  } else if (sync_free_ || api.MemFreeAsync(ptr_, stream_) != 0) {  // (or its stream destroyed meanwhile)
+  } else if (sync_free_ || api.MemFreeAsync(ptr_, stream_) != 0) {
     api.CtxSynchronize();
     api.MemFreeAsync(ptr_, nullptr);
   }
@@ -234,7 +245,7 @@ DeviceBuffer::~DeviceBuffer() { release(); }
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     release();
-    ptr_ = o.ptr_, bytes_ = o.bytes_, stream_ = o.stream_, pooled_ = o.pooled_, sync_free_ = o.sync_free_;
+    ptr_ = o.ptr_, bytes_ = o.bytes_, stream_ = o.stream_.load(), pooled_ = o.pooled_, sync_free_ = o.sync_free_.load();
     o.ptr_ = 0, o.bytes_ = 0;
   }
   return *this;
@@ -282,9 +293,12 @@ void* load_function(const std::vector<char>& image, const GeneratedKernel& k) {
   Device& d = Device::get();
   const DriverApi& api = d.api();
   CUfunction fn = load_entry(image, k.entry);
-  // Above 48 KiB in all (the mbarriers are static shared memory) a kernel must opt in.
+  // Above 48 KiB less the static shared memory (the mbarriers: the kernel's, the ring's, and
+  // their alignment) a kernel must opt in; opting in below that changes nothing, so any kernel
+  // with dynamic shared memory does (counting the static bytes here would be one more place to
+  // keep in step with the runtime's declarations).
   const int64_t dynamic = k.dynamic_shared_bytes(d.runs_wgmma());
-  if (dynamic + 8 * k.num_barriers > 48 * 1024)
+  if (dynamic > 0)
     d.check(api.FuncSetAttribute(fn, kFuncAttrMaxDynamicSmem, static_cast<int>(dynamic)),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   if (k.cluster_ctas > 8)  // beyond the portable cluster size (H100 allows 16)
@@ -318,12 +332,12 @@ struct LaunchBuffers {
   // Recorded after an asynchronous launch (and its record's copy): once it has completed, the
   // buffers may be retired without synchronizing the stream. Null without the driver's events.
   void* done = nullptr;
-  LaunchBuffers() {
+  // Made for a launch on `stream`: the record's first contents are copied in that stream's order
+  // (before the kernel), without waiting for anything.
+  explicit LaunchBuffers(void* stream) {
     Device& d = Device::get();
     const DriverApi& api = d.api();
-    if (api.EventCreate && api.EventRecord && api.EventQuery && api.EventSynchronize && api.EventDestroy &&
-        api.EventCreate(&done, kEventDisableTiming) != 0)
-      done = nullptr;
+    err = DeviceBuffer::outside_pool(kErrorRecordWords * sizeof(int64_t));
     const size_t bytes = (kErrorRecordWords + 1) * sizeof(int64_t);
     void* p = nullptr;
     CUdeviceptr flag = 0;
@@ -335,16 +349,25 @@ struct LaunchBuffers {
     }
     host = static_cast<int64_t*>(p);
     std::fill(host, host + kErrorRecordWords + 1, 0);
-    err = DeviceBuffer::outside_pool(kErrorRecordWords * sizeof(int64_t));
-    host[kErrorFlagWord] = mapped ? static_cast<int64_t>(flag) : 0;  // staged through host[]: page-locked
-    err.upload(host, kErrorRecordWords * sizeof(int64_t));
-    d.synchronize(nullptr);
-    host[kErrorFlagWord] = 0;
+    if (api.EventCreate && api.EventRecord && api.EventQuery && api.EventDestroy &&
+        api.EventCreate(&done, kEventDisableTiming) != 0)
+      done = nullptr;
+    // The flag's device address, staged in host[] (page-locked): that word is not read again, and
+    // a later copy of the record into host[] is ordered after this one on the stream.
+    host[kErrorFlagWord] = mapped ? static_cast<int64_t>(flag) : 0;
+    try {
+      err.upload(host, kErrorRecordWords * sizeof(int64_t), stream);
+    } catch (...) {
+      release();
+      throw;
+    }
   }
-  ~LaunchBuffers() {
+  ~LaunchBuffers() { release(); }
+  void release() noexcept {
     const DriverApi& api = Device::get().api();
     if (done) api.EventDestroy(done);
-    api.MemFreeHost(host);
+    if (host) api.MemFreeHost(host);
+    done = nullptr, host = nullptr;
   }
   LaunchBuffers(const LaunchBuffers&) = delete;
   LaunchBuffers& operator=(const LaunchBuffers&) = delete;
@@ -356,7 +379,7 @@ class LaunchBufferPool {
     static LaunchBufferPool* pool = new LaunchBufferPool;
     return *pool;
   }
-  std::unique_ptr<LaunchBuffers> take(size_t workspace_bytes) {
+  std::unique_ptr<LaunchBuffers> take(size_t workspace_bytes, void* stream) {
     std::unique_ptr<LaunchBuffers> b;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -365,7 +388,7 @@ class LaunchBufferPool {
         free_.pop_back();
       }
     }
-    if (!b) b = std::make_unique<LaunchBuffers>();
+    if (!b) b = std::make_unique<LaunchBuffers>(stream);
     if (b->workspace.bytes() < workspace_bytes) b->workspace = DeviceBuffer::outside_pool(workspace_bytes);
     return b;
   }
@@ -481,38 +504,49 @@ std::exception_ptr retire_launch(std::unique_ptr<LaunchBuffers> buffers, const T
   return record[0] == 0 ? nullptr : kernel_error(call, k, record);
 }
 
-// Launches queued without waiting (launch_generated with an owner), per stream, oldest first:
-// their buffers stay theirs until the launch is known to have finished (its event has completed,
-// or its stream has synchronized).
+// Launches queued without waiting (launch_generated with an owner), oldest first: their buffers
+// stay theirs until the launch is known to have finished (its event has completed, or its stream
+// has synchronized since it was queued).
 struct PendingLaunch {
   void* stream;
+  uint64_t ticket;  // (queued before a synchronize began when below its cutoff: see queue_cutoff)
   std::unique_ptr<LaunchBuffers> buffers;
   std::shared_ptr<const void> owner;  // keeps `call` and `k` alive
   const TracedCall* call;
   const GeneratedKernel* k;
 };
 std::mutex pending_mu;
+uint64_t next_ticket = 0;  // (under pending_mu)
 std::vector<PendingLaunch>& pending_launches() {
   static std::vector<PendingLaunch>* launches = new std::vector<PendingLaunch>;
   return *launches;
 }
-// Held while launches are retired (and while one is waited for), so that a stream's errors are
-// noted in launch order when several host threads retire on it, and no launch's buffers (its
-// event) go back to the pool while another thread waits on them.
+// Held while launches' errors are noted, so that a stream's are noted in launch order when
+// several host threads retire on it. (Nothing waits for the device while holding it, and what
+// the retired launches kept alive — arrays, whose DLPack deleters run foreign code — is let go
+// after it is released.)
 std::mutex retire_mu;
 // At most this many launches, or workspace bytes, wait on a stream; the next one first waits for
 // the oldest to finish: a bound on the buffers held.
 constexpr size_t kMaxPendingLaunches = 32;
 constexpr size_t kMaxPendingWorkspaceBytes = size_t{256} << 20;
 
-// Retires launches pending on `stream`: all of them when the stream has synchronized; else those
-// whose events have completed, oldest first, up to the first still running (a stream finishes its
-// work in order). The first error they recorded becomes the stream's pending error (async_calls),
-// raised at its next synchronizing point.
-void retire_pending_launches(void* stream, bool stream_synchronized = true) {
+// The ticket the next queued launch gets: taken before synchronizing a stream, it marks the
+// launches that synchronize has waited for (another thread may queue more meanwhile).
+uint64_t queue_cutoff() {
+  std::lock_guard<std::mutex> lock(pending_mu);
+  return next_ticket;
+}
+
+// Retires launches pending on `stream` that have finished: those queued before `synchronized_below`
+// (a queue_cutoff taken before the stream synchronized), and those whose events have completed,
+// oldest first up to the first still running (a stream finishes its work in order). The first
+// error they recorded becomes the stream's pending error (async_calls), raised at its next
+// synchronizing point.
+void retire_pending_launches(void* stream, uint64_t synchronized_below = 0) {
   const DriverApi& api = Device::get().api();
+  std::vector<PendingLaunch> mine;  // (destroyed last: after retire_mu is released)
   std::lock_guard<std::mutex> retiring(retire_mu);
-  std::vector<PendingLaunch> mine;
   {
     std::lock_guard<std::mutex> lock(pending_mu);
     std::vector<PendingLaunch>& all = pending_launches();
@@ -523,7 +557,7 @@ void retire_pending_launches(void* stream, bool stream_synchronized = true) {
       }
       // (An event query that fails — a faulted context — leaves the launch to the synchronize
       // that will report the fault.)
-      if (!stream_synchronized && (!it->buffers->done || api.EventQuery(it->buffers->done) != 0)) break;
+      if (it->ticket >= synchronized_below && (!it->buffers->done || api.EventQuery(it->buffers->done) != 0)) break;
       mine.push_back(std::move(*it));
       it = all.erase(it);
     }
@@ -532,23 +566,35 @@ void retire_pending_launches(void* stream, bool stream_synchronized = true) {
     async_calls::note_error(stream, retire_launch(std::move(p.buffers), *p.call, *p.k, stream));
 }
 
-// Waits for the oldest launch pending on `stream` to finish (its event); false when it has no
-// event (then only synchronizing the stream tells).
-bool wait_for_oldest_launch(void* stream) {
+// Synchronizes `stream` and retires what was pending on it.
+void synchronize_and_retire(void* stream) {
+  const uint64_t cutoff = queue_cutoff();
+  Device::get().synchronize(stream);
+  retire_pending_launches(stream, cutoff);
+}
+
+// Waits until the oldest launch pending on `stream` has finished (polling its event, as
+// cuEventSynchronize spins by default, holding no lock) and retires what has finished; the
+// stream is synchronized instead when the launch has no event or the query reports a fault.
+void wait_for_oldest_launch(void* stream) {
   const Device& d = Device::get();
-  std::lock_guard<std::mutex> retiring(retire_mu);
-  void* done = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(pending_mu);
-    for (const PendingLaunch& p : pending_launches())
-      if (p.stream == stream) {
-        done = p.buffers->done;
-        break;
-      }
+  for (;;) {
+    int rc = kErrorNotReady;
+    {
+      std::lock_guard<std::mutex> lock(pending_mu);
+      const auto& all = pending_launches();
+      auto oldest = std::find_if(all.begin(), all.end(), [&](const PendingLaunch& p) { return p.stream == stream; });
+      if (oldest == all.end()) return;
+      rc = oldest->buffers->done ? d.api().EventQuery(oldest->buffers->done) : -1;
+    }
+    if (rc == 0) break;
+    if (rc != kErrorNotReady) {
+      synchronize_and_retire(stream);  // (raises the fault, if that is what it was)
+      return;
+    }
+    std::this_thread::yield();
   }
-  if (!done) return false;
-  d.check(d.api().EventSynchronize(done), "cuEventSynchronize (an asynchronous launch)");
-  return true;
+  retire_pending_launches(stream);
 }
 
 size_t pending_launches_on(void* stream, size_t* workspace_bytes = nullptr) {
@@ -572,10 +618,7 @@ std::optional<int64_t> device_shared_memory_limit() {
 }
 
 void synchronize_stream(void* stream) {
-  if (pending_launches_on(stream) > 0 || driver_unavailable_reason().empty()) {
-    Device::get().synchronize(stream);
-    retire_pending_launches(stream);
-  }
+  if (pending_launches_on(stream) > 0 || driver_unavailable_reason().empty()) synchronize_and_retire(stream);
   async_calls::raise_pending(stream);
 }
 
@@ -592,16 +635,10 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   if (!wait) {
     // Launches that have finished give their buffers back (a loop of calls reuses a few sets);
     // over the bound, this one waits for the oldest (the rest stay queued: the GPU keeps busy).
-    retire_pending_launches(stream, /*stream_synchronized=*/false);
+    retire_pending_launches(stream);
     size_t held = 0;
-    while (pending_launches_on(stream, &held) >= kMaxPendingLaunches || held >= kMaxPendingWorkspaceBytes) {
-      if (!wait_for_oldest_launch(stream)) {
-        d.synchronize(stream);
-        retire_pending_launches(stream);
-        break;
-      }
-      retire_pending_launches(stream, /*stream_synchronized=*/false);
-    }
+    while (pending_launches_on(stream, &held) >= kMaxPendingLaunches || held >= kMaxPendingWorkspaceBytes)
+      wait_for_oldest_launch(stream);
   }
   // A grid-stride loop over the parallel points (launch_ctas). With clusters, a whole number of
   // them (the points are too): a CTA's rank in its 1-D cluster is then its point's rank, which the
@@ -610,7 +647,8 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
                                    max_active_clusters(d, function, k, points));
   // Dropped (freed) instead of given back when anything below throws before the stream syncs.
   std::unique_ptr<LaunchBuffers> buffers = LaunchBufferPool::get().take(
-      static_cast<size_t>(k.arena_offset() + (k.arena_in_shared ? 16 + k.acc_memory_bytes * ctas : k.arena_bytes * ctas)));
+      static_cast<size_t>(k.arena_offset() + (k.arena_in_shared ? 16 + k.acc_memory_bytes * ctas : k.arena_bytes * ctas)),
+      stream);
   const DeviceBuffer& workspace = buffers->workspace;
   DeviceBuffer& err = buffers->err;
   if (k.semaphore_bytes > 0)  // every call's semaphores start at 0
@@ -631,17 +669,24 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   void* params[] = {words.data()};
   const LaunchShape launch(d, k, ctas, stream);
   d.check(api.LaunchKernelEx(&launch.cfg, function, params, nullptr), "cuLaunchKernelEx");
-  // (A throw below drops the buffers altogether.)
-  if (!buffers->mapped) err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
-  if (!wait) {
-    if (buffers->done) d.check(api.EventRecord(buffers->done, stream), "cuEventRecord");
-    std::lock_guard<std::mutex> lock(pending_mu);
-    pending_launches().push_back({stream, std::move(buffers), std::move(owner), &call, &k});
-    return;
+  try {
+    if (!buffers->mapped) err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
+    if (!wait) {
+      if (buffers->done) d.check(api.EventRecord(buffers->done, stream), "cuEventRecord");
+      std::lock_guard<std::mutex> lock(pending_mu);
+      pending_launches().push_back({stream, next_ticket++, std::move(buffers), std::move(owner), &call, &k});
+      return;
+    }
+  } catch (...) {
+    // The kernel is queued: what it uses (the buffers, the arrays `owner` holds) is dropped only
+    // once it has run.
+    api.StreamSynchronize(stream);
+    throw;
   }
+  const uint64_t cutoff = queue_cutoff();
   d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
   // Earlier asynchronous calls on the stream have finished too: their error comes first.
-  retire_pending_launches(stream);
+  retire_pending_launches(stream, cutoff);
   const std::exception_ptr error = retire_launch(std::move(buffers), call, k, stream);
   async_calls::raise_pending(stream);
   if (error) std::rethrow_exception(error);

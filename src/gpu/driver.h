@@ -4,6 +4,7 @@
 // build this: the few types used are declared here with the driver ABI's layout.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,7 +59,9 @@ class Device {
 // ordered on `stream` and so is the free, on the stream of the buffer's last use (use_on): what
 // was enqueued there before still reads it, and a later allocation on that stream may take the
 // memory at once. Memory handed to another library (DLPack) is freed after a device-wide
-// synchronize instead (free_after_device_sync): its work may be on streams we do not know.
+// synchronize instead (free_after_device_sync): its work may be on streams we do not know. The
+// stream of the last use must outlive the buffer (a free ordered on a destroyed stream is
+// undefined: cuMemFreeAsync does not promise to report it).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -68,7 +71,7 @@ class DeviceBuffer {
   static DeviceBuffer outside_pool(size_t bytes) { return DeviceBuffer(bytes, nullptr, false); }
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(o.ptr_), bytes_(o.bytes_), stream_(o.stream_), pooled_(o.pooled_), sync_free_(o.sync_free_) {
+      : ptr_(o.ptr_), bytes_(o.bytes_), stream_(o.stream_.load()), pooled_(o.pooled_), sync_free_(o.sync_free_.load()) {
     o.ptr_ = 0, o.bytes_ = 0;
   }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
@@ -82,6 +85,7 @@ class DeviceBuffer {
   void copy_from(uint64_t src, size_t bytes, void* stream = nullptr);
   // The buffer is (also) used on `stream` from now on: its free is ordered there.
   void use_on(void* stream) { stream_ = stream; }
+  void* last_stream() const { return stream_; }
   void free_after_device_sync() { sync_free_ = true; }
 
  private:
@@ -89,8 +93,10 @@ class DeviceBuffer {
   void release() noexcept;
   uint64_t ptr_ = 0;
   size_t bytes_ = 0;
-  void* stream_ = nullptr;
-  bool pooled_ = false, sync_free_ = false;
+  // (Atomic: calls on several host threads may share an array.)
+  std::atomic<void*> stream_{nullptr};
+  bool pooled_ = false;
+  std::atomic<bool> sync_free_{false};
 };
 
 // Stream-ordered copies from device address `src` (device memory not owned by a DeviceBuffer,

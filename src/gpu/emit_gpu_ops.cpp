@@ -39,6 +39,7 @@
 //  * named_region begin/end (any kernel): when profiling, thread 0 of the group records the
 //    region's number and the time into the thread's profile slot (gpu/profiler.h).
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <map>
 #include <optional>
@@ -225,7 +226,8 @@ std::optional<TensorMapSpec> tensor_map_for_boxes(int operand, DType dtype, cons
   spec.elem_bytes = static_cast<int>(item);
   for (size_t i = 0; i < rank; ++i) {
     const size_t d = rank - 1 - i;
-    if (box[d] < 1 || box[d] > 256 || array[d] > (int64_t{1} << 32)) return std::nullopt;
+    // (The driver takes dims up to 2^32, but the copies' coordinates are signed 32-bit.)
+    if (box[d] < 1 || box[d] > 256 || array[d] > INT32_MAX) return std::nullopt;
     spec.dims.push_back(static_cast<uint64_t>(array[d]));
     if (i > 0) spec.strides.push_back(static_cast<uint64_t>(strides[d] * item));
     spec.box.push_back(static_cast<uint32_t>(box[d]));

@@ -146,13 +146,18 @@ TEST_P(DeviceArrays, AsyncCallsRaiseWhatTheyRecordedAtTheNextSynchronizingPoint)
   EXPECT_NO_THROW(plgpu::synchronize());
   expect_chain(plgpu::call_on_device(thrice, {y}).at(0));  // (y was computed all the same)
 
-  // to_host and a waiting call are synchronizing points too.
+  // to_host, a waiting call and an export (DLPack) are synchronizing points too.
   EXPECT_NO_THROW(plgpu::call_on_device_async(overrun(GetParam()), {dx}));
   EXPECT_CONTAINS(error_of([&] { dx.to_host(); }), expected);
   EXPECT_NO_THROW(dx.to_host());
   EXPECT_NO_THROW(plgpu::call_on_device_async(overrun(GetParam()), {dx}));
   EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device(twice, {dx}); }), expected);
   EXPECT_NO_THROW(plgpu::synchronize());
+  EXPECT_NO_THROW(plgpu::call_on_device_async(overrun(GetParam()), {dx}));
+  EXPECT_CONTAINS(error_of([&] { dx.to_dlpack(); }), expected);  // (raised before exporting)
+  DLManagedTensor* exported = nullptr;
+  EXPECT_NO_THROW(exported = dx.to_dlpack());
+  if (exported) exported->deleter(exported);
 
   // Errors in the call itself are raised at once.
   EXPECT_CONTAINS(error_of([&] { plgpu::call_on_device_async(twice, {plgpu::DeviceArray()}); }),

@@ -133,8 +133,12 @@ TEST(GpuKernel, CopiesOfWhole16ByteRowsCompileToBulkCopies) {
   for (size_t at = src.find(call_site); at != std::string::npos; at = src.find(call_site, at + 1)) ++bulk;
   EXPECT_EQ(bulk, 2u);  // the 12-byte rows are never bulk copies
   EXPECT_CONTAINS(src, ", 80, 4, 32u, ");  // source rows 80 bytes apart, 4 rows of 32 bytes
+  // The barriers' init is fenced for the copies completing on them (the async proxy), clusters or not.
+  EXPECT_CONTAINS(src, "if (pl_cta_tid() == 0) pl_fence_mbar_init();");
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(src, "bulk.cu", arch)) << arch;
+  const pl::gpu::CompiledKernel ptx = pl::gpu::Nvrtc::get().compile(src, "bulk.cu", "compute_90a");
+  EXPECT_CONTAINS(std::string(ptx.image.begin(), ptx.image.end()), "fence.mbarrier_init.release.cluster");
   // The machine code has the bulk copies (UBLKCP, shared <- global) and the expect-tx arrival.
   if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
   const std::string sass = test_util::sass_of(src, "sm_90a");
@@ -2007,6 +2011,9 @@ TEST(GpuKernel, SetMaxRegistersBecomesSetmaxnregWhereTheRequestsFit) {
   if (pl::gpu::Nvrtc::unavailable_reason().empty() && !test_util::find_cuobjdump().empty()) {
     const std::string sass = test_util::sass_of(k.source, "sm_90a");
     EXPECT_EQ(count_of(sass, "USETMAXREG"), 2) << sass.substr(0, 2000);
+    // A kernel without tensor-core products reallocates too (one request per branch).
+    const std::string plain = test_util::sass_of(generated(24, 240).source, "sm_90a");
+    EXPECT_EQ(count_of(plain, "USETMAXREG"), 2) << plain.substr(0, 2000);
   }
 }
 
