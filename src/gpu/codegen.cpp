@@ -1111,10 +1111,18 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const int site = backend_fault_site(ErrorSite::Kind::PipelineWait);
       std::string ids;
       for (int d = 0; d < G; ++d) ids += "g[" + std::to_string(d) + "], ";
-      ring_wait = indent + "  if (!pl_group_all(pl_ring_wait(p.err, pl_ring_phase, (int)(" + ga + " % " + S +
-                  ")))) { pl_i64 ev[] = {" + ids + "0}; pl_fail(p.err, " + std::to_string(site) + ", ev, " +
-                  std::to_string(G) + "); pl_cp_async_wait<0>(); " + drain + "return; }\n";
-      ring_drain = "pl_ring_drain(pl_ring_phase, " + ga + " + 1, s < " + Ga + " ? s : " + Ga + " - 1); ";
+      // Failing (another CTA failed, or the wait limit), the step's copies and the later ones
+      // already issued are still landing: the point waits for them before it leaves — from this
+      // step where this thread's own wait did not see it land (the threads' phases stay in step
+      // with the barriers) — and for every warpgroup's wgmma, so that nothing writes the slots
+      // of the next point's copies or runs on after the CTA has left.
+      const std::string last = "s < " + Ga + " ? s : " + Ga + " - 1";
+      ring_wait = indent + "  { const bool pl_landed = pl_ring_wait(p.err, pl_ring_phase, (int)(" + ga + " % " + S +
+                  "));\n" + indent + "    if (!pl_group_all(pl_landed)) { pl_i64 ev[] = {" + ids +
+                  "0}; pl_fail(p.err, " + std::to_string(site) + ", ev, " + std::to_string(G) +
+                  "); pl_cp_async_wait<0>(); pl_ring_drain(pl_ring_phase, " + ga + " + (pl_landed ? 1 : 0), " + last +
+                  "); " + drain + "pl_cta_sync(); return; } }\n";
+      ring_drain = "pl_ring_drain(pl_ring_phase, " + ga + " + 1, " + last + "); ";
     }
     // The step's barrier is ring_wait's vote (pl_group_all: a barrier of the CTA, pallas_call's
     // only group) or a pl_cta_sync; pl_grid_point ends with one (its emitter's last barrier), so
@@ -1129,7 +1137,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         << (out.tensor_core_slots.empty() ? "" : indent + "  pl_fence_proxy_async();  // (for the in-place wgmma)\n")
         << (ring_wait.empty() ? indent + "  pl_cta_sync();\n" : ring_wait)
         << indent << "  if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, (int)(" << ga << " % " << S << ")" << acc_arg
-        << ")) { pl_cp_async_wait<0>(); " << ring_drain << drain << "return; }\n"
+        << ")) { pl_cp_async_wait<0>(); " << ring_drain << drain << "pl_cta_sync(); return; }\n"
         << indent << "}\n";
   } else {
     src << indent << "if (!pl_grid_point(p, g, G, arena, pl_phase, pl_prof, 0" << acc_arg << ")) { " << drain
@@ -1161,6 +1169,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) " << where << "[e] = "
         << detail::uninitialized_literal(t.dtype) << ";\n";
   }
+  // The fill above is ordered before what the async proxy does to the same bytes next — copies
+  // into SMEM (completing on barriers; a peer's multicast too) and wgmma reads — by each writer's
+  // proxy fence before the sync (a fence after the barrier by another thread would not order it).
+  if (out.num_barriers > 0 || out.uses_wgmma) src << "  pl_fence_before_bulk_copy();\n";
   // The barriers' init is fenced for the copies completing on them (the async proxy) and, with
   // clusters, for peers: no CTA may arrive on a peer's barriers before the peer initialized them.
   if (out.num_barriers > 0) src << "  if (pl_cta_tid() == 0) pl_fence_mbar_init();\n";

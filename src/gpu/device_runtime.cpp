@@ -1354,11 +1354,17 @@ PL_DEV bool pl_ring_wait(const pl_i64* err, pl_u32& phases, int slot) {
   return pl_mbar_wait(pl_ring_mbar + slot, &phases, slot, err);
 }
 // Leaving a point early: waits for the copies of steps [first, last] still landing in their slots
-// (the TMA unit always completes them), so the parities stay in step and no copy lands later.
+// (the TMA unit completes them), so the parities stay in step and no copy lands later. Within
+// the wait limit all the same: copies that never complete (a byte count that disagrees with the
+// boxes) must not hang a kernel that has recorded its error already.
 PL_DEV void pl_ring_drain(pl_u32& phases, pl_i64 first, pl_i64 last) {
+  const pl_u64 start = pl_now_ns(), limit = pl_wait_limit_ns();
   for (pl_i64 s = first; s <= last; ++s) {
     const int slot = (int)(s % PL_RING_SLOTS);
-    while (!pl_mbar_test(pl_ring_mbar + slot, (phases >> slot) & 1u)) pl_backoff();
+    while (!pl_mbar_test(pl_ring_mbar + slot, (phases >> slot) & 1u)) {
+      if (pl_now_ns() - start > limit) return;
+      pl_backoff();
+    }
     phases ^= 1u << slot;
   }
 }

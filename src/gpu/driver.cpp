@@ -37,10 +37,11 @@ struct alignas(8) CUlaunchAttribute {
     struct {
       unsigned x, y, z;
     } clusterDim;
+    int cooperative;
   } value;
 };
 static_assert(sizeof(CUlaunchAttribute) == 72, "the driver's CUlaunchAttribute layout");
-constexpr int CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
+constexpr int CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
 struct CUlaunchConfig {
   unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
   CUstream hStream;
@@ -420,18 +421,32 @@ int64_t resident_ctas_per_sm(const Device& d, void* function, const GeneratedKer
 }
 
 // A launch of `ctas` CTAs of the generated kernel (1-D clusters of k.cluster_ctas, when more
-// than one); the config points at the cluster attribute it holds, so it stays where it was made.
+// than one); the config points at the attribute it holds, so it stays where it was made.
+//
+// A kernel whose CTAs must all run at once (gpu::Semaphore scratch: co_resident) without clusters
+// is launched cooperatively: launch_ctas made its grid fit the device, and the driver then holds
+// it to that — all its CTAs scheduled together, or the launch refused — instead of CTAs spinning
+// on semaphores while others wait for SMs that another stream's kernel holds (then the wait
+// limit's "deadlock"). (With clusters the occupancy query of max_active_clusters is what bounds
+// the grid; cooperative cluster launches are left alone.)
 struct LaunchShape {
-  CUlaunchAttribute cluster_dims{};
+  CUlaunchAttribute attrs[1]{};
   CUlaunchConfig cfg{};
   LaunchShape(const Device& d, const GeneratedKernel& k, int64_t ctas, CUstream stream) {
-    cluster_dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    cluster_dims.value.clusterDim.x = static_cast<unsigned>(k.cluster_ctas);
-    cluster_dims.value.clusterDim.y = cluster_dims.value.clusterDim.z = 1;
-    const bool clusters = k.cluster_ctas > 1;
+    unsigned n = 0;
+    if (k.cluster_ctas > 1) {
+      CUlaunchAttribute& a = attrs[n++];
+      a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      a.value.clusterDim.x = static_cast<unsigned>(k.cluster_ctas);
+      a.value.clusterDim.y = a.value.clusterDim.z = 1;
+    } else if (k.co_resident()) {
+      CUlaunchAttribute& a = attrs[n++];
+      a.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      a.value.cooperative = 1;
+    }
     cfg = CUlaunchConfig{static_cast<unsigned>(ctas), 1, 1, static_cast<unsigned>(k.threads_per_cta), 1, 1,
                          static_cast<unsigned>(k.dynamic_shared_bytes(d.runs_wgmma())), stream,
-                         clusters ? &cluster_dims : nullptr, clusters ? 1u : 0u};
+                         n > 0 ? attrs : nullptr, n};
   }
   LaunchShape(const LaunchShape&) = delete;
   LaunchShape& operator=(const LaunchShape&) = delete;

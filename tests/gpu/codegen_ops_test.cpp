@@ -803,7 +803,7 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     for (; at != std::string::npos; at = e.source.find(from, at + to.size())) e.source.replace(at, from.size(), to);
     return e;
   };
-  const std::string wait = "if (!pl_group_all(pl_ring_wait(", expect = "if (pl_cta_tid() == 0) pl_expect_tx(pl_ring_mbar + slot, ";
+  const std::string wait = "const bool pl_landed = pl_ring_wait(", expect = "if (pl_cta_tid() == 0) pl_expect_tx(pl_ring_mbar + slot, ";
   const std::string ok = "(p.tma_ok >> ";
   // x (128 x 64) @ y (64 x 64) in (64, 16) x (16, 32) blocks, 4 K steps: bf16 with one warpgroup
   // keeps both slots canonical (x K-major: 2 boxes of 8 x 64; y MN-major: 4 boxes of 8 x 16),
@@ -836,7 +836,7 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     EXPECT_EQ(stats.tma_boxes, 16 * (canonical ? 2 + 4 : 2));
     EXPECT_EQ(stats.wgmma_instructions > 0, canonical);
     const Array want = interpret::run_reference(*tc, {x, y}, tc->grid_mapping.grid, nullptr)[0];
-    const Array early = gpu::run_host_emulation(*tc, edited(k, wait, "if (false && !pl_group_all(pl_ring_wait("), {x, y},
+    const Array early = gpu::run_host_emulation(*tc, edited(k, wait, "const bool pl_landed = true || pl_ring_wait("), {x, y},
                                                 tc->grid_mapping.grid, 128)[0];
     EXPECT_FALSE(allclose(early, want, 1e-4, 1e-3).ok) << "a read before the slot's barrier went unnoticed";
     gpu::HostEmulationStats cp;
@@ -881,12 +881,14 @@ TEST(GpuCodegenOps, RingBlocksThatAreBoxesComeByTheTmaUnit) {
     }
     EXPECT_EQ(k.source.find("pl_tma_load<3>(dst") != std::string::npos, tma);
     // One barrier per step before the point (the TMA wait's vote, or a CTA sync), none after it
-    // (the point ends with one) and none at its start.
+    // (the point ends with one) and none at its start — besides those of the paths that leave
+    // the point on an error.
     const size_t loop = k.source.find("for (pl_i64 s = 0;");
     ASSERT_NE(loop, std::string::npos);
     const std::string step = k.source.substr(loop, k.source.find("\n  }\n", loop) - loop);
-    EXPECT_EQ(count_of(step, "pl_cta_sync();"), tma ? 0 : 1) << step;
-    EXPECT_EQ(count_of(step, "pl_group_all(pl_ring_wait("), tma ? 1 : 0) << step;
+    EXPECT_EQ(count_of(step, "pl_cta_sync();\n"), tma ? 0 : 1) << step;
+    EXPECT_EQ(count_of(step, "pl_group_all(pl_landed)"), tma ? 1 : 0) << step;
+    EXPECT_EQ(count_of(step, "pl_cta_sync(); return;"), tma ? 2 : 1) << step;
     const size_t point = k.source.find("PL_DEV bool pl_grid_point(");
     EXPECT_EQ(k.source.find("pl_sync();", point), k.source.find("pl_sync();", k.source.find("// cond ", point)))
         << "a barrier before the body's first op";
