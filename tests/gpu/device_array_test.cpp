@@ -109,18 +109,20 @@ TEST_P(DeviceArrays, AWrittenInputThatIsNotAliasedStaysUnchanged) {
   }
 }
 
-// o = x * a + 1 over a grid of 5 blocks of 128 of a 512-element x: the fifth block is out of
-// bounds, which the kernel records (the interpreters' error).
-pl::PallasCall overrun(const std::string& backend) {
+// o = x + 1 in blocks of 128 of a 512-element x over a grid of `blocks`, x's block index lagging
+// `lag` behind: a block out of bounds, which the kernel records (the interpreters' error).
+pl::PallasCall misindexed(const std::string& backend, int64_t blocks, int64_t lag, const std::string& name) {
   pl::CallOptions o;
-  o.grid = {5};
-  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
+  o.grid = {blocks};
+  o.in_specs = {pl::BlockSpec({128}, [lag](pl::Value i) { return pl::Indices{i - lag}; })};
   o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
   o.backend = backend;
-  o.name = "overrun";
+  o.name = name;
   return pl::pallas_call([](pl::Ref x, pl::Ref out) { out[pl::all] = x[pl::all] + 1.0f; },
                          pl::ShapeDtype({512}, pl::f32), o);
 }
+// The fifth of 5 blocks is out of bounds.
+pl::PallasCall overrun(const std::string& backend) { return misindexed(backend, 5, 0, "overrun"); }
 
 // call_on_device_async: calls chain without waiting; what a kernel records is raised at the
 // stream's next synchronizing point (synchronize, to_host, a waiting call), once.
@@ -165,18 +167,8 @@ TEST_P(DeviceArrays, AsyncCallsRaiseWhatTheyRecordedAtTheNextSynchronizingPoint)
   EXPECT_NO_THROW(plgpu::synchronize());
 }
 
-// o = x + 1 in blocks of 128 whose index map lags one behind: block -1 at iteration 0 is out of
-// bounds (another error than overrun's).
-pl::PallasCall underrun(const std::string& backend) {
-  pl::CallOptions o;
-  o.grid = {4};
-  o.in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i - 1}; })};
-  o.out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::Indices{i}; })};
-  o.backend = backend;
-  o.name = "underrun";
-  return pl::pallas_call([](pl::Ref x, pl::Ref out) { out[pl::all] = x[pl::all] + 1.0f; },
-                         pl::ShapeDtype({512}, pl::f32), o);
-}
+// Block -1 at iteration 0 is out of bounds (another error than overrun's).
+pl::PallasCall underrun(const std::string& backend) { return misindexed(backend, 4, 1, "underrun"); }
 
 // More asynchronous calls than may be pending on a stream at once (32): past the bound a call
 // waits for the oldest, and what finished is let go. The calls still run in order, and the first
