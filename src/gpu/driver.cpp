@@ -698,10 +698,8 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
     api.StreamSynchronize(stream);
     throw;
   }
-  const uint64_t cutoff = queue_cutoff();
-  d.check(api.StreamSynchronize(stream), "cuStreamSynchronize (the kernel)");
-  // Earlier asynchronous calls on the stream have finished too: their error comes first.
-  retire_pending_launches(stream, cutoff);
+  // Earlier asynchronous calls on the stream finish too (retired here): their error comes first.
+  synchronize_and_retire(stream);
   const std::exception_ptr error = retire_launch(std::move(buffers), call, k, stream);
   async_calls::raise_pending(stream);
   if (error) std::rethrow_exception(error);
