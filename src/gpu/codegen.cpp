@@ -1180,15 +1180,17 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // After a point whose scratch is fresh: every thread is done with it before it is set up again
   // (with clusters: every thread of the cluster, which may still arrive on this CTA's barriers).
   // (Bulk copies to global memory still reading the scratch are waited for first.)
-  src << "PL_DEV void pl_end_scratch() {\n"
+  // (After a failed point, copies may still be landing on the barriers: pl_mbar_settle.)
+  src << "PL_DEV void pl_end_scratch([[maybe_unused]] const PlParams& p) {\n"
       << (out.bulk_stores > 0 ? "  if (pl_tid() == 0) pl_bulk_store_wait<0, false>();\n" : "") << "  "
       << (out.cluster_ctas > 1 ? "pl_cluster_sync" : "pl_cta_sync") << "();\n";
   if (out.num_barriers > 0)
-    src << "  if (pl_cta_tid() == 0) for (int i = 0; i < " << out.num_barriers << "; ++i) pl_mbar_inval(pl_mbar + i);\n"
+    src << "  if (pl_cta_tid() == 0) {\n    pl_mbar_settle(pl_mbar, " << out.num_barriers << ", p.err);\n"
+        << "    for (int i = 0; i < " << out.num_barriers << "; ++i) pl_mbar_inval(pl_mbar + i);\n  }\n"
         << "  pl_cta_sync();\n";
   src << "}\n\n";
   const std::string point_body = fresh_scratch_per_point
-                                     ? "{ pl_init_scratch(p, arena); pl_cta(p, point, arena, ring_phase); pl_end_scratch(); }"
+                                     ? "{ pl_init_scratch(p, arena); pl_cta(p, point, arena, ring_phase); pl_end_scratch(p); }"
                                      : "pl_cta(p, point, arena, ring_phase);";
   // The ring's barriers (TMA inputs) and the parities each thread awaits next: per CTA, not per point.
   // (Indented by the caller: the second line takes `indent` too.)

@@ -872,6 +872,33 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
   phases[i >> 5] ^= 1u << (i & 31);
   return true;
 }
+// Before the `n` barriers at `b` are invalidated after a failed point (an error recorded: a wait
+// gave up, so copies it did not wait for may still be landing): waits, for a bounded time, for
+// each barrier's current phase to complete, so that copies completing on it land before the
+// scratch is set up again for the next point or the CTA leaves. A phase that also lacks arrivals
+// (from threads the failure took out) never completes: the bound (PL_SETTLE_NS in all) ends the
+// wait — the copies the failed point issued are microseconds from landing by then. (The current
+// phase is the one whose parity test_wait does not report complete; a phase that completes just
+// before it is looked at costs the bound, nothing else. Host emulation reads the phase without
+// landing the copies, as a test would.)
+#ifndef PL_SETTLE_NS
+#define PL_SETTLE_NS 1000000ull
+#endif
+PL_DEV pl_u32 pl_mbar_current_parity(pl_u64* b) {
+#if PL_HOST_EMULATION
+  return (pl_u32)((__atomic_load_n(b, __ATOMIC_ACQUIRE) >> 40) & 1u);
+#else
+  return pl_mbar_test(b, 0) ? 1u : 0u;
+#endif
+}
+PL_DEV void pl_mbar_settle(pl_u64* b, int n, const pl_i64* err) {
+  if (!pl_error_recorded(err)) return;
+  const pl_u64 start = pl_now_ns();
+  for (int i = 0; i < n; ++i) {
+    const pl_u32 current = pl_mbar_current_parity(b + i);
+    while (!pl_mbar_test(b + i, current) && pl_now_ns() - start < PL_SETTLE_NS) pl_backoff();
+  }
+}
 // ---- Semaphores in global memory (gpu::Semaphore): counters shared by the CTAs of the grid ------
 // A signal is a release at GPU scope, made by one thread after its group's barrier, so what the
 // whole group wrote before it is visible to a thread that acquires the count. A wait spins on an

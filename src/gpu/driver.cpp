@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -546,6 +548,15 @@ std::mutex retire_mu;
 constexpr size_t kMaxPendingLaunches = 32;
 constexpr size_t kMaxPendingWorkspaceBytes = size_t{256} << 20;
 
+// Held from a launch on a stream until it is entered in the pending list, so that the list holds
+// one stream's launches in the stream's order even when host threads launch on it at once (its
+// retirement, oldest first, and "the first error" of the stream go by that order). One of a few
+// mutexes by the stream's address: threads launching on different streams seldom share one.
+std::mutex& launch_order_mutex(void* stream) {
+  static std::array<std::mutex, 16> stripes;
+  return stripes[std::hash<void*>{}(stream) % stripes.size()];
+}
+
 // The ticket the next queued launch gets: taken before synchronizing a stream, it marks the
 // launches that synchronize has waited for (another thread may queue more meanwhile).
 uint64_t queue_cutoff() {
@@ -683,6 +694,7 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
                                             profile_words > 0 ? profile.ptr() : 0, grid, tensor_map_encoder(d));
   void* params[] = {words.data()};
   const LaunchShape launch(d, k, ctas, stream);
+  std::unique_lock<std::mutex> in_stream_order(launch_order_mutex(stream));
   d.check(api.LaunchKernelEx(&launch.cfg, function, params, nullptr), "cuLaunchKernelEx");
   try {
     if (!buffers->mapped) err.download(buffers->host, kErrorRecordWords * sizeof(int64_t), stream);
@@ -695,9 +707,11 @@ void launch_generated(const TracedCall& call, const GeneratedKernel& k, void* fu
   } catch (...) {
     // The kernel is queued: what it uses (the buffers, the arrays `owner` holds) is dropped only
     // once it has run.
+    in_stream_order.unlock();
     api.StreamSynchronize(stream);
     throw;
   }
+  in_stream_order.unlock();
   // Earlier asynchronous calls on the stream finish too (retired here): their error comes first.
   synchronize_and_retire(stream);
   const std::exception_ptr error = retire_launch(std::move(buffers), call, k, stream);

@@ -998,6 +998,29 @@ TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
   }
 }
 
+// The device runtime compiled as C++ for host emulation (one thread, shared memory as an arena),
+// after `defines`, with `main_source` after it; runs it and returns what it printed.
+std::string run_with_device_runtime(const std::string& name, const std::string& defines, const std::string& main_source) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pallas-" + name + "-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir / "t.cc");
+    f << "#define PL_NUM_GROUPS 1\n#define PL_CTA_THREADS 1\n#define PL_ARENA_IN_SHARED 1\n" << defines
+      << gpu::device_runtime_source() << main_source;
+  }
+  const std::string cmd = gpu::host_compiler() + " -std=c++20 -w -pthread -o '" + (dir / "t").string() + "' '" +
+                          (dir / "t.cc").string() + "' 2>&1 && '" + (dir / "t").string() + "'";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  fs::remove_all(dir);
+  return out;
+}
+
 // The 128-byte swizzle (and the 64- and 32-byte ones after it) against numbers worked out by hand
 // from its definition (CUTLASS's
 // Swizzle<3, 4, 3>, the pattern of CU_TENSOR_MAP_SWIZZLE_128B and of wgmma's layout type 1: the
@@ -1007,13 +1030,7 @@ TEST(GpuCodegenOps, SlotsOfWholePanelsAreSwizzledForTmaAndWgmma) {
 // where the emulated TMA unit lands a box of a swizzled map (every element once, at the same
 // places).
 TEST(GpuCodegenOps, TheSwizzleOfSlotsIsTheHardwares128BytePattern) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("pallas-swizzle-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  {
-    std::ofstream f(dir / "t.cc");
-    f << "#define PL_NUM_GROUPS 1\n#define PL_CTA_THREADS 1\n#define PL_ARENA_IN_SHARED 1\n" << gpu::device_runtime_source()
-      << R"(
+  const std::string out = run_with_device_runtime("swizzle", "", R"(
 int main() {
   // A 16 x 128 bf16 block (two 64-column panels) in a swizzled slot.
   printf("elem %lld %lld %lld %lld\n", (long long)pl_slot_elem<3>(0, 0, 16, 16), (long long)pl_slot_elem<3>(1, 0, 16, 16),
@@ -1051,17 +1068,7 @@ int main() {
   alignas(1024) static pl_u16 tile[8 * 32];
   land(tile, 8, 32, 64);
   printf("box64 %u %u\n", tile[2 * 32], tile[7 * 32 + 3 * 8 + 2]);
-})";
-  }
-  const std::string cmd = gpu::host_compiler() + " -std=c++20 -w -pthread -o '" + (dir / "t").string() + "' '" +
-                          (dir / "t.cc").string() + "' 2>&1 && '" + (dir / "t").string() + "'";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[512];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  fs::remove_all(dir);
+})");
   // Elements: (0, 0) at byte 0; (1, 0): row 1, chunk 0 ^ 1 = 1, byte 128 + 16 = 144 (element 72);
   // (3, 9) of layout 4 (the same storage): chunk 1 ^ 3 = 2, byte 384 + 32 + 2 = 418 (209); (9, 70):
   // panel 1 (16 rows x 128 bytes = 2048), row 9, chunk 0 ^ 1 = 1, byte 2048 + 1152 + 16 + 12 =
@@ -1084,6 +1091,72 @@ int main() {
   // The 64-byte box: row 2's physical chunk 0 holds its chunk 1, element (2, 8) = 72; row 7's
   // physical chunk 3 holds chunk 0, so its element 2 is (7, 2) = 226.
   EXPECT_CONTAINS(out, "box64 72 226\n");
+}
+
+// After a failed point, thread 0 lets the copies still landing on the kernel's barriers land
+// before it invalidates them (pl_mbar_settle), for a bounded time: here, under host emulation,
+// box copies in flight on a barrier in its first phase and on one in its second (the phase that
+// pl_mbar_settle must wait for is found from the barrier), and an idle barrier whose phase never
+// completes (the bound, shortened to 150 ms, ends the wait). Without an error recorded it returns
+// at once, landing nothing.
+TEST(GpuCodegenOps, AfterAFailureCopiesInFlightLandBeforeTheBarriersGo) {
+  const std::string out = run_with_device_runtime("settle", "#define PL_SETTLE_NS 150000000ull\n", R"(
+#include <chrono>
+int main() {
+  static pl_u16 src[16 * 64];
+  for (int e = 0; e < 16 * 64; ++e) src[e] = (pl_u16)(e + 1);
+  PlTensorMap map = {};
+  map.w[0] = (pl_u64)src, map.w[1] = 2, map.w[2] = 2, map.w[3] = 64, map.w[4] = 16;
+  map.w[8] = 128, map.w[12] = 64 | (16ull << 32), map.w[15] = 0;
+  const int c[2] = {0, 0};
+  static pl_u64 bars[3];
+  pl_mbar_init(&bars[0], 1), pl_mbar_init(&bars[1], 1), pl_mbar_init(&bars[2], 2);
+  pl_mbar_arrive(&bars[1]);  // its first phase completes: the copy below is in its second
+  alignas(128) static pl_u16 dst0[16 * 64], dst1[16 * 64];
+  pl_expect_tx(&bars[0], 2048), pl_tma_load<2>(dst0, &map, c, &bars[0]);
+  pl_expect_tx(&bars[1], 2048), pl_tma_load<2>(dst1, &map, c, &bars[1]);
+  pl_i64 err[2] = {0, 0};
+  auto ms = [](auto t0) {
+    return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  pl_mbar_settle(bars, 3, err);
+  printf("quiet %lld %u %u\n", ms(t0), dst0[100], dst1[100]);
+  err[0] = 1;
+  t0 = std::chrono::steady_clock::now();
+  pl_mbar_settle(bars, 2, err);
+  printf("landed %lld %u %u phases %llu %llu\n", ms(t0), dst0[100], dst1[100], (unsigned long long)(bars[0] >> 40),
+         (unsigned long long)(bars[1] >> 40));
+  t0 = std::chrono::steady_clock::now();
+  pl_mbar_settle(bars, 3, err);
+  printf("bounded %lld\n", ms(t0));
+})");
+  // Nothing landed (the destination reads as before: zero) and nothing waited.
+  long long quiet_ms = -1;
+  unsigned a = 0, b = 0;
+  ASSERT_EQ(std::sscanf(out.c_str(), "quiet %lld %u %u", &quiet_ms, &a, &b), 3) << out;
+  EXPECT_LT(quiet_ms, 100);
+  EXPECT_NE(a, 101u);
+  EXPECT_NE(b, 101u);
+  // Both copies landed (element 100 holds 101) and completed their barriers' phases: the first
+  // barrier's first, the second's second. Copies that land at once are not waited for the bound.
+  const size_t at = out.find("landed ");
+  ASSERT_NE(at, std::string::npos) << out;
+  long long landed_ms = -1;
+  unsigned long long p0 = 0, p1 = 0;
+  ASSERT_EQ(std::sscanf(out.c_str() + at, "landed %lld %u %u phases %llu %llu", &landed_ms, &a, &b, &p0, &p1), 5) << out;
+  EXPECT_EQ(a, 101u);
+  EXPECT_EQ(b, 101u);
+  EXPECT_EQ(p0, 1u);
+  EXPECT_EQ(p1, 2u);
+  EXPECT_LT(landed_ms, 100);
+  // The idle barrier: waited for the bound, and no longer.
+  const size_t at2 = out.find("bounded ");
+  ASSERT_NE(at2, std::string::npos) << out;
+  long long bounded_ms = -1;
+  ASSERT_EQ(std::sscanf(out.c_str() + at2, "bounded %lld", &bounded_ms), 1) << out;
+  EXPECT_GE(bounded_ms, 150);
+  EXPECT_LT(bounded_ms, 5000);
 }
 
 // The kernel's parameter words (pack_params): the fixed fields, then the word of encoded maps,
