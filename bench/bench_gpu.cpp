@@ -288,7 +288,8 @@ void side_by_side(std::ostream& report) {
                      Config{256, 4, 2, 1, sms}}) {
       ex::Problem w = ex::find("ws_matmul").build({.size = n, .dtype = pl::bf16, .backend = "gpu", .cluster = g.cluster,
                                                    .cluster_rows = g.rows, .persistent = g.persistent,
-                                                   .tile_n = g.tile_n, .stages = g.stages});
+                                                   .tile_n = g.tile_n, .stages = g.stages,
+                                                   .with_inputs = false});
       ResidentCall v(w.call, p.inputs);
       report << "| 128 x " << g.tile_n << ", " << g.stages << " | " << g.rows << " x " << g.cluster << " | "
              << (g.persistent ? std::to_string(g.persistent) : "-") << " | " << versus_cublas(v);

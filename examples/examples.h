@@ -67,6 +67,10 @@ struct RunOptions {
   // pipeline depth follows it (ws_matmul); 0: with backend "gpu", this machine's GPU's
   // (gpu::device_shared_memory_limit), else an H100's 227 KiB.
   int64_t shared_memory_limit = 0;
+  // false: the problem's call without its random inputs, for a caller that has its own (pallas_bench
+  // times ws_matmul's variants on matmul's inputs: drawing 2 x 8192^2 normals takes ~15 s of one
+  // core). Honoured by the square matmuls (matmul, ws_matmul); other problems draw them anyway.
+  bool with_inputs = true;
 
   bool uses_tpu_interpret_options() const {
     return devices != 0 || cores != 0 || !dma_mode.empty() || detect_races;

@@ -141,8 +141,9 @@ Problem square_matmul_problem(const std::string& name, const RunOptions& opts, i
       .signature = std::string(dtype_name(opts.dtype)) + dims({n, n}) + "x" + dims({n, n}),
       .backend = opts.backend,
       .call = std::move(call),
-      .inputs = {Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
-                 Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))},
+      .inputs = opts.with_inputs ? std::vector<Array>{Array::random_normal({n, n}, opts.dtype, input_seed(opts, 0)),
+                                                      Array::random_normal({n, n}, opts.dtype, input_seed(opts, 1))}
+                                 : std::vector<Array>{},
       .reference = blas,
       .tolerance = tolerance,
       .flops = 2 * n * n * n,

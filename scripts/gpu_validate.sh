@@ -17,17 +17,41 @@ REPORT="$OUT/report.txt"
 : > "$REPORT"
 log() { echo "$@" | tee -a "$REPORT"; }
 STEP_TIMEOUT=${STEP_TIMEOUT:-240}
+# BUDGET: seconds this script may take in all (a device call is cut at 600 s); steps that would
+# start past it are skipped, each saying so, and the report still ends with its status line.
+BUDGET=${BUDGET:-540}
+# STEPS: which groups run (split a run over two calls: STEPS="examples tests sass bench", then STEPS=sanitizer).
+STEPS=${STEPS:-examples tests sanitizer sass bench}
+want() { [[ " $STEPS " == *" $1 "* ]] || return 1; log "== $1 (t=${SECONDS}s)"; }
 if [ -n "${PREBUILT:-}" ]; then
+  PREBUILT=$(cd "$PREBUILT" && pwd) || { log "no folder $PREBUILT"; exit 1; }
   BUILD=$PREBUILT
-  [ -f "$PREBUILT/bundle.tar.gz" ] && tar -C "$PREBUILT" -xzf "$PREBUILT/bundle.tar.gz"
-  [ -d "$PREBUILT/lib" ] && export LD_LIBRARY_PATH="$PWD/$PREBUILT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [ -f "$PREBUILT/bundle.tar.gz" ]; then
+    # Unpacked outside the tree: an unpacked .prebuilt (87 MB) would no longer fit the 64 MiB the device tool carries.
+    BUILD=$(mktemp -d); trap 'rm -rf "$BUILD"' EXIT
+    tar -C "$BUILD" -xzf "$PREBUILT/bundle.tar.gz" || { log "could not unpack $PREBUILT/bundle.tar.gz"; exit 1; }
+  fi
+  [ -d "$BUILD/lib" ] && export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The build machine's libstdc++ / libgcc_s, only where this machine's are too old for the binaries.
+  if ! "$BUILD/pallas" version >/dev/null 2>&1 && [ -d "$BUILD/lib-compat" ]; then
+    export LD_LIBRARY_PATH="$BUILD/lib-compat:$LD_LIBRARY_PATH"; log "note  using the bundled libstdc++ (lib-compat)"
+  fi
 else
   BUILD=${BUILD:-build-gpu}
   scripts/build.sh "$BUILD" >"$OUT/build.log" 2>&1 || { log "BUILD FAILED (see build.log)"; exit 1; }
 fi
-run() { timeout -k 10 "$STEP_TIMEOUT" "$@"; }
-nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$REPORT"
+# Each step: at most STEP_TIMEOUT, and never past BUDGET.
+run() {
+  local left=$((BUDGET - SECONDS))
+  if [ "$left" -lt 20 ]; then echo "SKIP (time budget of ${BUDGET}s spent)"; return 124; fi
+  timeout -k 5 "$((left < STEP_TIMEOUT ? left : STEP_TIMEOUT))" "$@"
+}
+log "date $(date -u +%FT%TZ); host $(uname -srm); $(ldd --version 2>&1 | head -1)"
+nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$REPORT" || log "no nvidia-smi"
+if ! v=$("$BUILD/pallas" version 2>&1); then log "FAIL  $BUILD/pallas does not start: $v"; ldd "$BUILD/pallas" 2>&1 | tee -a "$REPORT"; exit 1; fi
+log "tools c++=$(command -v c++ || echo none) compute-sanitizer=$(command -v compute-sanitizer || echo none) cuobjdump=$(command -v cuobjdump || echo none) nvrtc=$( (ldconfig -p | grep -o 'libnvrtc.so.1[0-9]* '; ls /usr/local/cuda/lib*/libnvrtc.so.1* 2>/dev/null) | head -2 | tr '\n' ' ')"
 status=0
+if want examples; then
 examples="add matmul softmax layer_norm gather inplace ws_matmul grid_sum"
 for e in $examples; do
   for seed in 1 2; do
@@ -61,26 +85,35 @@ done
 if out=$(PALLAS_GPU_NO_POOL=1 OPENBLAS_NUM_THREADS=1 run "$BUILD/pallas_tests" --gtest_filter='*DeviceArrays*' 2>&1 | tail -1); then
   log "ok    PALLAS_GPU_NO_POOL=1 device arrays: $out"
 else log "FAIL  PALLAS_GPU_NO_POOL=1 device arrays: $out"; status=1; fi
+fi
+if want tests; then
 # The whole suite, sharded over the cores: with a GPU present the tests that skip without one run.
 shards=$(( $(nproc) > 2 ? $(nproc) : 2 ))
 pids=()
+SHARDS_DIR=$(mktemp -d)  # (not under $OUT: 16 files there would pass the 8 a device call brings back)
 for ((i = 0; i < shards; i++)); do
   GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OPENBLAS_NUM_THREADS=1 \
-    run "$BUILD/pallas_tests" >"$OUT/tests-$i.log" 2>&1 &
+    run "$BUILD/pallas_tests" >"$SHARDS_DIR/tests-$i.log" 2>&1 &
   pids+=($!)
 done
 failed_shards=0
-for p in "${pids[@]}"; do wait "$p" || failed_shards=$((failed_shards + 1)); done
-cat "$OUT"/tests-*.log > "$OUT/tests.log"; rm -f "$OUT"/tests-*.log
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"; rc=$?
+  [ "$rc" -ne 0 ] && failed_shards=$((failed_shards + 1))
+  [ "$rc" -eq 124 ] && log "FAIL  shard $i timed out in: $(grep '^\[ RUN ' "$SHARDS_DIR/tests-$i.log" | tail -1)"
+done
+cat "$SHARDS_DIR"/tests-*.log > "$OUT/tests.log"; rm -rf "$SHARDS_DIR"
 passed=$(grep -h "PASSED" "$OUT/tests.log" | grep -o "[0-9]* test" | awk '{s+=$1} END {print s+0}')
 skipped=$(grep -h "^\[  SKIPPED \] [0-9]* test" "$OUT/tests.log" | awk '{s+=$4} END {print s+0}')
 if [ "$failed_shards" -eq 0 ]; then log "ok    tests: $passed passed, $skipped skipped (tests.log)"
 else log "FAIL  tests: $failed_shards of $shards shards failed; $passed passed (tests.log):"; grep -h "^\[  FAILED  \] [A-Z]" "$OUT/tests.log" | sort -u | tee -a "$REPORT"; status=1; fi
+fi
+if want sanitizer; then
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then
   for tool in memcheck racecheck; do
     for e in add matmul softmax ws_matmul grid_sum; do
-      if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run "$e" --backend gpu --size 128 >"$OUT/san.log" 2>&1; then
+      if STEP_TIMEOUT=${SAN_TIMEOUT:-120} run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run "$e" --backend gpu --size 128 >"$OUT/san.log" 2>&1; then
         log "ok    compute-sanitizer $tool $e"
       else
         log "FAIL  compute-sanitizer $tool $e:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
@@ -90,14 +123,14 @@ if [ -x "$SAN" ]; then
     for v in "--cluster 2" "--persistent 1" "--cluster 2 --persistent 2" "--tile-n 256 --size 256" \
              "--tile-n 256 --size 512 --cluster 2 --persistent 2"; do
       size=(--size 128); [[ "$v" == *--size* ]] && size=()
-      if run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run ws_matmul --backend gpu "${size[@]}" $v >"$OUT/san.log" 2>&1; then
+      if STEP_TIMEOUT=${SAN_TIMEOUT:-120} run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas" run ws_matmul --backend gpu "${size[@]}" $v >"$OUT/san.log" 2>&1; then
         log "ok    compute-sanitizer $tool ws_matmul $v"
       else
         log "FAIL  compute-sanitizer $tool ws_matmul $v:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
       fi
     done
     # Device arrays: chained, asynchronous (stop 37: launches retired at synchronize), DLPack.
-    if OPENBLAS_NUM_THREADS=1 run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas_tests" \
+    if OPENBLAS_NUM_THREADS=1 STEP_TIMEOUT=${SAN_TIMEOUT:-120} run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas_tests" \
          --gtest_filter='*DeviceArrays*mosaic_gpu*' >"$OUT/san.log" 2>&1; then
       log "ok    compute-sanitizer $tool device arrays"
     else
@@ -108,6 +141,8 @@ if [ -x "$SAN" ]; then
 else
   log "SKIP  compute-sanitizer (not installed)"
 fi
+fi
+if want sass; then
 # The machine code NVRTC makes for the bf16 matmul on this GPU's arch: HGMMA (wgmma) on sm_90a.
 # (The device machine may have no network: carry .tools/ there, fetched by scripts/get_cuda_tools.sh.)
 CUOBJDUMP=""
@@ -126,9 +161,10 @@ if [ -n "$CUOBJDUMP" ] && "$BUILD/pallas" cuda matmul --dtype bf16 --size 1024 -
 else
   log "SKIP  sass (no cuobjdump: scripts/get_cuda_tools.sh; or the compile failed: cuda.log)"
 fi
-[ -z "${NO_BENCH:-}" ] && { run "$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: failed (bench.txt)"; }
+fi
+want bench && [ -z "${NO_BENCH:-}" ] && { run stdbuf -oL "$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: failed (bench.txt)"; }
 # What swizzled slots, TMA and async wgmma bring, side by side in one run (the bf16 matmul, 4096^3).
-if [ -z "${NO_BENCH:-}" ]; then
+if [[ " $STEPS " == *" bench "* ]] && [ -z "${NO_BENCH:-}" ]; then
   for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
     out=$(run env $v "$BUILD/pallas" bench matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
     log "bench ${v:-default}: $out"
@@ -148,5 +184,5 @@ if [ -z "${NO_BENCH:-}" ]; then
     log "bench ws_matmul $v: $out"
   done
 fi
-log "status $status"
+log "status $status (t=${SECONDS}s)"
 exit $status

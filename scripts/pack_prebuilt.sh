@@ -11,12 +11,13 @@ DEST=${2:-.prebuilt}
 rm -rf "$DEST"
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
-mkdir -p "$DEST" "$STAGE/lib"
+mkdir -p "$DEST" "$STAGE/lib" "$STAGE/lib-compat"
 for b in pallas pallas_tests pallas_bench; do strip -o "$STAGE/$b" "$BUILD/$b"; done
 # Libraries beyond glibc and the C++ runtime (which any machine with a CUDA toolkit has).
-ldd "$BUILD/pallas_tests" "$BUILD/pallas_bench" | awk '/=>/ {print $3}' | sort -u | while read -r lib; do
+ldd "$BUILD/pallas" "$BUILD/pallas_tests" "$BUILD/pallas_bench" | awk '/=>/ {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libstdc++*|libgcc_s*|libpthread*|libdl.so*|librt.so*|ld-linux*) ;;
+    libstdc++*|libgcc_s*) cp -L "$lib" "$STAGE/lib-compat/" ;;  # used there only if the machine's are too old
+    libc.so*|libm.so*|libpthread*|libdl.so*|librt.so*|ld-linux*) ;;
     *) cp -L "$lib" "$STAGE/lib/" ;;
   esac
 done
