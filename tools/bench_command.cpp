@@ -35,7 +35,7 @@ std::string throughput(const ex::Problem& p, double secs) {
 }  // namespace
 
 int bench(const ExampleArgs& args) {
-  const ex::Problem p = ex::find(args.name).build(run_options(args));
+  const ex::Problem p = ex::find(args.name).build(options_to_run(args));
   // The warm-up (which also traces) is checked: a fast wrong kernel is not worth timing.
   const ex::Outcome warm = ex::run(p);  // (an unchecked problem, `racy`, is timed as it is)
   if (warm.checked && !warm.ok) {

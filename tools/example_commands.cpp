@@ -46,7 +46,7 @@ int list() {
 }
 
 int run(const ExampleArgs& args) {
-  const ex::Problem p = ex::find(args.name).build(run_options(args));
+  const ex::Problem p = ex::find(args.name).build(options_to_run(args));
   const std::set<std::string> traces_before = profile_traces(args.profile_dir);
   ex::Outcome o;
   try {

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "gpu/driver.h"
+
 namespace pallas::cli {
 
 examples::RunOptions run_options(const ExampleArgs& args) {
@@ -20,6 +22,11 @@ examples::RunOptions run_options(const ExampleArgs& args) {
           .persistent = args.persistent,
           .tile_n = args.tile_n,
           .stages = args.stages};
+}
+
+examples::RunOptions options_to_run(const ExampleArgs& args) {
+  if (args.backend == "gpu") gpu::Device::get();  // (throws what is missing)
+  return run_options(args);
 }
 
 std::string headline(const examples::Problem& p) {

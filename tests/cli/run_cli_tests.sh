@@ -69,6 +69,11 @@ if out=$("$PALLAS" run add --backend gpu --size 8 2>&1); then
   expect gpu_run "^add .* backend=gpu: .*  ok$"; echo "ok   gpu_backend (ran on a GPU)"
 else
   expect gpu_msg "^error: the GPU backend needs an NVIDIA GPU: "; echo "ok   gpu_backend (no GPU: $out)"
+  # ... said at once, before the inputs are drawn (two 8192 x 8192 arrays take 15 s).
+  SECONDS=0
+  check gpu_bench_big 1 "$PALLAS" bench matmul --backend gpu --dtype bf16 --size 8192
+  expect gpu_bench_big_msg "^error: the GPU backend needs an NVIDIA GPU: "
+  [ "$SECONDS" -le 3 ] || { echo "FAIL gpu_bench_big_fast: took ${SECONDS} s"; fail=1; }
 fi
 
 # The TPU-only examples: list them, run them (a collective on 8 devices, race detection on).
