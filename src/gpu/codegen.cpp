@@ -249,7 +249,8 @@ bool grid_keeps_blocks_within(const BlockMapping& bm, size_t d, const std::vecto
 // The start of a block along one dim, from its block index `index`: a Blocked dim counts blocks,
 // the others elements.
 std::string block_start(const BlockDim& bd, const std::string& index) {
-  return bd.is_blocked() ? index + " * " + std::to_string(bd.size()) : index;
+  // (64-bit constants: an index map may return a constant, and constant products pass 2^31.)
+  return bd.is_blocked() ? index + " * " + std::to_string(bd.size()) + "LL" : index;
 }
 
 // A block in place in its array: its start as an element offset (from each dim's start
@@ -259,7 +260,7 @@ std::pair<std::string, std::vector<int64_t>> in_place_layout(const BlockMapping&
   std::string off;
   std::vector<int64_t> strides;
   for (size_t d = 0; d < bm.block_shape.size(); ++d) {
-    off += (off.empty() ? "" : " + ") + start(d) + " * " + std::to_string(array_strides[d]);
+    off += (off.empty() ? "" : " + ") + start(d) + " * " + std::to_string(array_strides[d]) + "LL";
     if (!bm.block_shape[d].is_squeezed()) strides.push_back(array_strides[d]);
   }
   return {off, strides};

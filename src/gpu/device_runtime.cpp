@@ -1558,12 +1558,13 @@ PL_DEV bool pl_mma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
   const int blocks_n = N / 8, blocks = (M / 16) * blocks_n;
   for (int first = 0; first < blocks; first += warps) {
     // Every warp takes part in every round (host emulation meets at the group's barriers): one
-    // past the last block redoes that block and stores nothing.
+    // past the last block redoes that block, from zero (d is the owner's to read and write: a
+    // read of it would race with the owner's store), and stores nothing.
     const bool mine = first + warp < blocks;
     const int blk = mine ? first + warp : blocks - 1;
     const int m0 = blk / blocks_n * 16, n0 = blk % blocks_n * 8, g = lane >> 2, t = lane & 3;
     float c[4] = {0, 0, 0, 0};
-    if (accumulate)
+    if (accumulate && mine)
       for (int i = 0; i < 4; ++i) c[i] = (float)pl_ld(d[(m0 + g + 8 * (i / 2)) * ldd + n0 + 2 * t + i % 2]);
     for (int k0 = 0; k0 < K; k0 += 16) {
       pl_u32 fa[4], fb[2];
@@ -1921,7 +1922,8 @@ PL_DEV void pl_wgmma_dot_n(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In
     const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
     Out* dq = d + pl_wgmma_acc_base(m0, n0, ldd);
     float acc[NC / 2];
-    for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate ? (float)pl_ld(dq[pl_wgmma_acc_off(i, ldd)]) : 0.0f;
+    // (A warpgroup past the last block redoes it from zero: see pl_mma_dot.)
+    for (int i = 0; i < NC / 2; ++i) acc[i] = accumulate && mine ? (float)pl_ld(dq[pl_wgmma_acc_off(i, ldd)]) : 0.0f;
     pl_wgmma_block<NC, BNK, LA, LB>(acc, a, lda, b, ldb, m0, n0, M, N, K);
     if (mine)
       for (int i = 0; i < NC / 2; ++i) pl_put(&dq[pl_wgmma_acc_off(i, ldd)], acc[i]);

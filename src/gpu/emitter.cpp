@@ -119,7 +119,7 @@ std::string sum_of(const std::vector<std::string>& idx, const std::vector<int64_
   std::string out;
   for (size_t d = 0; d < idx.size(); ++d) {
     if (strides[d] == 0 || idx[d] == "0") continue;
-    out += (out.empty() ? "" : " + ") + idx[d] + " * " + std::to_string(strides[d]);
+    out += (out.empty() ? "" : " + ") + idx[d] + " * " + std::to_string(strides[d]) + "LL";  // (64-bit: see view)
   }
   return out.empty() ? "0" : "(" + out + ")";
 }
@@ -742,7 +742,8 @@ RefInfo Emitter::view(const ir::Op& op, const RefInfo& base, const ir::Indexer& 
       out.shape.push_back(e.size);
       out.strides.push_back(base.strides[d] * e.stride);
     }
-    if (start != "0") offset += (offset.empty() ? "" : " + ") + start + " * " + std::to_string(base.strides[d]);
+    // (A 64-bit constant: a static start times a stride may pass 2^31.)
+    if (start != "0") offset += (offset.empty() ? "" : " + ") + start + " * " + std::to_string(base.strides[d]) + "LL";
   }
   if (base.slot_input >= 0) {
     // Every access to a ring slot starts with a view of it; only a view of the whole block may
@@ -1007,8 +1008,14 @@ void Emitter::emit_control(const ir::Op& op) {
       bind_carries(cond, 0, op.results);
       std::vector<ValueId> pred = emit_region(cond);
       line("if (!" + info(pred.at(0)).name + ") break;");
+      // The loop leaves through the break, after the last barrier of its body: what the last
+      // condition read or wrote is what the code after the loop must order itself after (else a
+      // thread that left could write what a slower one's condition is still reading, which then
+      // goes round once more, to a barrier the others never reach).
+      const bool cond_tile_written = tile_written_, cond_mem_written = mem_written_, cond_mem_read = mem_read_;
       bind_carries(body, 0, op.results);
       close_loop_body(op, holders, emit_region(body));
+      tile_written_ |= cond_tile_written, mem_written_ |= cond_mem_written, mem_read_ |= cond_mem_read;
       return;
     }
     case OpCode::Cond:

@@ -474,6 +474,60 @@ TEST(GpuCodegenOps, ControlFlowLoopsBranchesAndScopedScratch) {
   expect_same(call, {Array::random_normal({24, 16}, DType::F32, 14)}, 1e-6, 1e-5);
 }
 
+// A while_loop whose condition reads a ref leaves through its break after the body's last
+// barrier: the write after the loop waits for every thread's last condition (a thread still
+// reading it would see the new value, go round once more and wait at a barrier the others never
+// reach — a hang on the GPU, and under host emulation with enough threads).
+TEST(GpuCodegenOps, AWhileConditionThatReadsARefIsOrderedBeforeTheWritesAfterTheLoop) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& s) {
+    s.store({0}, pl::scalar(0, DType::I32));
+    pl::Value w = pl::while_loop(
+        pl::scalar(0, DType::I32), [&](pl::Value) { return s.load({0}) < 5; },
+        [&](pl::Value k) {
+          s.store({0}, s.load({0}) + 1);
+          return k + 1;
+        });
+    s.store({0}, pl::scalar(0, DType::I32));  // (what a late condition would read: 0 < 5)
+    o[pl::all] = x[pl::all] + pl::convert(w, DType::F32);
+  };
+  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({8, 128}, DType::F32)},
+                                    opts({}, {BlockSpec()}, {BlockSpec()}, {ScratchShape{{1}, DType::I32}}));
+  const Array x = Array::random_normal({8, 128}, DType::F32, 3);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  // In the source: a barrier between the loop's end and the store after it.
+  const std::string& src = k.source;
+  const size_t exit = src.find("break;", src.find("PL_DEV bool pl_grid_point"));
+  ASSERT_NE(exit, std::string::npos);
+  const size_t after_loop = src.find("\n  }\n", exit);  // (the loop's closing brace, at the body's indent)
+  ASSERT_NE(after_loop, std::string::npos) << src;
+  const size_t store = src.find("pl_tid() == 0", after_loop);
+  ASSERT_NE(store, std::string::npos) << src;
+  ASSERT_NE(src.substr(after_loop, store - after_loop).find("pl_sync();"), std::string::npos)
+      << src.substr(exit, store + 40 - exit);
+  // And run with 64 threads: every element is x + 5.
+  for (int rep = 0; rep < 3; ++rep) {
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid, 64);
+    for (int64_t i = 0; i < 8 * 128; ++i)
+      ASSERT_EQ(got[0].data<float>()[i], x.data<float>()[i] + 5.0f) << "element " << i << ", run " << rep;
+  }
+}
+
+// Static view starts times strides are 64-bit products: a view of rows from 600000 on of a
+// 4096-column block starts at element 2457600000, past 2^31 (as int literals the product would
+// wrap; nvcc warns "integer operation result is out of range").
+TEST(GpuCodegenOps, StaticViewOffsetsPast2To31AreSixtyFourBit) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) { o[pl::all] = x.at(pl::ds(600000, 8), pl::ds(0, 128))[pl::all]; };
+  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({8, 128}, DType::F32)},
+                                    opts({}, {BlockSpec()}, {BlockSpec()}));
+  std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({int64_t{1} << 20, 4096}, DType::F32)});
+  const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
+  EXPECT_CONTAINS(src, "600000 * 4096LL");
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const gpu::CompiledKernel ptx = gpu::Nvrtc::get().compile(src, "big.cu", "compute_90a");
+  EXPECT_EQ(ptx.log.find("out of range"), std::string::npos) << ptx.log;
+}
+
 TEST(GpuCodegenOps, RefViewsStridedLoadsMaskedStoresSwapsAndAtomics) {
   auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& cnt) {
     pl::Value i = pl::program_id(0);
