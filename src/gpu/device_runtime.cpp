@@ -879,8 +879,9 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
 // (from threads the failure took out) never completes: the bound (PL_SETTLE_NS in all) ends the
 // wait — the copies the failed point issued are microseconds from landing by then. (The current
 // phase is the one whose parity test_wait does not report complete; a phase that completes just
-// before it is looked at costs the bound, nothing else. Host emulation reads the phase without
-// landing the copies, as a test would.)
+// before it is looked at costs the bound, nothing else. Host emulation's test lands the copies
+// as it looks, so there the phase is read from the barrier's word: they land in the wait, as on
+// the GPU.)
 #ifndef PL_SETTLE_NS
 #define PL_SETTLE_NS 1000000ull
 #endif
