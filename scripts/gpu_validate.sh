@@ -22,7 +22,8 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-240}
 BUDGET=${BUDGET:-540}
 # STEPS: which groups run (split a run over two calls: STEPS="examples tests sass bench", then STEPS=sanitizer).
 STEPS=${STEPS:-examples tests sanitizer sass bench}
-want() { [[ " $STEPS " == *" $1 "* ]] || return 1; log "== $1 (t=${SECONDS}s)"; }
+has_step() { [[ " $STEPS " == *" $1 "* ]]; }
+want() { has_step "$1" || return 1; log "== $1 (t=${SECONDS}s)"; }  # (and logs the step's start)
 if [ -n "${PREBUILT:-}" ]; then
   PREBUILT=$(cd "$PREBUILT" && pwd) || { log "no folder $PREBUILT"; exit 1; }
   BUILD=$PREBUILT
@@ -164,7 +165,7 @@ fi
 fi
 want bench && [ -z "${NO_BENCH:-}" ] && { run stdbuf -oL "$BUILD/pallas_bench" gpu >"$OUT/bench.txt" 2>&1 && log "bench written to bench.txt" || log "bench: failed (bench.txt)"; }
 # What swizzled slots, TMA and async wgmma bring, side by side in one run (the bf16 matmul, 4096^3).
-if [[ " $STEPS " == *" bench "* ]] && [ -z "${NO_BENCH:-}" ]; then
+if has_step bench && [ -z "${NO_BENCH:-}" ]; then
   for v in "" PALLAS_GPU_NO_SWIZZLE=1 PALLAS_GPU_NO_TMA=1 PALLAS_GPU_SYNC_WGMMA=1; do
     out=$(run env $v "$BUILD/pallas" bench matmul --backend gpu --dtype bf16 --size 4096 --iters 5 2>&1 | tail -1)
     log "bench ${v:-default}: $out"

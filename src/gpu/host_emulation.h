@@ -6,9 +6,8 @@
 // interpreter on a machine without a GPU. It is not a performance path.
 #pragma once
 
-#include <exception>
-
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
