@@ -144,6 +144,9 @@ extern "C" pl_u64 pl_host_wgmma_instructions() { return pl_host_wgmma_count.load
 // The same for TMA boxes (the ring's cp.async.bulk.tensor copies).
 static std::atomic<pl_u64> pl_host_tma_count{0};
 extern "C" pl_u64 pl_host_tma_boxes() { return pl_host_tma_count.load(); }
+// The same for warp shuffles (one per warp and shuffle, as the hardware counts instructions).
+static std::atomic<pl_u64> pl_host_shuffle_count{0};
+extern "C" pl_u64 pl_host_shuffles() { return pl_host_shuffle_count.load(); }
 // Asynchronous operations in host emulation: wgmma, cp.async and bulk copies to global memory
 // complete when a wait retires their group, the latest moment the hardware may complete them —
 // so a kernel that touches their memory before the wait gets a wrong result on the CPU too.
@@ -270,6 +273,7 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_mma_count.store(0);
   pl_host_wgmma_count.store(0);
   pl_host_tma_count.store(0);
+  pl_host_shuffle_count.store(0);
   const size_t threads = (size_t)PL_HOST_CTAS * (size_t)nthreads;
   pl_host_wgmmas.assign(threads, {});
   pl_host_async_copies.assign(threads, {});
@@ -385,6 +389,74 @@ template <class To, class From> PL_DEV To pl_bitcast(From x) {
   To t;
   pl_copy_bytes(&t, &x, (int)sizeof t);
   return t;
+}
+
+// ---- Reductions across threads ------------------------------------------------------------------
+// A reduction with fewer results than the group has threads gives each result a team of S
+// threads (a power of two dividing the group, at most 1024): each thread combines every S-th
+// reduced element, the team's lanes combine theirs by shuffles (an xor butterfly, so every lane
+// ends with the team's value), and a team wider than a warp meets in 32 words of scratch. S is 1
+// (one thread per result, nothing shared) when the results alone keep the threads busy. Every
+// thread of the group calls pl_team_combine alike: with S > 1 each runs exactly one team round.
+PL_DEV int pl_reduce_team(pl_i64 results, pl_i64 count) {
+  const int T = pl_nthreads();
+#if !PL_HOST_EMULATION
+  if (T % 32 != 0) return 1;  // a shuffle is a whole warp's
+#endif
+  if (pl_cta_nthreads() > 1024) return 1;  // (emulation's shuffle words)
+  int S = 1;
+  while (2 * S <= 1024 && T % (2 * S) == 0 && 2 * S * results <= T && 2 * S <= count) S *= 2;
+  return S;
+}
+// v from the lane whose index differs from the caller's by xor `m` (m < 32, within its team).
+#if PL_HOST_EMULATION
+static pl_u64 pl_host_shuffle_words[PL_HOST_CTAS][1024][2];
+#endif
+template <class A> PL_DEV A pl_shfl_xor(A v, int m) {
+  static_assert(sizeof(A) <= 16, "a shuffled value is at most four words");
+  pl_u32 w[4] = {0, 0, 0, 0};
+  pl_copy_bytes(w, &v, (int)sizeof(A));
+#if PL_HOST_EMULATION
+  pl_u64* mine = pl_host_shuffle_words[pl_host_cta()][pl_cta_tid()];
+  if ((pl_cta_tid() & 31) == 0) pl_host_shuffle_count.fetch_add(1, std::memory_order_relaxed);
+  pl_copy_bytes(mine, w, 16);
+  pl_sync();
+  pl_copy_bytes(w, pl_host_shuffle_words[pl_host_cta()][pl_cta_tid() ^ m], 16);
+  pl_sync();
+#else
+  for (int i = 0; i < (int)(sizeof(A) + 3) / 4; ++i)
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(w[i]) : "r"(w[i]), "r"(m));
+#endif
+  pl_copy_bytes(&v, w, (int)sizeof(A));
+  return v;
+}
+// The team's combined value, on every thread of the team. WIDE: teams may be wider than a warp
+// (the emitter passes 32 values of scratch in the arena then).
+template <bool WIDE, class A, class F> PL_DEV A pl_team_combine(A acc, int S, F combine, A* scratch) {
+  for (int m = 1; m < S && m < 32; m <<= 1) acc = combine(acc, pl_shfl_xor(acc, m));
+  if (WIDE && S > 32) {
+    const int warp = pl_tid() >> 5, first = warp & ~(S / 32 - 1);
+    if ((pl_tid() & 31) == 0) scratch[warp] = acc;
+    pl_sync();
+    acc = scratch[first];
+    for (int i = 1; i < S / 32; ++i) acc = combine(acc, scratch[first + i]);
+    pl_sync();  // before the scratch is written again
+  }
+  return acc;
+}
+// argmax / argmin's running best: a value and its index along the axis (-1: none yet).
+template <class A> struct pl_arg_best {
+  A v;
+  pl_i64 i;
+};
+// The better of two candidates; on a tie the lower index; a NaN beats every number.
+template <bool MAX, class A> PL_DEV pl_arg_best<A> pl_arg_better(pl_arg_best<A> a, pl_arg_best<A> b) {
+  if (a.i < 0) return b;
+  if (b.i < 0) return a;
+  const bool a_nan = a.v != a.v, b_nan = b.v != b.v;
+  if (a_nan || b_nan) return a_nan && (!b_nan || a.i < b.i) ? a : b;
+  if (a.v == b.v) return a.i < b.i ? a : b;
+  return (MAX ? a.v > b.v : a.v < b.v) ? a : b;
 }
 
 // ---- Traits ---------------------------------------------------------------------------------------

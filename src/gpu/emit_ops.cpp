@@ -176,6 +176,59 @@ std::string Emitter::elementwise_expr(const ir::Op& op, const std::string& e) co
   return cat & ir::kCompareFlag ? c : narrow(t, c);
 }
 
+bool Emitter::emit_team_reduction(ValueId x, const std::vector<size_t>& reduced, const std::string& out,
+                                  const TeamReduction& r) {
+  const ir::Type& xt = type(x);
+  const std::vector<int64_t> xs = contiguous_strides(xt.shape);
+  Shape kept_shape, reduced_shape;
+  std::vector<int64_t> kept_strides, reduced_strides;
+  for (size_t d = 0; d < xt.shape.size(); ++d) {
+    const bool red = std::find(reduced.begin(), reduced.end(), d) != reduced.end();
+    (red ? reduced_shape : kept_shape).push_back(xt.shape[d]);
+    (red ? reduced_strides : kept_strides).push_back(xs[d]);
+  }
+  const int64_t results = std::max<int64_t>(1, num_elements(kept_shape)), count = num_elements(reduced_shape);
+  // Teams only where some group could have more threads than results (a group has at most 1024).
+  const bool team = results < 1024 && count >= 2;
+  // Teams of more than a warp need at least 64 threads each: at most 16 results.
+  const bool wide = team && results <= 16 && count >= 64;
+  const std::string N = std::to_string(results), C = std::to_string(count), A = r.acc_type;
+  line("{");
+  ++indent_;
+  line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + r.combine + "; };");
+  line(std::string("const int S = ") + (team ? "pl_reduce_team(" + N + ", " + C + ")" : "1") + ";");
+  line("#pragma unroll 1");
+  // With S > 1 every thread runs exactly one round (teams >= results), those past the results too:
+  // the team combination is a barrier of the group.
+  line("for (pl_i64 e = pl_tid() / S; e < " + N + (team ? " || (S > 1 && e < pl_nthreads() / S)" : "") +
+       "; e += pl_nthreads() / S) {");
+  ++indent_;
+  line(A + " acc = " + r.identity + ";");
+  line("if (e < " + N + ") {");
+  ++indent_;
+  line("pl_i64 base = " + sum_of(index_exprs(kept_shape, "e"), kept_strides) + ";");
+  line("for (pl_i64 j = pl_tid() % S; j < " + C + "; j += S) acc = pl_comb(acc, " +
+       r.element(at(x, "base + " + sum_of(index_exprs(reduced_shape, "j"), reduced_strides)), "j") + ");");
+  --indent_;
+  line("}");
+  std::string store_if = "e < " + N;
+  if (team) {
+    int64_t scratch = -1;
+    const int64_t bytes = 32 * r.acc_bytes;
+    if (wide) scratch = ctx_.arena->alloc(bytes);
+    line("acc = pl_team_combine<" + std::string(wide ? "true" : "false") + ">(acc, S, pl_comb, (" + A + "*)" +
+         (wide ? "(" + ctx_.arena_base + " + " + std::to_string(scratch) + ")" : "0") + ");");
+    if (wide) ctx_.arena->release(scratch, bytes);
+    store_if += " && pl_tid() % S == 0";
+  }
+  line("if (" + store_if + ") " + out + "[e] = " + r.result("acc") + ";");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+  return team;
+}
+
 void Emitter::emit_pure(const ir::Op& op) {
   const ValueId res = op.results.empty() ? -1 : op.results[0];
   const ir::Type rt = res >= 0 ? type(res) : ir::Type{};
@@ -328,68 +381,44 @@ void Emitter::emit_pure(const ir::Op& op) {
     }
     case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin:
     case OpCode::ReduceProd: case OpCode::ReduceAnd: case OpCode::ReduceOr: {
-      const ValueId x = op.operands[0];
-      const ir::Type& xt = type(x);
+      const ir::Type& xt = type(op.operands[0]);
       const ir::Ints& axes = op.attrs.get_ints(AttrKey::Axes);
-      const std::vector<int64_t> xs = contiguous_strides(xt.shape);
-      Shape kept_shape;
-      std::vector<int64_t> kept_strides;
       std::vector<size_t> reduced;
       int64_t count = 1;
-      for (size_t d = 0; d < xt.shape.size(); ++d) {
-        if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end()) {
-          reduced.push_back(d);
-          count *= xt.shape[d];
-        } else {
-          kept_shape.push_back(xt.shape[d]);
-          kept_strides.push_back(xs[d]);
-        }
+      for (int64_t a : axes) {
+        reduced.push_back(static_cast<size_t>(a));
+        count *= xt.shape[static_cast<size_t>(a)];
       }
-      ReduceRule rule = reduce_rule(op.code, xt.dtype, count);
+      std::sort(reduced.begin(), reduced.end());
+      const ReduceRule rule = reduce_rule(op.code, xt.dtype, count);
+      TeamReduction t;
+      t.acc_type = rule.acc_type;
+      t.acc_bytes = is_half(xt.dtype) ? 4 : itemsize(xt.dtype);
+      t.identity = rule.identity;
+      t.combine = rule.combine("a", "b");
+      t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
+      t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
       out = begin_result(res);
-      open_thread_loop(std::max<int64_t>(1, rt.size()));
-      line(rule.acc_type + " acc = " + rule.identity + ";");
-      line("pl_i64 base = " + sum_of(index_exprs(kept_shape, "e"), kept_strides) + ";");
-      std::string off = "base";
-      for (size_t r = 0; r < reduced.size(); ++r) {
-        std::string i = "r" + std::to_string(r);
-        line("for (pl_i64 " + i + " = 0; " + i + " < " + std::to_string(xt.shape[reduced[r]]) + "; ++" + i + ") {");
-        ++indent_;
-        off += " + " + i + " * " + std::to_string(xs[reduced[r]]);
-      }
-      line("acc = " + rule.combine("acc", widen(xt.dtype, at(x, off))) + ";");  // a scalar x: reduced over no axes
-      for (size_t r = 0; r < reduced.size(); ++r) close_loop();
-      line(out + "[e] = " + (is_half(xt.dtype) ? narrow(xt.dtype, "acc") : "acc") + ";");
-      close_loop();
+      const bool team = emit_team_reduction(op.operands[0], reduced, out, t);
       end_result(res);
+      if (team && !rt.shape.empty()) barrier();  // a team's first thread wrote its result
       return;
     }
     case OpCode::Argmax: case OpCode::Argmin: {
-      const ValueId x = op.operands[0];
-      const ir::Type& xt = type(x);
+      const ir::Type& xt = type(op.operands[0]);
       const auto axis = static_cast<size_t>(op.attrs.get_int(AttrKey::Axis));
-      const std::vector<int64_t> xs = contiguous_strides(xt.shape);
-      Shape kept_shape;
-      std::vector<int64_t> kept_strides;
-      for (size_t d = 0; d < xt.shape.size(); ++d)
-        if (d != axis) kept_shape.push_back(xt.shape[d]), kept_strides.push_back(xs[d]);
-      const bool is_max = op.code == OpCode::Argmax;
-      const std::string A = ccompute(xt.dtype), step = std::to_string(xs[axis]);
+      const std::string A = ccompute(xt.dtype), best = "pl_arg_best<" + A + ">";
+      TeamReduction t;
+      t.acc_type = best;
+      t.acc_bytes = 16;
+      t.identity = best + "{" + A + "(0), -1}";  // none yet
+      t.combine = std::string("pl_arg_better<") + (op.code == OpCode::Argmax ? "true" : "false") + ">(a, b)";
+      t.element = [&](const std::string& v, const std::string& j) { return best + "{" + widen(xt.dtype, v) + ", " + j + "}"; };
+      t.result = [&](const std::string& acc) { return "(" + ctype(rt.dtype) + ")" + acc + ".i"; };
       out = begin_result(res);
-      open_thread_loop(std::max<int64_t>(1, rt.size()));
-      line("pl_i64 base = " + sum_of(index_exprs(kept_shape, "e"), kept_strides) + ";");
-      line(A + " best = " + widen(xt.dtype, info(x).name + "[base]") + "; pl_i64 besti = 0;");
-      line("for (pl_i64 j = 1; j < " + std::to_string(xt.shape[axis]) + "; ++j) {");
-      line("  " + A + " c = " + widen(xt.dtype, info(x).name + "[base + j * " + step + "]") + ";");
-      if (is_float(xt.dtype))  // a NaN is the most extreme value; the first one wins
-        line(std::string("  bool better = (best != best) ? false : (c != c) ? true : (c ") + (is_max ? ">" : "<") + " best);");
-      else
-        line(std::string("  bool better = ") + (is_max ? "best < c" : "c < best") + ";");
-      line("  if (better) { best = c; besti = j; }");
-      line("}");
-      line(out + "[e] = (" + ctype(rt.dtype) + ")besti;");
-      close_loop();
+      const bool team = emit_team_reduction(op.operands[0], {axis}, out, t);
       end_result(res);
+      if (team && !rt.shape.empty()) barrier();
       return;
     }
     case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax: case OpCode::Cummin: {

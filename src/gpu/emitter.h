@@ -324,6 +324,20 @@ class Emitter {
   void emit_control(const ir::Op& op);
   void emit_debug_print(const ir::Op& op);
   void emit_debug_check(const ir::Op& op);
+  // A reduction of x's elements over the axes `reduced` (ascending) into `out` (x's other axes,
+  // in order; a one-element slot for a scalar): thread teams of pl_reduce_team, each combining
+  // with pl_team_combine. Returns whether teams were emitted: a team's first thread writes its
+  // result, so a tile result then needs a barrier before other threads read it.
+  struct TeamReduction {
+    std::string acc_type, identity;
+    int64_t acc_bytes = 0;
+    std::string combine;  // the combination of accumulators `a` and `b`
+    // The accumulator of element (storage-typed expression) v at flat reduced index j.
+    std::function<std::string(const std::string& v, const std::string& j)> element;
+    std::function<std::string(const std::string& acc)> result;  // stored into out[e]
+  };
+  bool emit_team_reduction(ir::ValueId x, const std::vector<size_t>& reduced, const std::string& out,
+                           const TeamReduction& r);  // emit_ops.cpp
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
   void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
   // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can

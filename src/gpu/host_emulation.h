@@ -31,6 +31,7 @@ struct HostEmulationStats {
   int64_t mma_instructions = 0;    // warp-wide mma.sync instructions (tensor-core dots)
   int64_t wgmma_instructions = 0;  // warpgroup-wide wgmma.mma_async instructions
   int64_t tma_boxes = 0;           // TMA tensor copies (cp.async.bulk.tensor) of the ring
+  int64_t shuffles = 0;            // warp shuffles (shfl.sync, one per warp) of thread-team reductions
 };
 // `deferred_error` (asynchronous calls on device arrays): the error the kernel recorded goes
 // there instead of being thrown (errors found before the kernel runs are still thrown).

@@ -30,16 +30,16 @@ std::vector<Array> clone_all(const std::vector<Array>& a) {
 }
 
 // Runs the call's traced kernel both ways and compares every output.
+// One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
 void expect_same(const PallasCall& call, const std::vector<Array>& args, double rtol = 0, double atol = 0,
-                 const gpu::CodegenOptions& opts = {}) {
+                 const gpu::CodegenOptions& opts = {}, const std::vector<int>& thread_counts = {1, 3}) {
   std::vector<ShapeDtype> sig;
   for (const Array& a : args) sig.push_back(a.shape_dtype());
   std::shared_ptr<const TracedCall> tc = call.trace(sig);
   const std::vector<int64_t> grid = tc->grid_mapping.grid;
   std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), grid, nullptr);
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
-  // One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
-  for (int threads : {1, 3}) {
+  for (int threads : thread_counts) {
     std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), grid, threads);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
@@ -161,6 +161,53 @@ TEST(GpuCodegenOps, ReductionsScansAndArgExtremes) {
         opts({}, {}, {}));
     Array x = Array::random_normal({4, 6, 10}, dt, 7, 0, dt == DType::I32 ? 50 : 1);
     expect_same(call, {x}, dt == DType::I32 ? 0 : 2e-6, dt == DType::I32 ? 0 : 1e-5);
+  }
+}
+
+// Fewer results than threads: teams of threads share each result (shuffles, and for teams wider
+// than a warp a scratch meeting). 2 and 4 threads make teams of 2 and 4 lanes; 64 and 256 make
+// teams of whole warps and of several (one scalar of every thread, 2 results of 128 threads
+// each). The values are small integers, so that the maxima and minima tie often (the lowest
+// index wins) and every float sum is exact in any order.
+TEST(GpuCodegenOps, ReductionsWithFewerResultsThanThreadsAreSharedByTeams) {
+  for (DType dt : {DType::F32, DType::BF16, DType::I32, DType::I8}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto kernel = [](const pl::Ref& x, const pl::Ref& total, const pl::Ref& planes, const pl::Ref& rows,
+                     const pl::Ref& cols, const pl::Ref& arg, const pl::Ref& bits) {
+      pl::Value v = x[pl::all];  // (2, 3, 96)
+      total[pl::all] = pl::sum(v, {0, 1, 2});
+      planes[pl::all] = pl::max(v, {1, 2}) * 100 + pl::min(v, {1, 2});
+      rows[pl::all] = pl::sum(v, {2});
+      cols[pl::all] = pl::max(v, {0, 2}) + pl::prod(pl::slice(v, {0, 0, 0}, {2, 3, 4}), {0, 2});
+      arg[pl::all] = pl::argmax(v, 2, DType::I32) * 1000 + pl::argmin(v, 2, DType::I32);
+      pl::Value positive = v > 0;
+      bits[pl::all] = pl::reduce_and(positive, {2}).astype(DType::I32) * 2 + pl::reduce_or(positive, {2}).astype(DType::I32);
+    };
+    PallasCall call = pl::pallas_call(kernel,
+                                      {ShapeDtype({}, dt), ShapeDtype({2}, dt), ShapeDtype({2, 3}, dt), ShapeDtype({3}, dt),
+                                       ShapeDtype({2, 3}, DType::I32), ShapeDtype({2, 3}, DType::I32)},
+                                      opts({}, {}, {}));
+    std::vector<double> values;
+    for (int64_t i = 0; i < 2 * 3 * 96; ++i) values.push_back(static_cast<double>((i * 7919 + i / 96 * 13) % 9) - 3);
+    values[5] = 0;  // (0, 0, :) has a negative: its and is false
+    for (int64_t i = 96; i < 192; ++i) values[i] = std::abs(values[i]) + 1;  // (0, 1, :) is all positive
+    Array x = Array::from_values({2, 3, 96}, dt, values);
+    expect_same(call, {x}, 0, 0, {}, {2, 4, 64, 256});
+    // The team path ran (the counts of shuffles), and the wide teams met in scratch.
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    EXPECT_CONTAINS(k.source, "pl_team_combine<true>");
+    for (int threads : {1, 3, 4, 256}) {
+      gpu::HostEmulationStats stats;
+      gpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, threads, &stats);
+      EXPECT_EQ(stats.shuffles > 0, threads % 2 == 0) << threads << " threads";
+    }
+    // The GPU's shuffles: NVRTC compiles them (the PTX has the butterfly).
+    if (!gpu::Nvrtc::unavailable_reason().empty()) continue;
+    const gpu::Nvrtc& nvrtc = gpu::Nvrtc::get();
+    for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_TRUE(nvrtc.compile(k.source, "teams.cu", arch).is_cubin) << arch;
+    gpu::CompiledKernel ptx = nvrtc.compile(k.source, "teams.cu", "compute_90a");
+    EXPECT_CONTAINS(std::string(ptx.image.begin(), ptx.image.end()), "shfl.sync.bfly.b32");
   }
 }
 
