@@ -152,8 +152,33 @@ ReduceRule reduce_rule(OpCode code, DType t, int64_t count) {
 }  // namespace
 
 bool Emitter::is_elementwise(const ir::Op& op) const {
+  if (op.code == OpCode::Reshape || op.code == OpCode::Squeeze || op.code == OpCode::ExpandDims)
+    // (Not a tile to a scalar: a scalar result is a register every thread holds.)
+    return !type(op.results[0]).shape.empty() || type(op.operands[0]).shape.empty();
   return (op.info().categories & ir::kElementwise) || op.code == OpCode::Constant ||
          (op.code == OpCode::Bitcast && itemsize(type(op.operands[0]).dtype) == itemsize(type(op.results[0]).dtype));
+}
+
+std::string Emitter::broadcast_element(const ir::Op& op, const std::string& flat) const {
+  const ValueId x = op.operands[0];
+  const ir::Type& xt = type(x);
+  const bool plain = flat.find_first_of(" +-*/%") == std::string::npos;
+  const std::vector<std::string> oi = index_exprs(type(op.results[0]).shape, plain ? flat : "(" + flat + ")");
+  const ir::Ints& dims = op.attrs.get_ints(AttrKey::Dims);
+  std::vector<std::string> si;
+  for (size_t i = 0; i < xt.shape.size(); ++i) si.push_back(xt.shape[i] == 1 ? "0" : oi[static_cast<size_t>(dims[i])]);
+  return at(x, sum_of(si, contiguous_strides(xt.shape)));
+}
+
+bool Emitter::reads_across(ValueId v) const {
+  const auto it = fused_producers_.find(v);
+  if (it == fused_producers_.end()) return false;
+  const ir::Op& op = *it->second;
+  if (op.code == OpCode::BroadcastInDim) return true;
+  if (op.code == OpCode::Load) return false;
+  for (ValueId o : op.operands)
+    if (reads_across(o)) return true;
+  return false;
 }
 
 std::string Emitter::elementwise_expr(const ir::Op& op, const std::string& e) const {
@@ -165,6 +190,7 @@ std::string Emitter::elementwise_expr(const ir::Op& op, const std::string& e) co
     case OpCode::Select: return "(" + arg(0) + " ? " + arg(1) + " : " + arg(2) + ")";
     case OpCode::Convert: return convert_expr(type(op.operands[0]).dtype, rdt, arg(0));
     case OpCode::Bitcast: return "pl_bitcast<" + ctype(rdt) + ">(" + arg(0) + ")";
+    case OpCode::Reshape: case OpCode::Squeeze: case OpCode::ExpandDims: return arg(0);
     default: break;
   }
   const DType t = type(op.operands[0]).dtype;
@@ -245,6 +271,8 @@ void Emitter::emit_pure(const ir::Op& op) {
       define_scalar(res, elementwise_expr(op, ""));
       return;
     }
+    for (ValueId o : op.operands)
+      if (reads_across(o)) before_cross_read();
     std::string out = define_tile(res);
     open_thread_loop(std::max<int64_t>(1, rt.size()));
     line(out + "[e] = " + elementwise_expr(op, "e") + ";");
@@ -317,14 +345,9 @@ void Emitter::emit_pure(const ir::Op& op) {
         case OpCode::Reshape: case OpCode::Squeeze: case OpCode::ExpandDims:
           value = src(x, "e");
           break;
-        case OpCode::BroadcastInDim: {
-          const ir::Ints& dims = op.attrs.get_ints(AttrKey::Dims);
-          std::vector<std::string> si;
-          for (size_t i = 0; i < xt.shape.size(); ++i)
-            si.push_back(xt.shape[i] == 1 ? "0" : oi[static_cast<size_t>(dims[i])]);
-          value = src(x, sum_of(si, xs));
+        case OpCode::BroadcastInDim:
+          value = broadcast_element(op, "e");
           break;
-        }
         case OpCode::Transpose: {
           const ir::Ints& perm = op.attrs.get_ints(AttrKey::Permutation);
           std::vector<int64_t> st;

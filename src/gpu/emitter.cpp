@@ -224,6 +224,7 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
   if (i.kind == ValueInfo::Kind::Tile) return i.name + "[" + flat + "]";
   if (i.kind == ValueInfo::Kind::Fused) {
     if (i.producer->code == OpCode::Load) return i.ref.elem(flat);
+    if (i.producer->code == OpCode::BroadcastInDim) return broadcast_element(*i.producer, flat);
     return "(" + elementwise_expr(*i.producer, flat) + ")";
   }
   throw InternalError("gpu emitter: value %" + std::to_string(v) + " is not an array value");
@@ -453,17 +454,43 @@ void Emitter::plan_fusion(const ir::Region& r) {
     if (!reads_element_at_its_own_index(r.ops[u], op.results[0], elementwise[u])) return kNested;
     return u;
   };
-  for (size_t i = 0; i < r.ops.size(); ++i)
+  // A reshape (squeeze, expand_dims) is the same elements at the same flat indices: it also fuses
+  // into a user that reads its operand's elements through at() in any order (a broadcast, a
+  // reduction), which syncs for such reads itself (before_cross_read).
+  auto reads_through_at = [&](OpCode c) {
+    return c == OpCode::BroadcastInDim || c == OpCode::ReduceSum || c == OpCode::ReduceMax ||
+           c == OpCode::ReduceMin || c == OpCode::ReduceProd || c == OpCode::ReduceAnd || c == OpCode::ReduceOr ||
+           c == OpCode::Argmax || c == OpCode::Argmin;
+  };
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const ir::Op& op = r.ops[i];
     fused[i] = elementwise[i] && fusible_into_user(i) != kNested;
+    const bool reshape = elementwise[i] && (op.code == OpCode::Reshape || op.code == OpCode::Squeeze ||
+                                            op.code == OpCode::ExpandDims);
+    if (reshape && !fused[i] && !type(op.results[0]).shape.empty()) {
+      const size_t u = single_user(op.results[0]);
+      fused[i] = u != kNested && u > i && reads_through_at(r.ops[u].code);
+    }
+    // A broadcast into an elementwise op or a store: its user's loop reads the operand's elements
+    // where they are (reads_across: that loop starts with before_cross_read), instead of a pass
+    // writing the broadcast tile.
+    if (op.code == OpCode::BroadcastInDim && fusible_into_user(i) != kNested) fused[i] = true;
+  }
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     if (op.code != OpCode::Load || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0) continue;
     size_t u = fusible_into_user(i);
     if (u == kNested) continue;
-    // Follow the fused elementwise ops to the op whose loop computes the element.
-    while (fused[u]) u = fusible_into_user(u);
+    // Follow the fused ops to the op whose loop computes the element (a fused op has one user,
+    // later in r). Past a broadcast, that loop reads the load's elements at other indices.
+    bool across = false;
+    while (fused[u]) {
+      across = across || r.ops[u].code == OpCode::BroadcastInDim;
+      u = single_user(r.ops[u].results[0]);
+    }
     const bool stores = r.ops[u].code == OpCode::Store || r.ops[u].code == OpCode::Swap;
-    fused[i] = is_quiet(i, u) && (!stores || same_view(op, r.ops[u]) || distinct_memory(op.operands[0], r.ops[u].operands[0]));
+    fused[i] = is_quiet(i, u) && (!stores || (!across && same_view(op, r.ops[u])) ||
+                                  distinct_memory(op.operands[0], r.ops[u].operands[0]));
   }
   // A tensor-core product reads its operands where they are: a load whose only use is such a dot
   // (nothing writing memory in between) is a view of the ref, not a tile — wgmma's staging and
@@ -878,6 +905,7 @@ void Emitter::emit_ref_op_in_memory(const ir::Op& op) {
     case OpCode::Swap: {
       before_mem_write();
       ValueId val = op.operands[next];
+      if (reads_across(val) || (masked && reads_across(op.operands[next + 1]))) before_cross_read();
       std::string mask = masked ? at(op.operands[next + 1], scalar ? "0" : "e") : "";
       if (scalar) {
         if (op.code == OpCode::Swap) bind_scalar(op.results[0], mem("0"));

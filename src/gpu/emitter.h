@@ -275,7 +275,9 @@ class Emitter {
   // Element `flat` of a value (a scalar's name, tile[flat], or a fused value's expression).
   std::string at(ir::ValueId v, const std::string& flat) const;
   // Whether `op` computes each result element from its operands' elements at the same flat
-  // index, as one expression (emit_pure's elementwise rule; elementwise_expr).
+  // index, as one expression (emit_pure's elementwise rule; elementwise_expr): the elementwise
+  // ops, and reshape / squeeze / expand_dims into a tile (row-major either side: the same flat
+  // index, so the thread that wrote an element reads it).
   bool is_elementwise(const ir::Op& op) const;
   // The expression of element `e` of such an op's result, of its storage type.
   std::string elementwise_expr(const ir::Op& op, const std::string& e) const;
@@ -357,6 +359,11 @@ class Emitter {
   bool is_operand_block(ir::ValueId ref) const;
   // Whether fused value v reads an operand's block (a fused load of one).
   bool reads_operand_memory(ir::ValueId v) const;
+  // Whether fused value v reads elements other threads wrote (a fused broadcast in it): its user's
+  // loop needs before_cross_read.
+  bool reads_across(ir::ValueId v) const;
+  // Element `flat` (an expression) of broadcast_in_dim op's result: its operand's element.
+  std::string broadcast_element(const ir::Op& op, const std::string& flat) const;
   // Binds a fused op's result (no code but a comment, and a load's barrier and view pointer).
   void emit_fused(const ir::Op& op);
   std::string declare_result_holder(ir::ValueId v);

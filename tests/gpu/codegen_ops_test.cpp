@@ -211,6 +211,37 @@ TEST(GpuCodegenOps, ReductionsWithFewerResultsThanThreadsAreSharedByTeams) {
   }
 }
 
+// A broadcast used once by an elementwise op or a store is read where its operand lies (no pass
+// writing the broadcast tile), and a reshape / expand_dims / squeeze is its operand's elements at
+// the same flat index (no copy). The operand of each broadcast here was written by other threads
+// just before (a slice, a reduction), so the fused loop must start with a barrier: 3 and 64
+// threads check it (and ThreadSanitizer, which the emulated kernel is built with under TSan).
+TEST(GpuCodegenOps, BroadcastsAndReshapesFuseIntoTheLoopsThatReadThem) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& o2, const pl::Ref& o3, const pl::Ref& o4) {
+    pl::Value v = x[pl::all];                              // (8, 32)
+    pl::Value first = pl::slice(v, {0, 0}, {8, 1});        // (8, 1): another thread's elements
+    pl::Value centered = v - pl::broadcast_to(first, {8, 32});  // fused into the sub's loop
+    o[pl::all] = centered * centered + centered;
+    o2[pl::all] = pl::broadcast_to(pl::expand_dims(pl::max(v, {1}), {1}), {8, 32});  // into the store
+    o3[pl::all] = pl::sum(pl::reshape(v * 2, {16, 16}), {1}) +  // fused into the reduction
+                  pl::squeeze(pl::slice(v, {0, 0}, {1, 16}), {0});  // fused into the add
+    o4[pl::all] = pl::reshape(pl::sum(v, {0}), {4, 8}) * 3;  // reshape of a reduction, fused
+  };
+  PallasCall call = pl::pallas_call(kernel,
+                                    {ShapeDtype({8, 32}, DType::I32), ShapeDtype({8, 32}, DType::I32),
+                                     ShapeDtype({16}, DType::I32), ShapeDtype({4, 8}, DType::I32)},
+                                    opts({}, {}, {}));
+  Array x = Array::random_normal({8, 32}, DType::I32, 11, 0, 100);
+  expect_same(call, {x}, 0, 0, {}, {1, 3, 64});
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+  const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {}).source;
+  EXPECT_EQ(count_of(src, "// broadcast_in_dim"), 2);
+  for (const char* op : {"// expand_dims", "// reshape", "// squeeze", "// broadcast_in_dim"})
+    for (size_t at = src.find(op); at != std::string::npos; at = src.find(op, at + 1))
+      EXPECT_NE(src.substr(at, src.find('\n', at) - at).find("(fused into its use)"), std::string::npos)
+          << src.substr(at, src.find('\n', at) - at);
+}
+
 TEST(GpuCodegenOps, ShapeOps) {
   auto kernel = [](const pl::Ref& x, const pl::Ref& i, const pl::Ref& o1, const pl::Ref& o2, const pl::Ref& o3) {
     pl::Value v = x[pl::all];  // (8, 12)
