@@ -1167,11 +1167,30 @@ void Emitter::assign_carries(const std::vector<ValueId>& results, const std::vec
       temps.push_back("");
     }
   }
-  bool tiles = false;
-  for (size_t c = 0; c < ys.size(); ++c) tiles |= info(ys[c]).kind == ValueInfo::Kind::Tile && info(ys[c]).name != holders[c];
-  if (tiles) {
-    // Stage the yielded tiles first: a yield may name another carry, whose holder the copies
-    // below overwrite.
+  bool tiles = false, crossed = false;
+  const std::set<std::string> holder_names(holders.begin(), holders.end());
+  for (size_t c = 0; c < ys.size(); ++c) {
+    const ValueInfo& y = info(ys[c]);
+    if (y.kind != ValueInfo::Kind::Tile || y.name == holders[c]) continue;
+    tiles = true;
+    crossed |= holder_names.count(y.name) > 0;  // another carry's holder
+  }
+  if (tiles && !crossed) {
+    // Each yield is a tile of the body's: copy it into its holder element by element (thread t
+    // wrote, or has seen since a barrier, the elements it copies), once every thread is done
+    // reading the holders.
+    barrier();
+    for (size_t c = 0; c < ys.size(); ++c) {
+      const ValueInfo& y = info(ys[c]);
+      if (y.kind != ValueInfo::Kind::Tile || y.name == holders[c]) continue;
+      open_thread_loop(std::max<int64_t>(1, type(results[c]).size()));
+      line(holders[c] + "[e] = " + y.name + "[e];");
+      close_loop();
+    }
+    after_tile_write();
+  } else if (tiles) {
+    // Stage the yielded tiles first: a yield names another carry, whose holder the copies below
+    // overwrite.
     barrier();
     std::vector<std::pair<std::string, int64_t>> staged(ys.size());
     for (size_t c = 0; c < ys.size(); ++c) {

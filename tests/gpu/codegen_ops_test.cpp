@@ -4,6 +4,7 @@
 // transcendentals). Also the run-time errors of generated kernels and the grid split.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -550,6 +551,44 @@ TEST(GpuCodegenOps, ControlFlowLoopsBranchesAndScopedScratch) {
                                     opts({3}, {BlockSpec({8, 16}, row)},
                                          {BlockSpec({8, 16}, row), BlockSpec({1, 1}, [](Value) { return Indices{0, 0}; })}));
   expect_same(call, {Array::random_normal({24, 16}, DType::F32, 14)}, 1e-6, 1e-5);
+}
+
+// Tile carries: a yield computed in the body is copied straight into its carry once every thread
+// is done reading the carries (one barrier; the body's reversal reads other threads' elements of
+// the carry it replaces), and yields that swap carries go through staging (the copy into one
+// carry must not overwrite the other before it is read). 64 threads check both orders.
+TEST(GpuCodegenOps, TileCarriesAreReplacedAfterEveryThreadHasReadThem) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& o2) {
+    pl::Value v = x[pl::all];  // (4, 32)
+    std::vector<pl::Value> direct = pl::fori_loop(0, 3, {v}, [](pl::Value, std::vector<pl::Value> c) {
+      return std::vector<pl::Value>{c[0] * 2 + pl::rev(c[0], {1})};
+    });
+    o[pl::all] = direct[0];
+    std::vector<pl::Value> swapped = pl::fori_loop(0, 5, {v, v * 3}, [](pl::Value i, std::vector<pl::Value> c) {
+      return std::vector<pl::Value>{c[1], c[0] + pl::rev(c[1], {1}) + i};
+    });
+    o2[pl::all] = swapped[0] * 1000 + swapped[1];
+  };
+  PallasCall call = pl::pallas_call(kernel, {ShapeDtype({4, 32}, DType::I32), ShapeDtype({4, 32}, DType::I32)},
+                                    opts({}, {}, {}));
+  Array x = Array::random_normal({4, 32}, DType::I32, 5, 0, 20);
+  expect_same(call, {x}, 0, 0, {}, {1, 3, 64});
+  // The emitter's staging tiles, `T* stageN = (T*)(arena + ...)`, in the unit of a call.
+  auto staging_tiles = [&](const PallasCall& c) {
+    std::shared_ptr<const TracedCall> tc = c.trace({x.shape_dtype()});
+    const std::string src = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {}).source;
+    int n = 0;
+    for (size_t at = src.find("* stage"); at != std::string::npos; at = src.find("* stage", at + 1))
+      n += std::isdigit(static_cast<unsigned char>(src[at + 7])) ? 1 : 0;
+    return n;
+  };
+  EXPECT_GT(staging_tiles(call), 0);  // the swapping loop's yields
+  auto direct_only = [](const pl::Ref& x, const pl::Ref& o) {
+    o[pl::all] = pl::fori_loop(0, 3, {x[pl::all]}, [](pl::Value, std::vector<pl::Value> c) {
+                   return std::vector<pl::Value>{c[0] * 2 + pl::rev(c[0], {1})};
+                 })[0];
+  };
+  EXPECT_EQ(staging_tiles(pl::pallas_call(direct_only, ShapeDtype({4, 32}, DType::I32), opts({}, {}, {}))), 0);
 }
 
 // A while_loop whose condition reads a ref leaves through its break after the body's last
