@@ -366,6 +366,42 @@ TEST(GpuKernel, SharedMemoryScratchStaysInSharedMemoryUpToTheLimit) {
   EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:");
 }
 
+// Reductions inside the Pallas threads of a gpu::kernel: each warpgroup's teams shuffle and meet
+// in its own part of the arena, and sync on its own barrier. Two Pallas threads reduce one row of x
+// each (a sum to a scalar: one team of the whole warpgroup; 8 maxima and argmaxes of 125: teams
+// of 8), run with a warpgroup of host threads each and checked against plain loops.
+TEST(GpuKernel, ReductionsByTeamsInsideEachWarpgroup) {
+  constexpr int64_t kRow = 1000;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref total, pl::Ref maxima, pl::Ref where) {
+        pl::Value wg = plgpu::axis_index("wg");
+        pl::Value row = pl::reshape(x.at(pl::ds(wg, 1), pl::all)[pl::all], {8, 125});
+        total.at(pl::ds(wg, 1))[pl::all] = pl::broadcast_to(pl::sum(row, {0, 1}), {1});
+        maxima.at(pl::ds(wg, 1), pl::all)[pl::all] = pl::expand_dims(pl::max(row, {1}), {0});
+        where.at(pl::ds(wg, 1), pl::all)[pl::all] = pl::expand_dims(pl::argmax(row, 1, pl::i32), {0});
+      },
+      {pl::ShapeDtype({2}, pl::f32), pl::ShapeDtype({2, 8}, pl::f32), pl::ShapeDtype({2, 8}, pl::i32)},
+      plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}, run_on("mosaic_gpu", {}));
+  const pl::Array x = random_f32({2, kRow}, 21);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  plgpu::HostEmulationStats stats;
+  const std::vector<pl::Array> out = plgpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 256, &stats);
+  EXPECT_GT(stats.shuffles, 0);
+  for (int64_t w = 0; w < 2; ++w) {
+    double sum = 0;
+    for (int64_t i = 0; i < kRow; ++i) sum += x.get({w, i});
+    EXPECT_NEAR(out[0].get({w}), sum, 1e-4) << w;
+    for (int64_t r = 0; r < 8; ++r) {
+      int64_t best = 0;
+      for (int64_t i = 1; i < 125; ++i)
+        if (x.get({w, r * 125 + i}) > x.get({w, r * 125 + best})) best = i;
+      EXPECT_EQ(out[1].get({w, r}), x.get({w, r * 125 + best})) << w << "," << r;
+      EXPECT_EQ(out[2].get({w, r}), best) << w << "," << r;
+    }
+  }
+}
+
 // Axis indices of grid, cluster and thread axes, and program_id in mesh-axis order.
 TEST(GpuKernel, AxisIndicesNameGridClusterAndThreadAxes) {
   pl::PallasCall call = plgpu::kernel(
