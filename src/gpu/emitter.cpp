@@ -454,23 +454,9 @@ void Emitter::plan_fusion(const ir::Region& r) {
     if (!reads_element_at_its_own_index(r.ops[u], op.results[0], elementwise[u])) return kNested;
     return u;
   };
-  // A reshape (squeeze, expand_dims) is the same elements at the same flat indices: it also fuses
-  // into a user that reads its operand's elements through at() in any order (a broadcast, a
-  // reduction), which syncs for such reads itself (before_cross_read).
-  auto reads_through_at = [&](OpCode c) {
-    return c == OpCode::BroadcastInDim || c == OpCode::ReduceSum || c == OpCode::ReduceMax ||
-           c == OpCode::ReduceMin || c == OpCode::ReduceProd || c == OpCode::ReduceAnd || c == OpCode::ReduceOr ||
-           c == OpCode::Argmax || c == OpCode::Argmin;
-  };
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     fused[i] = elementwise[i] && fusible_into_user(i) != kNested;
-    const bool reshape = elementwise[i] && (op.code == OpCode::Reshape || op.code == OpCode::Squeeze ||
-                                            op.code == OpCode::ExpandDims);
-    if (reshape && !fused[i] && !type(op.results[0]).shape.empty()) {
-      const size_t u = single_user(op.results[0]);
-      fused[i] = u != kNested && u > i && reads_through_at(r.ops[u].code);
-    }
     // A broadcast into an elementwise op or a store: its user's loop reads the operand's elements
     // where they are (reads_across: that loop starts with before_cross_read), instead of a pass
     // writing the broadcast tile.
@@ -492,6 +478,30 @@ void Emitter::plan_fusion(const ir::Region& r) {
     fused[i] = is_quiet(i, u) && (!stores || (!across && same_view(op, r.ops[u])) ||
                                   distinct_memory(op.operands[0], r.ops[u].operands[0]));
   }
+  // A reshape (squeeze, expand_dims) is the same elements at the same flat indices: it also fuses
+  // into a user that reads its operand's elements through at() in any order (a broadcast, a
+  // reduction), which syncs for such reads itself (before_cross_read) — when its operand is a
+  // value of its own (not fused: a broadcast would evaluate a fused expression once per element
+  // of its result, and a fused load would be read in a later loop than its checks assumed).
+  std::map<ValueId, size_t> producer;  // the op of r computing each single result
+  for (size_t j = 0; j < r.ops.size(); ++j)
+    if (r.ops[j].results.size() == 1) producer[r.ops[j].results[0]] = j;
+  auto producer_in_r = [&](ValueId v) {
+    auto it = producer.find(v);
+    return it == producer.end() ? kNested : it->second;
+  };
+  auto reads_through_at = [&](OpCode c) {
+    return c == OpCode::BroadcastInDim || c == OpCode::ReduceSum || c == OpCode::ReduceMax ||
+           c == OpCode::ReduceMin || c == OpCode::ReduceProd || c == OpCode::ReduceAnd || c == OpCode::ReduceOr ||
+           c == OpCode::Argmax || c == OpCode::Argmin;
+  };
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const ir::Op& op = r.ops[i];
+    const bool reshape = op.code == OpCode::Reshape || op.code == OpCode::Squeeze || op.code == OpCode::ExpandDims;
+    if (!reshape || fused[i] || !elementwise[i] || type(op.results[0]).shape.empty()) continue;
+    const size_t u = single_user(op.results[0]), p = producer_in_r(op.operands[0]);
+    fused[i] = u != kNested && u > i && reads_through_at(r.ops[u].code) && (p == kNested || !fused[p]);
+  }
   // A tensor-core product reads its operands where they are: a load whose only use is such a dot
   // (nothing writing memory in between) is a view of the ref, not a tile — wgmma's staging and
   // ldmatrix read each element once, so the copy would be a pass over memory for nothing.
@@ -511,13 +521,6 @@ void Emitter::plan_fusion(const ir::Region& r) {
   // ops from the dot to the store all fused (nothing else runs in between), and the dot's
   // operands tiles or views of memory the store cannot reach (another operand's block, another
   // scratch buffer).
-  std::map<ValueId, size_t> producer;  // the op of r computing each single result
-  for (size_t j = 0; j < r.ops.size(); ++j)
-    if (r.ops[j].results.size() == 1) producer[r.ops[j].results[0]] = j;
-  auto producer_in_r = [&](ValueId v) {
-    auto it = producer.find(v);
-    return it == producer.end() ? kNested : it->second;
-  };
   for (size_t d = 0; d < r.ops.size(); ++d) {
     const ir::Op& dot = r.ops[d];
     MmaProduct p;
