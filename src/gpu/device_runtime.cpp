@@ -301,6 +301,10 @@ PL_DEV pl_i64 pl_launch_cta() { return pl_host_cta(); }
 PL_DEV int pl_cluster_rank() { return pl_host_cta() % PL_CLUSTER_CTAS; }
 PL_DEV void pl_cluster_sync() { pl_host_wait(pl_host_cluster_barrier[pl_host_cta() / PL_CLUSTER_CTAS]); }
 PL_DEV int pl_cta_tid() { return pl_host_tid() % pl_host_nthreads; }
+// Six words per lane of each warp of the CTA: what the lanes of the warp-wide instructions
+// (shuffles, ldmatrix, mma.sync) hand each other, between two barriers of the group.
+static pl_u64 pl_host_warp_words[PL_HOST_CTAS][32][32][6];
+PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_host_cta()][pl_cta_tid() >> 5][lane]; }
 PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
 PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier[pl_host_cta()]); }
 PL_DEV int pl_nthreads() { return pl_host_nthreads / PL_NUM_GROUPS; }
@@ -403,25 +407,22 @@ PL_DEV int pl_reduce_team(pl_i64 results, pl_i64 count) {
 #if !PL_HOST_EMULATION
   if (T % 32 != 0) return 1;  // a shuffle is a whole warp's
 #endif
-  if (pl_cta_nthreads() > 1024) return 1;  // (emulation's shuffle words)
+  if (pl_cta_nthreads() > 1024) return 1;  // (emulation's lane words: 32 warps)
   int S = 1;
   while (2 * S <= 1024 && T % (2 * S) == 0 && 2 * S * results <= T && 2 * S <= count) S *= 2;
   return S;
 }
 // v from the lane whose index differs from the caller's by xor `m` (m < 32, within its team).
-#if PL_HOST_EMULATION
-static pl_u64 pl_host_shuffle_words[PL_HOST_CTAS][1024][2];
-#endif
 template <class A> PL_DEV A pl_shfl_xor(A v, int m) {
   static_assert(sizeof(A) <= 16, "a shuffled value is at most four words");
   pl_u32 w[4] = {0, 0, 0, 0};
   pl_copy_bytes(w, &v, (int)sizeof(A));
 #if PL_HOST_EMULATION
-  pl_u64* mine = pl_host_shuffle_words[pl_host_cta()][pl_cta_tid()];
-  if ((pl_cta_tid() & 31) == 0) pl_host_shuffle_count.fetch_add(1, std::memory_order_relaxed);
-  pl_copy_bytes(mine, w, 16);
+  const int lane = pl_cta_tid() & 31;
+  if (lane == 0) pl_host_shuffle_count.fetch_add(1, std::memory_order_relaxed);
+  pl_copy_bytes(pl_host_lane_words(lane), w, 16);
   pl_sync();
-  pl_copy_bytes(w, pl_host_shuffle_words[pl_host_cta()][pl_cta_tid() ^ m], 16);
+  pl_copy_bytes(w, pl_host_lane_words(lane ^ m), 16);
   pl_sync();
 #else
   for (int i = 0; i < (int)(sizeof(A) + 3) / 4; ++i)
@@ -1521,9 +1522,6 @@ PL_DEV void pl_put(float* p, float v) { *p = v; }
 PL_DEV void pl_put(pl_bf16* p, float v) { *p = pl_to_bf16(v); }
 PL_DEV void pl_put(pl_f16* p, float v) { *p = pl_to_f16(v); }
 #if PL_HOST_EMULATION
-// Six words per lane of each warp of the CTA: what the lanes hand each other.
-static pl_u64 pl_host_warp_words[PL_HOST_CTAS][32][32][6];
-PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_host_cta()][pl_cta_tid() >> 5][lane]; }
 // Where the GPU's arena would be: the emulated tiles and scratch all live in it (a global-memory
 // operand of wgmma would be misjudged here; it only changes how fragments load, not the result).
 PL_DEV bool pl_is_shared(const void*) { return PL_ARENA_IN_SHARED != 0; }

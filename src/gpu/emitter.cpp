@@ -490,17 +490,15 @@ void Emitter::plan_fusion(const ir::Region& r) {
     auto it = producer.find(v);
     return it == producer.end() ? kNested : it->second;
   };
-  auto reads_through_at = [&](OpCode c) {
-    return c == OpCode::BroadcastInDim || c == OpCode::ReduceSum || c == OpCode::ReduceMax ||
-           c == OpCode::ReduceMin || c == OpCode::ReduceProd || c == OpCode::ReduceAnd || c == OpCode::ReduceOr ||
-           c == OpCode::Argmax || c == OpCode::Argmin;
+  auto reads_through_at = [&](const ir::Op& user) {
+    return user.code == OpCode::BroadcastInDim || user.info().is(ir::kReduce);
   };
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     const bool reshape = op.code == OpCode::Reshape || op.code == OpCode::Squeeze || op.code == OpCode::ExpandDims;
     if (!reshape || fused[i] || !elementwise[i] || type(op.results[0]).shape.empty()) continue;
     const size_t u = single_user(op.results[0]), p = producer_in_r(op.operands[0]);
-    fused[i] = u != kNested && u > i && reads_through_at(r.ops[u].code) && (p == kNested || !fused[p]);
+    fused[i] = u != kNested && u > i && reads_through_at(r.ops[u]) && (p == kNested || !fused[p]);
   }
   // A tensor-core product reads its operands where they are: a load whose only use is such a dot
   // (nothing writing memory in between) is a view of the ref, not a tile — wgmma's staging and
