@@ -216,9 +216,9 @@ bool Emitter::emit_team_reduction(ValueId x, const std::vector<size_t>& reduced,
   const int64_t results = std::max<int64_t>(1, num_elements(kept_shape)), count = num_elements(reduced_shape);
   // Teams only where some group could have more threads than results (a group has at most 1024).
   const bool team = results < 1024 && count >= 2;
-  // Teams wider than a warp (S >= 64, 2 S results <= 1024 threads, 2 S <= count): at most 8
-  // results of at least 128 elements.
-  const bool wide = team && results <= 8 && count >= 128;
+  // Teams wider than a warp: pl_reduce_team's S (S results <= threads <= 1024, S <= count) is 64
+  // or more only for at most 16 results of at least 64 elements.
+  const bool wide = team && results <= 16 && count >= 64;
   const std::string N = std::to_string(results), C = std::to_string(count), A = r.acc_type;
   line("{");
   ++indent_;

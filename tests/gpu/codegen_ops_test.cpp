@@ -1705,5 +1705,26 @@ TEST(GpuCodegenOps, AWrittenInputBlockStartsFromTheArrayAtEveryPoint) {
   }
 }
 
+// The bounds of teams wider than a warp: pl_reduce_team gives 64 threads or more to each result
+// whenever 64 x results <= threads and the count is at least 64 — up to 16 results, from 64
+// elements — and those teams must meet in scratch (a warp's butterfly alone leaves each warp its
+// own partial). 16 rows of 64 and 100 elements at 1024 threads (teams of 64), one result of 100
+// elements at 128 threads (a team of 64, then of 128 at 1024).
+TEST(GpuCodegenOps, TeamsWiderThanAWarpMeetAtTheirBounds) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& rows, const pl::Ref& narrow, const pl::Ref& one, const pl::Ref& arg) {
+    pl::Value v = x[pl::all];  // (16, 100)
+    rows[pl::all] = pl::sum(v, {1});
+    narrow[pl::all] = pl::max(pl::slice(v, {0, 0}, {16, 64}), {1});
+    one[pl::all] = pl::sum(pl::slice(v, {3, 0}, {4, 100}), {0, 1});
+    arg[pl::all] = pl::argmin(v, 1, DType::I32);
+  };
+  PallasCall call = pl::pallas_call(kernel,
+                                    {ShapeDtype({16}, DType::I32), ShapeDtype({16}, DType::I32), ShapeDtype({}, DType::I32),
+                                     ShapeDtype({16}, DType::I32)},
+                                    opts({}, {}, {}));
+  Array x = Array::random_normal({16, 100}, DType::I32, 3, 0, 50);
+  expect_same(call, {x}, 0, 0, {}, {128, 1024});
+}
+
 }  // namespace
 }  // namespace pallas
