@@ -445,6 +445,31 @@ template <bool WIDE, class A, class F> PL_DEV A pl_team_combine(A acc, int S, F 
   }
   return acc;
 }
+// The combination of the values of the team's earlier threads (`identity` for its first thread),
+// in thread order: an xor butterfly in which each thread keeps its block's total and, in the
+// upper half of each block, adds the lower half's total to what comes before it. WIDE as above.
+template <bool WIDE, class A, class F> PL_DEV A pl_team_exclusive_scan(A v, A identity, int S, F combine, A* scratch) {
+  A total = v, before = identity;
+  for (int m = 1; m < S && m < 32; m <<= 1) {
+    const A other = pl_shfl_xor(total, m);
+    if (pl_tid() & m) {
+      before = combine(other, before);
+      total = combine(other, total);
+    } else {
+      total = combine(total, other);
+    }
+  }
+  if (WIDE && S > 32) {
+    const int warp = pl_tid() >> 5, first = warp & ~(S / 32 - 1);
+    if ((pl_tid() & 31) == 0) scratch[warp] = total;
+    pl_sync();
+    A earlier = identity;
+    for (int i = first; i < warp; ++i) earlier = combine(earlier, scratch[i]);
+    before = combine(earlier, before);
+    pl_sync();  // before the scratch is written again
+  }
+  return before;
+}
 // argmax / argmin's running best: a value and its index along the axis (-1: none yet).
 template <class A> struct pl_arg_best {
   A v;

@@ -455,21 +455,56 @@ void Emitter::emit_pure(const ir::Op& op) {
       std::vector<int64_t> line_strides;
       for (size_t d = 0; d < xt.shape.size(); ++d)
         if (d != axis) lines_shape.push_back(xt.shape[d]), line_strides.push_back(xs[d]);
-      ReduceRule rule = reduce_rule(op.code, xt.dtype, 1);
+      const ReduceRule rule = reduce_rule(op.code, xt.dtype, 1);
+      const std::string A = rule.acc_type;
       out = define_tile(res);
-      const int64_t n = xt.shape[axis];
-      open_thread_loop(std::max<int64_t>(1, num_elements(lines_shape)));
-      line("pl_i64 base = " + sum_of(index_exprs(lines_shape, "e"), line_strides) + ";");
-      line(rule.acc_type + " acc = " + rule.identity + ";");
-      line("for (pl_i64 j = 0; j < " + std::to_string(n) + "; ++j) {");
-      line("  pl_i64 o = base + (" + (reverse ? std::to_string(n - 1) + " - j" : std::string("j")) + ") * " +
-           std::to_string(xs[axis]) + ";");
-      line("  acc = " + (rule.combine("acc", widen(xt.dtype, info(x).name + "[o]"))) + ";");
-      line("  " + out + "[o] = " + (is_half(xt.dtype) ? narrow(xt.dtype, "acc") : "acc") + ";");
+      const int64_t lines = std::max<int64_t>(1, num_elements(lines_shape)), n = xt.shape[axis];
+      const std::string L = std::to_string(lines), N = std::to_string(n);
+      // With fewer lines than threads, a team of S threads scans each line (pl_reduce_team's S, as
+      // for reductions): each thread combines its chunk of consecutive elements, the team's
+      // exclusive scan of those totals starts each chunk's own scan. Teams of 64 or more threads
+      // (at most 16 lines of 64 elements or more) meet in 32 accumulators of scratch.
+      const bool team = lines < 1024 && n >= 2, wide = team && lines <= 16 && n >= 64;
+      line("{");
+      ++indent_;
+      line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + rule.combine("a", "b") + "; };");
+      line(std::string("const int S = ") + (team ? "pl_reduce_team(" + L + ", " + N + ")" : "1") + ";");
+      line("const pl_i64 chunk = (" + N + " + S - 1) / S;");
+      line("#pragma unroll 1");
+      // With S > 1 every thread runs exactly one round, those past the lines too (the team's scan
+      // is a barrier of the group).
+      line("for (pl_i64 e = pl_tid() / S; e < " + L + (team ? " || (S > 1 && e < pl_nthreads() / S)" : "") +
+           "; e += pl_nthreads() / S) {");
+      ++indent_;
+      line("const pl_i64 base = " + sum_of(index_exprs(lines_shape, "e"), line_strides) + ";");
+      line("const pl_i64 first = pl_tid() % S * chunk, last = e >= " + L + " ? first : first + chunk < " + N +
+           " ? first + chunk : " + N + ";");
+      const std::string at_j = "base + (" + (reverse ? N + " - 1 - j" : std::string("j")) + ") * " +
+                               std::to_string(xs[axis]);
+      const std::string element = widen(xt.dtype, info(x).name + "[" + at_j + "]");
+      line(A + " acc = " + rule.identity + ";");
+      if (team) {
+        int64_t scratch = -1;
+        const int64_t bytes = 32 * (is_half(xt.dtype) ? 4 : itemsize(xt.dtype));
+        if (wide) scratch = ctx_.arena->alloc(bytes);
+        line("if (S > 1) {");
+        line("  for (pl_i64 j = first; j < last; ++j) acc = pl_comb(acc, " + element + ");");
+        line("  acc = pl_team_exclusive_scan<" + std::string(wide ? "true" : "false") + ">(acc, (" + A + ")" +
+             rule.identity + ", S, pl_comb, (" + A + "*)" +
+             (wide ? "(" + ctx_.arena_base + " + " + std::to_string(scratch) + ")" : "0") + ");");
+        line("}");
+        if (wide) ctx_.arena->release(scratch, bytes);
+      }
+      line("for (pl_i64 j = first; j < last; ++j) {");
+      line("  acc = pl_comb(acc, " + element + ");");
+      line("  " + out + "[" + at_j + "] = " + (is_half(xt.dtype) ? narrow(xt.dtype, "acc") : "acc") + ";");
       line("}");
-      close_loop();
+      --indent_;
+      line("}");
+      --indent_;
+      line("}");
       after_tile_write();
-      barrier();  // each thread wrote whole lines, not its own elements
+      barrier();  // each thread wrote whole lines or chunks, not its own elements
       return;
     }
     case OpCode::Sort: {
@@ -477,25 +512,52 @@ void Emitter::emit_pure(const ir::Op& op) {
       const int64_t n = kt.shape.back(), rows = kt.size() / std::max<int64_t>(1, n);
       const int64_t num_keys = op.attrs.get_int(AttrKey::NumKeys);
       const bool descending = op.attrs.get_int_or(AttrKey::Descending, 0) != 0;
-      std::vector<std::string> outs;
+      const std::string N = std::to_string(n);
+      std::vector<std::string> outs, ins;
       for (ValueId r : op.results) outs.push_back(define_tile(r));
-      open_thread_loop(std::max<int64_t>(1, rows), "row");
-      line("pl_i64 base = row * " + std::to_string(n) + ";");
-      line("for (pl_i64 j = 0; j < " + std::to_string(n) + "; ++j) {");
-      for (size_t i = 0; i < outs.size(); ++i)
-        line("  " + outs[i] + "[base + j] = " + info(op.operands[i]).name + "[base + j];");
+      for (ValueId o : op.operands) ins.push_back(info(o).name);
+      // The keys of elements a and b of a row compared lexicographically (total orders): sets
+      // `before` when a sorts before b, and leaves it when they tie.
+      auto compare = [&](const std::vector<std::string>& arrays, const std::string& a, const std::string& b) {
+        std::string close;
+        for (int64_t k = 0; k < num_keys; ++k) {
+          const std::string& o = arrays[static_cast<size_t>(k)];
+          line("  { pl_i64 ka = pl_sort_key(" + o + "[" + a + "]), kb = pl_sort_key(" + o + "[" + b + "]);");
+          line(std::string("    if (ka != kb) before = ") + (descending ? "ka > kb" : "ka < kb") + ";");
+          line("    else");
+          close += "}";
+        }
+        line("    {}" + close);
+      };
+      // Fewer rows than threads: every element finds its place by counting the elements of its row
+      // that sort before it (ties: the earlier index, so the sort is stable) — n comparisons per
+      // element, all threads busy. Otherwise a thread sorts each row by insertion (n^2 / 4
+      // comparisons on average, n when nearly sorted).
+      line("if (" + std::to_string(rows) + " < pl_nthreads()) {");
+      ++indent_;
+      open_thread_loop(std::max<int64_t>(1, rows * n), "at");
+      line("const pl_i64 base = at - at % " + N + ", j = at - base;");
+      line("pl_i64 rank = 0;");
+      line("for (pl_i64 k = 0; k < " + N + "; ++k) {");
+      line("  bool before = k < j;");
+      compare(ins, "base + k", "at");
+      line("  rank += before;");
       line("}");
-      // Insertion sort: stable, lexicographic over the keys' total orders.
-      line("for (pl_i64 i = 1; i < " + std::to_string(n) + "; ++i) {");
+      for (size_t i = 0; i < outs.size(); ++i) line(outs[i] + "[base + rank] = " + ins[i] + "[at];");
+      close_loop();
+      --indent_;
+      line("} else {");
+      ++indent_;
+      open_thread_loop(std::max<int64_t>(1, rows), "row");
+      line("pl_i64 base = row * " + N + ";");
+      line("for (pl_i64 j = 0; j < " + N + "; ++j) {");
+      for (size_t i = 0; i < outs.size(); ++i) line("  " + outs[i] + "[base + j] = " + ins[i] + "[base + j];");
+      line("}");
+      line("for (pl_i64 i = 1; i < " + N + "; ++i) {");
       line("  for (pl_i64 j = i; j > 0; --j) {");
-      line("    pl_i64 a = base + j, b = base + j - 1; bool before = false;");
-      for (int64_t k = 0; k < num_keys; ++k) {
-        const std::string& o = outs[static_cast<size_t>(k)];
-        line("    { pl_i64 ka = pl_sort_key(" + o + "[a]), kb = pl_sort_key(" + o + "[b]);");
-        line(std::string("      if (ka != kb) { before = ") + (descending ? "ka > kb" : "ka < kb") +
-             "; goto decided" + std::to_string(counter_) + "; } }");
-      }
-      line("    decided" + std::to_string(counter_++) + ":");
+      line("    pl_i64 a = base + j, b = base + j - 1;");
+      line("    bool before = false;");
+      compare(outs, "a", "b");
       line("    if (!before) break;");
       for (size_t i = 0; i < outs.size(); ++i) {
         const std::string T = ctype(type(op.results[i]).dtype);
@@ -504,6 +566,8 @@ void Emitter::emit_pure(const ir::Op& op) {
       line("  }");
       line("}");
       close_loop();
+      --indent_;
+      line("}");
       after_tile_write();
       barrier();
       return;

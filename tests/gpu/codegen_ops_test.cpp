@@ -212,6 +212,48 @@ TEST(GpuCodegenOps, ReductionsWithFewerResultsThanThreadsAreSharedByTeams) {
   }
 }
 
+// Fewer lines than threads: each line of a cumulative op is scanned by a team (chunks, then the
+// team's exclusive scan of their totals, by shuffles and for teams wider than a warp through
+// scratch). 2, 4, 64 and 256 threads make teams of 2, 4, 32 (6 lines of 96) and of up to 256
+// lanes (one line of 576); 1024 threads make teams of 64 for 16 lines of 64 (the wide bound).
+// Small integer values, so that every float sum is exact in any order; products of +-1 and 2.
+TEST(GpuCodegenOps, ScansWithFewerLinesThanThreadsAreSharedByTeams) {
+  for (DType dt : {DType::F32, DType::BF16, DType::I32, DType::I8}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto kernel = [dt](const pl::Ref& x, const pl::Ref& rows, const pl::Ref& flat, const pl::Ref& cols,
+                     const pl::Ref& prods, const pl::Ref& bits) {
+      pl::Value v = x[pl::all];  // (2, 3, 96)
+      rows[pl::all] = pl::cumsum(v, 2) + pl::cummax(v, 2, /*reverse=*/true);
+      flat[pl::all] = pl::cumsum(pl::reshape(v, {576}), 0, /*reverse=*/true) + pl::cummin(pl::reshape(v, {576}), 0);
+      cols[pl::all] = pl::cumsum(v, 0) + pl::cummin(v, 1);
+      auto full = [&](double c) { return pl::full({2, 3, 96}, dt, c); };
+      pl::Value two = pl::where(v > 2, full(2), pl::where(v < 0, full(-1), full(1)));
+      prods[pl::all] = pl::cumprod(pl::slice(two, {0, 0, 0}, {1, 1, 40}), 2);
+      bits[pl::all] = pl::cummax(v > 3, 2).astype(DType::I32) + pl::cummin(v > -3, 2, true).astype(DType::I32) * 2;
+    };
+    PallasCall call = pl::pallas_call(kernel,
+                                      {ShapeDtype({2, 3, 96}, dt), ShapeDtype({576}, dt), ShapeDtype({2, 3, 96}, dt),
+                                       ShapeDtype({1, 1, 40}, dt), ShapeDtype({2, 3, 96}, DType::I32)},
+                                      opts({}, {}, {}));
+    std::vector<double> values;
+    for (int64_t i = 0; i < 2 * 3 * 96; ++i) values.push_back(static_cast<double>((i * 7919 + i / 96 * 13) % 9) - 3);
+    Array x = Array::from_values({2, 3, 96}, dt, values);
+    expect_same(call, {x}, 0, 0, {}, {1, 2, 4, 64, 256});
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    EXPECT_CONTAINS(k.source, "pl_team_exclusive_scan<true>");
+    gpu::HostEmulationStats stats;
+    gpu::run_host_emulation(*tc, k, {x}, tc->grid_mapping.grid, 256, &stats);
+    EXPECT_GT(stats.shuffles, 0);
+    if (!gpu::Nvrtc::unavailable_reason().empty()) continue;
+    for (const char* arch : {"sm_90a", "sm_80"})
+      EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "scans.cu", arch).is_cubin) << arch;
+  }
+  auto wide = [](const pl::Ref& x, const pl::Ref& o) { o[pl::all] = pl::cumsum(x[pl::all], 1) * 1000 + pl::cummax(x[pl::all], 1); };
+  PallasCall call = pl::pallas_call(wide, {ShapeDtype({16, 64}, DType::I32)}, opts({}, {}, {}));
+  expect_same(call, {Array::random_normal({16, 64}, DType::I32, 5, 0, 50)}, 0, 0, {}, {128, 1024});
+}
+
 // A broadcast used once by an elementwise op or a store is read where its operand lies (no pass
 // writing the broadcast tile), and a reshape / expand_dims / squeeze is its operand's elements at
 // the same flat index (no copy) — but not of a fused expression under a broadcast, which would
@@ -520,10 +562,13 @@ TEST(GpuCodegenOps, SortIsStableOverSeveralKeysAndDescending) {
     o1[pl::all] = s[0];
     o2[pl::all] = s[1];
     o3[pl::all] = s[2];
-    d[pl::all] = pl::sort({k2[pl::all]}, 1, /*descending=*/true)[0];
+    d[pl::all] = pl::sort({k2[pl::all], v[pl::all]}, 1, /*descending=*/true)[1];  // ties keep their order
   };
   Array k1 = Array::random_uniform({4, 50}, DType::I32, 11, 0, 4);
-  Array k2 = Array::random_normal({4, 50}, DType::F32, 12);
+  // Few distinct keys, so that both keys tie often and the values carried along show stability.
+  std::vector<double> k2_values;
+  for (int64_t i = 0; i < 200; ++i) k2_values.push_back(static_cast<double>((i * 37) % 7 - 3) * 0.5);
+  Array k2 = Array::from_values({4, 50}, DType::F32, k2_values);
   k2.data<float>()[3] = NAN;
   k2.data<float>()[7] = -0.0f;
   Array v = Array::random_normal({4, 50}, DType::F32, 13);
@@ -531,7 +576,8 @@ TEST(GpuCodegenOps, SortIsStableOverSeveralKeysAndDescending) {
                                     {ShapeDtype({4, 50}, DType::I32), ShapeDtype({4, 50}, DType::F32),
                                      ShapeDtype({4, 50}, DType::F32), ShapeDtype({4, 50}, DType::F32)},
                                     opts({}, {}, {}));
-  expect_same(call, {k1, k2, v});
+  // 1 and 3 threads sort each row by insertion; 8 and 64 rank every element (fewer rows than threads).
+  expect_same(call, {k1, k2, v}, 0, 0, {}, {1, 3, 8, 64});
 }
 
 TEST(GpuCodegenOps, ControlFlowLoopsBranchesAndScopedScratch) {
