@@ -204,31 +204,6 @@ struct Grid {
   std::string to_string() const;  // "(2, 3)", "(x=2, y=3)", "(dynamic, 4)"
 };
 
-// Where a gpu::kernel's scratch array lives when it belongs to a gpu::Union: the union (0, 1, ...
-// in scratch order), the array's byte offset from the union's start, and the union's bytes (its
-// largest member).
-struct ScratchUnionSlot {
-  int union_index = -1;  // -1: not in a union
-  int64_t offset = 0;
-  int64_t union_bytes = 0;
-};
-
-// A scratch buffer (lives for the whole call, persists across grid points).
-struct ScratchShape {
-  Shape shape;
-  DType dtype = DType::F32;
-  MemorySpace space = MemorySpace::Vmem;
-  int barrier_arrivals = 0;  // gpu::Barrier: the arrivals that complete a phase
-  // gpu::ClusterBarrier: the cluster axes along which an arrival reaches the other CTAs'
-  // barriers (barrier_arrivals then counts per CTA until gpu::kernel multiplies it out).
-  std::vector<std::string> collective_axes;
-  // gpu::Union (gpu::kernel only): lists of arrays laid over the same shared memory; shape and
-  // dtype are unused. gpu::kernel flattens it into its members' arrays, in order, each of which
-  // then records its place in `in_union`.
-  std::shared_ptr<const std::vector<std::vector<ScratchShape>>> union_members;
-  ScratchUnionSlot in_union;
-};
-
 // pl.get_global: a buffer of the kind `what` that every program of the grid shares and that
 // lives for the whole call — scratch that the body asks for where it needs it, instead of in
 // scratch_shapes. Each call returns a new buffer (traced once inside a loop: one buffer). On the

@@ -509,17 +509,52 @@ std::vector<Value> switch_case(const Operand& index,
                                const std::vector<std::function<std::vector<Value>()>>& branches,
                                Loc loc = Loc::current());
 
-// A scratch allocation for run_scoped.
-struct ScopedAlloc {
+// Where a gpu::kernel's scratch array lives when it belongs to a gpu::Union: the union (0, 1, ...
+// in scratch order), the array's byte offset from the union's start, and the union's bytes (its
+// largest member).
+struct ScratchUnionSlot {
+  int union_index = -1;  // -1: not in a union
+  int64_t offset = 0;
+  int64_t union_bytes = 0;
+};
+
+// A scratch buffer: in a call's scratch_shapes it lives for the whole call (and persists across
+// grid points); given to run_scoped it lives while the scope runs. tpu::VMEM(...), gpu::SMEM(...),
+// gpu::Barrier{...} and the like make them.
+struct ScratchShape {
   Shape shape;
-  DType dtype;
+  DType dtype = DType::F32;
   MemorySpace space = MemorySpace::Vmem;
+  int barrier_arrivals = 0;  // gpu::Barrier: the arrivals that complete a phase
+  // gpu::ClusterBarrier: the cluster axes along which an arrival reaches the other CTAs'
+  // barriers (barrier_arrivals then counts per CTA until gpu::kernel multiplies it out).
+  std::vector<std::string> collective_axes;
+  // gpu::Union (gpu::kernel only): lists of arrays laid over the same shared memory; shape and
+  // dtype are unused. gpu::kernel flattens it into its members' arrays, in order, each of which
+  // then records its place in `in_union`.
+  std::shared_ptr<const std::vector<std::vector<ScratchShape>>> union_members;
+  ScratchUnionSlot in_union;
+};
+
+using ScopedAlloc = ScratchShape;  // (run_scoped's name for it)
+
+struct ScopedOptions {
+  // Mosaic GPU's collective_axes: the axes whose threads share the scope's buffers. In a
+  // gpu::kernel, the thread axis (Mesh::thread_name): every Pallas thread of the CTA enters the
+  // scope, they all get the same buffers and barriers, and none goes on into the scope before all
+  // have entered, nor past its end before all have left it (without it, each Pallas thread's
+  // buffers are its own).
+  std::vector<std::string> collective_axes;
 };
 // Calls fn(refs) with fresh buffers that live until fn returns; returns what fn returns (values,
-// not refs). fn takes a std::vector<Ref>.
+// not refs). fn takes a std::vector<Ref>. In a gpu::kernel the buffers may be gpu::SMEM arrays and
+// gpu::Barrier / gpu::TMABarrier barriers (a fresh barrier: no phase completed).
 std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
                               const std::function<std::vector<Value>(std::vector<Ref>)>& fn,
                               Loc loc = Loc::current());
+std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
+                              const std::function<std::vector<Value>(std::vector<Ref>)>& fn,
+                              const ScopedOptions& options, Loc loc = Loc::current());
 
 // Prints "{}"-formatted values when the kernel runs (interpreters: to stdout).
 void debug_print(const std::string& format, const std::vector<Value>& values = {},

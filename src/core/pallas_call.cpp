@@ -186,6 +186,8 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
     if (opts.gpu_kernel) {
       env.cluster_axes_begin = opts.gpu_kernel->num_grid_axes;
       env.cluster_axes_end = env.cluster_axes_begin + opts.gpu_kernel->num_cluster_axes;
+      env.gpu_kernel = true;
+      if (opts.gpu_kernel->has_thread_axis) env.thread_axis = env.cluster_axes_end;
     }
     core::ScopedTraceEnv scoped(&env);
     detail::TraceScope scope(tc->name, std::source_location::current());

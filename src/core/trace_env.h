@@ -15,6 +15,8 @@ struct TraceEnv {
   // A gpu::kernel's cluster axes: grid_names[cluster_axes_begin, cluster_axes_end) (empty
   // elsewhere), for the ops that name them (copy_gmem_to_smem's collective_axes).
   int cluster_axes_begin = 0, cluster_axes_end = 0;
+  bool gpu_kernel = false;  // tracing a gpu::kernel's body
+  int thread_axis = -1;     // a gpu::kernel's thread axis in grid_names (-1: none)
 };
 
 // The innermost active environment, or nullptr outside pallas_call tracing.

@@ -702,6 +702,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.bulk_stores = &out.bulk_stores;
   if (opts.tma) ctx.tensor_maps = &out.tensor_maps;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
+  ctx.num_groups = out.num_groups;
   if (gpu_kernel) {
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;

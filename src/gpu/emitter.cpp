@@ -1084,11 +1084,18 @@ void Emitter::emit_control(const ir::Op& op) {
       std::vector<std::string> holders;
       for (ValueId r : op.results) holders.push_back(declare_result_holder(r));
       std::vector<std::pair<int64_t, int64_t>> scoped;
+      // (With one Pallas thread per CTA, sharing the scope among the CTA's threads changes nothing.)
+      if (op.attrs.has(ir::AttrKey::Axes) && ctx_.num_groups > 1)
+        throw NotSupportedError("run_scoped with collective_axes (buffers shared by the " +
+                                    std::to_string(ctx_.num_groups) +
+                                    " Pallas threads of a CTA) on the GPU backend: the interpreter runs it; to "
+                                    "compile, declare the buffers in the kernel's scratch_shapes",
+                                op.loc);
       for (ValueId a : body.args) {
         const ir::Type& t = type(a);
         if (t.dtype == DType::GpuBarrier)
-          throw NotSupportedError("barriers from run_scoped on the GPU backend (declare them in the kernel's "
-                                  "scratch_shapes)",
+          throw NotSupportedError("barriers from run_scoped on the GPU backend: the interpreter runs them; to "
+                                  "compile, declare them in the kernel's scratch_shapes",
                                   op.loc);
         if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
           throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);

@@ -210,6 +210,7 @@ struct EmitContext {
   // adds the map it needs (nullptr: no TMA).
   std::vector<TensorMapSpec>* tensor_maps = nullptr;
   int group_threads = 0;  // pl_nthreads() of the generated unit (0: unknown)
+  int num_groups = 1;     // Pallas threads per CTA (GeneratedKernel::num_groups)
   RegisterReallocation registers;  // (set_max_registers)
 };
 

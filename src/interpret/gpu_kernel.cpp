@@ -299,6 +299,16 @@ struct SemaphoreState {
   VectorClock released;  // races: every signal's clock, joined (a wait acquires them all)
 };
 
+// A run_scoped collective over the thread axis: its buffers, shared by the CTA's threads from
+// the first one's entry to the last one's exit, and the two meetings (no thread goes into the
+// scope before all have entered, nor on past it before all have left).
+struct SharedScope {
+  std::vector<Array> buffers;
+  int64_t entered = 0, left = 0;
+  VectorClock entry, exit;  // races: what the threads released entering / leaving
+  bool ended = false;       // every thread has left and one has let the buffers go
+};
+
 // The CTAs that run together — one cluster, or the whole grid when the kernel has semaphores —
 // and what their threads share.
 struct Wave {
@@ -323,6 +333,9 @@ struct Wave {
   // By the receiving barrier and the copy's destination there (copies of x and y may complete on
   // one barrier, each multicast among its own peers).
   std::map<std::pair<const std::byte*, const std::byte*>, MulticastLanding> multicasts;
+  // The run_scoped instances collective over the thread axis that a CTA's threads are entering or
+  // leaving, by CTA (of the wave) and op.
+  std::map<std::pair<int64_t, const ir::Op*>, std::shared_ptr<SharedScope>> shared_scopes;
 };
 
 class GpuThreadInterpreter : public eval::Interpreter {
@@ -430,6 +443,9 @@ class GpuThreadInterpreter : public eval::Interpreter {
       }
       case OpCode::GpuCommitSmem:
         return true;  // the thread's own stores are in program order here
+      case OpCode::RunScoped:
+        run_scoped(op);
+        return true;
       case OpCode::GpuSetMaxRegisters:  // (checked when the wave is done: setmaxnreg_overflow)
         wave_->register_requests[index_] = {op.attrs.get_int(ir::AttrKey::N), op.loc};
         return true;
@@ -443,11 +459,102 @@ class GpuThreadInterpreter : public eval::Interpreter {
     const eval::RefValue& r = ref(v);
     auto it = wave_->barriers.find(r.data);
     if (it == wave_->barriers.end())
-      throw NotSupportedError(std::string(op.info().name) +
-                                  " on a barrier that is not in the kernel's scratch_shapes (barriers "
-                                  "from run_scoped)",
-                              op.loc);
+      throw Error(std::string(op.info().name) + ": the barrier is not alive (a run_scoped barrier used after its "
+                      "scope ended?)",
+                  op.loc);
     return it->second;
+  }
+
+  // run_scoped: fresh buffers (barriers with no phase completed, arrays uninitialized) that the
+  // race check knows by name while the scope runs. Collective over the thread axis (gpu.h
+  // ScopedOptions), the CTA's threads share one instance and meet at its entry and its exit.
+  void run_scoped(const ir::Op& op) {
+    const ir::Region& body = op.regions[0];
+    const bool collective = op.attrs.has(AttrKey::Axes);
+    const int64_t cta = index_ / wave_->threads_per_cta, n = collective ? wave_->threads_per_cta : 1;
+    const std::string where = op.loc.to_string();
+    const std::string of_whom = collective ? " of " + wave_->cta_names.at(static_cast<size_t>(cta)) : " of " + name_;
+    std::shared_ptr<SharedScope> scope;
+    if (collective) {
+      std::shared_ptr<SharedScope>& slot = wave_->shared_scopes[{cta, &op}];
+      if (!slot) slot = std::make_shared<SharedScope>();
+      scope = slot;
+    } else {
+      scope = std::make_shared<SharedScope>();
+    }
+    if (scope->entered == 0) {
+      const ir::Ints* arrivals = op.attrs.has(AttrKey::Arrivals) ? &op.attrs.get_ints(AttrKey::Arrivals) : nullptr;
+      for (size_t i = 0; i < body.args.size(); ++i) {
+        const ir::Type& t = kernel().type(body.args[i]);
+        Array a = Array::uninitialized(t.shape, t.dtype);
+        auto* base = static_cast<std::byte*>(a.raw_data());
+        const std::string name = "run_scoped[" + std::to_string(i) + "] at " + where;
+        if (t.dtype == DType::GpuBarrier) {
+          std::memset(base, 0, static_cast<size_t>(a.size()) * 8);
+          for (int64_t k = 0; k < a.size(); ++k) {
+            BarrierState st;
+            st.num_arrivals = static_cast<int>(arrivals->at(i));
+            st.name = name + (a.size() > 1 ? "[" + std::to_string(k) + "]" : std::string()) + of_whom;
+            wave_->barriers[base + 8 * k] = st;
+          }
+        } else {
+          eval::fill_uninitialized(a);
+          if (a.size() > 0) wave_->buffers[base] = {base, a.size() * itemsize(t.dtype), t.shape, name + of_whom};
+        }
+        scope->buffers.push_back(a);
+      }
+    }
+    // Meets the CTA's other threads: returns once all n have arrived (`count` counts them),
+    // knowing what each released before arriving.
+    auto meet = [&](int64_t SharedScope::*count, VectorClock SharedScope::*released, const char* what) {
+      ++((*scope).*count);
+      tpu_interpret::merge_into((*scope).*released, clock_);
+      if (n > 1) {
+        SharedScope* sp = scope.get();
+        const std::string whom = wave_->cta_names.at(static_cast<size_t>(cta));
+        wave_->turns->wait_until(index_, [sp, count, n] { return (*sp).*count >= n; }, [sp, count, n, what, where, whom] {
+          return "waits at " + where + " for every thread of " + whom + " to " + what + " the run_scoped (collective over the thread axis; " +
+                 std::to_string((*sp).*count) + " of " + std::to_string(n) + " have)";
+        });
+      }
+      tpu_interpret::merge_into(clock_, (*scope).*released);
+      tpu_interpret::tick(clock_, index_);
+    };
+    meet(&SharedScope::entered, &SharedScope::entry, "enter");
+    for (size_t i = 0; i < body.args.size(); ++i)
+      set(body.args[i], eval::RefValue::of_array(scope->buffers[i], kernel().type(body.args[i]).space));
+    std::vector<Array> results = run_region_yield(body);
+    meet(&SharedScope::left, &SharedScope::exit, "leave");
+    for (ir::ValueId a : body.args) set(a, eval::RtValue{});  // the scope's buffers die here
+    for (size_t i = 0; i < results.size(); ++i) set(op.results[i], results[i]);
+    // The first thread past the exit (every thread has left) lets the buffers go. (Another may
+    // already have entered the same op again: a new instance.)
+    if (scope->ended) return;
+    scope->ended = true;
+    if (collective) {
+      const auto it = wave_->shared_scopes.find({cta, &op});
+      if (it != wave_->shared_scopes.end() && it->second == scope) wave_->shared_scopes.erase(it);
+    }
+    for (const Array& a : scope->buffers) {
+      const auto* base = static_cast<const std::byte*>(a.raw_data());
+      if (a.dtype() != DType::GpuBarrier) {
+        wave_->buffers.erase(base);
+        wave_->races.forget(base);
+        continue;
+      }
+      for (int64_t k = 0; k < a.size(); ++k) {
+        const auto b = wave_->barriers.find(base + 8 * k);
+        const BarrierState& st = b->second;
+        const std::optional<SourceLoc>& copy = st.copy_in_phase ? st.copy_in_phase : (st.observed ? std::nullopt : st.copy_in_completed);
+        if (copy)
+          throw Error("copy_gmem_to_smem: the run_scoped at " + where + " ends before any thread waits for phase " +
+                          std::to_string(st.copy_in_phase ? st.phase + 1 : st.phase) + " of its barrier " + st.name +
+                          ", which a copy to SMEM completes: on a GPU the copy may still be landing when the barrier "
+                          "and its memory are gone — wait for the barrier (barrier_wait) inside the scope",
+                      *copy);
+        wave_->barriers.erase(b);
+      }
+    }
   }
 
   // A gpu::Semaphore's counter and state (operand 0 of a semaphore op).

@@ -63,7 +63,8 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::LhsContracting:
     case AttrKey::RhsContracting:
     case AttrKey::LhsBatch:
-    case AttrKey::RhsBatch: return AttrKind::Ints;
+    case AttrKey::RhsBatch:
+    case AttrKey::Arrivals: return AttrKind::Ints;
     case AttrKey::Axis:
     case AttrKey::Exponent:
     case AttrKey::Rounding:

@@ -946,6 +946,17 @@ std::vector<Type> rule(const RuleContext& c) {
       c.expect_num_regions(1);
       for (const Type& t : c.regions[0].args)
         if (!t.is_ref) c.fail("scoped allocations must be Refs, got " + t.to_string());
+      if (a.has(AttrKey::Arrivals)) {
+        // A barrier's arrivals per phase, per allocation (0 for what is not a barrier).
+        const Ints& arrivals = a.get_ints(AttrKey::Arrivals);
+        if (arrivals.size() != c.regions[0].args.size())
+          c.fail("arrivals has " + std::to_string(arrivals.size()) + " entries for " +
+                 std::to_string(c.regions[0].args.size()) + " allocations");
+        for (size_t i = 0; i < arrivals.size(); ++i)
+          if ((arrivals[i] > 0) != (c.regions[0].args[i].dtype == DType::GpuBarrier))
+            c.fail("arrivals[" + std::to_string(i) + "] = " + std::to_string(arrivals[i]) + " for a " +
+                   c.regions[0].args[i].to_string());
+      }
       for (const Type& t : c.regions[0].yields)
         if (t.is_ref) c.fail("a scoped Ref cannot leave its scope");
       return c.regions[0].yields;

@@ -168,6 +168,11 @@ int RaceDetector::access(const void* buffer, const std::string& buffer_name,
   return found;
 }
 
+void RaceDetector::forget(const void* buffer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.erase(buffer);
+}
+
 std::vector<tpu::RaceReport> RaceDetector::reports() const {
   std::lock_guard<std::mutex> lock(mu_);
   return reports_;

@@ -59,6 +59,9 @@ class RaceDetector {
              const Region& region, bool is_write, const VectorClock& clock, const AccessInfo& who,
              bool atomic_add = false);
   std::vector<tpu::RaceReport> reports() const;
+  // Drops the buffer's records: it has died (a run_scoped buffer at its scope's end, after which
+  // new memory may reuse the address).
+  void forget(const void* buffer);
 
  private:
   struct Record {

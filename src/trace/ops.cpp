@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/trace_env.h"
 #include "trace/context.h"
 
 namespace pallas {
@@ -409,16 +410,64 @@ std::vector<Value> switch_case(const Operand& index,
 }
 
 std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
+                              const std::function<std::vector<Value>(std::vector<Ref>)>& fn, Loc loc) {
+  return run_scoped(allocs, fn, ScopedOptions{}, loc);
+}
+
+std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
                               const std::function<std::vector<Value>(std::vector<Ref>)>& fn,
-                              Loc loc) {
+                              const ScopedOptions& options, Loc loc) {
+  const SourceLoc at = trace::src(loc);
+  const core::TraceEnv* env = core::current_trace_env();
+  const bool in_gpu_kernel = env && env->kind == core::TraceEnv::Kind::Kernel && env->gpu_kernel;
   std::vector<ir::Type> types;
-  for (const ScopedAlloc& s : allocs) types.push_back(ir::Type::ref(s.shape, s.dtype, s.space));
+  ir::Ints arrivals;
+  bool any_barrier = false;
+  for (size_t i = 0; i < allocs.size(); ++i) {
+    const ScopedAlloc& s = allocs[i];
+    const std::string which = "run_scoped: allocation " + std::to_string(i);
+    if (s.union_members)
+      throw NotSupportedError(which + " is a gpu::Union in run_scoped (declare it in scratch_shapes)", at);
+    if (s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem)
+      throw NotSupportedError(which + " is a gpu::Semaphore in run_scoped (declare it in scratch_shapes, or "
+                                      "ask for one with pl::get_global)",
+                              at);
+    if (s.dtype == DType::GpuBarrier) {
+      if (!s.collective_axes.empty())
+        throw NotSupportedError(which + " is a gpu::ClusterBarrier in run_scoped (declare it in scratch_shapes)", at);
+      if (!in_gpu_kernel) throw Error(which + " is a gpu::Barrier, which only a gpu::kernel's body can allocate", at);
+      if (s.barrier_arrivals < 1) throw Error(which + ": make barriers with gpu::Barrier{...}", at);
+      any_barrier = true;
+    }
+    arrivals.push_back(s.dtype == DType::GpuBarrier ? s.barrier_arrivals : 0);
+    types.push_back(ir::Type::ref(s.shape, s.dtype, s.space));
+  }
+  Attrs attrs;
+  if (any_barrier) attrs.set(AttrKey::Arrivals, arrivals);
+  if (!options.collective_axes.empty()) {
+    if (!in_gpu_kernel)
+      throw Error("run_scoped with collective_axes: only a gpu::kernel's body shares scoped buffers among its "
+                  "threads",
+                  at);
+    const std::string thread = env->thread_axis >= 0 ? env->grid_names.at(static_cast<size_t>(env->thread_axis)) : "";
+    for (const std::string& name : options.collective_axes)
+      if (name != thread)
+        throw Error("run_scoped: collective_axes names '" + name + "', which is not the mesh's thread axis" +
+                        (thread.empty() ? std::string(" (the mesh has none: give it num_threads and thread_name)")
+                                        : " ('" + thread + "')") +
+                        "; scoped buffers are shared by the Pallas threads of one CTA",
+                    at);
+    if (options.collective_axes.size() > 1)
+      throw Error("run_scoped: collective_axes names the thread axis '" + thread + "' more than once", at);
+    attrs.set(AttrKey::Axes, ir::Ints{env->thread_axis});
+    attrs.set(AttrKey::AxisNames, thread);
+  }
   detail::trace_region(types, loc, [&](const std::vector<Value>& args) {
     std::vector<Ref> refs;
     for (const Value& v : args) refs.emplace_back(v);
     return fn(refs);
   });
-  return detail::finish_control_op(OpCode::RunScoped, {}, 1, {}, loc);
+  return detail::finish_control_op(OpCode::RunScoped, {}, 1, std::move(attrs), loc);
 }
 
 void debug_print(const std::string& format, const std::vector<Value>& values, Loc loc) {

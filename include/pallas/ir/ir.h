@@ -187,7 +187,8 @@ struct Indexer {
   X(AddAttr, "add")                      \
   X(ReadOnly, "read_only")               \
   X(Decrement, "decrement")              \
-  X(Name, "name")
+  X(Name, "name")                        \
+  X(Arrivals, "arrivals")
 
 enum class AttrKey : uint8_t {
 #define PALLAS_X(name, str) name,
