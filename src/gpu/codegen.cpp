@@ -460,6 +460,38 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     scratch_offsets.push_back(
         arena.alloc(std::max<int64_t>(1, t.size()) * itemsize(t.dtype), is_swizzled(s) ? 1024 : scratch_align));
   }
+  // run_scoped with barriers, or shared by several Pallas threads: its arrays in the CTA's arena
+  // and its barriers in pl_mbar, for the whole call (ScopedLayout); initialized with the scratch
+  // barriers, and again at each entry of the scope.
+  std::map<const ir::Op*, detail::ScopedLayout> scoped_layouts;
+  std::vector<std::pair<int64_t, int64_t>> scoped_barriers;  // (index, arrivals) of each
+  {
+    std::function<void(const ir::Region&)> lay_out = [&](const ir::Region& r) {
+      for (const ir::Op& op : r.ops) {
+        for (const ir::Region& inner : op.regions) lay_out(inner);
+        if (op.code != ir::OpCode::RunScoped) continue;
+        const bool shared = op.attrs.has(ir::AttrKey::Axes) || out.num_groups == 1;
+        if (!op.attrs.has(ir::AttrKey::Arrivals) && !(shared && out.num_groups > 1)) continue;
+        detail::ScopedLayout layout;
+        layout.shared = shared;
+        layout.arrivals = op.attrs.has(ir::AttrKey::Arrivals) ? op.attrs.get_ints(ir::AttrKey::Arrivals)
+                                                               : ir::Ints(op.regions[0].args.size(), 0);
+        for (size_t i = 0; i < op.regions[0].args.size(); ++i) {
+          const ir::Type& t = k.type(op.regions[0].args[i]);
+          const int64_t n = std::max<int64_t>(1, t.size());
+          if (t.dtype == DType::GpuBarrier) {
+            layout.where.push_back(out.num_barriers);
+            for (int64_t b = 0; b < n * (shared ? 1 : out.num_groups); ++b)
+              scoped_barriers.emplace_back(out.num_barriers++, layout.arrivals[i]);
+          } else {
+            layout.where.push_back(shared ? arena.alloc(n * itemsize(t.dtype), scratch_align) : -1);
+          }
+        }
+        scoped_layouts[&op] = std::move(layout);
+      }
+    };
+    lay_out(k.body);
+  }
   // The memory of ACC scratch s kept in registers: this CTA's share of the workspace.
   auto acc_memory = [&](size_t s) {
     return "((float*)(p.workspace + " + std::to_string(out.arena_offset()) + " + pl_launch_cta() * " +
@@ -703,6 +735,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (opts.tma) ctx.tensor_maps = &out.tensor_maps;
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   ctx.num_groups = out.num_groups;
+  ctx.scoped_layouts = &scoped_layouts;
   if (gpu_kernel) {
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;
@@ -1170,6 +1203,12 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     }
     src << "  for (pl_i64 e = pl_cta_tid(); e < " << t.size() << "; e += pl_cta_nthreads()) " << where << "[e] = "
         << detail::uninitialized_literal(t.dtype) << ";\n";
+  }
+  if (!scoped_barriers.empty()) {
+    src << "  if (pl_cta_tid() == 0) {  // run_scoped barriers (again at each entry of their scope)\n";
+    for (const auto& [index, arrivals] : scoped_barriers)
+      src << "    pl_mbar_init(pl_mbar + " << index << ", " << arrivals << ");\n";
+    src << "  }\n";
   }
   // The fill above is ordered before what the async proxy does to the same bytes next — copies
   // into SMEM (completing on barriers; a peer's multicast too) and wgmma reads — by each writer's

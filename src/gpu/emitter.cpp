@@ -1084,19 +1084,13 @@ void Emitter::emit_control(const ir::Op& op) {
       std::vector<std::string> holders;
       for (ValueId r : op.results) holders.push_back(declare_result_holder(r));
       std::vector<std::pair<int64_t, int64_t>> scoped;
-      // (With one Pallas thread per CTA, sharing the scope among the CTA's threads changes nothing.)
-      if (op.attrs.has(ir::AttrKey::Axes) && ctx_.num_groups > 1)
-        throw NotSupportedError("run_scoped with collective_axes (buffers shared by the " +
-                                    std::to_string(ctx_.num_groups) +
-                                    " Pallas threads of a CTA) on the GPU backend: the interpreter runs it; to "
-                                    "compile, declare the buffers in the kernel's scratch_shapes",
-                                op.loc);
+      const auto laid_out = ctx_.scoped_layouts ? ctx_.scoped_layouts->find(&op) : decltype(ctx_.scoped_layouts->end()){};
+      if (ctx_.scoped_layouts && laid_out != ctx_.scoped_layouts->end()) {
+        emit_scope_with_barriers_or_shared(op, laid_out->second, holders);
+        return;
+      }
       for (ValueId a : body.args) {
         const ir::Type& t = type(a);
-        if (t.dtype == DType::GpuBarrier)
-          throw NotSupportedError("barriers from run_scoped on the GPU backend: the interpreter runs them; to "
-                                  "compile, declare them in the kernel's scratch_shapes",
-                                  op.loc);
         if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
           throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
         int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
@@ -1120,6 +1114,66 @@ void Emitter::emit_control(const ir::Op& op) {
     default: break;
   }
   throw InternalError("gpu emitter: control op " + std::string(op.info().name));
+}
+
+// run_scoped laid out before the body (ScopedLayout): barriers in pl_mbar and, shared by the CTA's
+// Pallas threads, arrays in the CTA's arena. At entry one thread makes the barriers new (an
+// mbarrier is invalidated before it is initialized again) and the arrays are filled with the
+// uninitialized value, then the CTA (or the group) syncs and each thread expects phase 0 of
+// every barrier; at exit it syncs again, so that no thread enters the scope anew (making its
+// barriers new) while another still uses them.
+void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
+                                                 const std::vector<std::string>& holders) {
+  const ir::Region& body = op.regions[0];
+  const std::string first = layout.shared ? "pl_cta_tid() == 0" : "pl_tid() == 0";
+  auto sync = [&] {
+    line(layout.shared ? "pl_cta_sync();" : "pl_sync();");
+    just_synced_ = true;
+    tile_written_ = mem_written_ = mem_read_ = false;
+    if (conditional_depth_ == 0) ctx_.arena->on_barrier();
+  };
+  line(std::string("// (") + (layout.shared ? "shared by the CTA's Pallas threads" : "barriers of this Pallas thread") + ")");
+  std::vector<std::pair<int64_t, int64_t>> own;  // the thread's own arrays (offset, bytes) in its tile arena
+  std::vector<std::pair<std::string, int64_t>> barriers;  // (pointer, count)
+  for (size_t i = 0; i < body.args.size(); ++i) {
+    const ir::Type& t = type(body.args[i]);
+    const int64_t n = std::max<int64_t>(1, t.size());
+    RefInfo r{fresh("s"), t.dtype, t.shape, contiguous_strides(t.shape)};
+    if (t.dtype == DType::GpuBarrier) {
+      const std::string group = layout.shared ? "" : " + (pl_i64)pl_group() * " + std::to_string(n);
+      line("pl_u64* " + r.ptr + " = " + ctx_.barriers + " + " + std::to_string(layout.where[i]) + group + ";");
+      barriers.emplace_back(r.ptr, n);
+      line("if (" + first + ") for (int i = 0; i < " + std::to_string(n) + "; ++i) { pl_mbar_inval(" + r.ptr +
+           " + i); pl_mbar_init(" + r.ptr + " + i, " + std::to_string(layout.arrivals[i]) + "); }");
+    } else {
+      const std::string T = ctype(t.dtype);
+      const int64_t bytes = n * itemsize(t.dtype);
+      int64_t off = layout.where[i];
+      if (off < 0) own.emplace_back(off = ctx_.arena->alloc(bytes), bytes);
+      line(T + "* " + r.ptr + " = (" + T + "*)(" + (layout.where[i] >= 0 ? std::string("cta_arena") : ctx_.arena_base) +
+           " + " + std::to_string(off) + ");");
+      const std::string tid = layout.shared ? "pl_cta_tid()" : "pl_tid()", nthreads = layout.shared ? "pl_cta_nthreads()" : "pl_nthreads()";
+      line("for (pl_i64 e = " + tid + "; e < " + std::to_string(n) + "; e += " + nthreads + ") " + r.ptr + "[e] = " +
+           uninitialized_literal(t.dtype) + ";");
+    }
+    bind_ref(body.args[i], r);
+  }
+  // (As at the CTA's start: the writes above before what copies and wgmma do to the same bytes,
+  // the barriers' init before the copies completing on them.)
+  line("pl_fence_before_bulk_copy();");
+  if (!barriers.empty()) line("if (" + first + ") pl_fence_mbar_init();");
+  sync();
+  for (const auto& [ptr, n] : barriers)
+    line("for (int i = 0; i < " + std::to_string(n) + "; ++i) { const pl_i64 j = " + ptr + " + i - " + ctx_.barriers +
+         "; " + ctx_.phases + "[j >> 5] &= ~(1u << (j & 31)); }");
+  line("{");
+  ++indent_;
+  std::vector<ValueId> ys = emit_region(body);
+  for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
+  --indent_;
+  line("}");
+  sync();
+  for (auto [off, bytes] : own) ctx_.arena->release(off, bytes);
 }
 
 // A loop's carries live in holders (its results), initialised from the operands from

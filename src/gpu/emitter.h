@@ -173,6 +173,18 @@ struct ValueInfo {
   const ir::Op* producer = nullptr;  // fused: the elementwise op or load computing an element
 };
 
+// Where a run_scoped's buffers live when the scope has barriers or is shared by the CTA's Pallas
+// threads (collective over the thread axis; with one Pallas thread per CTA every scope with
+// barriers is): laid out before the body is emitted (codegen.cpp), the CTA's for the whole call.
+struct ScopedLayout {
+  bool shared = false;  // one instance for the CTA (else one per Pallas thread)
+  // Per allocation: a shared array's offset in the CTA's arena (-1: the thread's own, from its
+  // tile arena as plain scopes have); a barrier's first index in pl_mbar (a thread's own: its
+  // group's copy follows at + group x count).
+  std::vector<int64_t> where;
+  std::vector<int64_t> arrivals;  // per allocation (0: not a barrier)
+};
+
 struct EmitContext {
   std::ostringstream* out = nullptr;
   Arena* arena = nullptr;
@@ -211,6 +223,7 @@ struct EmitContext {
   std::vector<TensorMapSpec>* tensor_maps = nullptr;
   int group_threads = 0;  // pl_nthreads() of the generated unit (0: unknown)
   int num_groups = 1;     // Pallas threads per CTA (GeneratedKernel::num_groups)
+  const std::map<const ir::Op*, ScopedLayout>* scoped_layouts = nullptr;  // (ScopedLayout)
   RegisterReallocation registers;  // (set_max_registers)
 };
 
@@ -342,6 +355,8 @@ class Emitter {
   bool emit_team_reduction(ir::ValueId x, const std::vector<size_t>& reduced, const std::string& out,
                            const TeamReduction& r);  // emit_ops.cpp
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
+  void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
+                                          const std::vector<std::string>& holders);
   void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
   // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can
   // compute the product (f32 accumulation of bf16 or f16 inputs into an f32, bf16 or f16 result,

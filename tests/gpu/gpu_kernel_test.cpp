@@ -2220,19 +2220,46 @@ pl::PallasCall shared_scope_pipeline(const std::string& how) {
       plgpu::Mesh{.grid = {3}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}, run_on(how, {}));
 }
 
-TEST(GpuKernel, ScopedBuffersAndBarriersAreSharedByTheThreadsOfACta) {
+TEST_P(GpuKernelBoth, ScopedBuffersAndBarriersAreSharedByTheThreadsOfACta) {
   const pl::Array x = random_f32({3 * 2 * 4 * 64}, 21);
-  const pl::Array out = shared_scope_pipeline("interpret")(x).at(0);
+  const pl::Array out = shared_scope_pipeline(GetParam())(x).at(0);
   for (int64_t i = 0; i < x.size(); ++i)
     ASSERT_EQ(out.data<float>()[i], 2.0f * x.data<float>()[i] + static_cast<float>(i / 64 % 4)) << i;
-  // Compiled: not yet (a clear error, not a wrong answer).
-  const std::string e = error_of([&] { shared_scope_pipeline("gpu_emulate")(x); });
-  EXPECT_CONTAINS(e, "not supported yet: run_scoped with collective_axes (buffers shared by the 2 Pallas threads");
-  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp");
+  if (GetParam() != "gpu_emulate") return;
+  // The generated unit: the scope's barriers are made new and its syncs span the CTA.
+  std::shared_ptr<const pl::TracedCall> tc = shared_scope_pipeline(GetParam()).trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_CONTAINS(k.source, "// (shared by the CTA's Pallas threads)");
+  EXPECT_CONTAINS(k.source, "pl_mbar_inval(");
+  EXPECT_CONTAINS(k.source, "pl_cta_sync();");
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "scoped.cu", arch)) << arch;
 }
 
-// With one Pallas thread per CTA a scope shared along the thread axis is the thread's own: it
-// compiles (buffers in the CTA's arena).
+// Without collective_axes each Pallas thread's scope is its own: here each warpgroup copies its
+// own chunk into its own buffer on its own barrier (compiled: a barrier per warpgroup), twice.
+TEST_P(GpuKernelBoth, EachThreadsScopeHasBarriersOfItsOwn) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        pl::Value b = plgpu::axis_index("b"), wg = plgpu::axis_index("wg");
+        for (int round = 0; round < 2; ++round)
+          pl::run_scoped({plgpu::SMEM({32}, pl::f32), plgpu::TMABarrier{}}, [&](std::vector<pl::Ref> s) {
+            pl::Value chunk = ((b * 2 + wg) * 2 + round) * 32;
+            plgpu::copy_gmem_to_smem(x.at(pl::ds(chunk, 32)), s[0], s[1]);
+            plgpu::barrier_wait(s[1]);
+            out.at(pl::ds(chunk, 32))[pl::all] = s[0][pl::all] - 1.0f;
+            return std::vector<pl::Value>{};
+          });
+      },
+      {pl::ShapeDtype({2 * 2 * 2 * 32}, pl::f32)},
+      plgpu::Mesh{.grid = {2}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}, run_on(GetParam(), {}));
+  const pl::Array x = random_f32({256}, 23);
+  const pl::Array out = call(x).at(0);
+  for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(out.data<float>()[i], x.data<float>()[i] - 1.0f) << i;
+}
+
+// With one Pallas thread per CTA a scope shared along the thread axis is the thread's own; with a
+// barrier it is laid out for the CTA (its barrier made new at each entry: a loop of 3).
 TEST_P(GpuKernelBoth, AScopeOfAOneThreadCtaCompiles) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref x, pl::Ref out) {
@@ -2245,12 +2272,27 @@ TEST_P(GpuKernelBoth, AScopeOfAOneThreadCtaCompiles) {
               return std::vector<pl::Value>{};
             },
             {.collective_axes = {"wg"}});
+        pl::fori_loop(0, 3, [&](pl::Value i) {
+          pl::run_scoped(
+              {plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}},
+              [&](std::vector<pl::Ref> s) {
+                plgpu::copy_gmem_to_smem(x.at(pl::ds(b * 128, 128)), s[0], s[1]);
+                plgpu::barrier_wait(s[1]);
+                out.at(pl::ds(512 + (b * 3 + i) * 128, 128))[pl::all] = s[0][pl::all] * pl::convert(i, pl::f32);
+                return std::vector<pl::Value>{};
+              },
+              {.collective_axes = {"wg"}});
+        });
       },
-      {pl::ShapeDtype({512}, pl::f32)}, plgpu::Mesh{.grid = {4}, .grid_names = {"b"}, .num_threads = 1, .thread_name = "wg"},
-      run_on(GetParam(), {}));
+      {pl::ShapeDtype({512 + 4 * 3 * 128}, pl::f32)},
+      plgpu::Mesh{.grid = {4}, .grid_names = {"b"}, .num_threads = 1, .thread_name = "wg"}, run_on(GetParam(), {}));
   const pl::Array x = random_f32({512}, 22);
   const pl::Array out = call(x).at(0);
   for (int64_t i = 0; i < 512; ++i) EXPECT_EQ(out.data<float>()[i], x.data<float>()[i] * 3.0f + 1.0f) << i;
+  for (int64_t b = 0; b < 4; ++b)
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t i = 0; i < 128; ++i)
+        EXPECT_EQ(out.data<float>()[512 + (b * 3 + r) * 128 + i], x.data<float>()[b * 128 + i] * static_cast<float>(r));
 }
 
 TEST(GpuKernelErrors, ScopedBuffersAndBarriersMisused) {
@@ -2331,4 +2373,25 @@ TEST(GpuKernelErrors, ScopedBuffersAndBarriersMisused) {
                     pl::ShapeDtype({64}, pl::f32), o)(random_f32({64}, 3));
   });
   EXPECT_CONTAINS(e, "run_scoped with collective_axes: only a gpu::kernel's body shares scoped buffers");
+}
+// A scope may hold the operands, the accumulator and the barrier of a product (Mosaic GPU kernels
+// allocate their ACC so): compiled, the scoped ACC is memory in the arena (not registers).
+TEST_P(GpuKernelBoth, AScopeHoldsAProductsOperandsAndAccumulator) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref a, pl::Ref b, pl::Ref out) {
+        pl::run_scoped({plgpu::SMEM({64, 64}, pl::bf16), plgpu::SMEM({64, 64}, pl::bf16), plgpu::ACC({64, 64}), plgpu::Barrier{.num_arrivals = 2}},
+                       [&](std::vector<pl::Ref> s) {
+                         plgpu::copy_gmem_to_smem(a, s[0], s[3]);
+                         plgpu::copy_gmem_to_smem(b, s[1], s[3]);
+                         plgpu::barrier_wait(s[3]);
+                         s[2][pl::all] = pl::full({64, 64}, pl::f32, 0.0);
+                         plgpu::wgmma(s[2], s[0], s[1]);
+                         plgpu::wgmma_wait(0);
+                         out[pl::all] = s[2][pl::all];
+                         return std::vector<pl::Value>{};
+                       });
+      },
+      {pl::ShapeDtype({64, 64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on(GetParam(), {}));
+  const pl::Array a = random_f32({64, 64}, 1).astype(pl::bf16), b = random_f32({64, 64}, 2).astype(pl::bf16);
+  expect_product_of(a, b, call(a, b).at(0));
 }
