@@ -1009,7 +1009,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       return generate_cuda(call, grid, unswizzled);
     }
     if (out.arena_bytes + barrier_bytes > opts.max_shared_bytes)
-      throw Error("gpu::kernel exceeds available shared memory: its SMEM scratch and the tiles of its body need " +
+      throw Error("gpu::kernel exceeds available shared memory: its SMEM scratch, run_scoped buffers and the tiles of its body need " +
                       std::to_string(out.arena_bytes) + " bytes (and " + std::to_string(barrier_bytes) +
                       " of barriers), a CTA may use at most " + std::to_string(opts.max_shared_bytes) +
                       "; shrink the SMEM scratch or the arrays the body computes (smaller tiles)",

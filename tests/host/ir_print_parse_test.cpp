@@ -342,9 +342,30 @@ ir::Kernel get_global_kernel() {
   return call.trace({})->kernel;
 }
 
+// run_scoped with barriers (their arrivals) shared by a gpu::kernel's threads (its axis).
+ir::Kernel scoped_gpu_kernel() {
+  namespace plgpu = pallas::gpu;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        pl::run_scoped(
+            {plgpu::SMEM({64}, pl::f32), plgpu::Barrier{.num_arrivals = 2, .num_barriers = 3}},
+            [&](std::vector<pl::Ref> s) {
+              plgpu::copy_gmem_to_smem(x, s[0], s[1].at(2));
+              plgpu::barrier_wait(s[1].at(2));
+              out[pl::all] = s[0][pl::all];
+              return std::vector<pl::Value>{};
+            },
+            {.collective_axes = {"wg"}});
+      },
+      {pl::ShapeDtype({64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"i"}, .num_threads = 2, .thread_name = "wg"},
+      {.interpret = true});
+  return call.trace({pl::ShapeDtype({64}, pl::f32)})->kernel;
+}
+
 std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   std::vector<std::pair<std::string, ir::Kernel>> out;
   out.emplace_back("tpu", tpu_kernel());
+  out.emplace_back("scoped_gpu", scoped_gpu_kernel());
   out.emplace_back("add_one", add_one_kernel());
   out.emplace_back("elementwise", elementwise_kernel());
   out.emplace_back("shapes", shapes_kernel());
@@ -561,6 +582,11 @@ TEST(RoundTrip, SwitchHasThreeBranchesAndRunScopedHasScopedRefs) {
   }
   EXPECT_TRUE(switch3);
   EXPECT_TRUE(scoped);
+}
+
+TEST(RoundTrip, AScopesBarriersAndCollectiveAxisArePrinted) {
+  const std::string text = ir::print(scoped_gpu_kernel());
+  EXPECT_NE(text.find("run_scoped() {axes = [1], axis_names = \"wg\", arrivals = [0, 2]}"), std::string::npos) << text;
 }
 
 TEST(RoundTrip, HandWrittenTextWithCommentsAndNames) {
