@@ -1102,12 +1102,7 @@ void Emitter::emit_control(const ir::Op& op) {
         fill_uninitialized(r.ptr, t.dtype, t.size());
         bind_ref(a, r);
       }
-      line("{");
-      ++indent_;
-      std::vector<ValueId> ys = emit_region(body);
-      for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
-      --indent_;
-      line("}");
+      emit_scope_body(op, holders);
       for (auto [off, bytes] : scoped) ctx_.arena->release(off, bytes);
       return;
     }
@@ -1166,14 +1161,19 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
   for (const auto& [ptr, n] : barriers)
     line("for (int i = 0; i < " + std::to_string(n) + "; ++i) { const pl_i64 j = " + ptr + " + i - " + ctx_.barriers +
          "; " + ctx_.phases + "[j >> 5] &= ~(1u << (j & 31)); }");
+  emit_scope_body(op, holders);
+  sync();
+  for (auto [off, bytes] : own) ctx_.arena->release(off, bytes);
+}
+
+// A run_scoped's body in a block of its own; what it yields goes into the op's result holders.
+void Emitter::emit_scope_body(const ir::Op& op, const std::vector<std::string>& holders) {
   line("{");
   ++indent_;
-  std::vector<ValueId> ys = emit_region(body);
+  std::vector<ValueId> ys = emit_region(op.regions[0]);
   for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
   --indent_;
   line("}");
-  sync();
-  for (auto [off, bytes] : own) ctx_.arena->release(off, bytes);
 }
 
 // A loop's carries live in holders (its results), initialised from the operands from

@@ -357,6 +357,7 @@ class Emitter {
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
                                           const std::vector<std::string>& holders);
+  void emit_scope_body(const ir::Op& op, const std::vector<std::string>& holders);
   void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
   // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can
   // compute the product (f32 accumulation of bf16 or f16 inputs into an f32, bf16 or f16 result,
