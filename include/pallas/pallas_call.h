@@ -301,7 +301,13 @@ struct KernelLayout {
 struct CompilerParams {
   static constexpr const char* kBackend = "mosaic_gpu";
   std::vector<std::string> dimension_semantics;
-  int max_concurrent_steps = 1;
+  // A pallas_call's pipeline depth (Mosaic GPU's max_concurrent_steps): how many steps of the
+  // innermost sequential axis the ring of an input holds — the block the body reads and the ones
+  // being copied ahead — for inputs whose BlockSpec has no Buffered(count) of its own; 1 turns
+  // the ring off. Unset: 2. (A gpu::kernel pipelines by hand: an error there.)
+  std::optional<int> max_concurrent_steps;
+  // Clusters of a pallas_call's CTAs: not supported yet (an error naming it); a gpu::kernel takes
+  // clusters in its Mesh (cluster, cluster_names).
   std::optional<std::vector<int64_t>> cluster;
   // The on-device profiler (gpu::named_region, docs/GPU.md "Profiling"): how many region events
   // (an entry or an exit each) every Pallas thread may record per CTA — 0 turns it off — and the

@@ -23,6 +23,16 @@ CompilerParamsMap normalize_compiler_params(const CallOptions& opts, const Sourc
     std::string actual = compiler_params_backend(params);
     if (actual != backend)
       throw Error("Inconsistent backend in compiler_params: " + actual + " != " + backend, loc);
+    if (const auto* gpu = std::get_if<gpu::CompilerParams>(&params)) {
+      if (gpu->cluster)
+        throw NotSupportedError("gpu::CompilerParams::cluster (clusters of a pallas_call's CTAs); a gpu::kernel "
+                                "takes clusters in its Mesh (cluster, cluster_names)",
+                                loc);
+      if (gpu->max_concurrent_steps && *gpu->max_concurrent_steps < 1)
+        throw Error("gpu::CompilerParams::max_concurrent_steps must be at least 1 (1: no pipeline), got " +
+                        std::to_string(*gpu->max_concurrent_steps),
+                    loc);
+    }
   }
   return out;
 }

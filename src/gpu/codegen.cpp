@@ -186,6 +186,7 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
     const auto& p = std::get<gpu::CompilerParams>(it->second);
     o.dimension_semantics = p.dimension_semantics;
     o.profile_space = p.profile_space;
+    if (p.max_concurrent_steps) o.default_buffer_count = *p.max_concurrent_steps;
     o.profile_dir = p.profile_dir;
   }
   // A developer's switch for measuring what async wgmma brings (docs/GPU.md).
@@ -505,7 +506,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // check or a padding value), its rows are whole 16-byte chunks (the last dim blocked, the block's
   // and the array's rows multiples of 16 bytes), and nothing writes it (not aliased to an output,
   // not stored to by the kernel: a write to a slot would not reach the array). Depth: the largest
-  // Buffered(count) among them (2 by default; Buffered(1) opts an input out). The ring must fit
+  // Buffered(count) among them (by default gpu::CompilerParams::max_concurrent_steps, else 2;
+  // Buffered(1) opts an input out). The ring must fit
   // in shared memory beside the barriers and wgmma's staging; inputs that do not fit stay in place.
   std::vector<int64_t> slot_offset(blocks.size(), -1), slot_block_bytes(blocks.size(), 0);
   // A pipelined input's slot `slot` (an int expression) of its ring.
@@ -553,7 +555,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     int depth = 0;
     for (int j = 0; j < gm.num_inputs; ++j) {
       const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-      const int count = bm.pipeline_mode ? bm.pipeline_mode->buffer_count : 2;
+      const int count = bm.pipeline_mode ? bm.pipeline_mode->buffer_count : opts.default_buffer_count;
       const int64_t item = itemsize(bm.array.dtype);
       const size_t rank = bm.block_shape.size();
       if (count < 2 || rank == 0 || blocks[static_cast<size_t>(j)].staged || aliased_input(j) ||

@@ -53,6 +53,9 @@ struct CodegenOptions {
   // gpu::CompilerParams::dimension_semantics: "parallel" axes go to CTAs, "arbitrary" (or
   // "sequential") ones run in order inside each CTA. Empty: inferred (see split in codegen.cpp).
   std::vector<std::string> dimension_semantics;
+  // The ring depth of a pipelined input without a Buffered(count) of its own
+  // (gpu::CompilerParams::max_concurrent_steps).
+  int default_buffer_count = 2;
   // The on-device profiler (gpu::CompilerParams::profile_space / profile_dir; gpu/profiler.h).
   int profile_space = 0;
   std::string profile_dir;

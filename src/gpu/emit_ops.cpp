@@ -516,6 +516,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       std::vector<std::string> outs, ins;
       for (ValueId r : op.results) outs.push_back(define_tile(r));
       for (ValueId o : op.operands) ins.push_back(info(o).name);
+      if (kt.size() == 0) return;  // (nothing to sort)
       // The keys of elements a and b of a row compared lexicographically (total orders): sets
       // `before` when a sorts before b, and leaves it when they tie.
       auto compare = [&](const std::vector<std::string>& arrays, const std::string& a, const std::string& b) {

@@ -1093,6 +1093,7 @@ void Emitter::emit_control(const ir::Op& op) {
         const ir::Type& t = type(a);
         if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
           throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
+        PALLAS_INTERNAL_CHECK(t.dtype != DType::GpuBarrier, "a scoped barrier that was not laid out");
         int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
         int64_t off = ctx_.arena->alloc(bytes);
         scoped.emplace_back(off, bytes);
@@ -1122,7 +1123,7 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
   const ir::Region& body = op.regions[0];
   const std::string first = layout.shared ? "pl_cta_tid() == 0" : "pl_tid() == 0";
   auto sync = [&] {
-    line(layout.shared ? "pl_cta_sync();" : "pl_sync();");
+    line(layout.shared ? "pl_scope_sync();" : "pl_sync();");
     just_synced_ = true;
     tile_written_ = mem_written_ = mem_read_ = false;
     if (conditional_depth_ == 0) ctx_.arena->on_barrier();
@@ -1132,6 +1133,8 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
   std::vector<std::pair<std::string, int64_t>> barriers;  // (pointer, count)
   for (size_t i = 0; i < body.args.size(); ++i) {
     const ir::Type& t = type(body.args[i]);
+    if (t.space == MemorySpace::Semaphore || (is_semaphore(t.dtype) && t.dtype != DType::GpuBarrier))
+      throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
     const int64_t n = std::max<int64_t>(1, t.size());
     RefInfo r{fresh("s"), t.dtype, t.shape, contiguous_strides(t.shape)};
     if (t.dtype == DType::GpuBarrier) {

@@ -535,13 +535,11 @@ class GpuThreadInterpreter : public eval::Interpreter {
       const auto it = wave_->shared_scopes.find({cta, &op});
       if (it != wave_->shared_scopes.end() && it->second == scope) wave_->shared_scopes.erase(it);
     }
+    // The barriers first (a copy landing on one that no thread waited for is the more telling
+    // report), then the arrays.
     for (const Array& a : scope->buffers) {
+      if (a.dtype() != DType::GpuBarrier) continue;
       const auto* base = static_cast<const std::byte*>(a.raw_data());
-      if (a.dtype() != DType::GpuBarrier) {
-        wave_->buffers.erase(base);
-        wave_->races.forget(base);
-        continue;
-      }
       for (int64_t k = 0; k < a.size(); ++k) {
         const auto b = wave_->barriers.find(base + 8 * k);
         const BarrierState& st = b->second;
@@ -554,6 +552,18 @@ class GpuThreadInterpreter : public eval::Interpreter {
                       *copy);
         wave_->barriers.erase(b);
       }
+    }
+    for (Array& a : scope->buffers) {
+      if (a.dtype() == DType::GpuBarrier) continue;
+      const auto* base = static_cast<const std::byte*>(a.raw_data());
+      // The memory is given back (compiled: refilled at the next entry, or another tile's) — a
+      // write of it all, after what every thread knew when leaving: a copy to or from it or a
+      // wgmma reading it that no thread waited for is a race here.
+      if (a.size() > 0)
+        record(op, eval::RefValue::of_array(a, MemorySpace::GpuShared), true, index_,
+               "the end of the run_scoped at " + where + " (its memory given back)", clock_, false);
+      wave_->buffers.erase(base);
+      wave_->races.forget(base);
     }
   }
 

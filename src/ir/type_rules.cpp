@@ -946,6 +946,10 @@ std::vector<Type> rule(const RuleContext& c) {
       c.expect_num_regions(1);
       for (const Type& t : c.regions[0].args)
         if (!t.is_ref) c.fail("scoped allocations must be Refs, got " + t.to_string());
+      const bool has_barrier = std::any_of(c.regions[0].args.begin(), c.regions[0].args.end(),
+                                           [](const Type& t) { return t.dtype == DType::GpuBarrier; });
+      if (has_barrier && !a.has(AttrKey::Arrivals))
+        c.fail("a scoped barrier needs its arrivals (an `arrivals` attribute; gpu::Barrier{...} sets it)");
       if (a.has(AttrKey::Arrivals)) {
         // A barrier's arrivals per phase, per allocation (0 for what is not a barrier).
         const Ints& arrivals = a.get_ints(AttrKey::Arrivals);

@@ -293,6 +293,10 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
       if (const auto* p = std::get_if<CompilerParams>(&given->second)) params = *p;
     if (!params.dimension_semantics.empty())
       throw Error("dimension_semantics cannot be given for a gpu::kernel: every mesh axis is parallel", loc);
+    if (params.max_concurrent_steps)
+      throw Error("max_concurrent_steps cannot be given for a gpu::kernel: it sets a pallas_call's pipeline depth, "
+                  "and a gpu::kernel pipelines by hand (copies and barriers)",
+                  loc);
     params.dimension_semantics.assign(axes.size(), "parallel");
     opts.compiler_params_by_backend["mosaic_gpu"] = params;
   }

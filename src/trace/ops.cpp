@@ -1,6 +1,7 @@
 // Traced array operations: operators, elementwise functions, shapes, reductions, dot.
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "core/trace_env.h"
 #include "trace/context.h"
@@ -409,6 +410,27 @@ std::vector<Value> switch_case(const Operand& index,
   return detail::finish_control_op(OpCode::Switch, {i}, static_cast<int>(branches.size()), {}, loc);
 }
 
+namespace {
+// A multicast copy (copy_gmem_to_smem with collective_axes) lands in the peers' memory and
+// arrives on the peers' barriers, which a scope makes new at its entry without waiting for the
+// cluster: not supported into a scope's arrays or onto its barriers (or views of them).
+void reject_multicasts_into_scope(const ir::Region& body) {
+  std::set<ir::ValueId> scoped(body.args.begin(), body.args.end());
+  std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
+    for (const ir::Op& op : r.ops) {
+      if (op.code == OpCode::RefView && scoped.count(op.operands[0])) scoped.insert(op.results[0]);
+      if (op.code == OpCode::GpuCopyGmemToSmem && op.attrs.has(AttrKey::Axes) &&
+          (scoped.count(op.operands[1]) || scoped.count(op.operands[2])))
+        throw NotSupportedError("copy_gmem_to_smem with collective_axes (a multicast) into a run_scoped array or "
+                                "onto a run_scoped barrier (declare them in the kernel's scratch_shapes)",
+                                op.loc);
+      for (const ir::Region& inner : op.regions) walk(inner);
+    }
+  };
+  walk(body);
+}
+}  // namespace
+
 std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
                               const std::function<std::vector<Value>(std::vector<Ref>)>& fn, Loc loc) {
   return run_scoped(allocs, fn, ScopedOptions{}, loc);
@@ -467,6 +489,7 @@ std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
     for (const Value& v : args) refs.emplace_back(v);
     return fn(refs);
   });
+  if (in_gpu_kernel) reject_multicasts_into_scope(trace::current(loc).pending_regions.back());
   return detail::finish_control_op(OpCode::RunScoped, {}, 1, std::move(attrs), loc);
 }
 

@@ -1471,6 +1471,43 @@ TEST(GpuCodegenOps, BlocksTheRingCannotCarryStayInPlace) {
   expect_same(call, args, 1e-6, 1e-6);
 }
 
+// gpu::CompilerParams::max_concurrent_steps is the ring's depth for inputs without a Buffered(count)
+// of their own (Mosaic GPU's knob): 3 slots, or 1 (no ring); a BlockSpec's Buffered(4) still wins.
+// A cluster for a pallas_call, and a depth below 1, are errors.
+TEST(GpuCodegenOps, MaxConcurrentStepsSetsThePipelineDepth) {
+  auto kernel = [](const pl::Ref& a, const pl::Ref& b, const pl::Ref& o) {
+    pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({8, 16}, DType::F32); });
+    o[pl::all] = o[pl::all] + a[pl::all] * 2.0f + b[pl::all];
+  };
+  auto moving = [](Value i, Value k) { return Indices{k, i}; };
+  const std::vector<Array> args = {Array::random_normal({40, 32}, DType::F32, 7), Array::random_normal({40, 32}, DType::F32, 8)};
+  struct Case { std::optional<int> steps; std::optional<int> b_buffers; int depth; std::vector<int> pipelined; };
+  for (const Case& c : {Case{std::nullopt, std::nullopt, 2, {0, 1}}, Case{3, std::nullopt, 3, {0, 1}}, Case{1, std::nullopt, 0, {}},
+                        Case{1, 4, 4, {1}}}) {
+    SCOPED_TRACE(c.steps ? *c.steps : -1);
+    BlockSpec b_spec({8, 16}, moving);
+    if (c.b_buffers) b_spec = b_spec.with_pipeline_mode(Buffered{*c.b_buffers});
+    CallOptions o = opts({2, 5}, {BlockSpec({8, 16}, moving), b_spec}, {BlockSpec({8, 16}, [](Value i, Value) { return Indices{0, i}; })});
+    gpu::CompilerParams params;
+    params.max_concurrent_steps = c.steps;
+    o.compiler_params = params;
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({8, 32}, DType::F32), o);
+    std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype(), args[1].shape_dtype()});
+    const gpu::CodegenOptions co = gpu::codegen_options(CompilerParamsMap{{"mosaic_gpu", params}});
+    gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, co);
+    EXPECT_EQ(k.pipelined_inputs, c.pipelined);
+    EXPECT_EQ(k.pipeline_depth, c.depth);
+    expect_same(call, args, 1e-6, 1e-6, co);
+  }
+  for (auto [params, message] :
+       {std::pair{gpu::CompilerParams{.cluster = std::vector<int64_t>{2}}, "not supported yet: gpu::CompilerParams::cluster (clusters of a pallas_call's CTAs)"},
+        std::pair{gpu::CompilerParams{.max_concurrent_steps = 0}, "gpu::CompilerParams::max_concurrent_steps must be at least 1 (1: no pipeline), got 0"}}) {
+    CallOptions o = opts({2, 5}, {BlockSpec({8, 16}, moving), BlockSpec({8, 16}, moving)}, {BlockSpec({8, 16}, [](Value i, Value) { return Indices{0, i}; })});
+    o.compiler_params = params;
+    EXPECT_CONTAINS(test_util::error_of([&] { pl::pallas_call(kernel, ShapeDtype({8, 32}, DType::F32), o); }), message);
+  }
+}
+
 // `acc[...] += dot(x, y)` in f32 accumulates in place: the product is not a tile added to acc
 // afterwards, the dot adds to acc (pl_tc_dot's accumulate flag; the CUDA-core loop adds its sum
 // to the element). Either operand order of the add; not into a bf16 accumulator (the rounding of

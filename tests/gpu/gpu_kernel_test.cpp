@@ -2231,7 +2231,7 @@ TEST_P(GpuKernelBoth, ScopedBuffersAndBarriersAreSharedByTheThreadsOfACta) {
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_CONTAINS(k.source, "// (shared by the CTA's Pallas threads)");
   EXPECT_CONTAINS(k.source, "pl_mbar_inval(");
-  EXPECT_CONTAINS(k.source, "pl_cta_sync();");
+  EXPECT_CONTAINS(k.source, "pl_scope_sync();");
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "scoped.cu", arch)) << arch;
 }
@@ -2340,6 +2340,30 @@ TEST(GpuKernelErrors, ScopedBuffersAndBarriersMisused) {
       },
       plgpu::Mesh{.grid = {1}, .grid_names = {"b"}});
   EXPECT_CONTAINS(e, "ends before any thread waits for phase 1 of its barrier run_scoped[1] at gpu_kernel_test.cpp:");
+  // A copy out of the scope's memory that nobody waits for before the scope gives it back.
+  e = run(
+      [&](pl::Ref x, pl::Ref out) {
+        scoped({plgpu::SMEM({64}, pl::f32)},
+               [&](std::vector<pl::Ref> s) {
+                 s[0][pl::all] = x[pl::all];
+                 plgpu::commit_smem();
+                 plgpu::copy_smem_to_gmem(s[0], out);
+               },
+               {});
+      },
+      plgpu::Mesh{.grid = {1}, .grid_names = {"b"}});
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "the end of the run_scoped at gpu_kernel_test.cpp:");
+  // A multicast into a scope's memory (its peers remake their scopes without waiting for it).
+  e = run(
+      [&](pl::Ref x, pl::Ref) {
+        scoped({plgpu::SMEM({64}, pl::f32), plgpu::Barrier{}}, [&](std::vector<pl::Ref> s) {
+          plgpu::copy_gmem_to_smem(x, s[0], s[1], {"c"});
+          plgpu::barrier_wait(s[1]);
+        }, {});
+      },
+      plgpu::Mesh{.cluster = {2}, .cluster_names = {"c"}});
+  EXPECT_CONTAINS(e, "not supported yet: copy_gmem_to_smem with collective_axes (a multicast) into a run_scoped array");
   // A barrier used after its scope.
   e = run(
       [&](pl::Ref, pl::Ref) {
