@@ -475,6 +475,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         if (!op.attrs.has(ir::AttrKey::Arrivals) && !(shared && out.num_groups > 1)) continue;
         detail::ScopedLayout layout;
         layout.shared = shared;
+        if (shared && out.num_groups > 1) {  // one arrival per Pallas thread, at the entry and at the exit
+          layout.meeting = out.num_barriers;
+          scoped_barriers.emplace_back(out.num_barriers++, out.num_groups);
+        }
         layout.arrivals = op.attrs.has(ir::AttrKey::Arrivals) ? op.attrs.get_ints(ir::AttrKey::Arrivals)
                                                                : ir::Ints(op.regions[0].args.size(), 0);
         for (size_t i = 0; i < op.regions[0].args.size(); ++i) {
@@ -1327,6 +1331,12 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     throw Error(site.op_name + ": the barrier wait did not complete within the wait limit (20 s; "
                     "$PALLAS_GPU_WAIT_TIMEOUT_MS under gpu_emulate): the kernel deadlocks — run it with "
                     ".interpret = true to see what each thread waits for" + eval::at_grid_point(point),
+                site.loc);
+  if (site.kind == ErrorSite::Kind::ScopeMeeting)
+    throw Error("run_scoped with collective_axes: not every Pallas thread of the CTA " + site.op_name +
+                    " the scope within the wait limit (20 s; $PALLAS_GPU_WAIT_TIMEOUT_MS under gpu_emulate): a thread "
+                    "that never enters or leaves a shared scope deadlocks the kernel — run it with .interpret = true to "
+                    "see what each thread waits for" + eval::at_grid_point(point),
                 site.loc);
   if (site.kind == ErrorSite::Kind::SemaphoreWait)
     throw Error(site.op_name + ": the semaphore did not reach the awaited count within the wait limit (20 s; "

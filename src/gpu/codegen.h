@@ -107,7 +107,10 @@ struct ErrorSite {
   // PipelineWait: the ring's TMA copies of a step did not land within the wait limit;
   // SlotAlignment: the swizzled ring slots do not start on a 1024-byte boundary (both faults of
   // the backend, reported as internal errors).
-  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue, PipelineWait, SlotAlignment };
+  // ScopeMeeting: not every Pallas thread of the CTA reached a shared run_scoped's entry or exit
+  // within the wait limit.
+  enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue, PipelineWait, SlotAlignment,
+                    ScopeMeeting };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
   std::string op_name;   // RefIndex, BarrierWait, SemaphoreWait: the op; DebugCheck: the message

@@ -133,7 +133,7 @@ struct pl_host_barrier_t {
   int count = 1;
 };
 static pl_host_barrier_t pl_host_cluster_barrier[PL_HOST_CTAS / PL_CLUSTER_CTAS], pl_host_cta_barrier[PL_HOST_CTAS],
-    pl_host_group_barrier[PL_HOST_CTAS][PL_NUM_GROUPS], pl_host_scope_barrier[PL_HOST_CTAS];
+    pl_host_group_barrier[PL_HOST_CTAS][PL_NUM_GROUPS];
 // The warp-wide mma.sync instructions the last run executed (the tests check the tensor-core
 // path ran; run_host_emulation's stats).
 static std::atomic<pl_u64> pl_host_mma_count{0};
@@ -263,7 +263,6 @@ PL_DEV void pl_host_release_all() {
   for (int c = 0; c < PL_HOST_CTAS; ++c) {
     for (pl_host_barrier_t& b : pl_host_group_barrier[c]) wake(b);
     wake(pl_host_cta_barrier[c]);
-    wake(pl_host_scope_barrier[c]);
   }
   for (pl_host_barrier_t& b : pl_host_cluster_barrier) wake(b);
 }
@@ -287,9 +286,8 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
     b.arrived.store(0);
   }
   for (int c = 0; c < PL_HOST_CTAS; ++c) {
-    pl_host_cta_barrier[c].count = pl_host_scope_barrier[c].count = nthreads;
+    pl_host_cta_barrier[c].count = nthreads;
     pl_host_cta_barrier[c].arrived.store(0);
-    pl_host_scope_barrier[c].arrived.store(0);
     for (pl_host_barrier_t& b : pl_host_group_barrier[c]) {
       b.count = nthreads / PL_NUM_GROUPS;
       b.arrived.store(0);
@@ -309,7 +307,6 @@ static pl_u64 pl_host_warp_words[PL_HOST_CTAS][32][32][6];
 PL_DEV pl_u64* pl_host_lane_words(int lane) { return pl_host_warp_words[pl_host_cta()][pl_cta_tid() >> 5][lane]; }
 PL_DEV int pl_cta_nthreads() { return pl_host_nthreads; }
 PL_DEV void pl_cta_sync() { pl_host_wait(pl_host_cta_barrier[pl_host_cta()]); }
-PL_DEV void pl_scope_sync() { pl_host_wait(pl_host_scope_barrier[pl_host_cta()]); }
 PL_DEV int pl_nthreads() { return pl_host_nthreads / PL_NUM_GROUPS; }
 PL_DEV int pl_group() { return pl_cta_tid() / pl_nthreads(); }
 PL_DEV int pl_tid() { return pl_cta_tid() % pl_nthreads(); }
@@ -368,16 +365,6 @@ PL_DEV void pl_sync() {
 #else
   // A named barrier per group (0 is __syncthreads'): groups branch independently.
   asm volatile("bar.sync %0, %1;" ::"r"(pl_group() + 1), "r"(pl_nthreads()) : "memory");
-#endif
-}
-// The meetings of a run_scoped shared by the CTA's Pallas threads (its entry and exit): every
-// thread of the CTA, on a named barrier of their own (15; groups use 1..8, __syncthreads 0), so
-// that a group leaving a failed point (its end's __syncthreads) is not counted in a meeting.
-PL_DEV void pl_scope_sync() {
-#if PL_NUM_GROUPS == 1
-  __syncthreads();
-#else
-  asm volatile("bar.sync 15, %0;" ::"r"(pl_cta_nthreads()) : "memory");
 #endif
 }
 // Whether `ok` holds on every thread of the caller's group (bar.red.and on the group's barrier).

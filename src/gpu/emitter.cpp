@@ -1122,11 +1122,22 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
                                                  const std::vector<std::string>& holders) {
   const ir::Region& body = op.regions[0];
   const std::string first = layout.shared ? "pl_cta_tid() == 0" : "pl_tid() == 0";
-  auto sync = [&] {
-    line(layout.shared ? "pl_scope_sync();" : "pl_sync();");
+  // A sync of the group; shared by several Pallas threads, then a meeting of the CTA's groups on
+  // an mbarrier (arrive: release; wait: acquire), which gives up after the wait limit — a thread
+  // that skips the scope is an error at its line, not a hang (a bar.sync has no time limit).
+  auto sync = [&](const char* what) {
+    barrier();
+    if (layout.meeting < 0) return;
+    const std::string m = ctx_.barriers + " + " + std::to_string(layout.meeting);
+    ErrorSite site;
+    site.kind = ErrorSite::Kind::ScopeMeeting;
+    site.op_name = what;
+    site.loc = op.loc;
+    ctx_.error_sites->push_back(site);
+    line("if (pl_tid() == 0) pl_mbar_arrive(" + m + ");");
+    line("if (!pl_group_all(pl_mbar_wait(" + m + ", " + ctx_.phases + ", " + std::to_string(layout.meeting) + ", " +
+         ctx_.params + ".err))) " + record_failure(static_cast<int>(ctx_.error_sites->size()) - 1, {}));
     just_synced_ = true;
-    tile_written_ = mem_written_ = mem_read_ = false;
-    if (conditional_depth_ == 0) ctx_.arena->on_barrier();
   };
   line(std::string("// (") + (layout.shared ? "shared by the CTA's Pallas threads" : "barriers of this Pallas thread") + ")");
   std::vector<std::pair<int64_t, int64_t>> own;  // the thread's own arrays (offset, bytes) in its tile arena
@@ -1160,12 +1171,12 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
   // the barriers' init before the copies completing on them.)
   line("pl_fence_before_bulk_copy();");
   if (!barriers.empty()) line("if (" + first + ") pl_fence_mbar_init();");
-  sync();
+  sync("entered");
   for (const auto& [ptr, n] : barriers)
     line("for (int i = 0; i < " + std::to_string(n) + "; ++i) { const pl_i64 j = " + ptr + " + i - " + ctx_.barriers +
          "; " + ctx_.phases + "[j >> 5] &= ~(1u << (j & 31)); }");
   emit_scope_body(op, holders);
-  sync();
+  sync("left");
   for (auto [off, bytes] : own) ctx_.arena->release(off, bytes);
 }
 

@@ -183,6 +183,9 @@ struct ScopedLayout {
   // group's copy follows at + group x count).
   std::vector<int64_t> where;
   std::vector<int64_t> arrivals;  // per allocation (0: not a barrier)
+  // Shared by several Pallas threads: the mbarrier (index in pl_mbar) where they meet at the
+  // entry and at the exit, one arrival each, waited for with the wait limit (-1: none).
+  int64_t meeting = -1;
 };
 
 struct EmitContext {

@@ -1427,6 +1427,31 @@ TEST(GpuKernelErrors, ACompiledDeadlockIsReportedAfterTheWaitLimit) {
   EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 13));
 }
 
+// Compiled, a Pallas thread that skips a shared scope does not hang the kernel either: the
+// others' meeting gives up after the wait limit, an error at the scope's line.
+TEST(GpuKernelErrors, ACompiledThreadSkippingASharedScopeIsReportedAfterTheWaitLimit) {
+  setenv("PALLAS_GPU_WAIT_TIMEOUT_MS", "200", 1);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out) {
+        pl::Value wg = plgpu::axis_index("wg");
+        pl::when(wg == 0, [&] {
+          pl::run_scoped(
+              {plgpu::SMEM({2}, pl::i32)},
+              [&](std::vector<pl::Ref> s) {
+                s[0][pl::all] = pl::zeros({2}, pl::i32);
+                return std::vector<pl::Value>{};
+              },
+              {.collective_axes = {"wg"}});
+        });
+        out[wg] = wg;
+      },
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"}, run_on("gpu_emulate", {}));
+  std::string e = error_of([&] { call(); });
+  unsetenv("PALLAS_GPU_WAIT_TIMEOUT_MS");
+  EXPECT_CONTAINS(e, "run_scoped with collective_axes: not every Pallas thread of the CTA entered the scope within the wait limit");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 14));
+}
+
 // ---- Compiled ----------------------------------------------------------------------------------
 
 // Grid and thread axes of a compiled kernel: the grid spreads over CTAs, the threads are the
@@ -2231,7 +2256,7 @@ TEST_P(GpuKernelBoth, ScopedBuffersAndBarriersAreSharedByTheThreadsOfACta) {
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_CONTAINS(k.source, "// (shared by the CTA's Pallas threads)");
   EXPECT_CONTAINS(k.source, "pl_mbar_inval(");
-  EXPECT_CONTAINS(k.source, "pl_scope_sync();");
+  EXPECT_CONTAINS(k.source, "pl_mbar_wait(pl_mbar + 0, pl_phase, 0, p.err)");  // the meeting (the scope's first barrier)
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "scoped.cu", arch)) << arch;
 }
