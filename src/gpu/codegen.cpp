@@ -463,39 +463,59 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   }
   // run_scoped with barriers, or shared by several Pallas threads: its arrays in the CTA's arena
   // and its barriers in pl_mbar, for the whole call (ScopedLayout); initialized with the scratch
-  // barriers, and again at each entry of the scope.
+  // barriers, and again at each entry of the scope. The shared arrays are stacked in one area of
+  // the arena: a scope's lie above those of the scopes around it, and scopes one after another
+  // (or in different branches) reuse the same bytes — every thread has left one (its exit
+  // meeting) before any enters the next.
   std::map<const ir::Op*, detail::ScopedLayout> scoped_layouts;
   std::vector<std::pair<int64_t, int64_t>> scoped_barriers;  // (index, arrivals) of each
   {
-    std::function<void(const ir::Region&)> lay_out = [&](const ir::Region& r) {
+    auto align_up = [&](int64_t x) { return (x + scratch_align - 1) / scratch_align * scratch_align; };
+    // Lays out the scopes of region r whose shared arrays start at `base` (offsets in the area);
+    // returns the end of the highest.
+    std::function<int64_t(const ir::Region&, int64_t)> lay_out = [&](const ir::Region& r, int64_t base) {
+      int64_t top = base;
       for (const ir::Op& op : r.ops) {
-        for (const ir::Region& inner : op.regions) lay_out(inner);
-        if (op.code != ir::OpCode::RunScoped) continue;
+        int64_t inner_base = base;
         const bool shared = op.attrs.has(ir::AttrKey::Axes) || out.num_groups == 1;
-        if (!op.attrs.has(ir::AttrKey::Arrivals) && !(shared && out.num_groups > 1)) continue;
-        detail::ScopedLayout layout;
-        layout.shared = shared;
-        if (shared && out.num_groups > 1) {  // one arrival per Pallas thread, at the entry and at the exit
-          layout.meeting = out.num_barriers;
-          scoped_barriers.emplace_back(out.num_barriers++, out.num_groups);
-        }
-        layout.arrivals = op.attrs.has(ir::AttrKey::Arrivals) ? op.attrs.get_ints(ir::AttrKey::Arrivals)
-                                                               : ir::Ints(op.regions[0].args.size(), 0);
-        for (size_t i = 0; i < op.regions[0].args.size(); ++i) {
-          const ir::Type& t = k.type(op.regions[0].args[i]);
-          const int64_t n = std::max<int64_t>(1, t.size());
-          if (t.dtype == DType::GpuBarrier) {
-            layout.where.push_back(out.num_barriers);
-            for (int64_t b = 0; b < n * (shared ? 1 : out.num_groups); ++b)
-              scoped_barriers.emplace_back(out.num_barriers++, layout.arrivals[i]);
-          } else {
-            layout.where.push_back(shared ? arena.alloc(n * itemsize(t.dtype), scratch_align) : -1);
+        if (op.code == ir::OpCode::RunScoped &&
+            (op.attrs.has(ir::AttrKey::Arrivals) || (shared && out.num_groups > 1))) {
+          detail::ScopedLayout layout;
+          layout.shared = shared;
+          if (shared && out.num_groups > 1) {  // one arrival per Pallas thread, at the entry and at the exit
+            layout.meeting = out.num_barriers;
+            scoped_barriers.emplace_back(out.num_barriers++, out.num_groups);
           }
+          layout.arrivals = op.attrs.has(ir::AttrKey::Arrivals) ? op.attrs.get_ints(ir::AttrKey::Arrivals)
+                                                                 : ir::Ints(op.regions[0].args.size(), 0);
+          for (size_t i = 0; i < op.regions[0].args.size(); ++i) {
+            const ir::Type& t = k.type(op.regions[0].args[i]);
+            const int64_t n = std::max<int64_t>(1, t.size());
+            if (t.dtype == DType::GpuBarrier) {
+              layout.where.push_back(out.num_barriers);
+              for (int64_t b = 0; b < n * (shared ? 1 : out.num_groups); ++b)
+                scoped_barriers.emplace_back(out.num_barriers++, layout.arrivals[i]);
+            } else if (shared) {
+              layout.where.push_back(inner_base);
+              inner_base = align_up(inner_base + n * itemsize(t.dtype));
+            } else {
+              layout.where.push_back(-1);
+            }
+          }
+          scoped_layouts[&op] = std::move(layout);
         }
-        scoped_layouts[&op] = std::move(layout);
+        top = std::max(top, inner_base);
+        for (const ir::Region& inner : op.regions) top = std::max(top, lay_out(inner, inner_base));
       }
+      return top;
     };
-    lay_out(k.body);
+    const int64_t area_bytes = lay_out(k.body, 0);
+    if (area_bytes > 0) {
+      const int64_t area = arena.alloc(area_bytes, scratch_align);
+      for (auto& [op, layout] : scoped_layouts)
+        for (size_t i = 0; i < layout.where.size(); ++i)
+          if (layout.shared && k.type(op->regions[0].args[i]).dtype != DType::GpuBarrier) layout.where[i] += area;
+    }
   }
   // The memory of ACC scratch s kept in registers: this CTA's share of the workspace.
   auto acc_memory = [&](size_t s) {

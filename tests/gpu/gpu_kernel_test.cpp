@@ -2320,6 +2320,56 @@ TEST_P(GpuKernelBoth, AScopeOfAOneThreadCtaCompiles) {
         EXPECT_EQ(out.data<float>()[512 + (b * 3 + r) * 128 + i], x.data<float>()[b * 128 + i] * static_cast<float>(r));
 }
 
+// Compiled, shared scopes one after another reuse the same bytes; a scope inside another lies
+// above it. Each warpgroup touches only its half of each array here (no ordering needed); the
+// outer scope's data must survive the inner one, and the sibling gets fresh (NaN) memory.
+TEST_P(GpuKernelBoth, SiblingScopesShareMemoryAndNestedScopesDoNot) {
+  auto shared = [](pl::Shape shape, std::function<void(pl::Ref)> body) {
+    pl::run_scoped(
+        {plgpu::SMEM(shape, pl::f32)},
+        [&](std::vector<pl::Ref> s) {
+          body(s[0]);
+          return std::vector<pl::Value>{};
+        },
+        {.collective_axes = {"wg"}});
+  };
+  pl::PallasCall call = plgpu::kernel(
+      [&](pl::Ref x, pl::Ref outer, pl::Ref inner, pl::Ref kept, pl::Ref sibling) {
+        pl::Value half = plgpu::axis_index("wg") * 32;
+        auto mine = [&](const pl::Ref& r) { return r.at(pl::ds(half, 32)); };
+        shared({64}, [&](pl::Ref a) {
+          mine(a)[pl::all] = mine(x)[pl::all] * 2.0f;
+          mine(outer)[pl::all] = mine(a)[pl::all];
+          shared({64}, [&](pl::Ref b) {
+            mine(b)[pl::all] = mine(x)[pl::all] + 1.0f;
+            mine(inner)[pl::all] = mine(b)[pl::all];
+          });
+          mine(kept)[pl::all] = mine(a)[pl::all];
+        });
+        shared({64}, [&](pl::Ref c) { mine(sibling)[pl::all] = mine(c)[pl::all]; });  // uninitialized: NaN
+      },
+      {pl::ShapeDtype({64}, pl::f32), pl::ShapeDtype({64}, pl::f32), pl::ShapeDtype({64}, pl::f32), pl::ShapeDtype({64}, pl::f32)},
+      plgpu::Mesh{.num_threads = 2, .thread_name = "wg"}, run_on(GetParam(), {}));
+  const pl::Array x = random_f32({64}, 31);
+  const std::vector<pl::Array> out = call(x);
+  for (int64_t i = 0; i < 64; ++i) {
+    const float v = x.data<float>()[i];
+    EXPECT_EQ(out[0].data<float>()[i], v * 2.0f) << i;
+    EXPECT_EQ(out[1].data<float>()[i], v + 1.0f) << i;
+    EXPECT_EQ(out[2].data<float>()[i], v * 2.0f) << i;
+    EXPECT_TRUE(std::isnan(out[3].data<float>()[i])) << i;
+  }
+  if (GetParam() != "gpu_emulate") return;
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  const std::string src = plgpu::generate_cuda(*tc, tc->grid_mapping.grid).source;
+  std::vector<std::string> at;  // the three scopes' arrays, in order
+  const std::regex array(R"(float\* s\d+ = \(float\*\)\(cta_arena \+ (\d+)\);)");
+  for (std::sregex_iterator it(src.begin(), src.end(), array), end; it != end; ++it) at.push_back((*it)[1]);
+  ASSERT_EQ(at.size(), 3u) << src;
+  EXPECT_EQ(at[0], at[2]);                          // the siblings
+  EXPECT_EQ(std::stoi(at[1]), std::stoi(at[0]) + 256);  // the inner scope above the outer
+}
+
 TEST(GpuKernelErrors, ScopedBuffersAndBarriersMisused) {
   const plgpu::Mesh two{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"};
   auto scoped = [](std::vector<pl::ScopedAlloc> allocs, std::function<void(std::vector<pl::Ref>)> body,
