@@ -45,11 +45,13 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
 
 #include "core/call.h"
+#include "pallas/gpu.h"
 #include "ir/analysis.h"
 #include "tpu_interpret/races.h"
 
@@ -307,6 +309,7 @@ struct SharedScope {
   int64_t entered = 0, left = 0;
   VectorClock entry, exit;  // races: what the threads released entering / leaving
   bool ended = false;       // every thread has left and one has let the buffers go
+  int64_t smem_bytes = 0;   // of its buffers in shared memory
 };
 
 // The CTAs that run together — one cluster, or the whole grid when the kernel has semaphores —
@@ -327,6 +330,10 @@ struct Wave {
   // of its cluster, n of them), each CTA's threads threads_per_cta consecutive ones; per CTA its
   // name and its scratch arrays.
   int64_t threads_per_cta = 1;
+  // Shared memory: what the scratch takes per CTA, and the bytes of the run_scoped buffers alive
+  // in each CTA of the wave (a shared scope's once, a thread's own scope's per thread).
+  int64_t scratch_smem_bytes = 0;
+  std::map<int64_t, int64_t> scoped_smem_bytes;
   const std::vector<std::vector<int64_t>>* cluster_positions = nullptr;
   std::vector<std::string> cta_names;
   const std::vector<std::vector<Array>>* scratch = nullptr;
@@ -483,6 +490,20 @@ class GpuThreadInterpreter : public eval::Interpreter {
       scope = std::make_shared<SharedScope>();
     }
     if (scope->entered == 0) {
+      // A CTA holds at most 227 KiB of shared memory: the scratch and the scoped buffers alive.
+      int64_t& alive = wave_->scoped_smem_bytes[cta];
+      for (ir::ValueId a : body.args) {
+        const ir::Type& t = kernel().type(a);
+        if (t.space == MemorySpace::GpuShared) scope->smem_bytes += t.size() * itemsize(t.dtype);
+      }
+      if (wave_->scratch_smem_bytes + alive + scope->smem_bytes > gpu::kMaxSharedMemoryBytes)
+        throw Error("gpu::kernel exceeds available shared memory: the run_scoped here needs " +
+                        std::to_string(scope->smem_bytes) + " bytes of SMEM beside the scratch's " +
+                        std::to_string(wave_->scratch_smem_bytes) + " and the " + std::to_string(alive) +
+                        " of the scopes around it, in all more than the " + std::to_string(gpu::kMaxSharedMemoryBytes) +
+                        " (227 KiB) a CTA may use; shrink the scoped or scratch SMEM arrays",
+                    op.loc);
+      alive += scope->smem_bytes;
       const ir::Ints* arrivals = op.attrs.has(AttrKey::Arrivals) ? &op.attrs.get_ints(AttrKey::Arrivals) : nullptr;
       for (size_t i = 0; i < body.args.size(); ++i) {
         const ir::Type& t = kernel().type(body.args[i]);
@@ -531,6 +552,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
     // already have entered the same op again: a new instance.)
     if (scope->ended) return;
     scope->ended = true;
+    wave_->scoped_smem_bytes[cta] -= scope->smem_bytes;
     if (collective) {
       const auto it = wave_->shared_scopes.find({cta, &op});
       if (it != wave_->shared_scopes.end() && it->second == scope) wave_->shared_scopes.erase(it);
@@ -955,6 +977,18 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     std::vector<GridPoint> where(static_cast<size_t>(wave_threads));
     std::vector<std::string> names;
     wave.threads_per_cta = num_threads;
+    // The scratch's shared memory (arrays and barriers; a union once, its largest member).
+    std::set<int> unions_counted;
+    for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
+      const ir::Type& t = gm.scratch_types[s];
+      const ScratchUnionSlot& slot = gm.scratch_unions[s];
+      if (t.space != MemorySpace::GpuShared) continue;
+      if (slot.union_index >= 0) {
+        if (unions_counted.insert(slot.union_index).second) wave.scratch_smem_bytes += slot.union_bytes;
+        continue;
+      }
+      wave.scratch_smem_bytes += t.size() * itemsize(t.dtype);
+    }
     wave.cluster_positions = &ctas;
     wave.scratch = &scratch;
     for (size_t c = 0; c < wave_ctas; ++c) {

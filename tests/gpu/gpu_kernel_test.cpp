@@ -2458,6 +2458,14 @@ TEST(GpuKernelErrors, ScopedBuffersAndBarriersMisused) {
   EXPECT_CONTAINS(e, "not supported yet: run_scoped: allocation 0 is a gpu::Union in run_scoped");
   e = run([&](pl::Ref, pl::Ref) { scoped({plgpu::Semaphore{}}, [](std::vector<pl::Ref>) {}); }, two);
   EXPECT_CONTAINS(e, "allocation 0 is a gpu::Semaphore in run_scoped");
+  // Scoped buffers count toward the CTA's 227 KiB of shared memory, beside the scratch.
+  e = error_of([&] {
+    plgpu::kernel(
+        [&](pl::Ref, pl::Ref, pl::Ref) { scoped({plgpu::SMEM({16384}, pl::f32)}, [](std::vector<pl::Ref>) {}); },
+        {pl::ShapeDtype({64}, pl::f32)}, two, interpreted({plgpu::SMEM({51200}, pl::f32)}))(random_f32({64}, 3));
+  });
+  EXPECT_CONTAINS(e, "gpu::kernel exceeds available shared memory: the run_scoped here needs 65536 bytes of SMEM beside "
+                     "the scratch's 204800 and the 0 of the scopes around it");
   // Barriers and shared scopes belong to gpu::kernel.
   pl::CallOptions o;
   o.interpret = true;
