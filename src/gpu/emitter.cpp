@@ -1115,9 +1115,10 @@ void Emitter::emit_control(const ir::Op& op) {
 // run_scoped laid out before the body (ScopedLayout): barriers in pl_mbar and, shared by the CTA's
 // Pallas threads, arrays in the CTA's arena. At entry one thread makes the barriers new (an
 // mbarrier is invalidated before it is initialized again) and the arrays are filled with the
-// uninitialized value, then the CTA (or the group) syncs and each thread expects phase 0 of
-// every barrier; at exit it syncs again, so that no thread enters the scope anew (making its
-// barriers new) while another still uses them.
+// uninitialized value, then each group syncs and — shared by several groups — the groups meet on
+// the scope's meeting mbarrier, and each thread expects phase 0 of every barrier; at exit they
+// sync and meet again, so that no thread enters the scope anew (making its barriers new, filling
+// its bytes) while another still uses them.
 void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
                                                  const std::vector<std::string>& holders) {
   const ir::Region& body = op.regions[0];

@@ -330,10 +330,12 @@ struct Wave {
   // of its cluster, n of them), each CTA's threads threads_per_cta consecutive ones; per CTA its
   // name and its scratch arrays.
   int64_t threads_per_cta = 1;
-  // Shared memory: what the scratch takes per CTA, and the bytes of the run_scoped buffers alive
-  // in each CTA of the wave (a shared scope's once, a thread's own scope's per thread).
+  // Shared memory: what the scratch takes per CTA, the bytes of the shared run_scoped buffers
+  // alive in each CTA of the wave, and of each thread's own scoped buffers alive (compiled, every
+  // Pallas thread of a CTA reserves what its own scopes need: that times the CTA's threads).
   int64_t scratch_smem_bytes = 0;
-  std::map<int64_t, int64_t> scoped_smem_bytes;
+  std::map<int64_t, int64_t> shared_scope_smem_bytes;  // by CTA of the wave
+  std::map<int, int64_t> own_scope_smem_bytes;         // by thread of the wave
   const std::vector<std::vector<int64_t>>* cluster_positions = nullptr;
   std::vector<std::string> cta_names;
   const std::vector<std::vector<Array>>* scratch = nullptr;
@@ -490,20 +492,28 @@ class GpuThreadInterpreter : public eval::Interpreter {
       scope = std::make_shared<SharedScope>();
     }
     if (scope->entered == 0) {
-      // A CTA holds at most 227 KiB of shared memory: the scratch and the scoped buffers alive.
-      int64_t& alive = wave_->scoped_smem_bytes[cta];
+      // A CTA holds at most 227 KiB of shared memory: the scratch, the shared scopes alive, and
+      // each Pallas thread's own scopes (as this thread's, once per thread). A lower bound of
+      // what the compiled kernel needs (its arena also holds the body's tiles, aligned).
+      int64_t bytes = 0;
       for (ir::ValueId a : body.args) {
         const ir::Type& t = kernel().type(a);
-        if (t.space == MemorySpace::GpuShared) scope->smem_bytes += t.size() * itemsize(t.dtype);
+        if (t.space == MemorySpace::GpuShared) bytes += t.size() * itemsize(t.dtype);
       }
-      if (wave_->scratch_smem_bytes + alive + scope->smem_bytes > gpu::kMaxSharedMemoryBytes)
-        throw Error("gpu::kernel exceeds available shared memory: the run_scoped here needs " +
-                        std::to_string(scope->smem_bytes) + " bytes of SMEM beside the scratch's " +
-                        std::to_string(wave_->scratch_smem_bytes) + " and the " + std::to_string(alive) +
-                        " of the scopes around it, in all more than the " + std::to_string(gpu::kMaxSharedMemoryBytes) +
+      const int64_t shared = wave_->shared_scope_smem_bytes[cta], own = wave_->own_scope_smem_bytes[index_];
+      const int64_t per_thread = wave_->threads_per_cta;
+      const int64_t total = wave_->scratch_smem_bytes + shared + (collective ? bytes : 0) +
+                            per_thread * (own + (collective ? 0 : bytes));
+      if (total > gpu::kMaxSharedMemoryBytes)
+        throw Error("gpu::kernel exceeds available shared memory: the run_scoped here needs " + std::to_string(bytes) +
+                        " bytes of SMEM" + (collective || per_thread == 1 ? std::string() : " per Pallas thread (" +
+                        std::to_string(per_thread) + " of them)") + ", which with the scratch's " +
+                        std::to_string(wave_->scratch_smem_bytes) + " and the scopes around it makes " +
+                        std::to_string(total) + ", more than the " + std::to_string(gpu::kMaxSharedMemoryBytes) +
                         " (227 KiB) a CTA may use; shrink the scoped or scratch SMEM arrays",
                     op.loc);
-      alive += scope->smem_bytes;
+      scope->smem_bytes = bytes;
+      (collective ? wave_->shared_scope_smem_bytes[cta] : wave_->own_scope_smem_bytes[index_]) += bytes;
       const ir::Ints* arrivals = op.attrs.has(AttrKey::Arrivals) ? &op.attrs.get_ints(AttrKey::Arrivals) : nullptr;
       for (size_t i = 0; i < body.args.size(); ++i) {
         const ir::Type& t = kernel().type(body.args[i]);
@@ -552,7 +562,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
     // already have entered the same op again: a new instance.)
     if (scope->ended) return;
     scope->ended = true;
-    wave_->scoped_smem_bytes[cta] -= scope->smem_bytes;
+    (collective ? wave_->shared_scope_smem_bytes[cta] : wave_->own_scope_smem_bytes[index_]) -= scope->smem_bytes;
     if (collective) {
       const auto it = wave_->shared_scopes.find({cta, &op});
       if (it != wave_->shared_scopes.end() && it->second == scope) wave_->shared_scopes.erase(it);

@@ -2321,8 +2321,10 @@ TEST_P(GpuKernelBoth, AScopeOfAOneThreadCtaCompiles) {
 }
 
 // Compiled, shared scopes one after another reuse the same bytes; a scope inside another lies
-// above it. Each warpgroup touches only its half of each array here (no ordering needed); the
-// outer scope's data must survive the inner one, and the sibling gets fresh (NaN) memory.
+// above it. Each warpgroup's body touches only its half of each array, but the entry's fill is
+// spread over the whole CTA, so the entry meeting is what orders it before the other group's
+// writes; the outer scope's data must survive the inner one, and the sibling gets fresh (NaN)
+// memory.
 TEST_P(GpuKernelBoth, SiblingScopesShareMemoryAndNestedScopesDoNot) {
   auto shared = [](pl::Shape shape, std::function<void(pl::Ref)> body) {
     pl::run_scoped(
@@ -2464,8 +2466,21 @@ TEST(GpuKernelErrors, ScopedBuffersAndBarriersMisused) {
         [&](pl::Ref, pl::Ref, pl::Ref) { scoped({plgpu::SMEM({16384}, pl::f32)}, [](std::vector<pl::Ref>) {}); },
         {pl::ShapeDtype({64}, pl::f32)}, two, interpreted({plgpu::SMEM({51200}, pl::f32)}))(random_f32({64}, 3));
   });
-  EXPECT_CONTAINS(e, "gpu::kernel exceeds available shared memory: the run_scoped here needs 65536 bytes of SMEM beside "
-                     "the scratch's 204800 and the 0 of the scopes around it");
+  EXPECT_CONTAINS(e, "gpu::kernel exceeds available shared memory: the run_scoped here needs 65536 bytes of SMEM, which "
+                     "with the scratch's 204800 and the scopes around it makes 270336, more than the 232448");
+  // A thread's own scopes count once per Pallas thread (compiled, each warpgroup reserves its own).
+  e = error_of([&] {
+    plgpu::kernel([&](pl::Ref, pl::Ref) { scoped({plgpu::SMEM({30720}, pl::f32)}, [](std::vector<pl::Ref>) {}, {}); },
+                  {pl::ShapeDtype({64}, pl::f32)}, two, interpreted({}))(random_f32({64}, 3));
+  });
+  EXPECT_CONTAINS(e, "needs 122880 bytes of SMEM per Pallas thread (2 of them)");
+  // Scopes one after another give their bytes back: two of 120 KiB in turn fit.
+  EXPECT_NO_THROW(plgpu::kernel(
+      [&](pl::Ref, pl::Ref) {
+        scoped({plgpu::SMEM({30720}, pl::f32)}, [](std::vector<pl::Ref>) {});
+        scoped({plgpu::SMEM({30720}, pl::f32)}, [](std::vector<pl::Ref>) {});
+      },
+      {pl::ShapeDtype({64}, pl::f32)}, two, interpreted({}))(random_f32({64}, 3)));
   // Barriers and shared scopes belong to gpu::kernel.
   pl::CallOptions o;
   o.interpret = true;
