@@ -131,12 +131,15 @@ if [ -x "$SAN" ]; then
       fi
     done
     # Device arrays: chained, asynchronous (stop 37: launches retired at synchronize), DLPack.
-    if OPENBLAS_NUM_THREADS=1 STEP_TIMEOUT=${SAN_TIMEOUT:-120} run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas_tests" \
-         --gtest_filter='*DeviceArrays*mosaic_gpu*' >"$OUT/san.log" 2>&1; then
-      log "ok    compute-sanitizer $tool device arrays"
-    else
-      log "FAIL  compute-sanitizer $tool device arrays:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
-    fi
+    # Scoped buffers and barriers (stop 41): shared by warpgroups, made new at each entry.
+    for t in '*DeviceArrays*mosaic_gpu*' '*Scope*mosaic_gpu*'; do
+      if OPENBLAS_NUM_THREADS=1 STEP_TIMEOUT=${SAN_TIMEOUT:-120} run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas_tests" \
+           --gtest_filter="$t" >"$OUT/san.log" 2>&1; then
+        log "ok    compute-sanitizer $tool $t"
+      else
+        log "FAIL  compute-sanitizer $tool $t:"; tail -30 "$OUT/san.log" | tee -a "$REPORT"; status=1
+      fi
+    done
   done
   rm -f "$OUT/san.log"
 else
