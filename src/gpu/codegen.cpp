@@ -395,17 +395,32 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // wgmma's layout and wgmma reads them in place, with no staging copy. The choice is the
   // backend's, as Mosaic GPU infers its SMEM transforms; the kernel's results do not depend on it.
   const size_t first_scratch = static_cast<size_t>(gm.num_index_operands) + blocks.size();
+  // A run_scoped laid out for the CTA before the body (its barriers; or shared by several Pallas
+  // threads): its SMEM arrays may be swizzled too, its other scopes live in a thread's tiles.
+  auto laid_out_scope = [&](const ir::Op& op) {
+    const bool shared = op.attrs.has(ir::AttrKey::Axes) || out.num_groups == 1;
+    return op.code == ir::OpCode::RunScoped && (op.attrs.has(ir::AttrKey::Arrivals) || (shared && out.num_groups > 1));
+  };
+  auto shared_scope = [&](const ir::Op& op) { return op.attrs.has(ir::AttrKey::Axes) || out.num_groups == 1; };
   std::set<ir::ValueId> swizzled_tiles;
   if (gpu_kernel && opts.swizzle) {
     std::set<ir::ValueId> candidates;
-    for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
-      const ir::Type& t = gm.scratch_types[s];
+    auto consider = [&](ir::ValueId v, const ir::Type& t) {
       const size_t r = t.shape.size();
-      if (t.space == MemorySpace::GpuShared && gm.scratch_unions[s].union_index < 0 &&
-          (t.dtype == DType::BF16 || t.dtype == DType::F16) && r >= 2 &&
+      if (t.space == MemorySpace::GpuShared && (t.dtype == DType::BF16 || t.dtype == DType::F16) && r >= 2 &&
           (t.shape[r - 1] % 64 == 0 || t.shape[r - 1] == 32 || t.shape[r - 1] == 16) && t.shape[r - 2] % 8 == 0)
-        candidates.insert(k.body.args[first_scratch + s]);
-    }
+        candidates.insert(v);
+    };
+    for (size_t s = 0; s < gm.scratch_types.size(); ++s)
+      if (gm.scratch_unions[s].union_index < 0) consider(k.body.args[first_scratch + s], gm.scratch_types[s]);
+    std::function<void(const ir::Region&)> scopes = [&](const ir::Region& r) {
+      for (const ir::Op& op : r.ops) {
+        if (laid_out_scope(op) && shared_scope(op))
+          for (ir::ValueId a : op.regions[0].args) consider(a, k.type(a));
+        for (const ir::Region& inner : op.regions) scopes(inner);
+      }
+    };
+    scopes(k.body);
     swizzled_tiles = detail::swizzled_smem_tiles(k, candidates);
   }
   auto is_swizzled = [&](size_t s) { return swizzled_tiles.count(k.body.args[first_scratch + s]) > 0; };
@@ -477,9 +492,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       int64_t top = base;
       for (const ir::Op& op : r.ops) {
         int64_t inner_base = base;
-        const bool shared = op.attrs.has(ir::AttrKey::Axes) || out.num_groups == 1;
-        if (op.code == ir::OpCode::RunScoped &&
-            (op.attrs.has(ir::AttrKey::Arrivals) || (shared && out.num_groups > 1))) {
+        const bool shared = shared_scope(op);
+        if (laid_out_scope(op)) {
           detail::ScopedLayout layout;
           layout.shared = shared;
           if (shared && out.num_groups > 1) {  // one arrival per Pallas thread, at the entry and at the exit
@@ -496,12 +510,17 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
               for (int64_t b = 0; b < n * (shared ? 1 : out.num_groups); ++b)
                 scoped_barriers.emplace_back(out.num_barriers++, layout.arrivals[i]);
             } else if (shared) {
+              const bool swizzled = swizzled_tiles.count(op.regions[0].args[i]) > 0;
+              if (swizzled) inner_base = (inner_base + 1023) / 1024 * 1024;  // (the swizzle's pattern)
               layout.where.push_back(inner_base);
               inner_base = align_up(inner_base + n * itemsize(t.dtype));
+              if (swizzled)
+                layout.swizzled.resize(i + 1), layout.swizzled[i] = "PL_SMEM_SWIZZLED_V" + std::to_string(op.regions[0].args[i]);
             } else {
               layout.where.push_back(-1);
             }
           }
+          layout.swizzled.resize(op.regions[0].args.size());
           scoped_layouts[&op] = std::move(layout);
         }
         top = std::max(top, inner_base);
@@ -511,7 +530,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     };
     const int64_t area_bytes = lay_out(k.body, 0);
     if (area_bytes > 0) {
-      const int64_t area = arena.alloc(area_bytes, scratch_align);
+      const int64_t area = arena.alloc(area_bytes, swizzled_tiles.empty() ? scratch_align : 1024);
       for (auto& [op, layout] : scoped_layouts)
         for (size_t i = 0; i < layout.where.size(); ++i)
           if (layout.shared && k.type(op->regions[0].args[i]).dtype != DType::GpuBarrier) layout.where[i] += area;
@@ -901,7 +920,13 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       }
     }
   };
-  std::string smem_layouts;  // PL_SMEM_SWIZZLED_s
+  std::string smem_layouts;  // PL_SMEM_SWIZZLED_s, and PL_SMEM_SWIZZLED_Vv of a scope's array v
+  for (const auto& [op, layout] : scoped_layouts)
+    for (size_t i = 0; i < layout.swizzled.size(); ++i)
+      if (!layout.swizzled[i].empty()) {
+        RefInfo r{"", k.type(op->regions[0].args[i]).dtype, k.type(op->regions[0].args[i]).shape, {}};
+        smem_layouts += make_swizzled(r, layout.swizzled[i]);
+      }
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     const std::string ptr = t.dtype == DType::GpuBarrier  ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
@@ -910,17 +935,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                                           : "((" + ctype(t.dtype) + "*)(cta_arena + " +
                                                                 std::to_string(scratch_offsets[s]) + "))";
     RefInfo ref{ptr, t.dtype, t.shape, detail::contiguous_strides(t.shape)};
-    if (is_swizzled(s)) {
-      // Swizzled by its rows' bytes where wgmma runs (the sm_90a code, and host emulation);
-      // row-major (0) elsewhere.
-      // (Rows wider than 128 bytes: 128-byte panels, RefInfo::panel_cols.)
-      ref.swizzled = "PL_SMEM_SWIZZLED_" + std::to_string(s);
-      ref.tile = ptr;
-      const int64_t row_bytes = t.shape.back() * itemsize(t.dtype);
-      if (row_bytes > 128) ref.panel_rows = t.shape[t.shape.size() - 2], ref.panel_cols = t.shape.back();
-      smem_layouts += "#define " + ref.swizzled + " (PL_HAS_WGMMA ? " + std::to_string(std::min<int64_t>(row_bytes, 128)) +
-                      " : 0)\n";
-    }
+    // Swizzled by its rows' bytes where wgmma runs (the sm_90a code, and host emulation);
+    // row-major (0) elsewhere.
+    if (is_swizzled(s)) smem_layouts += make_swizzled(ref, "PL_SMEM_SWIZZLED_" + std::to_string(s));
     em.bind_ref(k.body.args[first_scratch + s], ref);
     // A scratch buffer is memory of its own too, but for a Union's members, which overlap
     // (negative groups: not an operand's block).
@@ -1288,6 +1305,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       swizzled += (swizzled.empty() ? "" : " || ") + std::string("PL_SLOT_LAYOUT_") + std::to_string(j) + " >= 3";
     for (size_t s = 0; s < gm.scratch_types.size(); ++s)
       if (is_swizzled(s)) swizzled += (swizzled.empty() ? "" : " || ") + std::string("PL_SMEM_SWIZZLED_") + std::to_string(s);
+    for (const auto& [op, layout] : scoped_layouts)
+      for (const std::string& macro : layout.swizzled)
+        if (!macro.empty()) swizzled += (swizzled.empty() ? "" : " || ") + macro;
     src << "  if ((" << swizzled << ") && (pl_smem_u32(" << (swizzled_slots ? "pl_slots" : "pl_smem") << ") & 1023u) != 0) { const pl_i64 ev["
         << G << "] = {0}; pl_fail(p.err, " << site << ", ev, " << G << "); return; }\n";
   }

@@ -1112,6 +1112,14 @@ void Emitter::emit_control(const ir::Op& op) {
   throw InternalError("gpu emitter: control op " + std::string(op.info().name));
 }
 
+std::string make_swizzled(RefInfo& ref, const std::string& macro) {
+  ref.swizzled = macro;
+  ref.tile = ref.ptr;
+  const int64_t row_bytes = ref.shape.back() * itemsize(ref.dtype);
+  if (row_bytes > 128) ref.panel_rows = ref.shape[ref.shape.size() - 2], ref.panel_cols = ref.shape.back();
+  return "#define " + macro + " (PL_HAS_WGMMA ? " + std::to_string(std::min<int64_t>(row_bytes, 128)) + " : 0)\n";
+}
+
 // run_scoped laid out before the body (ScopedLayout): barriers in pl_mbar and, shared by the CTA's
 // Pallas threads, arrays in the CTA's arena. At entry one thread makes the barriers new (an
 // mbarrier is invalidated before it is initialized again) and the arrays are filled with the
@@ -1162,6 +1170,7 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
       if (off < 0) own.emplace_back(off = ctx_.arena->alloc(bytes), bytes);
       line(T + "* " + r.ptr + " = (" + T + "*)(" + (layout.where[i] >= 0 ? std::string("cta_arena") : ctx_.arena_base) +
            " + " + std::to_string(off) + ");");
+      if (!layout.swizzled[i].empty()) make_swizzled(r, layout.swizzled[i]);  // (every element filled alike below)
       const std::string tid = layout.shared ? "pl_cta_tid()" : "pl_tid()", nthreads = layout.shared ? "pl_cta_nthreads()" : "pl_nthreads()";
       line("for (pl_i64 e = " + tid + "; e < " + std::to_string(n) + "; e += " + nthreads + ") " + r.ptr + "[e] = " +
            uninitialized_literal(t.dtype) + ";");

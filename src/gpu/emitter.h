@@ -173,6 +173,11 @@ struct ValueInfo {
   const ir::Op* producer = nullptr;  // fused: the elementwise op or load computing an element
 };
 
+// Makes `ref` (a whole SMEM tile at ref.ptr) the swizzled tile that the macro `macro` describes
+// (swizzled_smem_tiles; rows wider than 128 bytes are panels); returns the macro's #define: the
+// rows' bytes, at most 128, where wgmma runs, else 0 (row-major).
+std::string make_swizzled(RefInfo& ref, const std::string& macro);
+
 // Where a run_scoped's buffers live when the scope has barriers or is shared by the CTA's Pallas
 // threads (collective over the thread axis; with one Pallas thread per CTA every scope with
 // barriers is): laid out before the body is emitted (codegen.cpp), the CTA's for the whole call.
@@ -183,6 +188,7 @@ struct ScopedLayout {
   // group's copy follows at + group x count).
   std::vector<int64_t> where;
   std::vector<int64_t> arrivals;  // per allocation (0: not a barrier)
+  std::vector<std::string> swizzled;  // per allocation: the swizzle macro of a shared array ("": none)
   // Shared by several Pallas threads: the mbarrier (index in pl_mbar) where they meet at the
   // entry and at the exit, one arrival each, waited for with the wait limit (-1: none).
   int64_t meeting = -1;

@@ -2516,4 +2516,18 @@ TEST_P(GpuKernelBoth, AScopeHoldsAProductsOperandsAndAccumulator) {
       {pl::ShapeDtype({64, 64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on(GetParam(), {}));
   const pl::Array a = random_f32({64, 64}, 1).astype(pl::bf16), b = random_f32({64, 64}, 2).astype(pl::bf16);
   expect_product_of(a, b, call(a, b).at(0));
+  if (GetParam() != "gpu_emulate") return;
+  // Compiled, the scope's operands are swizzled tiles (each from a 1024-byte boundary) that the
+  // copies fill in wgmma's layout and wgmma reads in place: no staging copy.
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({a.shape_dtype(), b.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.tensor_core_dots, 1);
+  EXPECT_EQ(k.staged_tensor_core_dots, 0);
+  const std::regex macro(R"(#define PL_SMEM_SWIZZLED_V\d+ \(PL_HAS_WGMMA \? 128 : 0\))");
+  EXPECT_EQ(std::distance(std::sregex_iterator(k.source.begin(), k.source.end(), macro), std::sregex_iterator()), 2)
+      << k.source.substr(0, 4000);
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "scoped_wgmma.cu", arch)) << arch;
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "HGMMA");
 }
