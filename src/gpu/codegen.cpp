@@ -397,11 +397,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   const size_t first_scratch = static_cast<size_t>(gm.num_index_operands) + blocks.size();
   // A run_scoped laid out for the CTA before the body (its barriers; or shared by several Pallas
   // threads): its SMEM arrays may be swizzled too, its other scopes live in a thread's tiles.
-  auto laid_out_scope = [&](const ir::Op& op) {
-    const bool shared = op.attrs.has(ir::AttrKey::Axes) || out.num_groups == 1;
-    return op.code == ir::OpCode::RunScoped && (op.attrs.has(ir::AttrKey::Arrivals) || (shared && out.num_groups > 1));
-  };
   auto shared_scope = [&](const ir::Op& op) { return op.attrs.has(ir::AttrKey::Axes) || out.num_groups == 1; };
+  auto laid_out_scope = [&](const ir::Op& op) {
+    return op.code == ir::OpCode::RunScoped &&
+           (op.attrs.has(ir::AttrKey::Arrivals) || (shared_scope(op) && out.num_groups > 1));
+  };
   std::set<ir::ValueId> swizzled_tiles;
   if (gpu_kernel && opts.swizzle) {
     std::set<ir::ValueId> candidates;

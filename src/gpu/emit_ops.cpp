@@ -202,6 +202,38 @@ std::string Emitter::elementwise_expr(const ir::Op& op, const std::string& e) co
   return cat & ir::kCompareFlag ? c : narrow(t, c);
 }
 
+// Where pl_reduce_team may form teams (some group could have more threads than results: a group
+// has at most 1024) and where they may be wider than a warp: its S (S x results <= threads <=
+// 1024, S <= count) is 64 or more only for at most 16 results of at least 64 elements.
+namespace {
+struct TeamBounds {
+  bool team, wide;
+};
+TeamBounds team_bounds(int64_t results, int64_t count) {
+  const bool team = results < 1024 && count >= 2;
+  return {team, team && results <= 16 && count >= 64};
+}
+}  // namespace
+
+void Emitter::open_team_loop(int64_t results, int64_t count, bool team) {
+  const std::string N = std::to_string(results);
+  line("{");
+  ++indent_;
+  line(std::string("const int S = ") + (team ? "pl_reduce_team(" + N + ", " + std::to_string(count) + ")" : "1") + ";");
+  line("#pragma unroll 1");
+  line("for (pl_i64 e = pl_tid() / S; e < " + N + (team ? " || (S > 1 && e < pl_nthreads() / S)" : "") +
+       "; e += pl_nthreads() / S) {");
+  ++indent_;
+}
+
+void Emitter::with_team_scratch(bool wide, const std::string& A, int64_t acc_bytes,
+                                const std::function<void(const std::string& scratch)>& use) {
+  if (!wide) return use("(" + A + "*)0");
+  const int64_t bytes = 32 * acc_bytes, offset = ctx_.arena->alloc(bytes);
+  use("(" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ")");
+  ctx_.arena->release(offset, bytes);
+}
+
 bool Emitter::emit_team_reduction(ValueId x, const std::vector<size_t>& reduced, const std::string& out,
                                   const TeamReduction& r) {
   const ir::Type& xt = type(x);
@@ -214,22 +246,10 @@ bool Emitter::emit_team_reduction(ValueId x, const std::vector<size_t>& reduced,
     (red ? reduced_strides : kept_strides).push_back(xs[d]);
   }
   const int64_t results = std::max<int64_t>(1, num_elements(kept_shape)), count = num_elements(reduced_shape);
-  // Teams only where some group could have more threads than results (a group has at most 1024).
-  const bool team = results < 1024 && count >= 2;
-  // Teams wider than a warp: pl_reduce_team's S (S results <= threads <= 1024, S <= count) is 64
-  // or more only for at most 16 results of at least 64 elements.
-  const bool wide = team && results <= 16 && count >= 64;
+  const auto [team, wide] = team_bounds(results, count);
   const std::string N = std::to_string(results), C = std::to_string(count), A = r.acc_type;
-  line("{");
-  ++indent_;
+  open_team_loop(results, count, team);
   line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + r.combine + "; };");
-  line(std::string("const int S = ") + (team ? "pl_reduce_team(" + N + ", " + C + ")" : "1") + ";");
-  line("#pragma unroll 1");
-  // With S > 1 every thread runs exactly one round (teams >= results), those past the results too:
-  // the team combination is a barrier of the group.
-  line("for (pl_i64 e = pl_tid() / S; e < " + N + (team ? " || (S > 1 && e < pl_nthreads() / S)" : "") +
-       "; e += pl_nthreads() / S) {");
-  ++indent_;
   line(A + " acc = " + r.identity + ";");
   line("if (e < " + N + ") {");
   ++indent_;
@@ -240,12 +260,9 @@ bool Emitter::emit_team_reduction(ValueId x, const std::vector<size_t>& reduced,
   line("}");
   std::string store_if = "e < " + N;
   if (team) {
-    int64_t scratch = -1;
-    const int64_t bytes = 32 * r.acc_bytes;
-    if (wide) scratch = ctx_.arena->alloc(bytes);
-    line("acc = pl_team_combine<" + std::string(wide ? "true" : "false") + ">(acc, S, pl_comb, (" + A + "*)" +
-         (wide ? "(" + ctx_.arena_base + " + " + std::to_string(scratch) + ")" : "0") + ");");
-    if (wide) ctx_.arena->release(scratch, bytes);
+    with_team_scratch(wide, A, r.acc_bytes, [&](const std::string& scratch) {
+      line("acc = pl_team_combine<" + std::string(wide ? "true" : "false") + ">(acc, S, pl_comb, " + scratch + ");");
+    });
     store_if += " && pl_tid() % S == 0";
   }
   line("if (" + store_if + ") " + out + "[e] = " + r.result("acc") + ";");
@@ -460,22 +477,13 @@ void Emitter::emit_pure(const ir::Op& op) {
       out = define_tile(res);
       const int64_t lines = std::max<int64_t>(1, num_elements(lines_shape)), n = xt.shape[axis];
       const std::string L = std::to_string(lines), N = std::to_string(n);
-      // With fewer lines than threads, a team of S threads scans each line (pl_reduce_team's S, as
-      // for reductions): each thread combines its chunk of consecutive elements, the team's
-      // exclusive scan of those totals starts each chunk's own scan. Teams of 64 or more threads
-      // (at most 16 lines of 64 elements or more) meet in 32 accumulators of scratch.
-      const bool team = lines < 1024 && n >= 2, wide = team && lines <= 16 && n >= 64;
-      line("{");
-      ++indent_;
+      // With fewer lines than threads, a team of S threads scans each line (as reductions share
+      // theirs): each thread combines its chunk of consecutive elements, the team's exclusive
+      // scan of those totals starts each chunk's own scan.
+      const auto [team, wide] = team_bounds(lines, n);
+      open_team_loop(lines, n, team);
       line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + rule.combine("a", "b") + "; };");
-      line(std::string("const int S = ") + (team ? "pl_reduce_team(" + L + ", " + N + ")" : "1") + ";");
       line("const pl_i64 chunk = (" + N + " + S - 1) / S;");
-      line("#pragma unroll 1");
-      // With S > 1 every thread runs exactly one round, those past the lines too (the team's scan
-      // is a barrier of the group).
-      line("for (pl_i64 e = pl_tid() / S; e < " + L + (team ? " || (S > 1 && e < pl_nthreads() / S)" : "") +
-           "; e += pl_nthreads() / S) {");
-      ++indent_;
       line("const pl_i64 base = " + sum_of(index_exprs(lines_shape, "e"), line_strides) + ";");
       line("const pl_i64 first = pl_tid() % S * chunk, last = e >= " + L + " ? first : first + chunk < " + N +
            " ? first + chunk : " + N + ";");
@@ -484,16 +492,13 @@ void Emitter::emit_pure(const ir::Op& op) {
       const std::string element = widen(xt.dtype, info(x).name + "[" + at_j + "]");
       line(A + " acc = " + rule.identity + ";");
       if (team) {
-        int64_t scratch = -1;
-        const int64_t bytes = 32 * (is_half(xt.dtype) ? 4 : itemsize(xt.dtype));
-        if (wide) scratch = ctx_.arena->alloc(bytes);
         line("if (S > 1) {");
         line("  for (pl_i64 j = first; j < last; ++j) acc = pl_comb(acc, " + element + ");");
-        line("  acc = pl_team_exclusive_scan<" + std::string(wide ? "true" : "false") + ">(acc, (" + A + ")" +
-             rule.identity + ", S, pl_comb, (" + A + "*)" +
-             (wide ? "(" + ctx_.arena_base + " + " + std::to_string(scratch) + ")" : "0") + ");");
+        with_team_scratch(wide, A, is_half(xt.dtype) ? 4 : itemsize(xt.dtype), [&](const std::string& scratch) {
+          line("  acc = pl_team_exclusive_scan<" + std::string(wide ? "true" : "false") + ">(acc, (" + A + ")" +
+               rule.identity + ", S, pl_comb, " + scratch + ");");
+        });
         line("}");
-        if (wide) ctx_.arena->release(scratch, bytes);
       }
       line("for (pl_i64 j = first; j < last; ++j) {");
       line("  acc = pl_comb(acc, " + element + ");");

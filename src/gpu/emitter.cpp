@@ -1084,6 +1084,9 @@ void Emitter::emit_control(const ir::Op& op) {
       std::vector<std::string> holders;
       for (ValueId r : op.results) holders.push_back(declare_result_holder(r));
       std::vector<std::pair<int64_t, int64_t>> scoped;
+      for (ValueId a : body.args)
+        if (type(a).space == MemorySpace::Semaphore || (is_semaphore(type(a).dtype) && type(a).dtype != DType::GpuBarrier))
+          throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
       const auto laid_out = ctx_.scoped_layouts ? ctx_.scoped_layouts->find(&op) : decltype(ctx_.scoped_layouts->end()){};
       if (ctx_.scoped_layouts && laid_out != ctx_.scoped_layouts->end()) {
         emit_scope_with_barriers_or_shared(op, laid_out->second, holders);
@@ -1091,8 +1094,6 @@ void Emitter::emit_control(const ir::Op& op) {
       }
       for (ValueId a : body.args) {
         const ir::Type& t = type(a);
-        if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
-          throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
         PALLAS_INTERNAL_CHECK(t.dtype != DType::GpuBarrier, "a scoped barrier that was not laid out");
         int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
         int64_t off = ctx_.arena->alloc(bytes);
@@ -1153,8 +1154,6 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
   std::vector<std::pair<std::string, int64_t>> barriers;  // (pointer, count)
   for (size_t i = 0; i < body.args.size(); ++i) {
     const ir::Type& t = type(body.args[i]);
-    if (t.space == MemorySpace::Semaphore || (is_semaphore(t.dtype) && t.dtype != DType::GpuBarrier))
-      throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
     const int64_t n = std::max<int64_t>(1, t.size());
     RefInfo r{fresh("s"), t.dtype, t.shape, contiguous_strides(t.shape)};
     if (t.dtype == DType::GpuBarrier) {

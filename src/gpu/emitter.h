@@ -363,6 +363,15 @@ class Emitter {
   };
   bool emit_team_reduction(ir::ValueId x, const std::vector<size_t>& reduced, const std::string& out,
                            const TeamReduction& r);  // emit_ops.cpp
+  // The loop that reductions and scans share (emit_ops.cpp): `results` lines of `count` elements
+  // each, e the line, S the team size of pl_reduce_team (teams only when `team`). With S > 1 every
+  // thread of the group runs exactly one round, those past the lines too (the team's shuffles and
+  // syncs are the group's). Opens `{` and the loop; the caller closes both.
+  void open_team_loop(int64_t results, int64_t count, bool team);
+  // Emits what `use(scratch)` gives, scratch being 32 accumulators of type A in the arena when a
+  // team may be wider than a warp (`wide`), else a null pointer.
+  void with_team_scratch(bool wide, const std::string& A, int64_t acc_bytes,
+                         const std::function<void(const std::string& scratch)>& use);
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
                                           const std::vector<std::string>& holders);

@@ -83,6 +83,15 @@ struct BarrierState {
   std::map<int64_t, VectorClock> released;  // races: what each completed phase released
 };
 
+// Where a copy to SMEM completing on `b` was issued when no thread has waited for that phase (the
+// current one, or the latest completed one nobody observed), and the phase: memory and barrier
+// must outlive the copy, so the CTA (or the barrier's scope) must not end before a wait.
+std::optional<std::pair<SourceLoc, int64_t>> unwaited_copy(const BarrierState& b) {
+  if (b.copy_in_phase) return std::pair{*b.copy_in_phase, b.phase + 1};
+  if (!b.observed && b.copy_in_completed) return std::pair{*b.copy_in_completed, b.phase};
+  return std::nullopt;
+}
+
 // The threads of one wave, taking turns.
 class Turns {
  public:
@@ -574,14 +583,12 @@ class GpuThreadInterpreter : public eval::Interpreter {
       const auto* base = static_cast<const std::byte*>(a.raw_data());
       for (int64_t k = 0; k < a.size(); ++k) {
         const auto b = wave_->barriers.find(base + 8 * k);
-        const BarrierState& st = b->second;
-        const std::optional<SourceLoc>& copy = st.copy_in_phase ? st.copy_in_phase : (st.observed ? std::nullopt : st.copy_in_completed);
-        if (copy)
+        if (const auto copy = unwaited_copy(b->second))
           throw Error("copy_gmem_to_smem: the run_scoped at " + where + " ends before any thread waits for phase " +
-                          std::to_string(st.copy_in_phase ? st.phase + 1 : st.phase) + " of its barrier " + st.name +
+                          std::to_string(copy->second) + " of its barrier " + b->second.name +
                           ", which a copy to SMEM completes: on a GPU the copy may still be landing when the barrier "
                           "and its memory are gone — wait for the barrier (barrier_wait) inside the scope",
-                      *copy);
+                      copy->first);
         wave_->barriers.erase(b);
       }
     }
@@ -1123,13 +1130,13 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
                   m.first_loc);
     }
     for (const auto& [at, b] : wave.barriers) {
-      const std::optional<SourceLoc>& copy = b.copy_in_phase ? b.copy_in_phase : (b.observed ? std::nullopt : b.copy_in_completed);
+      const auto copy = unwaited_copy(b);
       if (!copy) continue;
       throw Error("copy_gmem_to_smem: the CTA ends before any of its threads waits for phase " +
-                      std::to_string(b.copy_in_phase ? b.phase + 1 : b.phase) + " of barrier " + b.name +
+                      std::to_string(copy->second) + " of barrier " + b.name +
                       ", which a copy to SMEM completes: on a GPU the copy may still be landing when the CTA "
                       "exits — wait for the barrier (barrier_wait) before the kernel ends",
-                  *copy);
+                  copy->first);
     }
     // Each Pallas thread is a warpgroup: the registers its CTA's warpgroups end up asking for
     // must fit in what the CTA holds, or on a GPU an increase waits forever (the error names the
