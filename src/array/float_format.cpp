@@ -77,8 +77,9 @@ double format_bits_to_double(uint64_t bits, FloatFormat fmt) {
     out = (static_cast<uint64_t>(negative) << 63) | (uint64_t{0x7FF} << 52) | (mant << (52 - M));
   } else if (exp == 0) {  // zero or subnormal: mant * 2^(1 - bias - M), exact in double
     out = round_to_format(negative, mant, 1 - bias - M, kF64Format);
-  } else {
-    out = round_to_format(negative, mant | (uint64_t{1} << M), exp - bias - M, kF64Format);
+  } else {  // normal: every normal of a narrower format is a normal double; re-bias, widen
+    out = (static_cast<uint64_t>(negative) << 63) |
+          (static_cast<uint64_t>(exp - bias + 1023) << 52) | (mant << (52 - M));
   }
   return std::bit_cast<double>(out);
 }

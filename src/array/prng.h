@@ -24,6 +24,8 @@ class Xoshiro256ss {
   double next_double();
   // Uniform integer in [0, n), unbiased (rejection); n > 0.
   uint64_t next_below(uint64_t n);
+  // Advances the generator exactly as next_below(n) would, without the result.
+  void skip_below(uint64_t n);
 
  private:
   uint64_t s_[4];

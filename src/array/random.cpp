@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "array/float_format.h"
 #include "array/prng.h"
@@ -39,12 +42,22 @@ double Xoshiro256ss::next_double() {
   return static_cast<double>(next() >> 11) * 0x1p-53;  // exact: a 53-bit integer times 2^-53
 }
 
+namespace {
+// next_below(n) rejects the lowest (2^64 mod n) outputs so that every residue is equally likely.
+uint64_t rejection_threshold(uint64_t n) { return (0 - n) % n; }
+}  // namespace
+
 uint64_t Xoshiro256ss::next_below(uint64_t n) {
-  // Reject the lowest (2^64 mod n) outputs so that every residue is equally likely.
-  const uint64_t threshold = (0 - n) % n;
+  const uint64_t threshold = rejection_threshold(n);
   for (;;) {
     const uint64_t x = next();
     if (x >= threshold) return x % n;
+  }
+}
+
+void Xoshiro256ss::skip_below(uint64_t n) {
+  const uint64_t threshold = rejection_threshold(n);
+  while (next() < threshold) {
   }
 }
 
@@ -122,22 +135,60 @@ double largest_below(double hi, DType t) {
   return detail::format_bits_to_double(b, fmt);
 }
 
+// Fills units [0, units) of an array from the one serial stream `rng`, in ranges on several
+// threads, with the values a serial fill would give whatever the number of threads. `skip`
+// steps a generator over one unit exactly as `fill` draws from it, which is cheap next to
+// fill's work (a normal's log, sin and cos and its rounding cost ~50x the two draws), so this
+// thread walks the stream to each range's start and hands its thread a copy of the generator.
+template <class Skip, class Fill>
+void fill_from_stream(int64_t units, detail::Xoshiro256ss rng, Skip skip, Fill fill) {
+  constexpr int64_t kMinUnitsPerThread = int64_t{1} << 16;  // below this, a thread costs more
+  const int64_t cores = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 64);
+  const int64_t threads = std::clamp<int64_t>(units / kMinUnitsPerThread, 1, cores);
+  std::vector<std::thread> workers;
+  int64_t begin = 0;
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t end = units * (t + 1) / threads;
+    if (t + 1 == threads) {
+      fill(begin, end, rng);
+    } else {
+      try {
+        workers.emplace_back(fill, begin, end, rng);
+      } catch (const std::system_error&) {
+        fill(begin, end, rng);  // no thread to be had: this range here, serially
+      }
+      for (int64_t u = begin; u < end; ++u) skip(rng);
+    }
+    begin = end;
+  }
+  for (std::thread& w : workers) w.join();
+}
+
 }  // namespace
 
 Array Array::random_normal(Shape shape, DType dtype, uint64_t seed, double mean, double stddev) {
   check_random_dtype(dtype, "Array::random_normal");
   Array a(std::move(shape), dtype);
-  detail::Xoshiro256ss rng(seed);
-  // Box-Muller: two uniforms give two independent normals. u1 in (0, 1] keeps log finite.
-  for (int64_t k = 0; k < a.size(); k += 2) {
-    const double u1 = static_cast<double>((rng.next() >> 11) + 1) * 0x1p-53;
-    const double u2 = rng.next_double();
-    const double radius = std::sqrt(-2 * detail::det_log(u1));  // sqrt is correctly rounded
-    double s, c;
-    detail::det_sincos_2pi(u2, &s, &c);
-    store(a, k, Scalar::from_double(mean + stddev * (radius * c), dtype));
-    if (k + 1 < a.size()) store(a, k + 1, Scalar::from_double(mean + stddev * (radius * s), dtype));
-  }
+  // Box-Muller: two uniforms give two independent normals, values 2p and 2p + 1 of the array.
+  // u1 in (0, 1] keeps log finite.
+  const int64_t n = a.size();
+  const auto fill = [&a, n, mean, stddev](int64_t first_pair, int64_t end_pair,
+                                          detail::Xoshiro256ss rng) {
+    for (int64_t k = 2 * first_pair; k < 2 * end_pair && k < n; k += 2) {
+      const double u1 = static_cast<double>((rng.next() >> 11) + 1) * 0x1p-53;
+      const double u2 = rng.next_double();
+      const double radius = std::sqrt(-2 * detail::det_log(u1));  // sqrt is correctly rounded
+      double s, c;
+      detail::det_sincos_2pi(u2, &s, &c);
+      store(a, k, Scalar::from_double(mean + stddev * (radius * c), a.dtype()));
+      if (k + 1 < n) store(a, k + 1, Scalar::from_double(mean + stddev * (radius * s), a.dtype()));
+    }
+  };
+  const auto skip = [](detail::Xoshiro256ss& rng) {
+    rng.next();
+    rng.next();
+  };
+  fill_from_stream((n + 1) / 2, detail::Xoshiro256ss(seed), skip, fill);
   return a;
 }
 
@@ -148,14 +199,17 @@ Array Array::random_uniform(Shape shape, DType dtype, uint64_t seed, double lo, 
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo < hi))
     throw Error("Array::random_uniform: need finite lo < hi, got " + range);
   Array a(std::move(shape), dtype);
-  detail::Xoshiro256ss rng(seed);
+  const detail::Xoshiro256ss rng(seed);
   if (is_float(dtype)) {
     // Rounding to a narrow dtype can round up to hi itself; cap so the range stays [lo, hi).
     const double cap = largest_below(hi, dtype);
-    for (int64_t k = 0; k < a.size(); ++k) {
-      const double v = Scalar::from_double(lo + (hi - lo) * rng.next_double(), dtype).f;
-      store(a, k, Scalar::of_float(std::min(v, cap), dtype));
-    }
+    const auto fill = [&a, lo, hi, cap](int64_t begin, int64_t end, detail::Xoshiro256ss rng) {
+      for (int64_t k = begin; k < end; ++k) {
+        const double v = Scalar::from_double(lo + (hi - lo) * rng.next_double(), a.dtype()).f;
+        store(a, k, Scalar::of_float(std::min(v, cap), a.dtype()));
+      }
+    };
+    fill_from_stream(a.size(), rng, [](detail::Xoshiro256ss& r) { r.next(); }, fill);
     return a;
   }
   // Integers (and bools, as 0 / 1): uniform over the integers n with lo <= n < hi.
@@ -173,10 +227,17 @@ Array Array::random_uniform(Shape shape, DType dtype, uint64_t seed, double lo, 
   const uint64_t n = full ? 0 : static_cast<uint64_t>(count);
   // The first integer as a two's complement pattern; adding offsets wraps correctly.
   const uint64_t base = first < 0 ? 0 - static_cast<uint64_t>(-first) : static_cast<uint64_t>(first);
-  for (int64_t k = 0; k < a.size(); ++k) {
-    const uint64_t offset = full ? rng.next() : rng.next_below(n);
-    store(a, k, Scalar::of_uint(base + offset, DType::U64).convert_to(dtype));
-  }
+  const auto fill = [&a, full, n, base](int64_t begin, int64_t end, detail::Xoshiro256ss rng) {
+    for (int64_t k = begin; k < end; ++k) {
+      const uint64_t offset = full ? rng.next() : rng.next_below(n);
+      store(a, k, Scalar::of_uint(base + offset, DType::U64).convert_to(a.dtype()));
+    }
+  };
+  const auto skip = [full, n](detail::Xoshiro256ss& r) {
+    if (full) r.next();
+    else r.skip_below(n);
+  };
+  fill_from_stream(a.size(), rng, skip, fill);
   return a;
 }
 

@@ -279,6 +279,30 @@ TEST(Array, RandomIsDeterministic) {
                         Array::random_normal({2, 3}, f32, 3)));
 }
 
+TEST(Array, LargeRandomArraysAreTheSerialStream) {
+  // Large arrays are filled by several threads (one per 2^16 values, up to the cores); every
+  // value must still be the serial stream's, which this recomputes one value after another.
+  const int64_t n = 300001;  // odd: the last Box-Muller pair has one value
+  Array normal = Array::random_normal({n}, f32, 42, 1.0, 2.0);
+  detail::Xoshiro256ss rng(42);
+  for (int64_t k = 0; k < n; k += 2) {
+    const double u1 = static_cast<double>((rng.next() >> 11) + 1) * 0x1p-53;
+    const double radius = std::sqrt(-2 * detail::det_log(u1));
+    double s, c;
+    detail::det_sincos_2pi(rng.next_double(), &s, &c);
+    ASSERT_EQ(normal.at<float>({k}), static_cast<float>(1.0 + 2.0 * (radius * c))) << k;
+    if (k + 1 < n) ASSERT_EQ(normal.at<float>({k + 1}), static_cast<float>(1.0 + 2.0 * (radius * s)));
+  }
+  Array uniform = Array::random_uniform({n}, f64, 43, -1.0, 1.0);
+  rng = detail::Xoshiro256ss(43);
+  for (int64_t k = 0; k < n; ++k) ASSERT_EQ(uniform.at<double>({k}), -1.0 + 2.0 * rng.next_double());
+  // [0, 3 * 2^62): a quarter of the draws are rejected, so values and draws do not line up.
+  const uint64_t count = uint64_t{3} << 62;
+  Array ints = Array::random_uniform({n}, u64, 44, 0.0, std::ldexp(3.0, 62));
+  rng = detail::Xoshiro256ss(44);
+  for (int64_t k = 0; k < n; ++k) ASSERT_EQ(ints.at<uint64_t>({k}), rng.next_below(count)) << k;
+}
+
 TEST(Array, RandomNormalStatistics) {
   const int64_t n = 100000;
   for (auto [mean, stddev] : {std::pair{0.0, 1.0}, std::pair{3.0, 2.0}}) {
