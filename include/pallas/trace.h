@@ -548,13 +548,12 @@ struct ScopedOptions {
 };
 // Calls fn(refs) with fresh buffers that live until fn returns; returns what fn returns (values,
 // not refs). fn takes a std::vector<Ref>. In a gpu::kernel the buffers may be gpu::SMEM arrays and
-// gpu::Barrier / gpu::TMABarrier barriers (a fresh barrier: no phase completed).
+// gpu::Barrier / gpu::TMABarrier barriers (a fresh barrier: no phase completed). One signature,
+// so that `run_scoped(allocs, fn, {})` means the options (a Loc overload made `{}` ambiguous); a
+// helper forwarding its caller's line writes `run_scoped(allocs, fn, {}, loc)`.
 std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
                               const std::function<std::vector<Value>(std::vector<Ref>)>& fn,
-                              Loc loc = Loc::current());
-std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
-                              const std::function<std::vector<Value>(std::vector<Ref>)>& fn,
-                              const ScopedOptions& options, Loc loc = Loc::current());
+                              const ScopedOptions& options = {}, Loc loc = Loc::current());
 
 // Prints "{}"-formatted values when the kernel runs (interpreters: to stdout).
 void debug_print(const std::string& format, const std::vector<Value>& values = {},

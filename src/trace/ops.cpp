@@ -432,11 +432,6 @@ void reject_multicasts_into_scope(const ir::Region& body) {
 }  // namespace
 
 std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
-                              const std::function<std::vector<Value>(std::vector<Ref>)>& fn, Loc loc) {
-  return run_scoped(allocs, fn, ScopedOptions{}, loc);
-}
-
-std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
                               const std::function<std::vector<Value>(std::vector<Ref>)>& fn,
                               const ScopedOptions& options, Loc loc) {
   const SourceLoc at = trace::src(loc);

@@ -263,7 +263,7 @@ void sync_copy(const Ref& src, const Ref& dst, CopyOptions opts, Loc loc) {
         c.wait(loc);
         return std::vector<Value>{};
       },
-      loc);
+      {}, loc);
 }
 
 void run_on_first_core(const std::string& core_axis, const std::function<void()>& fn, Loc loc) {

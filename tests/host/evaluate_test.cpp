@@ -166,13 +166,21 @@ TEST(Evaluate, RunScopedGivesFreshScratch) {
           s[0][pl::all] = x[pl::all] + 1.0f;
           return std::vector<pl::Value>{pl::sum(s[0][pl::all])};
         });
-        o[pl::all] = r[0];
+        // `{}` is the options (no Loc overload to be ambiguous with).
+        auto twice = pl::run_scoped(
+            {{{}, pl::f32, pl::MemorySpace::Vmem}},
+            [&](std::vector<pl::Ref> s) {
+              s[0][pl::all] = r[0] * 2.0f;
+              return std::vector<pl::Value>{s[0][pl::all]};
+            },
+            {});
+        o[pl::all] = twice[0];
       },
       {ref({4}, pl::f32), ref({}, pl::f32)});
   std::vector<pl::Array> bufs = {pl::Array::from_values({4}, pl::f32, {1, 2, 3, 4}),
                                  pl::Array::zeros({}, pl::f32)};
   pl::evaluate(k, bufs);
-  EXPECT_EQ(bufs[1].get_flat(0), 14.0);
+  EXPECT_EQ(bufs[1].get_flat(0), 28.0);
 }
 
 TEST(Evaluate, ProgramIdAndNumPrograms) {
