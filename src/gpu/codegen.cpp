@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -402,7 +403,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     return op.code == ir::OpCode::RunScoped &&
            (op.attrs.has(ir::AttrKey::Arrivals) || (shared_scope(op) && out.num_groups > 1));
   };
-  std::set<ir::ValueId> swizzled_tiles;
+  std::set<ir::ValueId> swizzled_tiles, own_scoped_arrays;
   if (gpu_kernel && opts.swizzle) {
     std::set<ir::ValueId> candidates;
     auto consider = [&](ir::ValueId v, const ir::Type& t) {
@@ -415,14 +416,22 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       if (gm.scratch_unions[s].union_index < 0) consider(k.body.args[first_scratch + s], gm.scratch_types[s]);
     std::function<void(const ir::Region&)> scopes = [&](const ir::Region& r) {
       for (const ir::Op& op : r.ops) {
-        if (laid_out_scope(op) && shared_scope(op))
-          for (ir::ValueId a : op.regions[0].args) consider(a, k.type(a));
+        if (op.code == ir::OpCode::RunScoped)
+          for (ir::ValueId a : op.regions[0].args) {
+            consider(a, k.type(a));
+            // Not in the shared area: a Pallas thread's own (its tile arena), or a plain scope's.
+            if (!(laid_out_scope(op) && shared_scope(op))) own_scoped_arrays.insert(a);
+          }
         for (const ir::Region& inner : op.regions) scopes(inner);
       }
     };
     scopes(k.body);
     swizzled_tiles = detail::swizzled_smem_tiles(k, candidates);
   }
+  // A Pallas thread's own scoped arrays among them (allocated in its tiles, EmitContext).
+  std::set<ir::ValueId> swizzled_own_scoped;
+  std::set_intersection(swizzled_tiles.begin(), swizzled_tiles.end(), own_scoped_arrays.begin(), own_scoped_arrays.end(),
+                        std::inserter(swizzled_own_scoped, swizzled_own_scoped.end()));
   auto is_swizzled = [&](size_t s) { return swizzled_tiles.count(k.body.args[first_scratch + s]) > 0; };
   // A gpu::kernel's f32 ACC scratch that wgmma accumulates into, each Pallas thread its own
   // matrix, lives in registers, as on Mosaic GPU (register_accumulators): its memory holds it
@@ -514,8 +523,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
               if (swizzled) inner_base = (inner_base + 1023) / 1024 * 1024;  // (the swizzle's pattern)
               layout.where.push_back(inner_base);
               inner_base = align_up(inner_base + n * itemsize(t.dtype));
-              if (swizzled)
-                layout.swizzled.resize(i + 1), layout.swizzled[i] = "PL_SMEM_SWIZZLED_V" + std::to_string(op.regions[0].args[i]);
+              if (swizzled) layout.swizzled.resize(i + 1), layout.swizzled[i] = detail::scoped_swizzle_macro(op.regions[0].args[i]);
             } else {
               layout.where.push_back(-1);
             }
@@ -781,6 +789,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.group_threads = out.threads_per_cta / std::max(1, out.num_groups);
   ctx.num_groups = out.num_groups;
   ctx.scoped_layouts = &scoped_layouts;
+  ctx.swizzled_own_scoped = &swizzled_own_scoped;
   if (gpu_kernel) {
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;
@@ -927,6 +936,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         RefInfo r{"", k.type(op->regions[0].args[i]).dtype, k.type(op->regions[0].args[i]).shape, {}};
         smem_layouts += make_swizzled(r, layout.swizzled[i]);
       }
+  for (ir::ValueId v : swizzled_own_scoped) {
+    RefInfo r{"", k.type(v).dtype, k.type(v).shape, {}};
+    smem_layouts += make_swizzled(r, detail::scoped_swizzle_macro(v));
+  }
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     const std::string ptr = t.dtype == DType::GpuBarrier  ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
@@ -1026,7 +1039,10 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     swizzled_slots = swizzled_slots || layout >= 3;
     slot_layouts += "#define PL_SLOT_LAYOUT_" + std::to_string(j) + " (PL_HAS_WGMMA ? " + std::to_string(layout) + " : 0)\n";
   }
-  const int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;
+  // (Whole KiB when a Pallas thread's own scoped array is swizzled: every group's copy of it then
+  // starts on a 1024-byte boundary, as group 0's does.)
+  int64_t group_tile_bytes = out.num_groups > 1 ? arena.peak() - cta_bytes : 0;
+  if (!swizzled_own_scoped.empty()) group_tile_bytes = (group_tile_bytes + 1023) / 1024 * 1024;
   out.arena_bytes = std::max<int64_t>(16, arena.peak() + (out.num_groups - 1) * group_tile_bytes);
   out.arena_bytes = (out.arena_bytes + arena_align - 1) / arena_align * arena_align;  // (each CTA's)
   // Scratch is fresh for every CTA of a gpu::kernel (as in the interpreter), and barriers must
@@ -1036,7 +1052,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // arena holds its SMEM scratch, which its bulk and TMA copies and wgmma address as shared
   // memory: it stays there up to the device's limit, and past it the kernel cannot run.
   const int64_t static_bytes = out.pipeline_slot_bytes > 0 || !swizzled_tiles.empty() ? static_shared_reserve(out.num_barriers)
-                                                                                       : 8 * out.num_barriers;
+                                                                                       : static_shared_bytes(out.num_barriers);
   const int64_t align = GeneratedKernel::kSlotAlign;
   out.arena_in_shared = out.arena_bytes <= opts.max_shared_arena_bytes &&
                         (out.pipeline_slot_bytes == 0 || (out.arena_bytes + align - 1) / align * align + out.pipeline_slot_bytes +
@@ -1044,7 +1060,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                                                              opts.max_shared_bytes);
   if (gpu_kernel) {
     // (Swizzled tiles: dynamic shared memory starts on a 1024-byte boundary after the barriers.)
-    const int64_t barrier_bytes = swizzled_tiles.empty() ? 8 * out.num_barriers : static_shared_reserve(out.num_barriers);
+    const int64_t barrier_bytes = swizzled_tiles.empty() ? static_shared_bytes(out.num_barriers) : static_shared_reserve(out.num_barriers);
     if (out.arena_bytes + barrier_bytes > opts.max_shared_bytes && !swizzled_tiles.empty()) {
       // The swizzle's KiB alignment may be what does not fit: the kernel runs unswizzled then.
       CodegenOptions unswizzled = opts;
@@ -1308,6 +1324,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     for (const auto& [op, layout] : scoped_layouts)
       for (const std::string& macro : layout.swizzled)
         if (!macro.empty()) swizzled += (swizzled.empty() ? "" : " || ") + macro;
+    for (ir::ValueId v : swizzled_own_scoped) swizzled += (swizzled.empty() ? "" : " || ") + detail::scoped_swizzle_macro(v);
     src << "  if ((" << swizzled << ") && (pl_smem_u32(" << (swizzled_slots ? "pl_slots" : "pl_smem") << ") & 1023u) != 0) { const pl_i64 ev["
         << G << "] = {0}; pl_fail(p.err, " << site << ", ev, " << G << "); return; }\n";
   }

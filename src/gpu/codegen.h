@@ -42,6 +42,13 @@ constexpr int64_t wgmma_stage_bytes() { return (64 + 128) * kWgmmaStepK * 2; }
 // bytes a barrier, and the ring's barriers, at most 32), up to the 1024-byte boundary where the
 // dynamic part starts when a slot is swizzled (PL_SMEM_ALIGN).
 constexpr int64_t static_shared_reserve(int64_t num_barriers) { return (8 * (num_barriers + 32) + 1023) / 1024 * 1024; }
+// Without swizzled slots or tiles dynamic shared memory starts on the device runtime's default
+// PL_SMEM_ALIGN (128 bytes) after the barriers: ptxas counts that padding in the static size, and
+// the dynamic size may be at most the device's limit less the static one.
+constexpr int64_t kDefaultSmemAlign = 128;
+constexpr int64_t static_shared_bytes(int64_t num_barriers) {
+  return (8 * num_barriers + kDefaultSmemAlign - 1) / kDefaultSmemAlign * kDefaultSmemAlign;
+}
 
 struct CodegenOptions {
   int threads_per_cta = 256;

@@ -1304,8 +1304,8 @@ struct alignas(64) PlTensorMap {
 #if PL_HOST_EMULATION
 // The emulated tensor map (host_emulation.cpp writes it): w[0] the array's address, w[1] its rank
 // R, w[2] the element's bytes, w[3 + i] the size of dim i (innermost first), w[7 + i] the byte
-// stride of dim i >= 1, w[12 + i / 2] >> 32 (i % 2) the box's size in dim i, w[15] its swizzle
-// (0, or 128: CU_TENSOR_MAP_SWIZZLE_128B).
+// stride of dim i >= 1, w[12 + i / 2] >> 32 (i % 2) the box's size in dim i, w[15] its swizzle's
+// bytes (0, or 32, 64, 128: CU_TENSOR_MAP_SWIZZLE_32B / 64B / 128B).
 static const pl_u8 pl_host_zeros[256 * 8] = {};
 // Walks the box at element coordinates c (innermost first), laid out row-major in shared memory
 // at smem, as runs of rows along dim 1: run(smem_rows, gmem_rows, rows, gmem_row_stride, lo, hi)
@@ -1906,7 +1906,10 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_
 // hardware takes from the address bits (the base offset field stays 0).
 PL_DEV pl_u64 pl_wgmma_desc(const void* p, pl_u64 lbo, pl_u64 sbo, int swizzle = 0) {
   const pl_u64 type = swizzle == 128 ? 1 : swizzle == 64 ? 2 : swizzle == 32 ? 3 : 0;
-  return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (type << 62);
+  // (Each field 14 bits of 16-byte units; a stride of 256 KiB, past any SM's shared memory,
+  // cannot spill into the next field.)
+  return (pl_u64)((pl_wgmma_smem_addr(p) & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) |
+         (type << 62);
 }
 // Copies rows [r0, r0 + rows) x columns [k0, k0 + kc) of a K-contiguous matrix (row stride ld)
 // — or, with `transposed`, of the transpose of a row-major (K x rows) matrix — into the staging

@@ -1095,13 +1095,9 @@ void Emitter::emit_control(const ir::Op& op) {
       for (ValueId a : body.args) {
         const ir::Type& t = type(a);
         PALLAS_INTERNAL_CHECK(t.dtype != DType::GpuBarrier, "a scoped barrier that was not laid out");
-        int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
-        int64_t off = ctx_.arena->alloc(bytes);
-        scoped.emplace_back(off, bytes);
         RefInfo r{fresh("s"), t.dtype, t.shape, contiguous_strides(t.shape)};
-        line(ctype(t.dtype) + "* " + r.ptr + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " +
-             std::to_string(off) + ");");
-        fill_uninitialized(r.ptr, t.dtype, t.size());
+        scoped.push_back(own_scoped_array(a, r));
+        fill_uninitialized(r.ptr, t.dtype, t.size());  // (every element alike: swizzled or not)
         bind_ref(a, r);
       }
       emit_scope_body(op, holders);
@@ -1111,6 +1107,20 @@ void Emitter::emit_control(const ir::Op& op) {
     default: break;
   }
   throw InternalError("gpu emitter: control op " + std::string(op.info().name));
+}
+
+std::string scoped_swizzle_macro(ValueId v) { return "PL_SMEM_SWIZZLED_V" + std::to_string(v); }
+
+// A Pallas thread's own run_scoped array a, from its tile arena (swizzled ones on a 1024-byte
+// boundary: the swizzle's pattern repeats every 8 rows of 128 bytes); declares r.ptr.
+std::pair<int64_t, int64_t> Emitter::own_scoped_array(ValueId a, RefInfo& r) {
+  const ir::Type& t = type(a);
+  const int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
+  const bool swizzled = ctx_.swizzled_own_scoped && ctx_.swizzled_own_scoped->count(a) > 0;
+  const int64_t off = ctx_.arena->alloc(bytes, swizzled ? 1024 : 16);
+  line(ctype(t.dtype) + "* " + r.ptr + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " + std::to_string(off) + ");");
+  if (swizzled) make_swizzled(r, scoped_swizzle_macro(a));
+  return {off, bytes};
 }
 
 std::string make_swizzled(RefInfo& ref, const std::string& macro) {
@@ -1164,12 +1174,12 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
            " + i); pl_mbar_init(" + r.ptr + " + i, " + std::to_string(layout.arrivals[i]) + "); }");
     } else {
       const std::string T = ctype(t.dtype);
-      const int64_t bytes = n * itemsize(t.dtype);
-      int64_t off = layout.where[i];
-      if (off < 0) own.emplace_back(off = ctx_.arena->alloc(bytes), bytes);
-      line(T + "* " + r.ptr + " = (" + T + "*)(" + (layout.where[i] >= 0 ? std::string("cta_arena") : ctx_.arena_base) +
-           " + " + std::to_string(off) + ");");
-      if (!layout.swizzled[i].empty()) make_swizzled(r, layout.swizzled[i]);  // (every element filled alike below)
+      if (layout.where[i] < 0) {
+        own.push_back(own_scoped_array(body.args[i], r));
+      } else {
+        line(T + "* " + r.ptr + " = (" + T + "*)(cta_arena + " + std::to_string(layout.where[i]) + ");");
+        if (!layout.swizzled[i].empty()) make_swizzled(r, layout.swizzled[i]);  // (every element filled alike below)
+      }
       const std::string tid = layout.shared ? "pl_cta_tid()" : "pl_tid()", nthreads = layout.shared ? "pl_cta_nthreads()" : "pl_nthreads()";
       line("for (pl_i64 e = " + tid + "; e < " + std::to_string(n) + "; e += " + nthreads + ") " + r.ptr + "[e] = " +
            uninitialized_literal(t.dtype) + ";");

@@ -177,6 +177,8 @@ struct ValueInfo {
 // (swizzled_smem_tiles; rows wider than 128 bytes are panels); returns the macro's #define: the
 // rows' bytes, at most 128, where wgmma runs, else 0 (row-major).
 std::string make_swizzled(RefInfo& ref, const std::string& macro);
+// The swizzle macro of a run_scoped SMEM array (value v of the scope's region).
+std::string scoped_swizzle_macro(ir::ValueId v);
 
 // Where a run_scoped's buffers live when the scope has barriers or is shared by the CTA's Pallas
 // threads (collective over the thread axis; with one Pallas thread per CTA every scope with
@@ -233,6 +235,9 @@ struct EmitContext {
   int group_threads = 0;  // pl_nthreads() of the generated unit (0: unknown)
   int num_groups = 1;     // Pallas threads per CTA (GeneratedKernel::num_groups)
   const std::map<const ir::Op*, ScopedLayout>* scoped_layouts = nullptr;  // (ScopedLayout)
+  // A Pallas thread's own run_scoped SMEM arrays kept swizzled where wgmma runs: allocated from
+  // its tile arena on a 1024-byte boundary, named by PL_SMEM_SWIZZLED_V<value> (own_scoped_array).
+  const std::set<ir::ValueId>* swizzled_own_scoped = nullptr;
   RegisterReallocation registers;  // (set_max_registers)
 };
 
@@ -373,6 +378,8 @@ class Emitter {
   void with_team_scratch(bool wide, const std::string& A, int64_t acc_bytes,
                          const std::function<void(const std::string& scratch)>& use);
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
+  // A Pallas thread's own scoped array: (offset, bytes) in its tile arena, released at the end.
+  std::pair<int64_t, int64_t> own_scoped_array(ir::ValueId a, RefInfo& r);
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
                                           const std::vector<std::string>& holders);
   void emit_scope_body(const ir::Op& op, const std::vector<std::string>& holders);

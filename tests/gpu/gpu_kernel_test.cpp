@@ -366,6 +366,43 @@ TEST(GpuKernel, SharedMemoryScratchStaysInSharedMemoryUpToTheLimit) {
   EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:");
 }
 
+// The largest SMEM scratch a kernel with one barrier is generated for leaves room for the static
+// shared memory as ptxas lays it out: the barrier's 8 bytes padded to the 128-byte boundary where
+// dynamic shared memory starts (without TMA the arena is in 16-byte steps, so 8 bytes of barrier
+// beside it would pass a check that counted them as 8, and the launch's cuFuncSetAttribute fail).
+TEST(GpuKernelErrors, TheSharedMemoryCheckCountsTheBarriersPadding) {
+  plgpu::CodegenOptions no_tma;
+  no_tma.tma = false;
+  auto generated = [&](int64_t floats) -> std::optional<plgpu::GeneratedKernel> {
+    try {  // (the kernel's own check counts the scratch alone; the generator's the whole CTA)
+      pl::PallasCall call = plgpu::kernel(
+          [](pl::Ref x, pl::Ref out, pl::Ref buf, pl::Ref bar) {
+            plgpu::copy_gmem_to_smem(x, buf.at(pl::ds(0, 64)), bar);
+            plgpu::barrier_wait(bar);
+            out[pl::all] = buf.at(pl::ds(0, 64))[pl::all];
+          },
+          {pl::ShapeDtype({64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+          run_on("mosaic_gpu", {plgpu::SMEM({floats}, pl::f32), plgpu::Barrier{}}));
+      std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({64}, pl::f32)});
+      return plgpu::generate_cuda(*tc, tc->grid_mapping.grid, no_tma);
+    } catch (const pl::Error& e) {
+      EXPECT_CONTAINS(std::string(e.what()), "exceeds available shared memory");
+      return std::nullopt;
+    }
+  };
+  int64_t lo = 64, hi = 227 * 1024 / 4;  // generated for lo floats, not for hi
+  ASSERT_TRUE(generated(lo).has_value());
+  ASSERT_FALSE(generated(hi).has_value());
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (generated(mid) ? lo : hi) = mid;
+  }
+  const plgpu::GeneratedKernel k = *generated(lo);
+  EXPECT_TRUE(k.arena_in_shared);
+  EXPECT_LE(k.dynamic_shared_bytes(true) + 128, 227 * 1024);  // 128: one barrier, padded
+  EXPECT_GT(k.dynamic_shared_bytes(true) + 128 + 16, 227 * 1024) << "(the largest scratch: 16 bytes more fail)";
+}
+
 // Reductions inside the Pallas threads of a gpu::kernel: each warpgroup's teams shuffle and meet
 // in its own part of the arena, and sync on its own barrier. Two Pallas threads reduce one row of x
 // each (a sum to a scalar: one team of the whole warpgroup; 8 maxima and argmaxes of 125: teams
@@ -2530,4 +2567,66 @@ TEST_P(GpuKernelBoth, AScopeHoldsAProductsOperandsAndAccumulator) {
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "scoped_wgmma.cu", arch)) << arch;
   if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
   EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "HGMMA");
+}
+
+// A Pallas thread's own scopes (with a barrier: laid out, the arrays still the thread's; without:
+// plain) hold its product's operands; one or two Pallas threads per CTA, each its own rows of a.
+TEST_P(GpuKernelBoth, EachThreadsOwnScopeHoldsItsProductsOperands) {
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    pl::PallasCall call = plgpu::kernel(
+        [](pl::Ref a, pl::Ref b, pl::Ref copied, pl::Ref stored) {
+          pl::Value rows = plgpu::axis_index("wg") * 64;
+          pl::run_scoped({plgpu::SMEM({64, 64}, pl::bf16), plgpu::SMEM({64, 64}, pl::bf16), plgpu::ACC({64, 64}),
+                          plgpu::Barrier{.num_arrivals = 2}},
+                         [&](std::vector<pl::Ref> s) {
+                           plgpu::copy_gmem_to_smem(a.at(pl::ds(rows, 64)), s[0], s[3]);
+                           plgpu::copy_gmem_to_smem(b, s[1], s[3]);
+                           plgpu::barrier_wait(s[3]);
+                           s[2][pl::all] = pl::full({64, 64}, pl::f32, 0.0);
+                           plgpu::wgmma(s[2], s[0], s[1]);
+                           plgpu::wgmma_wait(0);
+                           copied.at(pl::ds(rows, 64))[pl::all] = s[2][pl::all];
+                           return std::vector<pl::Value>{};
+                         });
+          // (The last array, 1040 bytes, leaves a thread's tiles short of a whole KiB.)
+          pl::run_scoped({plgpu::SMEM({64, 64}, pl::bf16), plgpu::SMEM({64, 64}, pl::bf16), plgpu::ACC({64, 64}),
+                          plgpu::SMEM({260}, pl::f32)},
+                         [&](std::vector<pl::Ref> s) {
+                           s[0][pl::all] = a.at(pl::ds(rows, 64))[pl::all];
+                           s[1][pl::all] = b[pl::all] * 2.0f;
+                           s[2][pl::all] = pl::full({64, 64}, pl::f32, 0.0);
+                           plgpu::wgmma(s[2], s[0], s[1]);
+                           plgpu::wgmma_wait(0);
+                           stored.at(pl::ds(rows, 64))[pl::all] = s[2][pl::all];
+                           return std::vector<pl::Value>{};
+                         });
+        },
+        {pl::ShapeDtype({64 * threads, 64}, pl::f32), pl::ShapeDtype({64 * threads, 64}, pl::f32)},
+        plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = threads, .thread_name = "wg"},
+        run_on(GetParam(), {}));
+    const pl::Array a = random_f32({64 * threads, 64}, 3).astype(pl::bf16), b = random_f32({64, 64}, 4).astype(pl::bf16);
+    const std::vector<pl::Array> outs = call(a, b);
+    expect_product_of(a, b, outs.at(0));
+    std::vector<double> twice_b = b.to_doubles();
+    for (double& v : twice_b) v *= 2;  // (exact in bf16)
+    expect_product_of(a, pl::Array::from_values(b.shape(), pl::bf16, twice_b), outs.at(1));
+    if (GetParam() != "gpu_emulate") continue;
+    // Compiled, all four operands are swizzled tiles in the thread's tile arena (1024-byte
+    // boundaries; each Pallas thread's copy a whole number of KiB further): no staging copy.
+    std::shared_ptr<const pl::TracedCall> tc = call.trace({a.shape_dtype(), b.shape_dtype()});
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    EXPECT_EQ(k.tensor_core_dots, 2);
+    EXPECT_EQ(k.staged_tensor_core_dots, 0);
+    const std::regex macro(R"(#define PL_SMEM_SWIZZLED_V\d+ \(PL_HAS_WGMMA \? 128 : 0\))");
+    EXPECT_EQ(std::distance(std::sregex_iterator(k.source.begin(), k.source.end(), macro), std::sregex_iterator()), 4)
+        << k.source.substr(0, 4000);
+    std::smatch group_bytes;
+    ASSERT_TRUE(std::regex_search(k.source, group_bytes, std::regex(R"(#define PL_GROUP_TILE_BYTES (\d+)LL)")));
+    EXPECT_EQ(std::stoll(group_bytes[1]) % 1024, 0);
+    if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "own_scope_wgmma.cu", arch)) << arch;
+    if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+    EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "HGMMA");
+  }
 }
