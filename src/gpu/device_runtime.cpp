@@ -907,6 +907,12 @@ PL_DEV pl_u64 pl_now_ns() {
              std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 PL_DEV void pl_backoff() { std::this_thread::yield(); }
+// (The GPU's blocks for a while in hardware; emulated threads let the others run.)
+PL_DEV bool pl_mbar_try_wait(pl_u64* b, pl_u32 parity) {
+  if (pl_mbar_test(b, parity)) return true;
+  pl_backoff();
+  return false;
+}
 static pl_u64 pl_wait_limit_ns() {
   const char* v = getenv("PALLAS_GPU_WAIT_TIMEOUT_MS");
   return (v && *v ? (pl_u64)atoll(v) : PL_WAIT_LIMIT_MS) * 1000000ull;
@@ -939,6 +945,27 @@ PL_DEV bool pl_mbar_test(pl_u64* b, pl_u32 parity) {
                : "=r"(done) : "r"(pl_smem_u32(b)), "r"(parity) : "memory");
   return done != 0;
 }
+// Like pl_mbar_test, but on sm_90 the thread is suspended in hardware until the phase completes
+// or a time limit of the hardware's passes (CUTLASS's ClusterBarrier::wait loops on it): it wakes
+// as the phase completes, where a poll with a sleep between tests would wake up to a sleep late.
+// Before sm_90 (no try_wait) a test and a short sleep.
+PL_DEV bool pl_mbar_try_wait(pl_u64* b, pl_u32 parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pl_u32 done;
+#if PL_CLUSTER_CTAS > 1
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(done) : "r"(pl_smem_u32(b)), "r"(parity) : "memory");
+#else
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(done) : "r"(pl_smem_u32(b)), "r"(parity) : "memory");
+#endif
+  return done != 0;
+#else
+  if (pl_mbar_test(b, parity)) return true;
+  asm volatile("nanosleep.u32 64;");
+  return false;
+#endif
+}
 PL_DEV pl_u64 pl_now_ns() {
   pl_u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -962,10 +989,8 @@ PL_DEV bool pl_mbar_wait(pl_u64* b, pl_u32* phases, pl_i64 i, const pl_i64* err)
   const pl_u32 parity = (phases[i >> 5] >> (i & 31)) & 1u;
   if (!pl_mbar_test(b, parity)) {
     const pl_u64 start = pl_now_ns(), limit = pl_wait_limit_ns();
-    while (!pl_mbar_test(b, parity)) {
+    while (!pl_mbar_try_wait(b, parity))
       if (pl_error_recorded(err) || pl_now_ns() - start > limit) return false;
-      pl_backoff();
-    }
   }
   phases[i >> 5] ^= 1u << (i & 31);
   return true;
