@@ -204,6 +204,10 @@ Value semaphore_read(const Ref& sem, Loc loc = Loc::current());
 // N a multiple of 8 up to 256, K a multiple of 32 bytes' worth of elements. Read acc only after
 // wgmma_wait.
 void wgmma(const Ref& acc, const Ref& a, const Ref& b, Loc loc = Loc::current());
+// The same with a in registers (a value, as Mosaic GPU's wgmma takes an array for a): its value
+// when the wgmma is issued, so it may be computed just before (attention's softmax(q k^T) @ v)
+// and nothing waits to reuse it. On the GPU it is staged into shared memory for wgmma.
+void wgmma(const Ref& acc, const Value& a, const Ref& b, Loc loc = Loc::current());
 // Waits until at most `n` of this thread's wgmmas are still running.
 void wgmma_wait(int n, Loc loc = Loc::current());
 // setmaxnreg: raises or lowers this warpgroup's registers per thread (24..256, a multiple of 8);

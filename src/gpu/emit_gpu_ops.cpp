@@ -722,8 +722,14 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     }
     case OpCode::GpuWgmma: {
       const RefInfo& acc = ref_operand(*this, op, 0);
-      const RefInfo& a = ref_operand(*this, op, 1);
       const RefInfo& b = ref_operand(*this, op, 2);
+      // a in registers: its tile (row-major in the group's arena; not swizzled, so staged for
+      // wgmma, which copies it before the instruction is issued: nothing reads the tile after).
+      const ValueInfo& av = info(op.operands[1]);
+      PALLAS_INTERNAL_CHECK(av.kind == ValueInfo::Kind::Ref || av.kind == ValueInfo::Kind::Tile,
+                            "wgmma's a is neither a Ref nor a tile");
+      const ir::Type& at = type(op.operands[1]);
+      const RefInfo a = av.kind == ValueInfo::Kind::Ref ? av.ref : RefInfo{av.name, at.dtype, at.shape, contiguous_strides(at.shape)};
       const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
       const AccumulatorRegisters* kacc = kernel_acc(op.operands[0]);
       before_mem_read();

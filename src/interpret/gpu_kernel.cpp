@@ -783,7 +783,9 @@ class GpuThreadInterpreter : public eval::Interpreter {
     VectorClock after = clock_;
     tpu_interpret::merge_into(after, last_wgmma_);  // wgmmas chain on the accumulator in order
     const Actor mma = new_actor(after, "the wgmma");
-    record(op, ref(op.operands[1]), false, mma);
+    // a is an SMEM Ref the wgmma reads while it runs, or a value (registers) taken as it is issued.
+    const bool a_in_registers = !kernel().type(op.operands[1]).is_ref;
+    if (!a_in_registers) record(op, ref(op.operands[1]), false, mma);
     record(op, ref(op.operands[2]), false, mma);
     record(op, acc_ref, true, mma);
     last_wgmma_ = mma.clock;
@@ -794,7 +796,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
     dims.set(AttrKey::LhsBatch, ir::Ints{});
     dims.set(AttrKey::RhsBatch, ir::Ints{});
     dims.set(AttrKey::DTypeAttr, DType::F32);
-    const Array product = eval::dot_general(eval::read(ref(op.operands[1])), eval::read(ref(op.operands[2])), dims);
+    const Array product =
+        eval::dot_general(a_in_registers ? array(op.operands[1]) : eval::read(ref(op.operands[1])), eval::read(ref(op.operands[2])), dims);
     const Array sum = eval::binary(OpCode::Add, eval::convert(eval::read(acc_ref), DType::F32), product);
     eval::write(acc_ref, eval::convert(sum, acc_ref.dtype));
   }

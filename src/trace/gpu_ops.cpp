@@ -373,6 +373,10 @@ void wgmma(const Ref& acc, const Ref& a, const Ref& b, Loc loc) {
   trace::add_op(OpCode::GpuWgmma, {acc.handle(), a.handle(), b.handle()}, {}, loc);
 }
 
+void wgmma(const Ref& acc, const Value& a, const Ref& b, Loc loc) {
+  trace::add_op(OpCode::GpuWgmma, {acc.handle(), a, b.handle()}, {}, loc);
+}
+
 void wgmma_wait(int n, Loc loc) {
   Attrs a;
   a.set(AttrKey::N, int64_t{n});

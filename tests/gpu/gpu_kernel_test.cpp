@@ -522,6 +522,47 @@ TEST_P(GpuKernelBoth, WgmmaAccumulatesBf16ProductsInF32) {
   expect_product_of(a, b, call(a, b).at(0));
 }
 
+// wgmma's a in registers (attention's p @ v): a value the kernel computes, taken when the wgmma is
+// issued — the second step computes its p while the first step's wgmma may still run.
+TEST_P(GpuKernelBoth, WgmmaTakesItsLeftOperandFromRegisters) {
+  constexpr int M = 64, K = 64, N = 32, kSteps = 2;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref v, pl::Ref out, pl::Ref v_s, pl::Ref acc, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(v, v_s, bar);
+        plgpu::barrier_wait(bar);
+        acc[pl::all] = pl::zeros({M, N}, pl::f32);
+        for (int step = 0; step < kSteps; ++step) {
+          pl::Value p = (x.at(pl::ds(step * M, M), pl::all)[pl::all] * 0.5f + float(step)).astype(pl::bf16);
+          plgpu::wgmma(acc, p, v_s);
+          plgpu::wgmma_wait(1);
+        }
+        plgpu::wgmma_wait(0);
+        out[pl::all] = acc[pl::all];
+      },
+      {pl::ShapeDtype({M, N}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+      run_on(GetParam(), {plgpu::SMEM({K, N}, pl::bf16), plgpu::ACC({M, N}), plgpu::Barrier{}}));
+  const pl::Array x = random_f32({kSteps * M, K}, 31), v = random_f32({K, N}, 32).astype(pl::bf16);
+  const pl::Array out = call(x, v).at(0);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double want = 0;
+      for (int step = 0; step < kSteps; ++step)
+        for (int k = 0; k < K; ++k) {
+          const double p = pl::Array::from_values({}, pl::bf16, {x.get({step * M + i, k}) * 0.5 + step}).get({});
+          want += p * v.get({k, j});
+        }
+      EXPECT_NEAR(out.get({i, j}), want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+    }
+  if (GetParam() != "gpu_emulate") return;
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype(), v.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.tensor_core_dots, kSteps);
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "wgmma_a_regs.cu", arch)) << arch;
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "HGMMA");
+}
+
 // A gpu::kernel without the primitives compiles: its grid axes become parallel CTAs. Here the
 // generated CUDA runs under host emulation (the same source NVRTC compiles for a GPU).
 TEST(GpuKernel, PlainKernelRunsCompiledUnderHostEmulation) {
@@ -1426,6 +1467,17 @@ TEST(GpuKernelErrors, PrimitivesCheckTheirOperandsAtTheUsersLine) {
                   }); });
   EXPECT_CONTAINS(e, "M (acc rows) must be a multiple of 64");
   EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 3));
+  // a in registers takes the same rules: b's dtype, M x K.
+  auto run_acc64 = [](std::function<void(pl::Ref, pl::Ref)> body) {
+    pl::PallasCall call = plgpu::kernel([body](pl::Ref acc, pl::Ref b16) { body(acc, b16); }, {}, plgpu::Mesh{},
+                                        interpreted({plgpu::ACC({64, 8}), plgpu::SMEM({16, 8}, pl::bf16)}));
+    call();
+  };
+  e = error_of([&] { run_acc64([](pl::Ref acc, pl::Ref b16) { plgpu::wgmma(acc, pl::zeros({64, 16}, pl::f32), b16); }); });
+  EXPECT_CONTAINS(e, "a and b need the same dtype, got f32[64,16] and ref<bf16[16,8], gpu_smem>");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(__LINE__ - 2));
+  EXPECT_CONTAINS(error_of([&] { run_acc64([](pl::Ref acc, pl::Ref b16) { plgpu::wgmma(acc, pl::zeros({64, 32}, pl::bf16), b16); }); }),
+                  "shapes do not chain");
   EXPECT_CONTAINS(error_of([&] { run([](pl::Ref, pl::Ref, pl::Ref, pl::Ref, pl::Ref) {
                     plgpu::set_max_registers(20, false);
                   }); }),
