@@ -1311,6 +1311,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // The runtime takes the block size as the constant PL_CTA_THREADS; a hand launch with another
   // (of this source compiled by nvcc) stops here instead of computing garbage.
   src << "  if (blockDim.x != PL_CTA_THREADS || blockDim.y * blockDim.z != 1) __trap();\n";
+  if (!out.tensor_maps.empty()) src << "  pl_prefetch_tensor_maps(p.tmap, " << out.tensor_maps.size() << ", p.tma_ok);\n";
   if (swizzled_smem) {
     // The swizzle's pattern comes from the address bits: the slots' and the swizzled tiles'
     // offsets are multiples of 1024 from a base that __align__(PL_SMEM_ALIGN) should put on a

@@ -1474,7 +1474,20 @@ template <int R> PL_DEV void pl_tma_store(const PlTensorMap* map, const int (&c)
   if constexpr (R == 5) PL_TMA_STORE(5, "{%2, %3, %4, %5, %6}", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
 #undef PL_TMA_STORE
 }
+#endif
+// At the kernel's entry: one thread brings the encoded tensor maps (bit m of `ok`) into the TMA
+// unit's descriptor cache, so that a CTA's first copies do not wait for their map's fetch
+// (CUTLASS's prefetch_tma_descriptor). Nothing to do in emulation or without TMA.
+PL_DEV void pl_prefetch_tensor_maps(const PlTensorMap* maps, int n, pl_u64 ok) {
+#if PL_HAS_BULK_COPY && !PL_HOST_EMULATION
+  if (threadIdx.x == 0)
+    for (int m = 0; m < n; ++m)
+      if ((ok >> m) & 1u) asm volatile("prefetch.tensormap [%0];" ::"l"(maps + m) : "memory");
 #else
+  (void)maps, (void)n, (void)ok;
+#endif
+}
+#if !PL_HOST_EMULATION && !PL_HAS_BULK_COPY
 template <int R> PL_DEV void pl_tma_load(void*, const PlTensorMap*, const int (&)[R], pl_u64*) {}
 template <int R> PL_DEV void pl_tma_load_multicast(void*, const PlTensorMap*, const int (&)[R], pl_u64*, pl_u32) {}
 template <int R> PL_DEV void pl_tma_store(const PlTensorMap*, const int (&)[R], const void*) {}

@@ -552,6 +552,8 @@ TEST(GpuCodegenOps, WgmmaOfTheRegisterAccumulatorRunsIntoTheNextStep) {
     // and thread 0's expect-tx arrival on the slot's barrier.
     EXPECT_CONTAINS(sass, "UTMALDG.2D");
     EXPECT_CONTAINS(sass, "SYNCS.ARRIVE.TRANS");
+    // The kernel's entry prefetches both tensor maps into the TMA unit's cache.
+    EXPECT_EQ(count_of(sass, "UTMACCTL.PF"), 2) << sass.substr(0, 3000);
   }
 }
 
