@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -146,6 +145,7 @@ void fill_from_stream(int64_t units, detail::Xoshiro256ss rng, Skip skip, Fill f
   const int64_t cores = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 64);
   const int64_t threads = std::clamp<int64_t>(units / kMinUnitsPerThread, 1, cores);
   std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(threads - 1));  // (so that adding a thread cannot throw past the others)
   int64_t begin = 0;
   for (int64_t t = 0; t < threads; ++t) {
     const int64_t end = units * (t + 1) / threads;
@@ -154,8 +154,8 @@ void fill_from_stream(int64_t units, detail::Xoshiro256ss rng, Skip skip, Fill f
     } else {
       try {
         workers.emplace_back(fill, begin, end, rng);
-      } catch (const std::system_error&) {
-        fill(begin, end, rng);  // no thread to be had: this range here, serially
+      } catch (...) {  // no thread to be had (system_error, bad_alloc): this range here, serially
+        fill(begin, end, rng);
       }
       for (int64_t u = begin; u < end; ++u) skip(rng);
     }

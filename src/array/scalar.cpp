@@ -1,6 +1,7 @@
 // pallas::Scalar: exact storage of one value of any dtype, and the `convert` rules.
 #include <bit>
 #include <charconv>
+#include <cfenv>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -28,10 +29,17 @@ FloatFormat format_of(DType t) {
 // Rounds `v` to the float dtype t and returns the (exact) double value of the result.
 double round_to_dtype(double v, DType t) {
   if (t == DType::F64) return v;
-  // IEEE-754 specifies double -> float conversion exactly (round to nearest, ties to even), so
-  // the hardware's is the same as round_to_format's, several times faster. NaNs keep the
-  // portable path, which fixes their payload and quiet bit.
-  if (t == DType::F32 && !std::isnan(v)) return static_cast<float>(v);
+  // IEEE-754 specifies double -> float conversion exactly (in the default rounding, to nearest,
+  // ties to even), so the hardware's is round_to_format's, several times faster — where the
+  // result is a normal float: subnormal results are what flush-to-zero (-ffast-math in the
+  // program) changes, values past FLT_MAX would be an undefined cast, and another rounding mode
+  // set with fesetround changes every inexact result. Those, and NaNs (their payload and quiet
+  // bit), keep the portable path, which depends on none of it.
+  constexpr double kMinNormal = 0x1p-126, kMaxFinite = 0x1.fffffep127;
+  const double magnitude = std::fabs(v);
+  if (t == DType::F32 && magnitude >= kMinNormal && magnitude <= kMaxFinite && std::fegetround() == FE_TONEAREST)
+    return static_cast<float>(v);
+  if (t == DType::F32 && v == 0) return v;  // (exact, either sign)
   const FloatFormat fmt = format_of(t);
   return detail::format_bits_to_double(detail::double_to_format_bits(v, fmt), fmt);
 }

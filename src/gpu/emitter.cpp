@@ -137,11 +137,18 @@ std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides, c
 int64_t Arena::alloc(int64_t bytes, int64_t align) {
   bytes = std::max<int64_t>(16, (bytes + 15) / 16 * 16);
   for (size_t i = 0; i < free_.size(); ++i) {
-    if (free_[i].bytes < bytes || free_[i].offset % align != 0) continue;
-    int64_t off = free_[i].offset;
-    free_[i].offset += bytes;
-    free_[i].bytes -= bytes;
-    if (free_[i].bytes == 0) free_.erase(free_.begin() + static_cast<long>(i));
+    // The first aligned place in the range (its head below stays free: an aligned array need not
+    // pass over a range whose start a small tile took).
+    const Range r = free_[i];
+    const int64_t off = (r.offset + align - 1) / align * align, tail = r.offset + r.bytes - (off + bytes);
+    if (tail < 0) continue;
+    if (off == r.offset) {
+      free_[i] = {off + bytes, tail};
+      if (tail == 0) free_.erase(free_.begin() + static_cast<long>(i));
+    } else {
+      free_[i].bytes = off - r.offset;
+      if (tail > 0) free_.insert(free_.begin() + static_cast<long>(i) + 1, {off + bytes, tail});
+    }
     return off;
   }
   int64_t off = (top_ + align - 1) / align * align;

@@ -15,6 +15,7 @@
 #include "gpu/backend.h"
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
+#include "gpu/emitter.h"
 #include "gpu/host_emulation.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "pallas/tpu.h"
@@ -37,6 +38,25 @@ ex::Problem small(const std::string& name, DType dtype = DType::F32) {
 }
 
 std::vector<int64_t> static_grid(const TracedCall& tc) { return tc.grid_mapping.grid; }
+
+// The arena's first-fit: an aligned array takes the first aligned place inside a free range
+// (a small tile took the range's start), keeping the head and the tail free; 16-byte allocations
+// take a range's start, as before.
+TEST(GpuCodegen, TheArenaPlacesAlignedArraysInsideFreeRanges) {
+  gpu::detail::Arena arena;
+  EXPECT_EQ(arena.alloc(1024), 0);
+  const int64_t scope = arena.alloc(32768, 1024);  // a scope's swizzled array, freed below
+  EXPECT_EQ(scope, 1024);
+  EXPECT_EQ(arena.alloc(16), 33792);  // a tile that stays
+  arena.release(scope, 32768);
+  arena.on_barrier();                         // free: [1024, 33792)
+  EXPECT_EQ(arena.alloc(16), 1024);           // a small tile takes the range's start
+  EXPECT_EQ(arena.alloc(8192, 1024), 2048);   // inside the range, not on top
+  EXPECT_EQ(arena.alloc(16), 1040);           // the head before it stays free
+  EXPECT_EQ(arena.alloc(4096, 1024), 10240);  // the next aligned place: in the tail
+  EXPECT_EQ(arena.peak(), 33808);             // the arena did not grow
+  EXPECT_EQ(arena.alloc(40000, 1024), 34816); // no room inside: on top, aligned
+}
 
 TEST(GpuCodegen, EveryGpuExampleRunsUnderHostEmulation) {
   for (const std::string& name : kGpuExamples) {

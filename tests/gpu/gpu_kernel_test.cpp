@@ -557,6 +557,12 @@ TEST_P(GpuKernelBoth, WgmmaTakesItsLeftOperandFromRegisters) {
   std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype(), v.shape_dtype()});
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_EQ(k.tensor_core_dots, kSteps);
+  // With a whole warpgroup of host threads the products run as emulated wgmma instructions, a
+  // staged through shared memory: each step one 64 x 32 block over K = 64, 4 k16 instructions.
+  pl::gpu::HostEmulationStats stats;
+  const pl::Array on_wgmma = pl::gpu::run_host_emulation(*tc, k, {x, v}, tc->grid_mapping.grid, 128, &stats).at(0);
+  EXPECT_EQ(stats.wgmma_instructions, kSteps * K / 16);
+  for (int64_t e = 0; e < M * N; ++e) EXPECT_NEAR(on_wgmma.get_flat(e), out.get_flat(e), 1e-4 * (1 + std::abs(out.get_flat(e)))) << e;
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "wgmma_a_regs.cu", arch)) << arch;
   if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
@@ -2676,6 +2682,14 @@ TEST_P(GpuKernelBoth, EachThreadsOwnScopeHoldsItsProductsOperands) {
     std::smatch group_bytes;
     ASSERT_TRUE(std::regex_search(k.source, group_bytes, std::regex(R"(#define PL_GROUP_TILE_BYTES (\d+)LL)")));
     EXPECT_EQ(std::stoll(group_bytes[1]) % 1024, 0);
+    // Whole warpgroups of host threads: the products are emulated wgmma instructions reading the
+    // swizzled arrays in place (each product one 64 x 64 block over K = 64: 4 k16 instructions).
+    pl::gpu::HostEmulationStats stats;
+    const std::vector<pl::Array> on_wgmma =
+        pl::gpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128 * threads, &stats);
+    EXPECT_EQ(stats.wgmma_instructions, 2 * threads * 4);
+    expect_product_of(a, b, on_wgmma.at(0));
+    expect_product_of(a, pl::Array::from_values(b.shape(), pl::bf16, twice_b), on_wgmma.at(1));
     if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "own_scope_wgmma.cu", arch)) << arch;
     if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
