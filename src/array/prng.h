@@ -31,6 +31,10 @@ class Xoshiro256ss {
   uint64_t s_[4];
 };
 
+// The most threads Array::random_normal / random_uniform fill an array with (0: the cores); the
+// values do not depend on it. Tests set it to reach more ranges than CI's cores give.
+int& random_fill_threads();
+
 // Natural logarithm of a finite, positive, normal x; accurate to a few ulp.
 double det_log(double x);
 // sin and cos of 2*pi*u for u in [0, 1); accurate to a few ulp.

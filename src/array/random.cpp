@@ -41,6 +41,11 @@ double Xoshiro256ss::next_double() {
   return static_cast<double>(next() >> 11) * 0x1p-53;  // exact: a 53-bit integer times 2^-53
 }
 
+int& random_fill_threads() {
+  static int threads = 0;
+  return threads;
+}
+
 namespace {
 // next_below(n) rejects the lowest (2^64 mod n) outputs so that every residue is equally likely.
 uint64_t rejection_threshold(uint64_t n) { return (0 - n) % n; }
@@ -142,7 +147,8 @@ double largest_below(double hi, DType t) {
 template <class Skip, class Fill>
 void fill_from_stream(int64_t units, detail::Xoshiro256ss rng, Skip skip, Fill fill) {
   constexpr int64_t kMinUnitsPerThread = int64_t{1} << 16;  // below this, a thread costs more
-  const int64_t cores = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 64);
+  const int forced = detail::random_fill_threads();
+  const int64_t cores = std::clamp<int64_t>(forced > 0 ? forced : std::thread::hardware_concurrency(), 1, 64);
   const int64_t threads = std::clamp<int64_t>(units / kMinUnitsPerThread, 1, cores);
   std::vector<std::thread> workers;
   workers.reserve(static_cast<size_t>(threads - 1));  // (so that adding a thread cannot throw past the others)

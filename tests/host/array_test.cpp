@@ -280,9 +280,14 @@ TEST(Array, RandomIsDeterministic) {
 }
 
 TEST(Array, LargeRandomArraysAreTheSerialStream) {
-  // Large arrays are filled by several threads (one per 2^16 values, up to the cores); every
-  // value must still be the serial stream's, which this recomputes one value after another.
-  const int64_t n = 300001;  // odd: the last Box-Muller pair has one value
+  // Large arrays are filled by several threads (one per 2^16 values, up to the cores; here 4,
+  // whatever the machine, so that ranges in the middle are filled too); every value must still
+  // be the serial stream's, which this recomputes one value after another.
+  struct Threads {
+    Threads() { detail::random_fill_threads() = 4; }
+    ~Threads() { detail::random_fill_threads() = 0; }
+  } four;
+  const int64_t n = 600001;  // odd: the last Box-Muller pair has one value; 4 ranges of each kind
   Array normal = Array::random_normal({n}, f32, 42, 1.0, 2.0);
   detail::Xoshiro256ss rng(42);
   for (int64_t k = 0; k < n; k += 2) {
