@@ -24,8 +24,11 @@ class Xoshiro256ss {
   double next_double();
   // Uniform integer in [0, n), unbiased (rejection); n > 0.
   uint64_t next_below(uint64_t n);
-  // Advances the generator exactly as next_below(n) would, without the result.
-  void skip_below(uint64_t n);
+  // next_below(n) rejects the draws below this (2^64 mod n): every residue is equally likely.
+  static uint64_t rejection_threshold(uint64_t n) { return (0 - n) % n; }
+  // Advances the generator exactly as next_below(n) would, without the result, given
+  // rejection_threshold(n) (a fill skipping many values computes it once).
+  void skip_below(uint64_t n_threshold);
 
  private:
   uint64_t s_[4];

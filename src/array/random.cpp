@@ -46,11 +46,6 @@ int& random_fill_threads() {
   return threads;
 }
 
-namespace {
-// next_below(n) rejects the lowest (2^64 mod n) outputs so that every residue is equally likely.
-uint64_t rejection_threshold(uint64_t n) { return (0 - n) % n; }
-}  // namespace
-
 uint64_t Xoshiro256ss::next_below(uint64_t n) {
   const uint64_t threshold = rejection_threshold(n);
   for (;;) {
@@ -59,9 +54,8 @@ uint64_t Xoshiro256ss::next_below(uint64_t n) {
   }
 }
 
-void Xoshiro256ss::skip_below(uint64_t n) {
-  const uint64_t threshold = rejection_threshold(n);
-  while (next() < threshold) {
+void Xoshiro256ss::skip_below(uint64_t n_threshold) {
+  while (next() < n_threshold) {
   }
 }
 
@@ -239,9 +233,10 @@ Array Array::random_uniform(Shape shape, DType dtype, uint64_t seed, double lo, 
       store(a, k, Scalar::of_uint(base + offset, DType::U64).convert_to(a.dtype()));
     }
   };
-  const auto skip = [full, n](detail::Xoshiro256ss& r) {
+  const uint64_t threshold = full ? 0 : detail::Xoshiro256ss::rejection_threshold(n);
+  const auto skip = [full, threshold](detail::Xoshiro256ss& r) {
     if (full) r.next();
-    else r.skip_below(n);
+    else r.skip_below(threshold);
   };
   fill_from_stream(a.size(), rng, skip, fill);
   return a;

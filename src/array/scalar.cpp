@@ -35,11 +35,13 @@ double round_to_dtype(double v, DType t) {
   // program) changes, values past FLT_MAX would be an undefined cast, and another rounding mode
   // set with fesetround changes every inexact result. Those, and NaNs (their payload and quiet
   // bit), keep the portable path, which depends on none of it.
-  constexpr double kMinNormal = 0x1p-126, kMaxFinite = 0x1.fffffep127;
-  const double magnitude = std::fabs(v);
-  if (t == DType::F32 && magnitude >= kMinNormal && magnitude <= kMaxFinite && std::fegetround() == FE_TONEAREST)
-    return static_cast<float>(v);
-  if (t == DType::F32 && v == 0) return v;  // (exact, either sign)
+  if (t == DType::F32) {
+    constexpr double kMinNormal = 0x1p-126, kMaxFinite = 0x1.fffffep127;
+    const double magnitude = std::fabs(v);
+    if (magnitude >= kMinNormal && magnitude <= kMaxFinite && std::fegetround() == FE_TONEAREST)
+      return static_cast<float>(v);
+    if (v == 0) return v;  // (exact, either sign)
+  }
   const FloatFormat fmt = format_of(t);
   return detail::format_bits_to_double(detail::double_to_format_bits(v, fmt), fmt);
 }

@@ -184,7 +184,7 @@ std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
       const bool a_in_registers = !c.operand(1).is_ref;
       if (!a_in_registers) expect_space(c, 1, MemorySpace::GpuShared, "a");
       expect_space(c, 2, MemorySpace::GpuShared, "b");
-      const Type& lhs = a_in_registers ? c.operand(1) : c.ref(1);
+      const Type& lhs = c.operand(1);
       const Type& rhs = c.ref(2);
       if (acc.rank() != 2 || lhs.rank() != 2 || rhs.rank() != 2)
         c.fail("acc, a and b must be 2-D (M x N, M x K, K x N), got " + acc.to_string() + ", " +

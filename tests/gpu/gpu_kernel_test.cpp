@@ -35,6 +35,22 @@ pl::Array random_f32(pl::Shape s, uint32_t seed) {
   return a;
 }
 
+// A generated unit with wgmma compiles with NVRTC for sm_90a and sm_80, and its sm_90a SASS has
+// HGMMA. Returns why it could not check ("": checked).
+std::string check_compiles_to_hgmma(const std::string& source, const char* name) {
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) return why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(source, name, arch)) << arch;
+  if (test_util::find_cuobjdump().empty()) return "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  EXPECT_CONTAINS(test_util::sass_of(source, "sm_90a"), "HGMMA");
+  return "";
+}
+
+// The run_scoped arrays a generated unit keeps in wgmma's 128-byte swizzle (their macros).
+std::ptrdiff_t swizzled_scope_arrays(const std::string& source) {
+  const std::regex macro(R"(#define PL_SMEM_SWIZZLED_V\d+ \(PL_HAS_WGMMA \? 128 : 0\))");
+  return std::distance(std::sregex_iterator(source.begin(), source.end(), macro), std::sregex_iterator());
+}
+
 // out (m x n, f32) is the product of a (m x k) and b (k x n): a plain double-precision loop over
 // the inputs' values.
 void expect_product_of(const pl::Array& a, const pl::Array& b, const pl::Array& out) {
@@ -563,10 +579,7 @@ TEST_P(GpuKernelBoth, WgmmaTakesItsLeftOperandFromRegisters) {
   const pl::Array on_wgmma = pl::gpu::run_host_emulation(*tc, k, {x, v}, tc->grid_mapping.grid, 128, &stats).at(0);
   EXPECT_EQ(stats.wgmma_instructions, kSteps * K / 16);
   for (int64_t e = 0; e < M * N; ++e) EXPECT_NEAR(on_wgmma.get_flat(e), out.get_flat(e), 1e-4 * (1 + std::abs(out.get_flat(e)))) << e;
-  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "wgmma_a_regs.cu", arch)) << arch;
-  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
-  EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "HGMMA");
+  if (std::string why = check_compiles_to_hgmma(k.source, "wgmma_a_regs.cu"); !why.empty()) GTEST_SKIP() << why;
 }
 
 // A gpu::kernel without the primitives compiles: its grid axes become parallel CTAs. Here the
@@ -2618,18 +2631,14 @@ TEST_P(GpuKernelBoth, AScopeHoldsAProductsOperandsAndAccumulator) {
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_EQ(k.tensor_core_dots, 1);
   EXPECT_EQ(k.staged_tensor_core_dots, 0);
-  const std::regex macro(R"(#define PL_SMEM_SWIZZLED_V\d+ \(PL_HAS_WGMMA \? 128 : 0\))");
-  EXPECT_EQ(std::distance(std::sregex_iterator(k.source.begin(), k.source.end(), macro), std::sregex_iterator()), 2)
-      << k.source.substr(0, 4000);
-  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "scoped_wgmma.cu", arch)) << arch;
-  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
-  EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "HGMMA");
+  EXPECT_EQ(swizzled_scope_arrays(k.source), 2) << k.source.substr(0, 4000);
+  if (std::string why = check_compiles_to_hgmma(k.source, "scoped_wgmma.cu"); !why.empty()) GTEST_SKIP() << why;
 }
 
 // A Pallas thread's own scopes (with a barrier: laid out, the arrays still the thread's; without:
 // plain) hold its product's operands; one or two Pallas threads per CTA, each its own rows of a.
 TEST_P(GpuKernelBoth, EachThreadsOwnScopeHoldsItsProductsOperands) {
+  std::string skipped;  // why the compiled unit could not be checked on this machine
   for (int threads : {1, 2}) {
     SCOPED_TRACE("threads " + std::to_string(threads));
     pl::PallasCall call = plgpu::kernel(
@@ -2676,9 +2685,7 @@ TEST_P(GpuKernelBoth, EachThreadsOwnScopeHoldsItsProductsOperands) {
     const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
     EXPECT_EQ(k.tensor_core_dots, 2);
     EXPECT_EQ(k.staged_tensor_core_dots, 0);
-    const std::regex macro(R"(#define PL_SMEM_SWIZZLED_V\d+ \(PL_HAS_WGMMA \? 128 : 0\))");
-    EXPECT_EQ(std::distance(std::sregex_iterator(k.source.begin(), k.source.end(), macro), std::sregex_iterator()), 4)
-        << k.source.substr(0, 4000);
+    EXPECT_EQ(swizzled_scope_arrays(k.source), 4) << k.source.substr(0, 4000);
     std::smatch group_bytes;
     ASSERT_TRUE(std::regex_search(k.source, group_bytes, std::regex(R"(#define PL_GROUP_TILE_BYTES (\d+)LL)")));
     EXPECT_EQ(std::stoll(group_bytes[1]) % 1024, 0);
@@ -2690,9 +2697,7 @@ TEST_P(GpuKernelBoth, EachThreadsOwnScopeHoldsItsProductsOperands) {
     EXPECT_EQ(stats.wgmma_instructions, 2 * threads * 4);
     expect_product_of(a, b, on_wgmma.at(0));
     expect_product_of(a, pl::Array::from_values(b.shape(), pl::bf16, twice_b), on_wgmma.at(1));
-    if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-    for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "own_scope_wgmma.cu", arch)) << arch;
-    if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
-    EXPECT_CONTAINS(test_util::sass_of(k.source, "sm_90a"), "HGMMA");
+    skipped = check_compiles_to_hgmma(k.source, "own_scope_wgmma.cu");
   }
+  if (!skipped.empty()) GTEST_SKIP() << skipped;  // (after both thread counts have run)
 }
