@@ -52,6 +52,9 @@ struct RunOptions {
   // record per CTA (gpu::CompilerParams::profile_dir / profile_space).
   std::string profile_dir;
   int profile_space = 256;
+  // gpu::CompilerParams::approx_math (gpu, gpu-emulate only; elsewhere a UsageError: the
+  // interpreters compute exactly whatever the flag says).
+  bool approx_math = false;
 
   // The grid of the gpu::kernel examples written for it (elsewhere a non-default value is a
   // UsageError): CTAs per cluster (0: the example's default; several need sm_90 or later on the

@@ -25,10 +25,14 @@ CallOptions on_backend(CallOptions opts, const RunOptions& run) {
   } else {
     throw UsageError("unknown backend '" + backend + "' (known: reference, tpu-interpret, gpu, gpu-emulate)");
   }
-  if (!run.profile_dir.empty()) {
-    if (backend != "gpu" && backend != "gpu-emulate")
+  if (!run.profile_dir.empty() || run.approx_math) {
+    const bool on_gpu = backend == "gpu" || backend == "gpu-emulate";
+    if (!on_gpu && !run.profile_dir.empty())
       throw UsageError("--profile needs --backend gpu or gpu-emulate (the on-device profiler), got '" + backend + "'");
-    // The GPU params the example gave (if any), with the profiler switched on.
+    if (!on_gpu)
+      throw UsageError("--approx-math needs --backend gpu or gpu-emulate (the interpreters compute exactly), got '" +
+                       backend + "'");
+    // The GPU params the example gave (if any), with the profiler or the approximate math switched on.
     gpu::CompilerParams params;
     if (opts.compiler_params) {
       if (const auto* p = std::get_if<gpu::CompilerParams>(&*opts.compiler_params))
@@ -39,8 +43,11 @@ CallOptions on_backend(CallOptions opts, const RunOptions& run) {
     } else if (auto it = opts.compiler_params_by_backend.find("mosaic_gpu"); it != opts.compiler_params_by_backend.end()) {
       params = std::get<gpu::CompilerParams>(it->second);
     }
-    params.profile_dir = run.profile_dir;
-    params.profile_space = run.profile_space;
+    if (!run.profile_dir.empty()) {
+      params.profile_dir = run.profile_dir;
+      params.profile_space = run.profile_space;
+    }
+    params.approx_math = params.approx_math || run.approx_math;
     opts.compiler_params_by_backend["mosaic_gpu"] = params;
   }
   return opts;

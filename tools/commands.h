@@ -24,6 +24,7 @@ struct ExampleArgs {
   // The GPU backends' on-device profiler (`pallas run --profile DIR`).
   std::string profile_dir;
   int profile_space = 256;
+  bool approx_math = false;  // `--approx-math`: gpu::CompilerParams::approx_math
   int cluster = 0;     // CTAs per cluster (`--cluster`; 0: the example's default)
   int cluster_rows = 0;  // CTAs per cluster along a second axis (`--cluster-rows`)
   int persistent = 0;  // CTAs of a persistent grid (`--persistent`; 0: none)

@@ -45,6 +45,11 @@ void add_backend_option(CLI::App* cmd, cli::ExampleArgs& args) {
       ->check(CLI::IsMember({"reference", "tpu-interpret", "gpu", "gpu-emulate"}));
 }
 
+void add_approx_math_option(CLI::App* cmd, cli::ExampleArgs& args) {
+  cmd->add_flag("--approx-math", args.approx_math,
+                "gpu, gpu-emulate: exp, log, tanh, sin, cos, rsqrt on the GPU's approximate instructions");
+}
+
 // The simulated TPU's knobs (valid with --backend tpu-interpret only; the examples check that).
 void add_tpu_interpret_options(CLI::App* cmd, cli::ExampleArgs& args, bool races) {
   cmd->add_option("--devices", args.devices, "simulated devices (multi-device examples)")
@@ -79,6 +84,7 @@ int main(int argc, char** argv) {
   run->add_option("--profile-space", args.profile_space, "region events each Pallas thread may record per CTA")
       ->check(CLI::Range(1, 1 << 20))
       ->needs(profile);
+  add_approx_math_option(run, args);
   CLI::App* ir = add_example_command(app, "ir", "print an example's traced kernel IR and grid mapping", args);
   // The TPU-only examples trace only for that backend, and the collectives' IR depends on
   // the number of devices.
@@ -91,12 +97,14 @@ int main(int argc, char** argv) {
   add_backend_option(bench, args);
   // No --detect-races: the detector's bookkeeping would be what gets timed.
   add_tpu_interpret_options(bench, args, /*races=*/false);
+  add_approx_math_option(bench, args);
 
   CLI::App* cuda = add_example_command(app, "cuda", "print the CUDA C++ the GPU backend generates for an example", args);
   cuda->add_option("--arch", args.arch, "the target of --compile (sm_90a, sm_80, compute_90a, ...)");
   cuda->add_flag("--compile", args.compile, "also compile it with NVRTC (reports size and time on stderr)");
   cuda->add_option("--image", args.image_path,
                    "with --compile: write the cubin (or PTX) there, e.g. for `cuobjdump -sass`");
+  add_approx_math_option(cuda, args);
 
   try {
     app.parse(argc, argv);

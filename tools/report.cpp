@@ -17,6 +17,7 @@ examples::RunOptions run_options(const ExampleArgs& args) {
           .detect_races = args.detect_races,
           .profile_dir = args.profile_dir,
           .profile_space = args.profile_space,
+          .approx_math = args.approx_math,
           .cluster = args.cluster,
           .cluster_rows = args.cluster_rows,
           .persistent = args.persistent,

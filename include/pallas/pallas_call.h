@@ -309,6 +309,14 @@ struct CompilerParams {
   // Clusters of a pallas_call's CTAs: not supported yet (an error naming it); a gpu::kernel takes
   // clusters in its Mesh (cluster, cluster_names).
   std::optional<std::vector<int64_t>> cluster;
+  // Lets the GPU backend compute exp, exp2, log, tanh, sin, cos and rsqrt of floats (f32, and
+  // f16 / bf16, computed in f32) with the GPU's approximate instructions (PTX ex2, lg2, tanh,
+  // sin, cos, rsqrt .approx: exp2 within 2 ulp, log2 within 2^-22.6 absolute, tanh about 2^-11
+  // relative, sin and cos 2^-20.9 absolute on [-pi, pi]; exp is exp2(x log2 e), whose error
+  // grows with |x|, and log is log2(x) ln 2). exp's subnormal results and log's subnormal inputs
+  // flush to zero. f64 stays exact, and so do the interpreters, where the flag changes nothing.
+  // Logistic, which is computed from exp, follows it. As Mosaic GPU's approx_math.
+  bool approx_math = false;
   // The on-device profiler (gpu::named_region, docs/GPU.md "Profiling"): how many region events
   // (an entry or an exit each) every Pallas thread may record per CTA — 0 turns it off — and the
   // directory each call's Chrome/Perfetto trace JSON is written to. Set both or neither.

@@ -189,6 +189,7 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
     o.profile_space = p.profile_space;
     if (p.max_concurrent_steps) o.default_buffer_count = *p.max_concurrent_steps;
     o.profile_dir = p.profile_dir;
+    o.approx_math = p.approx_math;
   }
   // A developer's switch for measuring what async wgmma brings (docs/GPU.md).
   if (const char* v = std::getenv("PALLAS_GPU_SYNC_WGMMA"); v && std::string(v) == "1") o.async_wgmma = false;
@@ -1111,6 +1112,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // where wgmma's descriptors can address it.
   if (gpu_kernel) src << "#define PL_HOST_ARENA_SPAN " << (out.arena_bytes + 1023) / 1024 * 1024 << "\n";
   if (out.profile_space > 0) src << "#define PL_PROF_SPACE " << out.profile_space << "\n";
+  if (opts.approx_math) src << "#define PL_APPROX_MATH 1\n";
   if (out.num_barriers > 0) src << "#define PL_NUM_MBARRIERS " << out.num_barriers << "\n";
   if (out.cluster_ctas > 1) src << "#define PL_CLUSTER_CTAS " << out.cluster_ctas << "\n";
   out.host_ctas = out.cluster_ctas;

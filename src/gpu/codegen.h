@@ -66,6 +66,9 @@ struct CodegenOptions {
   // The on-device profiler (gpu::CompilerParams::profile_space / profile_dir; gpu/profiler.h).
   int profile_space = 0;
   std::string profile_dir;
+  // gpu::CompilerParams::approx_math: float exp, exp2, log, tanh, sin, cos and rsqrt on the
+  // special function unit's approximate instructions (PL_APPROX_MATH in the device runtime).
+  bool approx_math = false;
   // A product accumulated in registers across the steps of a pipelined axis (the register
   // accumulator, operands in ring slots) leaves its wgmma running into the next step, which
   // waits for it before the ring refills its slots; a gpu::kernel's wgmma into an ACC in

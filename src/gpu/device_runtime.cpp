@@ -579,22 +579,72 @@ PL_UNARY_MATH(pl_floor, floorf, floor)
 PL_UNARY_MATH(pl_ceil, ceilf, ceil)
 PL_UNARY_MATH(pl_round_away, roundf, round)
 PL_UNARY_MATH(pl_round_even, rintf, rint)
-PL_UNARY_MATH(pl_exp, expf, exp)
-PL_UNARY_MATH(pl_exp2, exp2f, exp2)
-PL_UNARY_MATH(pl_log, logf, log)
 PL_UNARY_MATH(pl_log1p, log1pf, log1p)
 PL_UNARY_MATH(pl_sqrt, sqrtf, sqrt)
-PL_UNARY_MATH(pl_tanh, tanhf, tanh)
-PL_UNARY_MATH(pl_sin, sinf, sin)
-PL_UNARY_MATH(pl_cos, cosf, cos)
 PL_UNARY_MATH(pl_erf, erff, erf)
 PL_UNARY_MATH(pl_fabs, fabsf, fabs)
 #undef PL_UNARY_MATH
+// gpu::CompilerParams::approx_math: exp, exp2, log, tanh, sin, cos and rsqrt of float (f32, and
+// f16 / bf16, which compute in f32) take the special function unit's approximate instructions,
+// as Mosaic GPU's approx_math does; f64 stays exact. exp(x) is ex2(x * log2 e) and log(x) is
+// lg2(x) * ln 2 (an error that grows with |x| for exp, as CUDA's __expf). ex2 and lg2 flush
+// subnormal inputs and results to zero (.ftz): exp of x below about -87.3 is 0 instead of a
+// subnormal, log of a subnormal is -inf. Host emulation computes each instruction exactly but
+// flushes where the hardware does, so that difference from the exact functions shows there too.
+#ifndef PL_APPROX_MATH
+#define PL_APPROX_MATH 0
+#endif
+#if PL_APPROX_MATH
+#if PL_HOST_EMULATION
+PL_DEV float pl_flush_subnormal(float x) { return (x != 0 && PL_MATH(fabsf)(x) < 1.17549435e-38f) ? PL_MATH(copysignf)(0.0f, x) : x; }
+PL_DEV float pl_ex2_approx(float x) { return pl_flush_subnormal(PL_MATH(exp2f)(pl_flush_subnormal(x))); }
+PL_DEV float pl_lg2_approx(float x) { return PL_MATH(log2f)(pl_flush_subnormal(x)); }
+PL_DEV float pl_tanh_approx(float x) { return PL_MATH(tanhf)(x); }
+PL_DEV float pl_sin_approx(float x) { return PL_MATH(sinf)(x); }
+PL_DEV float pl_cos_approx(float x) { return PL_MATH(cosf)(x); }
+PL_DEV float pl_rsqrt_approx(float x) { return 1.0f / PL_MATH(sqrtf)(x); }
+#else
+#define PL_APPROX_INSTR(name, instr)                        \
+  PL_DEV float name(float x) {                              \
+    float y;                                                \
+    asm(instr " %0, %1;" : "=f"(y) : "f"(x));               \
+    return y;                                               \
+  }
+PL_APPROX_INSTR(pl_ex2_approx, "ex2.approx.ftz.f32")
+PL_APPROX_INSTR(pl_lg2_approx, "lg2.approx.ftz.f32")
+PL_APPROX_INSTR(pl_tanh_approx, "tanh.approx.f32")
+PL_APPROX_INSTR(pl_sin_approx, "sin.approx.f32")
+PL_APPROX_INSTR(pl_cos_approx, "cos.approx.f32")
+PL_APPROX_INSTR(pl_rsqrt_approx, "rsqrt.approx.f32")
+#undef PL_APPROX_INSTR
+#endif
+PL_DEV float pl_exp(float x) { return pl_ex2_approx(x * 1.44269504088896341f); }
+PL_DEV float pl_exp2(float x) { return pl_ex2_approx(x); }
+PL_DEV float pl_log(float x) { return pl_lg2_approx(x) * 0.693147180559945309f; }
+PL_DEV float pl_tanh(float x) { return pl_tanh_approx(x); }
+PL_DEV float pl_sin(float x) { return pl_sin_approx(x); }
+PL_DEV float pl_cos(float x) { return pl_cos_approx(x); }
+PL_DEV float pl_rsqrt(float x) { return pl_rsqrt_approx(x); }
+#else
+PL_DEV float pl_exp(float x) { return PL_MATH(expf)(x); }
+PL_DEV float pl_exp2(float x) { return PL_MATH(exp2f)(x); }
+PL_DEV float pl_log(float x) { return PL_MATH(logf)(x); }
+PL_DEV float pl_tanh(float x) { return PL_MATH(tanhf)(x); }
+PL_DEV float pl_sin(float x) { return PL_MATH(sinf)(x); }
+PL_DEV float pl_cos(float x) { return PL_MATH(cosf)(x); }
+PL_DEV float pl_rsqrt(float x) { return 1.0f / PL_MATH(sqrtf)(x); }
+#endif
+PL_DEV double pl_exp(double x) { return PL_MATH(exp)(x); }
+PL_DEV double pl_exp2(double x) { return PL_MATH(exp2)(x); }
+PL_DEV double pl_log(double x) { return PL_MATH(log)(x); }
+PL_DEV double pl_tanh(double x) { return PL_MATH(tanh)(x); }
+PL_DEV double pl_sin(double x) { return PL_MATH(sin)(x); }
+PL_DEV double pl_cos(double x) { return PL_MATH(cos)(x); }
+PL_DEV double pl_rsqrt(double x) { return 1.0 / PL_MATH(sqrt)(x); }
 PL_DEV float pl_fmod(float a, float b) { return PL_MATH(fmodf)(a, b); }
 PL_DEV double pl_fmod(double a, double b) { return PL_MATH(fmod)(a, b); }
 PL_DEV float pl_pow(float a, float b) { return PL_MATH(powf)(a, b); }
 PL_DEV double pl_pow(double a, double b) { return PL_MATH(pow)(a, b); }
-template <class T> PL_DEV T pl_rsqrt(T x) { return T(1) / pl_sqrt(x); }
 template <class T> PL_DEV T pl_logistic(T x) {  // stable on both sides
   if (x >= 0) return T(1) / (T(1) + pl_exp(-x));
   T e = pl_exp(x);

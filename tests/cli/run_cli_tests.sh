@@ -169,6 +169,13 @@ rm -rf "$tmp"
 check profile_on_reference 2 "$PALLAS" run ws_matmul --profile /tmp/unused-pallas-profile
 expect profile_on_reference_msg "^error: --profile needs --backend gpu or gpu-emulate"
 check profile_space_alone 2 "$PALLAS" run ws_matmul --backend gpu-emulate --profile-space 4
+# Approximate math: the GPU backends only; the unit says so, and the example still checks out.
+check approx_softmax 0 "$PALLAS" run softmax --backend gpu-emulate --size 16 --approx-math
+expect approx_softmax_line "^softmax .* backend=gpu-emulate: .*  ok$"
+check approx_cuda 0 "$PALLAS" cuda layer_norm --approx-math
+expect approx_cuda_define "^#define PL_APPROX_MATH 1$"
+check approx_on_reference 2 "$PALLAS" run softmax --approx-math
+expect approx_on_reference_msg "^error: --approx-math needs --backend gpu or gpu-emulate"
 # Clusters: ws_matmul shares x's blocks by multicast; other examples refuse --cluster.
 check ws_matmul_cluster 0 "$PALLAS" run ws_matmul --backend gpu-emulate --dtype bf16 --size 256 --cluster 2
 expect ws_matmul_cluster_line "^ws_matmul bf16.* backend=gpu-emulate: .*  ok$"

@@ -15,6 +15,7 @@
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
 #include "gpu/host_emulation.h"
+#include "pallas/gpu.h"
 #include "pallas/pallas.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
@@ -101,6 +102,120 @@ TEST(GpuCodegenOps, TranscendentalsWithinUlps) {
   };
   PallasCall call = pl::pallas_call(kernel, ShapeDtype({64, 32}, DType::F32), opts({}, {}, {}));
   expect_same(call, {Array::random_normal({64, 32}, DType::F32, 3)}, 1e-5, 1e-6);
+}
+
+// gpu::CompilerParams::approx_math: the functions it names, one row of o each, of x (1024 f32).
+// x[0] = -100 (exp's result, 3.8e-44, is subnormal) and x[1] = 1e-40 (a subnormal input of log);
+// the rest spread over [-3, 3]. `approx` sets the flag; `backend` runs it ("interpret", or a
+// CallOptions backend).
+PallasCall approx_math_call(const std::string& backend, bool approx) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::Value a = x[pl::all];
+    o(0, pl::all) = pl::exp(a);
+    o(1, pl::all) = pl::exp2(a);
+    o(2, pl::all) = pl::log(pl::abs(a));
+    o(3, pl::all) = pl::tanh(a);
+    o(4, pl::all) = pl::sin(a);
+    o(5, pl::all) = pl::cos(a);
+    o(6, pl::all) = pl::rsqrt(pl::abs(a));
+  };
+  CallOptions o;
+  if (backend == "interpret")
+    o.interpret = true;
+  else
+    o.backend = backend;
+  o.compiler_params = gpu::CompilerParams{.approx_math = approx};
+  return pl::pallas_call(kernel, ShapeDtype({7, 1024}, DType::F32), o);
+}
+
+Array approx_math_input() {
+  Array x = Array::zeros({1024}, DType::F32);
+  float* v = x.data<float>();
+  v[0] = -100.0f;
+  v[1] = 1e-40f;
+  for (int i = 2; i < 1024; ++i) v[i] = -3.0f + 6.0f * static_cast<float>(i - 2) / 1021.0f;
+  return x;
+}
+
+class ApproxMath : public test_util::OnGpuBackends {};
+
+// Within each instruction's documented bound of the double-precision function (the bounds hold
+// on a GPU; host emulation computes exactly), and flushing where the hardware does: exp(-100)
+// is 0 and log(1e-40) is -inf with the flag; without it (and in the interpreter, which ignores
+// it) they are the subnormal 3.8e-44 and -92.1.
+TEST_P(ApproxMath, FastFunctionsStayWithinTheirBoundsAndFlushSubnormals) {
+  const Array x = approx_math_input();
+  const float* v = x.data<float>();
+  const bool flag_applies = GetParam() != "interpret";
+  const Array got = approx_math_call(GetParam(), true)(x).at(0);
+  const float* r = got.data<float>();
+  struct Row {
+    const char* name;
+    double (*f)(double);
+    double rtol, atol;
+  };
+  const Row rows[] = {
+      {"exp", [](double a) { return std::exp(a); }, 2e-6, 0},
+      {"exp2", [](double a) { return std::exp2(a); }, 1e-6, 0},
+      {"log", [](double a) { return std::log(std::abs(a)); }, 1e-6, 1e-6},
+      {"tanh", [](double a) { return std::tanh(a); }, 1e-3, 1e-7},
+      {"sin", [](double a) { return std::sin(a); }, 0, 2e-6},
+      {"cos", [](double a) { return std::cos(a); }, 0, 2e-6},
+      {"rsqrt", [](double a) { return 1 / std::sqrt(std::abs(a)); }, 1e-6, 0},
+  };
+  for (int k = 0; k < 7; ++k)
+    for (int i = 2; i < 1024; ++i) {
+      const double want = rows[k].f(v[i]);
+      EXPECT_NEAR(r[k * 1024 + i], want, rows[k].atol + rows[k].rtol * std::abs(want)) << rows[k].name << "(" << v[i] << ")";
+    }
+  const float exp_subnormal = std::exp(-100.0f), log_subnormal = std::log(1e-40f);
+  ASSERT_GT(exp_subnormal, 0.0f);
+  EXPECT_EQ(r[0 * 1024 + 0], flag_applies ? 0.0f : exp_subnormal);
+  EXPECT_EQ(r[2 * 1024 + 1], flag_applies ? -INFINITY : log_subnormal);
+  EXPECT_EQ(r[0 * 1024 + 1], 1.0f);                             // exp(1e-40)
+  EXPECT_NEAR(r[2 * 1024 + 0], std::log(100.0), 1e-5);          // log(100)
+  EXPECT_NEAR(r[6 * 1024 + 0], 0.1, 1e-7);                      // rsqrt(100)
+  if (!flag_applies) return;
+  // The same kernel without the flag keeps the subnormal and the finite log.
+  const Array exact = approx_math_call(GetParam(), false)(x).at(0);
+  EXPECT_EQ(exact.data<float>()[0], exp_subnormal);
+  EXPECT_NEAR(exact.data<float>()[2 * 1024 + 1], log_subnormal, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ApproxMath, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
+                         test_util::backend_name);
+
+// The flag reaches the unit (PL_APPROX_MATH) of a pallas_call and of a gpu::kernel, both compile
+// with NVRTC for sm_90a and sm_80, and the SASS shows the instructions: MUFU.TANH (tanh.approx)
+// only with it, and fewer instructions in all (no range reductions or polynomials).
+TEST(GpuCodegenOps, ApproxMathTakesTheSpecialFunctionUnitsInstructions) {
+  auto unit = [](bool approx) {
+    PallasCall call = approx_math_call("mosaic_gpu", approx);
+    std::shared_ptr<const TracedCall> tc = call.trace({ShapeDtype({1024}, DType::F32)});
+    return gpu::generate_cuda(*tc, tc->grid_mapping.grid, gpu::codegen_options(call.impl()->compiler_params)).source;
+  };
+  const std::string fast = unit(true), exact = unit(false);
+  EXPECT_CONTAINS(fast, "#define PL_APPROX_MATH 1\n");
+  EXPECT_EQ(exact.find("#define PL_APPROX_MATH 1"), std::string::npos);
+  // A gpu::kernel takes the flag from its compiler_params too.
+  CallOptions ko;
+  ko.compiler_params = gpu::CompilerParams{.approx_math = true};
+  ko.backend = "mosaic_gpu";
+  PallasCall k = gpu::kernel([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, {ShapeDtype({128}, DType::F32)},
+                             gpu::Mesh{.grid = {1}, .grid_names = {"b"}}, ko);
+  std::shared_ptr<const TracedCall> ktc = k.trace({ShapeDtype({128}, DType::F32)});
+  EXPECT_CONTAINS(gpu::generate_cuda(*ktc, ktc->grid_mapping.grid, gpu::codegen_options(k.impl()->compiler_params)).source,
+                  "#define PL_APPROX_MATH 1\n");
+  if (std::string why = gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) {
+    EXPECT_NO_THROW(gpu::Nvrtc::get().compile(fast, "approx.cu", arch)) << arch;
+    EXPECT_NO_THROW(gpu::Nvrtc::get().compile(exact, "exact.cu", arch)) << arch;
+  }
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  const std::string fast_sass = test_util::sass_of(fast, "sm_90a"), exact_sass = test_util::sass_of(exact, "sm_90a");
+  EXPECT_CONTAINS(fast_sass, "MUFU.TANH");
+  EXPECT_EQ(exact_sass.find("MUFU.TANH"), std::string::npos);
+  EXPECT_LT(count_of(fast_sass, "\n        /*"), count_of(exact_sass, "\n        /*"));
 }
 
 TEST(GpuCodegenOps, IntegerRulesWrapDivideAndShiftLikeXla) {
