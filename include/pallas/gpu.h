@@ -27,8 +27,10 @@
 // thread and the line.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "pallas/pallas_call.h"
@@ -213,6 +215,59 @@ void wgmma_wait(int n, Loc loc = Loc::current());
 // setmaxnreg: raises or lowers this warpgroup's registers per thread (24..256, a multiple of 8);
 // a hint for warp-specialized kernels, with no effect on results.
 void set_max_registers(int n, bool increase, Loc loc = Loc::current());
+
+// ---- Pipelines ----------------------------------------------------------------------------------
+// A software pipeline inside a gpu::kernel's body (Mosaic GPU's emit_pipeline): the pipeline
+// steps over `grid` (row-major: the last axis fastest) and, at each step, calls the body with the
+// step's indices (i32 scalars, one per axis) and one Ref per operand — inputs first, then
+// outputs — for the step's block:
+//  * an input's block in SMEM, already landed. Inputs are copied ahead: max_concurrent_steps
+//    slots per input, the first steps' copies issued before the loop, step s + slots' copy
+//    issued into step s's slot right after step s's body (so the body must be done with its
+//    blocks when it returns: wgmma_wait on products that read them);
+//  * an output's block in SMEM (one buffer per output), which the body writes; it is copied to
+//    the output after the last of the consecutive steps that map to the same block (its content
+//    carries over between them, so a step may accumulate into it), and before a step that
+//    starts a new block writes it, the previous copy has read it. All copies have landed when
+//    the pipeline returns.
+// Block indices come from each spec's index map called with the step's indices (no index map:
+// block 0). Block dims are ints (Blocked) or squeezed (the dim is indexed, not in the block);
+// the array's dims must be multiples of them. A spec in gpu::GMEM is not copied: the body gets
+// the operand itself. Each Pallas thread that calls the pipeline runs its own (its own SMEM).
+// With init_carry, the body takes the carry as a third argument and returns the next one; the
+// pipeline returns the last.
+struct PipelineOptions {
+  std::vector<int64_t> grid;
+  std::vector<BlockSpec> in_specs;
+  std::vector<BlockSpec> out_specs;
+  int max_concurrent_steps = 1;  // input slots (at most the number of steps is used)
+  std::vector<Value> init_carry;
+};
+using PipelineBody = std::function<std::vector<Value>(const std::vector<Value>& indices, const std::vector<Ref>& blocks,
+                                                      const std::vector<Value>& carry)>;
+// Runs the pipeline over its GMEM operands (the inputs, then the outputs); returns the carry.
+using Pipeline = std::function<std::vector<Value>(const std::vector<Ref>& operands)>;
+namespace detail {
+Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc);
+}  // namespace detail
+// body(indices, blocks), or body(indices, blocks, carry) -> next carry (with init_carry).
+template <class F>
+Pipeline emit_pipeline(F body, PipelineOptions opts, Loc loc = Loc::current()) {
+  using Indices = const std::vector<Value>&;
+  using Blocks = const std::vector<Ref>&;
+  if constexpr (std::is_invocable_v<F&, Indices, Blocks, const std::vector<Value>&>) {
+    return detail::make_pipeline(PipelineBody(std::move(body)), std::move(opts), loc);
+  } else {
+    static_assert(std::is_invocable_v<F&, Indices, Blocks>,
+                  "emit_pipeline's body takes (indices, blocks), or (indices, blocks, carry) returning the next carry");
+    return detail::make_pipeline(
+        [body = std::move(body)](Indices i, Blocks b, const std::vector<Value>&) mutable {
+          body(i, b);
+          return std::vector<Value>{};
+        },
+        std::move(opts), loc);
+  }
+}
 
 // ---- Profiling ----------------------------------------------------------------------------------
 namespace detail {

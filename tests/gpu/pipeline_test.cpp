@@ -1,0 +1,179 @@
+// gpu::emit_pipeline: a software pipeline inside a gpu::kernel, on the interpreter, under host
+// emulation and (with a GPU) compiled. Every result is checked against plain loops over the
+// inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/call.h"
+#include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
+#include "pallas/gpu.h"
+#include "pallas/pallas.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/test_util.h"
+
+namespace {
+
+namespace pl = ::pallas;
+namespace plgpu = ::pallas::gpu;
+using test_util::run_on;
+
+pl::Array random_f32(pl::Shape s, uint32_t seed) {
+  pl::Array a = pl::Array::zeros(s, pl::f32);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
+  return a;
+}
+
+class Pipeline : public test_util::OnGpuBackends {};
+INSTANTIATE_TEST_SUITE_P(Backends, Pipeline, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
+                         test_util::backend_name);
+
+// out = 2 x + y + bias over (32, 64) blocks of a (64, 256) grid of 2 x 4 steps, with 1, 2 and 3
+// slots per input; bias stays in GMEM (a gpu::GMEM spec: the body gets the whole operand) and is
+// read directly. Each CTA runs the pipeline over half of the rows.
+TEST_P(Pipeline, StreamsBlocksThroughSharedMemory) {
+  const pl::Array x = random_f32({128, 256}, 1), y = random_f32({128, 256}, 2), bias = random_f32({1, 64}, 3);
+  for (int slots : {1, 2, 3}) {
+    SCOPED_TRACE(slots);
+    pl::PallasCall call = plgpu::kernel(
+        [slots](pl::Ref x, pl::Ref y, pl::Ref bias, pl::Ref out) {
+          const pl::Value half = plgpu::axis_index("h");
+          const pl::Ref xs = x.at(pl::ds(half * 64, 64), pl::all), ys = y.at(pl::ds(half * 64, 64), pl::all),
+                       os = out.at(pl::ds(half * 64, 64), pl::all);
+          const pl::BlockSpec block({32, 64}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; });
+          plgpu::emit_pipeline(
+              [](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) {
+                b[3][pl::all] = b[0][pl::all] * 2.0f + b[1][pl::all] + b[2][pl::all];
+              },
+              {.grid = {2, 4},
+               .in_specs = {block, block, pl::BlockSpec(plgpu::GMEM)},
+               .out_specs = {block},
+               .max_concurrent_steps = slots})({xs, ys, bias, os});
+        },
+        {pl::ShapeDtype({128, 256}, pl::f32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"h"}}, run_on(GetParam(), {}));
+    const pl::Array out = call(x, y, bias).at(0);
+    for (int64_t r = 0; r < 128; ++r)
+      for (int64_t c = 0; c < 256; ++c) {
+        const float want = x.data<float>()[r * 256 + c] * 2.0f + y.data<float>()[r * 256 + c] + bias.data<float>()[c % 64];
+        ASSERT_EQ(out.data<float>()[r * 256 + c], want) << r << "," << c;
+      }
+  }
+}
+
+// An output block that consecutive steps map to stays in its buffer between them: a row sum
+// over the 3 column blocks of each of 2 row blocks (out's index map ignores j), accumulated in
+// the block by the steps; the block is copied out when i moves on and at the end.
+TEST_P(Pipeline, ConsecutiveStepsOfAnOutputBlockAccumulateInIt) {
+  const pl::Array x = random_f32({64, 384}, 4);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        plgpu::emit_pipeline(
+            [](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+              pl::when(idx[1] == 0, [&] { b[1][pl::all] = pl::zeros({32, 128}, pl::f32); });
+              b[1][pl::all] = b[1][pl::all] + b[0][pl::all];
+            },
+            {.grid = {2, 3},
+             .in_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
+             .out_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value) { return pl::Indices{i, 0}; })},
+             .max_concurrent_steps = 2})({x, out});
+      },
+      {pl::ShapeDtype({64, 128}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on(GetParam(), {}));
+  const pl::Array out = call(x).at(0);
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 128; ++c) {
+      float want = 0;
+      for (int64_t j = 0; j < 3; ++j) want += x.data<float>()[r * 384 + j * 128 + c];
+      ASSERT_EQ(out.data<float>()[r * 128 + c], want) << r << "," << c;
+    }
+}
+
+// A carried value: the sum of the 4 (32, 64) slices of x (a squeezed leading dim), carried
+// through the steps as a tile and stored to the output after the pipeline.
+TEST_P(Pipeline, ACarryRunsThroughTheStepsAndSqueezedDimsIndexTheArray) {
+  const pl::Array x = random_f32({4, 32, 64}, 5);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        const std::vector<pl::Value> total = plgpu::emit_pipeline(
+            [](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b, const std::vector<pl::Value>& carry) {
+              return std::vector<pl::Value>{carry[0] + b[0][pl::all]};
+            },
+            {.grid = {4},
+             .in_specs = {pl::BlockSpec({pl::squeezed, 32, 64}, [](pl::Value s) { return pl::Indices{s, 0, 0}; })},
+             .max_concurrent_steps = 3,
+             .init_carry = {pl::zeros({32, 64}, pl::f32)}})({x});
+        out[pl::all] = total.at(0);
+      },
+      {pl::ShapeDtype({32, 64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on(GetParam(), {}));
+  const pl::Array out = call(x).at(0);
+  for (int64_t e = 0; e < 32 * 64; ++e) {
+    float want = 0;
+    for (int64_t s = 0; s < 4; ++s) want += x.data<float>()[s * 32 * 64 + e];
+    ASSERT_EQ(out.data<float>()[e], want) << e;
+  }
+}
+
+// The pipeline's generated unit compiles with NVRTC for sm_90a and sm_80, and its input copies
+// and output copies go by the TMA unit on Hopper (UTMALDG / UTMASTG in the SASS): its slots
+// are boxes of the arrays.
+TEST(PipelineCodegen, CompilesForHopperAndAmpereWithTmaCopies) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        const pl::BlockSpec block({32, 64}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; });
+        plgpu::emit_pipeline([](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) { b[1][pl::all] = b[0][pl::all] + 1.0f; },
+                             {.grid = {4, 4}, .in_specs = {block}, .out_specs = {block}, .max_concurrent_steps = 2})({x, out});
+      },
+      {pl::ShapeDtype({128, 256}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on("mosaic_gpu", {}));
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({128, 256}, pl::f32)});
+  const std::string source =
+      plgpu::generate_cuda(*tc, tc->grid_mapping.grid, plgpu::codegen_options(call.impl()->compiler_params)).source;
+  if (std::string why = plgpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(plgpu::Nvrtc::get().compile(source, "pipeline.cu", arch)) << arch;
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  const std::string sass = test_util::sass_of(source, "sm_90a");
+  EXPECT_CONTAINS(sass, "UTMALDG");
+  EXPECT_CONTAINS(sass, "UTMASTG");
+}
+
+// What emit_pipeline refuses, each at the line that built the pipeline.
+TEST(PipelineErrors, BadGridsSpecsAndOperandsNameTheLine) {
+  auto error_of = [](const plgpu::PipelineOptions& o, int operands, int line_offset = 0) {
+    std::string line;
+    std::string e = test_util::error_of([&] {
+      pl::PallasCall call = plgpu::kernel(
+          [&](pl::Ref x, pl::Ref out) {
+            line = "pipeline_test.cpp:" + std::to_string(__LINE__ + 1 + line_offset);
+            plgpu::Pipeline p = plgpu::emit_pipeline([](const std::vector<pl::Value>&, const std::vector<pl::Ref>&) {}, o);
+            p(operands == 2 ? std::vector<pl::Ref>{x, out} : std::vector<pl::Ref>{x});
+          },
+          {pl::ShapeDtype({64, 96}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on("interpret", {}));
+      call(pl::Array::zeros({64, 96}, pl::f32));
+    });
+    EXPECT_CONTAINS(e, line);
+    return e;
+  };
+  const pl::BlockSpec ok({32, 32}, [](pl::Value i) { return pl::Indices{i, 0}; });
+  EXPECT_CONTAINS(error_of({.grid = {0}, .in_specs = {ok}, .out_specs = {ok}}, 2),
+                  "emit_pipeline: every grid size must be positive, got [0]");
+  EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}, .max_concurrent_steps = 0}, 2),
+                  "max_concurrent_steps must be at least 1, got 0");
+  EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}}, 1),
+                  "the pipeline takes 1 inputs and 1 outputs (one per BlockSpec), got 1 operands");
+  EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {pl::BlockSpec({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                            .out_specs = {ok}},
+                           2),
+                  "not supported yet: input 0's dim 1 (96) is not a multiple of its block size 64: ragged blocks in emit_pipeline");
+  EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {pl::BlockSpec({pl::Element{32}, 32}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                            .out_specs = {ok}},
+                           2),
+                  "input 0's block dim 0 is Element(32) in emit_pipeline (it takes Blocked sizes and squeezed dims)");
+  EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {pl::BlockSpec({32}, [](pl::Value i) { return pl::Indices{i}; })},
+                            .out_specs = {ok}},
+                           2),
+                  "input 0's block shape has 1 dims, its array [64, 96] has 2");
+}
+
+}  // namespace
