@@ -269,6 +269,35 @@ Pipeline emit_pipeline(F body, PipelineOptions opts, Loc loc = Loc::current()) {
   }
 }
 
+// The warp-specialized form (Mosaic GPU's emit_pipeline_warp_specialized), for a kernel whose
+// mesh has a thread axis `wg_axis` of num_compute_wgs + 1 Pallas threads: threads 0 ..
+// num_compute_wgs - 1 compute — each runs body(indices, blocks) at every step, on the same
+// blocks — and the last one, the memory warpgroup, only copies: the first steps' inputs, then
+// step s + slots' into a slot as soon as every compute thread has finished step s (a barrier per
+// slot each way). Every thread of the CTA calls the pipeline; its buffers are shared (a
+// collective run_scoped over wg_axis). With memory_registers (a multiple of 8 in [24, 256]) the
+// memory warpgroup lowers its registers to that and the compute ones raise theirs to an equal
+// share of the rest (set_max_registers). Outputs in SMEM need a single compute warpgroup (as in
+// Mosaic GPU); in gpu::GMEM the body writes them itself. No carry.
+struct WarpSpecializedPipelineOptions {
+  std::vector<int64_t> grid;
+  std::vector<BlockSpec> in_specs;
+  std::vector<BlockSpec> out_specs;
+  int max_concurrent_steps = 2;
+  std::string wg_axis;
+  int num_compute_wgs = 1;
+  int memory_registers = 0;  // 0: no setmaxnreg
+};
+using WarpSpecializedBody = std::function<void(const std::vector<Value>& indices, const std::vector<Ref>& blocks)>;
+using WarpSpecializedPipeline = std::function<void(const std::vector<Ref>& operands)>;
+namespace detail {
+WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body, WarpSpecializedPipelineOptions opts, Loc loc);
+}  // namespace detail
+inline WarpSpecializedPipeline emit_pipeline_warp_specialized(WarpSpecializedBody body, WarpSpecializedPipelineOptions opts,
+                                                              Loc loc = Loc::current()) {
+  return detail::make_warp_specialized_pipeline(std::move(body), std::move(opts), loc);
+}
+
 // ---- Profiling ----------------------------------------------------------------------------------
 namespace detail {
 void named_region_begin(const std::string& name, const Loc& loc);

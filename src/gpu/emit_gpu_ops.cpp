@@ -455,6 +455,11 @@ RegisterReallocation register_reallocation(const ir::Kernel& k, const std::strin
         continue;
       }
       if (op.regions.empty() || !std::any_of(op.regions.begin(), op.regions.end(), has_request)) continue;
+      // A run_scoped's body runs once, in line (emit_pipeline_warp_specialized's requests are there).
+      if (op.code == OpCode::RunScoped) {
+        if (!follow(op.regions[0], w)) return false;
+        continue;
+      }
       if (op.code != OpCode::Cond) {
         out.not_emitted = "a set_max_registers inside a " + std::string(op.info().name) + " (" + op.loc.to_string() + ")";
         return false;

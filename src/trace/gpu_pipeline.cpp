@@ -1,7 +1,8 @@
-// gpu::emit_pipeline (Mosaic GPU's emit_pipeline): a software pipeline traced from the gpu::kernel
-// primitives — run_scoped SMEM slots and barriers, copy_gmem_to_smem / copy_smem_to_gmem, a
-// fori_loop over the steps — so the interpreter, host emulation and the GPU all run it as they
-// run those primitives, with no rule of its own in any backend.
+// gpu::emit_pipeline and gpu::emit_pipeline_warp_specialized (Mosaic GPU's): software pipelines
+// traced from the gpu::kernel primitives — run_scoped SMEM slots and barriers,
+// copy_gmem_to_smem / copy_smem_to_gmem, a fori_loop over the steps — so the interpreter, host
+// emulation and the GPU all run them as they run those primitives, with no rule of their own in
+// any backend.
 #include <string>
 #include <vector>
 
@@ -86,149 +87,275 @@ Value differ(const std::vector<Value>& a, const std::vector<Value>& b) {
   return any;
 }
 
+int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
+
+// What both pipelines share: the operands, the steps, and the buffers once allocated.
+class PipelineSteps {
+ public:
+  PipelineSteps(const char* who, const std::vector<int64_t>& grid, const std::vector<BlockSpec>& in_specs,
+                const std::vector<BlockSpec>& out_specs, int max_concurrent_steps, const std::vector<Ref>& operands, Loc loc)
+      : grid_(grid), num_in_(in_specs.size()), loc_(loc), where_(trace::src(loc)) {
+    const size_t num_out = out_specs.size();
+    if (operands.size() != num_in_ + num_out)
+      throw Error(std::string(who) + ": the pipeline takes " + std::to_string(num_in_) + " inputs and " +
+                      std::to_string(num_out) + " outputs (one per BlockSpec), got " + std::to_string(operands.size()) +
+                      " operands",
+                  where_);
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const bool in = i < num_in_;
+      const std::string name = in ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in_);
+      ops_.push_back(describe(in ? in_specs[i] : out_specs[i - num_in_], operands[i], name, where_));
+    }
+    for (int64_t g : grid) {
+      steps_ *= g;
+      if (steps_ > INT32_MAX) throw NotSupportedError(std::string(who) + " over more than 2^31 - 1 steps", where_);
+    }
+    // (More slots than steps would only take memory.)
+    slots_ = static_cast<int>(std::min<int64_t>(max_concurrent_steps, steps_));
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (!ops_[i].staged) continue;
+      if (i < num_in_) ++copies_per_step_;
+      else staged_outputs_ = true;
+    }
+  }
+
+  int64_t steps() const { return steps_; }
+  int slots() const { return slots_; }
+  int copies_per_step() const { return copies_per_step_; }
+  bool staged_outputs() const { return staged_outputs_; }
+
+  // The SMEM arrays: `slots` blocks per staged input, one block per staged output.
+  std::vector<ScopedAlloc> buffer_allocs() const {
+    std::vector<ScopedAlloc> allocs;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (!ops_[i].staged) continue;
+      Shape shape = ops_[i].block;
+      if (i < num_in_) shape.insert(shape.begin(), slots_);
+      allocs.push_back(SMEM(shape, ops_[i].gmem.dtype()));
+    }
+    return allocs;
+  }
+  // Takes the buffers of buffer_allocs() (in order, from the front of `refs`) and the barrier
+  // each input copy arrives on; returns how many refs it took.
+  size_t take_buffers(const std::vector<Ref>& refs, const Ref& ready) {
+    buffer_of_.assign(ops_.size(), Ref());
+    size_t b = 0;
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (ops_[i].staged) buffer_of_[i] = refs[b++];
+    ready_ = ready;
+    return b;
+  }
+
+  // The indices of a step (row-major over the grid).
+  std::vector<Value> indices_of(const Value& step) const {
+    std::vector<Value> idx(grid_.size());
+    int64_t stride = 1;
+    for (size_t d = grid_.size(); d-- > 0;) {
+      idx[d] = step / i32(stride) % i32(grid_[d]);
+      stride *= grid_[d];
+    }
+    return idx;
+  }
+
+  // Issues step `step`'s input copies into slot `slot`, arriving on the slot's ready barrier.
+  void copy_in(const Value& slot, const Value& step) const {
+    const std::vector<Value> idx = indices_of(step);
+    for (size_t i = 0; i < num_in_; ++i)
+      if (ops_[i].staged)
+        copy_gmem_to_smem(gmem_block(ops_[i], block_indices(ops_[i], idx)), buffer_of_[i].at(Index(slot, loc_), loc_),
+                          ready_.at(Index(slot, loc_), loc_), loc_);
+  }
+  // The first steps' copies (one per slot).
+  void prologue() const {
+    for (int s = 0; s < slots_ && copies_per_step_ > 0; ++s) copy_in(Operand(s).value(), Operand(s).value());
+  }
+
+  // The body's blocks at a step: the input slots, the output buffers, GMEM operands whole.
+  std::vector<Ref> blocks(const Value& slot) const {
+    std::vector<Ref> out;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (!ops_[i].staged) out.push_back(ops_[i].gmem);
+      else if (i < num_in_) out.push_back(buffer_of_[i].at(Index(slot, loc_), loc_));
+      else out.push_back(buffer_of_[i]);
+    }
+    return out;
+  }
+
+  // Before a step's body: an output buffer that starts a new block must have been read by the
+  // copy of its previous block (an earlier step's).
+  void before_body(const Value& step, const std::vector<Value>& idx) const {
+    if (!staged_outputs_) return;
+    const std::vector<Value> prev = indices_of(step - 1);
+    Value changes = Operand(false).value();
+    for (size_t i = num_in_; i < ops_.size(); ++i)
+      if (ops_[i].staged) changes = changes || differ(block_indices(ops_[i], idx), block_indices(ops_[i], prev));
+    when(step > 0 && changes, [&] { wait_smem_to_gmem(0, true, loc_); }, loc_);
+  }
+  // After it: an output's block is copied out after the last of the consecutive steps that map
+  // to it.
+  void after_body(const Value& step, const std::vector<Value>& idx) const {
+    if (!staged_outputs_) return;
+    commit_smem(loc_);
+    const Value last = step == i32(steps_ - 1);
+    const std::vector<Value> next = indices_of(step + 1);
+    for (size_t i = num_in_; i < ops_.size(); ++i) {
+      if (!ops_[i].staged) continue;
+      const std::vector<Value> here = block_indices(ops_[i], idx);
+      when(last || differ(here, block_indices(ops_[i], next)),
+           [&] { copy_smem_to_gmem(buffer_of_[i], gmem_block(ops_[i], here), loc_); }, loc_);
+    }
+  }
+  // After the last step: every output copy has landed.
+  void epilogue() const {
+    if (staged_outputs_) wait_smem_to_gmem(0, false, loc_);
+  }
+
+ private:
+  // An operand's block indices at a step's indices: its index map's results.
+  std::vector<Value> block_indices(const PipelineOperand& o, const std::vector<Value>& idx) const {
+    std::vector<Value> out;
+    if (!o.spec->index_map) {
+      for (size_t d = 0; d < o.dims.size(); ++d) out.push_back(Operand(0).value());
+      return out;
+    }
+    const Indices got = o.spec->index_map(std::vector<IndexMapArg>(idx.begin(), idx.end()));
+    if (got.size() != o.dims.size())
+      throw Error("emit_pipeline: an index map returned " + std::to_string(got.size()) + " indices for a block of " +
+                      std::to_string(o.dims.size()) + " dims",
+                  o.spec->loc);
+    for (const Index& i : got) {
+      if (i.kind() != Index::Kind::Int)
+        throw Error("emit_pipeline: an index map returns block indices (ints or i32 scalars), not slices", o.spec->loc);
+      out.push_back(pallas::detail::as_index_scalar(i.start(), "emit_pipeline's block index"));
+    }
+    return out;
+  }
+  Ref gmem_block(const PipelineOperand& o, const std::vector<Value>& bi) const {
+    Indices at;
+    for (size_t d = 0; d < o.dims.size(); ++d) {
+      if (o.dims[d] == 0) at.emplace_back(bi[d], loc_);
+      else at.emplace_back(ds(bi[d] * i32(o.dims[d]), o.dims[d]), loc_);
+    }
+    return o.gmem.at(at, loc_);
+  }
+
+  const std::vector<int64_t>& grid_;
+  size_t num_in_;
+  Loc loc_;
+  SourceLoc where_;
+  std::vector<PipelineOperand> ops_;
+  int64_t steps_ = 1;
+  int slots_ = 1;
+  int copies_per_step_ = 0;
+  bool staged_outputs_ = false;
+  std::vector<Ref> buffer_of_;
+  Ref ready_;
+};
+
+void check_grid(const char* who, const std::vector<int64_t>& grid, int max_concurrent_steps, const SourceLoc& where) {
+  for (int64_t g : grid)
+    if (g <= 0) throw Error(std::string(who) + ": every grid size must be positive, got " + shape_string(grid), where);
+  if (max_concurrent_steps < 1)
+    throw Error(std::string(who) + ": max_concurrent_steps must be at least 1, got " + std::to_string(max_concurrent_steps),
+                where);
+}
+
 }  // namespace
 
 Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc) {
   const SourceLoc where = trace::src(loc);
-  for (int64_t g : opts.grid)
-    if (g <= 0) throw Error("emit_pipeline: every grid size must be positive, got " + shape_string(opts.grid), where);
-  if (opts.max_concurrent_steps < 1)
-    throw Error("emit_pipeline: max_concurrent_steps must be at least 1, got " + std::to_string(opts.max_concurrent_steps),
-                where);
+  check_grid("emit_pipeline", opts.grid, opts.max_concurrent_steps, where);
   if (!body) throw Error("emit_pipeline: the body is empty", where);
   return [body = std::move(body), opts = std::move(opts), loc, where](const std::vector<Ref>& operands) -> std::vector<Value> {
-    const size_t num_in = opts.in_specs.size(), num_out = opts.out_specs.size();
-    if (operands.size() != num_in + num_out)
-      throw Error("emit_pipeline: the pipeline takes " + std::to_string(num_in) + " inputs and " + std::to_string(num_out) +
-                      " outputs (one per BlockSpec), got " + std::to_string(operands.size()) + " operands",
-                  where);
-    std::vector<PipelineOperand> ops;
-    for (size_t i = 0; i < operands.size(); ++i) {
-      const bool in = i < num_in;
-      const std::string who = in ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in);
-      ops.push_back(describe(in ? opts.in_specs[i] : opts.out_specs[i - num_in], operands[i], who, where));
-    }
-    int64_t steps = 1;
-    for (int64_t g : opts.grid) {
-      steps *= g;
-      if (steps > INT32_MAX) throw NotSupportedError("emit_pipeline over more than 2^31 - 1 steps", where);
-    }
-    // (More slots than steps would only take memory.)
-    const int slots = static_cast<int>(std::min<int64_t>(opts.max_concurrent_steps, steps));
-    int copies_per_step = 0;
-    bool staged_outputs = false;
-    std::vector<ScopedAlloc> allocs;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (!ops[i].staged) continue;
-      Shape shape = ops[i].block;
-      if (i < num_in) {
-        shape.insert(shape.begin(), slots);
-        ++copies_per_step;
-      } else {
-        staged_outputs = true;
-      }
-      allocs.push_back(SMEM(shape, ops[i].gmem.dtype()));
-    }
-    if (copies_per_step > 0) allocs.push_back(Barrier{.num_arrivals = copies_per_step, .num_barriers = slots});
-
-    const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> buffers) {
-      std::vector<Ref> buffer_of(ops.size());
-      for (size_t i = 0, b = 0; i < ops.size(); ++i)
-        if (ops[i].staged) buffer_of[i] = buffers[b++];
-      const Ref barriers = copies_per_step > 0 ? buffers.back() : Ref();
-      const auto i32 = [](int64_t v) { return static_cast<int32_t>(v); };
-      // The indices of a step (row-major over the grid).
-      auto indices_of = [&](const Value& step) {
-        std::vector<Value> idx(opts.grid.size());
-        int64_t stride = 1;
-        for (size_t d = opts.grid.size(); d-- > 0;) {
-          idx[d] = step / i32(stride) % i32(opts.grid[d]);
-          stride *= opts.grid[d];
-        }
-        return idx;
-      };
-      // An operand's block indices at a step's indices: its index map's results.
-      auto block_indices = [&](const PipelineOperand& o, const std::vector<Value>& idx) {
-        std::vector<Value> out;
-        if (!o.spec->index_map) {
-          for (size_t d = 0; d < o.dims.size(); ++d) out.push_back(Operand(0).value());
-          return out;
-        }
-        const Indices got = o.spec->index_map(std::vector<IndexMapArg>(idx.begin(), idx.end()));
-        if (got.size() != o.dims.size())
-          throw Error("emit_pipeline: an index map returned " + std::to_string(got.size()) + " indices for a block of " +
-                          std::to_string(o.dims.size()) + " dims",
-                      o.spec->loc);
-        for (const Index& i : got) {
-          if (i.kind() != Index::Kind::Int)
-            throw Error("emit_pipeline: an index map returns block indices (ints or i32 scalars), not slices", o.spec->loc);
-          out.push_back(pallas::detail::as_index_scalar(i.start(), "emit_pipeline's block index"));
-        }
-        return out;
-      };
-      auto gmem_block = [&](const PipelineOperand& o, const std::vector<Value>& bi) {
-        Indices at;
-        for (size_t d = 0; d < o.dims.size(); ++d) {
-          if (o.dims[d] == 0) at.emplace_back(bi[d], loc);
-          else at.emplace_back(ds(bi[d] * i32(o.dims[d]), o.dims[d]), loc);
-        }
-        return o.gmem.at(at, loc);
-      };
-      // Issues step `step`'s input copies into slot `slot`.
-      auto copy_in = [&](const Value& slot, const Value& step) {
-        const std::vector<Value> idx = indices_of(step);
-        for (size_t i = 0; i < num_in; ++i)
-          if (ops[i].staged)
-            copy_gmem_to_smem(gmem_block(ops[i], block_indices(ops[i], idx)), buffer_of[i].at(Index(slot, loc), loc),
-                              barriers.at(Index(slot, loc), loc), loc);
-      };
-      for (int s = 0; s < slots && copies_per_step > 0; ++s) copy_in(Operand(s).value(), Operand(s).value());
+    PipelineSteps p("emit_pipeline", opts.grid, opts.in_specs, opts.out_specs, opts.max_concurrent_steps, operands, loc);
+    std::vector<ScopedAlloc> allocs = p.buffer_allocs();
+    if (p.copies_per_step() > 0) allocs.push_back(Barrier{.num_arrivals = p.copies_per_step(), .num_barriers = p.slots()});
+    const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> refs) {
+      p.take_buffers(refs, p.copies_per_step() > 0 ? refs.back() : Ref());
+      p.prologue();
       auto step_body = [&](Value step, std::vector<Value> carry) {
-        const Value slot = step % slots;
-        if (copies_per_step > 0) barrier_wait(barriers.at(Index(slot, loc), loc), loc);
-        const std::vector<Value> idx = indices_of(step);
-        // An output buffer that starts a new block: the copy of its previous block (from an
-        // earlier step) must have read it before the body writes it.
-        auto output_changes = [&](const std::vector<Value>& a, const std::vector<Value>& b) {
-          Value any = Operand(false).value();
-          for (size_t i = num_in; i < ops.size(); ++i)
-            if (ops[i].staged) any = any || differ(block_indices(ops[i], a), block_indices(ops[i], b));
-          return any;
-        };
-        if (staged_outputs)
-          when(step > 0 && output_changes(idx, indices_of(step - 1)), [&] { wait_smem_to_gmem(0, true, loc); }, loc);
-        std::vector<Ref> blocks;
-        for (size_t i = 0; i < ops.size(); ++i) {
-          if (!ops[i].staged) blocks.push_back(ops[i].gmem);
-          else if (i < num_in) blocks.push_back(buffer_of[i].at(Index(slot, loc), loc));
-          else blocks.push_back(buffer_of[i]);
-        }
-        std::vector<Value> next_carry = body(idx, blocks, carry);
+        const Value slot = step % p.slots();
+        if (p.copies_per_step() > 0) barrier_wait(refs.back().at(Index(slot, loc), loc), loc);
+        const std::vector<Value> idx = p.indices_of(step);
+        p.before_body(step, idx);
+        std::vector<Value> next_carry = body(idx, p.blocks(slot), carry);
         if (next_carry.size() != carry.size())
           throw Error("emit_pipeline: the body returned " + std::to_string(next_carry.size()) + " carried values for the " +
                           std::to_string(carry.size()) + " of init_carry",
                       where);
-        if (staged_outputs) {
-          // An output's block is copied out after the last of the consecutive steps that map to it.
-          commit_smem(loc);
-          const Value last = step == i32(steps - 1);
-          const std::vector<Value> next = indices_of(step + 1);
-          for (size_t i = num_in; i < ops.size(); ++i) {
-            if (!ops[i].staged) continue;
-            const std::vector<Value> here = block_indices(ops[i], idx);
-            when(last || differ(here, block_indices(ops[i], next)),
-                 [&] { copy_smem_to_gmem(buffer_of[i], gmem_block(ops[i], here), loc); }, loc);
-          }
-        }
+        p.after_body(step, idx);
         // The slot this step read takes the step `slots` ahead.
-        if (copies_per_step > 0) when(step + slots < i32(steps), [&] { copy_in(slot, step + slots); }, loc);
+        if (p.copies_per_step() > 0) when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots()); }, loc);
         return next_carry;
       };
-      std::vector<Value> carry = fori_loop(0, i32(steps), opts.init_carry, step_body, loc);
-      if (staged_outputs) wait_smem_to_gmem(0, false, loc);
+      std::vector<Value> carry = fori_loop(0, i32(p.steps()), opts.init_carry, step_body, loc);
+      p.epilogue();
       return carry;
     };
     return run_scoped(allocs, scoped, {}, loc);
+  };
+}
+
+WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body, WarpSpecializedPipelineOptions opts, Loc loc) {
+  const char* who = "emit_pipeline_warp_specialized";
+  const SourceLoc where = trace::src(loc);
+  check_grid(who, opts.grid, opts.max_concurrent_steps, where);
+  if (!body) throw Error(std::string(who) + ": the body is empty", where);
+  if (opts.wg_axis.empty()) throw Error(std::string(who) + ": wg_axis (the mesh's thread axis) is empty", where);
+  if (opts.num_compute_wgs < 1)
+    throw Error(std::string(who) + ": num_compute_wgs must be at least 1, got " + std::to_string(opts.num_compute_wgs), where);
+  if (opts.memory_registers != 0 && (opts.memory_registers < 24 || opts.memory_registers > 256 || opts.memory_registers % 8 != 0))
+    throw Error(std::string(who) + ": memory_registers must be 0 (no setmaxnreg) or a multiple of 8 in [24, 256], got " +
+                    std::to_string(opts.memory_registers),
+                where);
+  return [body = std::move(body), opts = std::move(opts), loc, where, who](const std::vector<Ref>& operands) {
+    PipelineSteps p(who, opts.grid, opts.in_specs, opts.out_specs, opts.max_concurrent_steps, operands, loc);
+    if (p.staged_outputs() && opts.num_compute_wgs > 1)
+      throw NotSupportedError(std::string(who) + " with SMEM outputs and " + std::to_string(opts.num_compute_wgs) +
+                                  " compute warpgroups (one compute warpgroup, or outputs in gpu::GMEM)",
+                              where);
+    if (p.copies_per_step() == 0)
+      throw Error(std::string(who) + ": no input is staged in SMEM, so the memory warpgroup has nothing to copy", where);
+    std::vector<ScopedAlloc> allocs = p.buffer_allocs();
+    const size_t ready_at = allocs.size();
+    allocs.push_back(Barrier{.num_arrivals = p.copies_per_step(), .num_barriers = p.slots()});
+    allocs.push_back(Barrier{.num_arrivals = opts.num_compute_wgs, .num_barriers = p.slots()});
+    const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> refs) {
+      p.take_buffers(refs, refs[ready_at]);
+      const Ref ready = refs[ready_at], consumed = refs[ready_at + 1];
+      const Value wg = axis_index(opts.wg_axis, loc);
+      // The memory warpgroup (the one after the compute ones): fills the slots ahead, each again
+      // once every compute warpgroup has consumed it.
+      when(wg == opts.num_compute_wgs, [&] {
+        if (opts.memory_registers > 0) set_max_registers(opts.memory_registers, false, loc);
+        p.prologue();
+        fori_loop(0, i32(p.steps()), [&](Value step) {
+          const Value slot = step % p.slots();
+          barrier_wait(consumed.at(Index(slot, loc), loc), loc);
+          when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots()); }, loc);
+        }, loc);
+      }, loc);
+      when(wg < opts.num_compute_wgs, [&] {
+        if (opts.memory_registers > 0) {
+          // The register file (512 a thread for one warpgroup) less the memory warpgroup's, shared.
+          const int regs = std::min(256, (512 - opts.memory_registers) / opts.num_compute_wgs) / 8 * 8;
+          set_max_registers(regs, true, loc);
+        }
+        fori_loop(0, i32(p.steps()), [&](Value step) {
+          const Value slot = step % p.slots();
+          barrier_wait(ready.at(Index(slot, loc), loc), loc);
+          const std::vector<Value> idx = p.indices_of(step);
+          p.before_body(step, idx);
+          body(idx, p.blocks(slot));
+          // The body is done with the slot (products that read it waited for): it goes back.
+          barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
+          p.after_body(step, idx);
+        }, loc);
+        p.epilogue();
+      }, loc);
+      return std::vector<Value>{};
+    };
+    run_scoped(allocs, scoped, ScopedOptions{.collective_axes = {opts.wg_axis}}, loc);
   };
 }
 

@@ -116,6 +116,64 @@ TEST_P(Pipeline, ACarryRunsThroughTheStepsAndSqueezedDimsIndexTheArray) {
   }
 }
 
+// Warp-specialized: two compute warpgroups, each doubling its half of the rows of every (64, 64)
+// block of x into out (a gpu::GMEM output the body writes itself), and a memory warpgroup that
+// keeps 2 or 3 slots filled; with and without setmaxnreg.
+TEST_P(Pipeline, WarpSpecializedComputeWarpgroupsShareTheMemoryWarpgroupsSlots) {
+  const pl::Array x = random_f32({128, 256}, 6);
+  for (auto [slots, registers] : {std::pair{2, 0}, std::pair{3, 40}}) {
+    SCOPED_TRACE(slots);
+    pl::PallasCall call = plgpu::kernel(
+        [slots, registers](pl::Ref x, pl::Ref out) {
+          plgpu::emit_pipeline_warp_specialized(
+              [&](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+                const pl::Value wg = plgpu::axis_index("wg");
+                const pl::Value rows = idx[0] * 64 + wg * 32, cols = idx[1] * 64;
+                b[1].at(pl::ds(rows, 32), pl::ds(cols, 64))[pl::all] = b[0].at(pl::ds(wg * 32, 32), pl::all)[pl::all] * 2.0f;
+              },
+              {.grid = {2, 4},
+               .in_specs = {pl::BlockSpec({64, 64}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
+               .out_specs = {pl::BlockSpec(plgpu::GMEM)},
+               .max_concurrent_steps = slots,
+               .wg_axis = "wg",
+               .num_compute_wgs = 2,
+               .memory_registers = registers})({x, out});
+        },
+        {pl::ShapeDtype({128, 256}, pl::f32)},
+        plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 3, .thread_name = "wg"}, run_on(GetParam(), {}));
+    const pl::Array out = call(x).at(0);
+    for (int64_t e = 0; e < 128 * 256; ++e) ASSERT_EQ(out.data<float>()[e], 2.0f * x.data<float>()[e]) << e;
+  }
+}
+
+// Warp-specialized with one compute warpgroup and an SMEM output that consecutive steps
+// accumulate into (a row sum over 3 column blocks, as above).
+TEST_P(Pipeline, WarpSpecializedOutputsAccumulateAndAreCopiedOut) {
+  const pl::Array x = random_f32({64, 384}, 7);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        plgpu::emit_pipeline_warp_specialized(
+            [](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+              pl::when(idx[1] == 0, [&] { b[1][pl::all] = pl::zeros({32, 128}, pl::f32); });
+              b[1][pl::all] = b[1][pl::all] + b[0][pl::all];
+            },
+            {.grid = {2, 3},
+             .in_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
+             .out_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value) { return pl::Indices{i, 0}; })},
+             .max_concurrent_steps = 2,
+             .wg_axis = "wg"})({x, out});
+      },
+      {pl::ShapeDtype({64, 128}, pl::f32)},
+      plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}, run_on(GetParam(), {}));
+  const pl::Array out = call(x).at(0);
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 128; ++c) {
+      float want = 0;
+      for (int64_t j = 0; j < 3; ++j) want += x.data<float>()[r * 384 + j * 128 + c];
+      ASSERT_EQ(out.data<float>()[r * 128 + c], want) << r << "," << c;
+    }
+}
+
 // The pipeline's generated unit compiles with NVRTC for sm_90a and sm_80, and its input copies
 // and output copies go by the TMA unit on Hopper (UTMALDG / UTMASTG in the SASS): its slots
 // are boxes of the arrays.
@@ -136,6 +194,39 @@ TEST(PipelineCodegen, CompilesForHopperAndAmpereWithTmaCopies) {
   const std::string sass = test_util::sass_of(source, "sm_90a");
   EXPECT_CONTAINS(sass, "UTMALDG");
   EXPECT_CONTAINS(sass, "UTMASTG");
+}
+
+// The warp-specialized form's unit too, with its register split emitted as setmaxnreg (the
+// requests follow from the thread index: USETMAXREG in the SASS).
+TEST(PipelineCodegen, WarpSpecializedCompilesWithItsRegisterSplit) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        plgpu::emit_pipeline_warp_specialized(
+            [](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+              const pl::Value rows = idx[0] * 64 + plgpu::axis_index("wg") * 32;
+              b[1].at(pl::ds(rows, 32), pl::ds(idx[1] * 64, 64))[pl::all] =
+                  b[0].at(pl::ds(plgpu::axis_index("wg") * 32, 32), pl::all)[pl::all] + 1.0f;
+            },
+            {.grid = {2, 4},
+             .in_specs = {pl::BlockSpec({64, 64}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
+             .out_specs = {pl::BlockSpec(plgpu::GMEM)},
+             .wg_axis = "wg",
+             .num_compute_wgs = 2,
+             .memory_registers = 40})({x, out});
+      },
+      {pl::ShapeDtype({128, 256}, pl::f32)},
+      plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 3, .thread_name = "wg"}, run_on("mosaic_gpu", {}));
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({128, 256}, pl::f32)});
+  const std::string source =
+      plgpu::generate_cuda(*tc, tc->grid_mapping.grid, plgpu::codegen_options(call.impl()->compiler_params)).source;
+  EXPECT_CONTAINS(source, "pl_setmaxnreg<40, false>");
+  EXPECT_CONTAINS(source, "pl_setmaxnreg<232, true>");  // (512 - 40) / 2, to a multiple of 8
+  if (std::string why = plgpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(plgpu::Nvrtc::get().compile(source, "ws_pipeline.cu", arch)) << arch;
+  if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+  const std::string sass = test_util::sass_of(source, "sm_90a");
+  EXPECT_CONTAINS(sass, "USETMAXREG");
+  EXPECT_CONTAINS(sass, "UTMALDG");
 }
 
 // What emit_pipeline refuses, each at the line that built the pipeline.
@@ -174,6 +265,38 @@ TEST(PipelineErrors, BadGridsSpecsAndOperandsNameTheLine) {
                             .out_specs = {ok}},
                            2),
                   "input 0's block shape has 1 dims, its array [64, 96] has 2");
+}
+
+TEST(PipelineErrors, WarpSpecializedRefusesSharedOutputsAndOddRegisterCounts) {
+  auto error_of = [](int compute, int registers, pl::BlockSpec out_spec) {
+    std::string line;
+    std::string e = test_util::error_of([&] {
+      pl::PallasCall call = plgpu::kernel(
+          [&](pl::Ref x, pl::Ref out) {
+            line = "pipeline_test.cpp:" + std::to_string(__LINE__ + 1);
+            plgpu::WarpSpecializedPipeline p = plgpu::emit_pipeline_warp_specialized(
+                [](const std::vector<pl::Value>&, const std::vector<pl::Ref>&) {},
+                {.grid = {2},
+                 .in_specs = {pl::BlockSpec({32, 96}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                 .out_specs = {out_spec},
+                 .wg_axis = "wg",
+                 .num_compute_wgs = compute,
+                 .memory_registers = registers});
+            p({x, out});
+          },
+          {pl::ShapeDtype({64, 96}, pl::f32)},
+          plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = compute + 1, .thread_name = "wg"},
+          run_on("interpret", {}));
+      call(pl::Array::zeros({64, 96}, pl::f32));
+    });
+    EXPECT_CONTAINS(e, line);
+    return e;
+  };
+  const pl::BlockSpec smem_out({32, 96}, [](pl::Value i) { return pl::Indices{i, 0}; });
+  EXPECT_CONTAINS(error_of(2, 0, smem_out),
+                  "not supported yet: emit_pipeline_warp_specialized with SMEM outputs and 2 compute warpgroups");
+  EXPECT_CONTAINS(error_of(1, 30, pl::BlockSpec(plgpu::GMEM)),
+                  "memory_registers must be 0 (no setmaxnreg) or a multiple of 8 in [24, 256], got 30");
 }
 
 }  // namespace
