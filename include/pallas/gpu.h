@@ -241,6 +241,11 @@ struct PipelineOptions {
   std::vector<BlockSpec> in_specs;
   std::vector<BlockSpec> out_specs;
   int max_concurrent_steps = 1;  // input slots (at most the number of steps is used)
+  // Steps an input's slot is kept after its step (Mosaic GPU's delay_release, here for all
+  // inputs), less than max_concurrent_steps: with 1 the body may leave a wgmma reading its
+  // blocks running (wgmma_wait(1)) — step s's slot is refilled after step s + 1's body; the
+  // pipeline then ends with a wgmma_wait(0) before giving its slots back.
+  int delay_release = 0;
   std::vector<Value> init_carry;
 };
 using PipelineBody = std::function<std::vector<Value>(const std::vector<Value>& indices, const std::vector<Ref>& blocks,
@@ -284,6 +289,7 @@ struct WarpSpecializedPipelineOptions {
   std::vector<BlockSpec> in_specs;
   std::vector<BlockSpec> out_specs;
   int max_concurrent_steps = 2;
+  int delay_release = 0;  // as PipelineOptions::delay_release: the compute warpgroups release a slot that many steps late
   std::string wg_axis;
   int num_compute_wgs = 1;
   int memory_registers = 0;  // 0: no setmaxnreg

@@ -252,11 +252,16 @@ class PipelineSteps {
   Ref ready_;
 };
 
-void check_grid(const char* who, const std::vector<int64_t>& grid, int max_concurrent_steps, const SourceLoc& where) {
+void check_steps(const char* who, const std::vector<int64_t>& grid, int max_concurrent_steps, int delay_release,
+                 const SourceLoc& where) {
   for (int64_t g : grid)
     if (g <= 0) throw Error(std::string(who) + ": every grid size must be positive, got " + shape_string(grid), where);
   if (max_concurrent_steps < 1)
     throw Error(std::string(who) + ": max_concurrent_steps must be at least 1, got " + std::to_string(max_concurrent_steps),
+                where);
+  if (delay_release < 0 || delay_release >= max_concurrent_steps)
+    throw Error(std::string(who) + ": delay_release must be at least 0 and less than max_concurrent_steps (" +
+                    std::to_string(max_concurrent_steps) + "), got " + std::to_string(delay_release),
                 where);
 }
 
@@ -264,7 +269,7 @@ void check_grid(const char* who, const std::vector<int64_t>& grid, int max_concu
 
 Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc) {
   const SourceLoc where = trace::src(loc);
-  check_grid("emit_pipeline", opts.grid, opts.max_concurrent_steps, where);
+  check_steps("emit_pipeline", opts.grid, opts.max_concurrent_steps, opts.delay_release, where);
   if (!body) throw Error("emit_pipeline: the body is empty", where);
   return [body = std::move(body), opts = std::move(opts), loc, where](const std::vector<Ref>& operands) -> std::vector<Value> {
     PipelineSteps p("emit_pipeline", opts.grid, opts.in_specs, opts.out_specs, opts.max_concurrent_steps, operands, loc);
@@ -284,11 +289,16 @@ Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc) {
                           std::to_string(carry.size()) + " of init_carry",
                       where);
         p.after_body(step, idx);
-        // The slot this step read takes the step `slots` ahead.
-        if (p.copies_per_step() > 0) when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots()); }, loc);
+        // The slot step s - delay_release read takes the step `slots` after that one.
+        const int d = opts.delay_release;
+        if (p.copies_per_step() > 0)
+          when(step >= d && step + (p.slots() - d) < i32(p.steps()),
+               [&] { p.copy_in((step - d) % p.slots(), step + (p.slots() - d)); }, loc);
         return next_carry;
       };
       std::vector<Value> carry = fori_loop(0, i32(p.steps()), opts.init_carry, step_body, loc);
+      // Products the body left running may still read the last slots, which the scope gives back.
+      if (opts.delay_release > 0) wgmma_wait(0, loc);
       p.epilogue();
       return carry;
     };
@@ -299,7 +309,7 @@ Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc) {
 WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body, WarpSpecializedPipelineOptions opts, Loc loc) {
   const char* who = "emit_pipeline_warp_specialized";
   const SourceLoc where = trace::src(loc);
-  check_grid(who, opts.grid, opts.max_concurrent_steps, where);
+  check_steps(who, opts.grid, opts.max_concurrent_steps, opts.delay_release, where);
   if (!body) throw Error(std::string(who) + ": the body is empty", where);
   if (opts.wg_axis.empty()) throw Error(std::string(who) + ": wg_axis (the mesh's thread axis) is empty", where);
   if (opts.num_compute_wgs < 1)
@@ -329,7 +339,9 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body,
       when(wg == opts.num_compute_wgs, [&] {
         if (opts.memory_registers > 0) set_max_registers(opts.memory_registers, false, loc);
         p.prologue();
-        fori_loop(0, i32(p.steps()), [&](Value step) {
+        // Every consumed phase is waited for: one per step but the last delay_release (whose
+        // slots the compute warpgroups never release).
+        fori_loop(0, i32(p.steps() - opts.delay_release), [&](Value step) {
           const Value slot = step % p.slots();
           barrier_wait(consumed.at(Index(slot, loc), loc), loc);
           when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots()); }, loc);
@@ -347,10 +359,14 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body,
           const std::vector<Value> idx = p.indices_of(step);
           p.before_body(step, idx);
           body(idx, p.blocks(slot));
-          // The body is done with the slot (products that read it waited for): it goes back.
-          barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
+          // The body is done with the slot of step s - delay_release (products that read it
+          // waited for): it goes back.
+          const int d = opts.delay_release;
+          if (d == 0) barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
+          else when(step >= d, [&] { barrier_arrive(consumed.at(Index((step - d) % p.slots(), loc), loc), loc); }, loc);
           p.after_body(step, idx);
         }, loc);
+        if (opts.delay_release > 0) wgmma_wait(0, loc);  // (as emit_pipeline's)
         p.epilogue();
       }, loc);
       return std::vector<Value>{};

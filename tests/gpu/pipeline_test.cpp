@@ -116,6 +116,47 @@ TEST_P(Pipeline, ACarryRunsThroughTheStepsAndSqueezedDimsIndexTheArray) {
   }
 }
 
+// A matmul on wgmma over the K steps: each step's product reads its slots and is left running
+// (wgmma_wait(1) waits only for the step before), so the slots are released a step late
+// (delay_release = 1; 3 slots keep 2 steps of copies ahead). Against a double-precision loop.
+pl::Array random_bf16(pl::Shape s, uint32_t seed) { return random_f32(s, seed).astype(pl::bf16); }
+
+void expect_product(const pl::Array& x, const pl::Array& y, const pl::Array& out) {
+  const int64_t m = x.shape()[0], k = x.shape()[1], n = y.shape()[1];
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t q = 0; q < k; ++q) want += x.get({i, q}) * y.get({q, j});
+      ASSERT_NEAR(out.get({i, j}), want, 1e-3 * (1 + std::abs(want))) << i << "," << j;
+    }
+}
+
+TEST_P(Pipeline, DelayedReleaseKeepsAWgmmasSlotsUntilTheNextStep) {
+  const pl::Array x = random_bf16({128, 256}, 8), y = random_bf16({256, 128}, 9);
+  for (auto [slots, delay] : {std::pair{3, 1}, std::pair{2, 1}, std::pair{2, 0}}) {
+    SCOPED_TRACE(std::to_string(slots) + " slots, delay " + std::to_string(delay));
+    pl::PallasCall call = plgpu::kernel(
+        [slots, delay](pl::Ref x, pl::Ref y, pl::Ref out, pl::Ref acc) {
+          acc[pl::all] = pl::zeros({128, 128}, pl::f32);
+          plgpu::emit_pipeline(
+              [delay, &acc](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) {
+                plgpu::wgmma(acc, b[0], b[1]);
+                plgpu::wgmma_wait(delay);
+              },
+              {.grid = {4},
+               .in_specs = {pl::BlockSpec({128, 64}, [](pl::Value k) { return pl::Indices{0, k}; }),
+                            pl::BlockSpec({64, 128}, [](pl::Value k) { return pl::Indices{k, 0}; })},
+               .max_concurrent_steps = slots,
+               .delay_release = delay})({x, y});
+          plgpu::wgmma_wait(0);
+          out[pl::all] = acc[pl::all];
+        },
+        {pl::ShapeDtype({128, 128}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+        run_on(GetParam(), {plgpu::ACC({128, 128})}));
+    expect_product(x, y, call(x, y).at(0));
+  }
+}
+
 // Warp-specialized: two compute warpgroups, each doubling its half of the rows of every (64, 64)
 // block of x into out (a gpu::GMEM output the body writes itself), and a memory warpgroup that
 // keeps 2 or 3 slots filled; with and without setmaxnreg.
@@ -144,6 +185,35 @@ TEST_P(Pipeline, WarpSpecializedComputeWarpgroupsShareTheMemoryWarpgroupsSlots) 
     const pl::Array out = call(x).at(0);
     for (int64_t e = 0; e < 128 * 256; ++e) ASSERT_EQ(out.data<float>()[e], 2.0f * x.data<float>()[e]) << e;
   }
+}
+
+// Warp-specialized matmul: two compute warpgroups, each a 64-row half of the 128 x 128 product
+// on wgmma into its own accumulator, releasing each step's slots a step late (delay_release 1,
+// wgmma_wait(1)); the memory warpgroup keeps 3 slots of x's and y's K blocks.
+TEST_P(Pipeline, WarpSpecializedMatmulReleasesSlotsAStepLate) {
+  const pl::Array x = random_bf16({128, 256}, 10), y = random_bf16({256, 128}, 11);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref y, pl::Ref out, pl::Ref acc) {
+        const pl::Value wg = plgpu::axis_index("wg");
+        pl::when(wg < 2, [&] { acc.at(wg)[pl::all] = pl::zeros({64, 128}, pl::f32); });
+        plgpu::emit_pipeline_warp_specialized(
+            [&](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) {
+              plgpu::wgmma(acc.at(wg), b[0].at(pl::ds(wg * 64, 64), pl::all), b[1]);
+              plgpu::wgmma_wait(1);
+            },
+            {.grid = {4},
+             .in_specs = {pl::BlockSpec({128, 64}, [](pl::Value k) { return pl::Indices{0, k}; }),
+                          pl::BlockSpec({64, 128}, [](pl::Value k) { return pl::Indices{k, 0}; })},
+             .max_concurrent_steps = 3,
+             .delay_release = 1,
+             .wg_axis = "wg",
+             .num_compute_wgs = 2})({x, y});
+        pl::when(wg < 2, [&] { out.at(pl::ds(wg * 64, 64), pl::all)[pl::all] = acc.at(wg)[pl::all]; });
+      },
+      {pl::ShapeDtype({128, 128}, pl::f32)},
+      plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 3, .thread_name = "wg"},
+      run_on(GetParam(), {plgpu::ACC({2, 64, 128})}));
+  expect_product(x, y, call(x, y).at(0));
 }
 
 // Warp-specialized with one compute warpgroup and an SMEM output that consecutive steps
@@ -251,6 +321,8 @@ TEST(PipelineErrors, BadGridsSpecsAndOperandsNameTheLine) {
                   "emit_pipeline: every grid size must be positive, got [0]");
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}, .max_concurrent_steps = 0}, 2),
                   "max_concurrent_steps must be at least 1, got 0");
+  EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}, .max_concurrent_steps = 2, .delay_release = 2}, 2),
+                  "delay_release must be at least 0 and less than max_concurrent_steps (2), got 2");
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}}, 1),
                   "the pipeline takes 1 inputs and 1 outputs (one per BlockSpec), got 1 operands");
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {pl::BlockSpec({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })},
