@@ -26,4 +26,5 @@ namespace segment_sum { Example example(); }
 namespace lane_sort { Example example(); }
 namespace ws_matmul { Example example(); }
 namespace grid_sum { Example example(); }
+namespace pipeline_matmul { Example example(); }
 }  // namespace pallas::examples

@@ -53,7 +53,7 @@ if ! v=$("$BUILD/pallas" version 2>&1); then log "FAIL  $BUILD/pallas does not s
 log "tools c++=$(command -v c++ || echo none) compute-sanitizer=$(command -v compute-sanitizer || echo none) cuobjdump=$(command -v cuobjdump || echo none) nvrtc=$( (ldconfig -p | grep -o 'libnvrtc.so.1[0-9]* '; ls /usr/local/cuda/lib*/libnvrtc.so.1* 2>/dev/null) | head -2 | tr '\n' ' ')"
 status=0
 if want examples; then
-examples="add matmul softmax layer_norm gather inplace ws_matmul grid_sum"
+examples="add matmul softmax layer_norm gather inplace ws_matmul grid_sum pipeline_matmul"
 for e in $examples; do
   for seed in 1 2; do
     if out=$(run "$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi
@@ -187,6 +187,11 @@ if has_step bench && [ -z "${NO_BENCH:-}" ]; then
            "--stages 2" "--tile-n 256" "--tile-n 256 --cluster 2" "--tile-n 256 --cluster 2 --persistent 132"; do
     out=$(run "$BUILD/pallas" bench ws_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 $v 2>&1 | tail -1)
     log "bench ws_matmul $v: $out"
+  done
+  # The emit_pipeline matmul (stop 43) beside them, by pipeline depth.
+  for v in "" "--stages 2" "--stages 3"; do
+    out=$(run "$BUILD/pallas" bench pipeline_matmul --backend gpu --dtype bf16 --size 4096 --iters 5 $v 2>&1 | tail -1)
+    log "bench pipeline_matmul ${v:-default}: $out"
   done
 fi
 log "status $status (t=${SECONDS}s)"

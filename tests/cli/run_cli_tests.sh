@@ -169,6 +169,9 @@ rm -rf "$tmp"
 check profile_on_reference 2 "$PALLAS" run ws_matmul --profile /tmp/unused-pallas-profile
 expect profile_on_reference_msg "^error: --profile needs --backend gpu or gpu-emulate"
 check profile_space_alone 2 "$PALLAS" run ws_matmul --backend gpu-emulate --profile-space 4
+# The emit_pipeline example, compiled and run on the CPU.
+check pipeline_matmul 0 "$PALLAS" run pipeline_matmul --backend gpu-emulate --dtype bf16 --size 128
+expect pipeline_matmul_line "^pipeline_matmul bf16.* backend=gpu-emulate: .*  ok$"
 # Approximate math: the GPU backends only; the unit says so, and the example still checks out.
 check approx_softmax 0 "$PALLAS" run softmax --backend gpu-emulate --size 16 --approx-math
 expect approx_softmax_line "^softmax .* backend=gpu-emulate: .*  ok$"

@@ -21,6 +21,7 @@ int64_t small_size(const std::string& name) {
   if (name == "inplace") return 24;  // whole blocks: see InplaceWithPaddedBlocks below
   if (name == "ws_matmul") return 256;  // 2 x 4 CTAs, 4 K-steps through 2 slots
   if (name == "grid_sum") return 256;   // 16 CTAs, 2 loop steps each
+  if (name == "pipeline_matmul") return 256;  // 2 x 2 CTAs (bf16), 4 K-steps through 4 slots
   return 20;                         // 3 row blocks of 8, the last one padded
 }
 
@@ -121,7 +122,7 @@ TEST(Examples, RegistryHasEveryExampleOnceWithADescription) {
                                           "inplace", "dma_matmul", "right_permute", "all_gather",
                                           "all_reduce", "reduce_scatter", "core_map_pipeline",
                                           "racy", "deadlock", "embedding_bag", "segment_sum",
-                                          "lane_sort", "ws_matmul", "grid_sum"}));
+                                          "lane_sort", "ws_matmul", "grid_sum", "pipeline_matmul"}));
   EXPECT_EQ(example_names(), (std::vector<std::string>{"add", "matmul", "softmax", "layer_norm",
                                                        "gather", "inplace"}));
 }
@@ -209,6 +210,27 @@ TEST(Examples, WsMatmulRunsInterpretedAndCompiled) {
   EXPECT_FALSE(ex::compare(p, p.inputs, outputs, p.reference(p.inputs)).ok);
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 200}), ex::UsageError);
   EXPECT_THROW(ex::find("ws_matmul").build({.size = 256, .backend = "tpu-interpret"}), ex::UsageError);
+}
+
+// The emit_pipeline example, the same way, and what it refuses.
+TEST(Examples, PipelineMatmulRunsInterpretedAndCompiled) {
+  for (const char* backend : {"reference", "gpu-emulate"})
+    for (pl::DType t : {pl::bf16, pl::f16, pl::f32}) {
+      SCOPED_TRACE(std::string(backend) + " " + std::string(pl::dtype_name(t)));
+      ex::Problem p = ex::find("pipeline_matmul").build({.seed = 5, .size = 256, .dtype = t, .backend = backend});
+      ex::Outcome o = ex::run(p);
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  ex::Problem two = ex::find("pipeline_matmul").build({.seed = 6, .size = 256, .dtype = pl::bf16, .stages = 2});
+  EXPECT_TRUE(ex::run(two).ok);
+  ex::Problem p = ex::find("pipeline_matmul").build({.seed = 5, .size = 128});
+  std::vector<pl::Array> outputs = p.call(p.inputs);
+  outputs[0].set_flat(77, outputs[0].get_flat(77) + 1);
+  EXPECT_FALSE(ex::compare(p, p.inputs, outputs, p.reference(p.inputs)).ok);
+  EXPECT_THROW(ex::find("pipeline_matmul").build({.size = 200}), ex::UsageError);
+  EXPECT_THROW(ex::find("pipeline_matmul").build({.size = 256, .backend = "tpu-interpret"}), ex::UsageError);
+  EXPECT_THROW(ex::find("pipeline_matmul").build({.size = 256, .stages = 1}), ex::UsageError);
+  EXPECT_THROW(ex::find("pipeline_matmul").build({.size = 256, .cluster = 2}), ex::UsageError);
 }
 
 // ws_matmul with clusters (`--cluster N`): the producers share x's blocks by multicast and a slot
