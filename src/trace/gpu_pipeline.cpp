@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/trace_env.h"
 #include "pallas/error.h"
 #include "pallas/gpu.h"
 #include "trace/context.h"
@@ -95,6 +96,11 @@ class PipelineSteps {
   PipelineSteps(const char* who, const std::vector<int64_t>& grid, const std::vector<BlockSpec>& in_specs,
                 const std::vector<BlockSpec>& out_specs, int max_concurrent_steps, const std::vector<Ref>& operands, Loc loc)
       : grid_(grid), num_in_(in_specs.size()), loc_(loc), where_(trace::src(loc)) {
+    const core::TraceEnv* env = core::current_trace_env();
+    if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
+      throw Error(std::string(who) + " runs in a gpu::kernel's body (its copies and barriers are gpu::kernel "
+                                     "primitives); a pallas_call pipelines its grid's sequential axis through its BlockSpecs",
+                  where_);
     const size_t num_out = out_specs.size();
     if (operands.size() != num_in_ + num_out)
       throw Error(std::string(who) + ": the pipeline takes " + std::to_string(num_in_) + " inputs and " +

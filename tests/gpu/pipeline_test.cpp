@@ -339,6 +339,27 @@ TEST(PipelineErrors, BadGridsSpecsAndOperandsNameTheLine) {
                   "input 0's block shape has 1 dims, its array [64, 96] has 2");
 }
 
+// In a pallas_call body (interpreted or compiled) the pipelines say where they belong.
+TEST(PipelineErrors, APallasCallBodyIsNotAGpuKernel) {
+  for (const char* backend : {"interpret", "mosaic_gpu"}) {
+    pl::CallOptions o = run_on(backend, {});
+    o.in_specs = {pl::BlockSpec(plgpu::GMEM)};
+    o.out_specs = {pl::BlockSpec(plgpu::GMEM)};
+    const int line = __LINE__ + 3;
+    pl::PallasCall call = pl::pallas_call(
+        [](pl::Ref x, pl::Ref out) {
+          plgpu::emit_pipeline([](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) { b[1][pl::all] = b[0][pl::all]; },
+                               {.grid = {2},
+                                .in_specs = {pl::BlockSpec({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                                .out_specs = {pl::BlockSpec({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })}})({x, out});
+        },
+        pl::ShapeDtype({64, 64}, pl::f32), o);
+    const std::string e = test_util::error_of([&] { call(pl::Array::zeros({64, 64}, pl::f32)); });
+    EXPECT_CONTAINS(e, "emit_pipeline runs in a gpu::kernel's body");
+    EXPECT_CONTAINS(e, "pipeline_test.cpp:" + std::to_string(line));
+  }
+}
+
 TEST(PipelineErrors, WarpSpecializedRefusesSharedOutputsAndOddRegisterCounts) {
   auto error_of = [](int compute, int registers, pl::BlockSpec out_spec) {
     std::string line;
