@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "pallas/pallas_call.h"
@@ -229,7 +230,9 @@ void set_max_registers(int n, bool increase, Loc loc = Loc::current());
 //    the output after the last of the consecutive steps that map to the same block (its content
 //    carries over between them, so a step may accumulate into it), and before a step that
 //    starts a new block writes it, the previous copy has read it. All copies have landed when
-//    the pipeline returns.
+//    the pipeline returns. A block visited again after other blocks is copied out again, and on
+//    the GPU the two copies may land in either order (as in Mosaic GPU): give each output block
+//    one run of consecutive steps.
 // Block indices come from each spec's index map called with the step's indices (no index map:
 // block 0). Block dims are ints (Blocked) or squeezed (the dim is indexed, not in the block);
 // the array's dims must be multiples of them. A spec in gpu::GMEM is not copied: the body gets
@@ -242,9 +245,10 @@ struct PipelineOptions {
   std::vector<BlockSpec> out_specs;
   int max_concurrent_steps = 1;  // input slots (at most the number of steps is used)
   // Steps an input's slot is kept after its step (Mosaic GPU's delay_release, here for all
-  // inputs), less than max_concurrent_steps: with 1 the body may leave a wgmma reading its
-  // blocks running (wgmma_wait(1)) — step s's slot is refilled after step s + 1's body; the
-  // pipeline then ends with a wgmma_wait(0) before giving its slots back.
+  // inputs), less than max_concurrent_steps: a body may leave the wgmmas reading its blocks
+  // running if it waits with wgmma_wait(delay_release) — step s's slot is refilled after step
+  // s + delay_release's body; the pipeline then ends with a wgmma_wait(0) before giving its
+  // slots back.
   int delay_release = 0;
   std::vector<Value> init_carry;
 };
@@ -303,6 +307,39 @@ inline WarpSpecializedPipeline emit_pipeline_warp_specialized(WarpSpecializedBod
                                                               Loc loc = Loc::current()) {
   return detail::make_warp_specialized_pipeline(std::move(body), std::move(opts), loc);
 }
+
+// ---- Loops over work (Mosaic GPU's nd_loop, planar_snake) ---------------------------------------
+// One iteration of nd_loop: the grid index it visits (one i32 scalar per grid dim), and this
+// caller's iteration count so far and in all.
+struct NDLoopInfo {
+  std::vector<Value> index;
+  Value local_index;
+  Value num_local_steps;
+};
+struct NDLoopOptions {
+  // Visits the grid in tiles of these sizes (one per dim, each dividing its dim: the tiles in
+  // row-major order, each tile's points in row-major order), so consecutive steps stay close.
+  std::vector<int64_t> tiling;
+};
+// A loop over the points of `grid` (row-major; sizes are ints or i32 scalars) shared among the
+// mesh points along `collective_axes` (axis names; their combined index is row-major): the
+// caller at combined index a of A visits flat points a, a + A, a + 2A, ... (a persistent
+// kernel's CTAs taking the work in turn). body(info).
+void nd_loop(const std::vector<Operand>& grid, const std::vector<std::string>& collective_axes,
+             const std::function<void(const NDLoopInfo&)>& body, const NDLoopOptions& options = {},
+             Loc loc = Loc::current());
+// With carried values: carry = body(info, carry); returns the last carry.
+std::vector<Value> nd_loop(const std::vector<Operand>& grid, const std::vector<std::string>& collective_axes,
+                           const std::vector<Value>& init_carry,
+                           const std::function<std::vector<Value>(const NDLoopInfo&, const std::vector<Value>&)>& body,
+                           const NDLoopOptions& options = {}, Loc loc = Loc::current());
+// The (row, column) of flat index `lin_idx` in a `shape` = {rows, cols} grid walked as a snake
+// for locality: the `minor_dim` (0: rows, 1: columns) is cut into strips `tile_width` wide; a
+// strip is walked with its minor coordinate fastest, and every other strip walks the major
+// dimension backwards, so consecutive strips meet at the same end (a last, narrower strip takes
+// the remainder).
+std::pair<Value, Value> planar_snake(const Operand& lin_idx, const std::pair<Operand, Operand>& shape, int minor_dim,
+                                     int64_t tile_width, Loc loc = Loc::current());
 
 // ---- Profiling ----------------------------------------------------------------------------------
 namespace detail {

@@ -311,10 +311,12 @@ struct CompilerParams {
   std::optional<std::vector<int64_t>> cluster;
   // Lets the GPU backend compute exp, exp2, log, tanh, sin, cos and rsqrt of floats (f32, and
   // f16 / bf16, computed in f32) with the GPU's approximate instructions (PTX ex2, lg2, tanh,
-  // sin, cos, rsqrt .approx: exp2 within 2 ulp, log2 within 2^-22.6 absolute, tanh about 2^-11
-  // relative, sin and cos 2^-20.9 absolute on [-pi, pi]; exp is exp2(x log2 e), whose error
-  // grows with |x|, and log is log2(x) ln 2). exp's subnormal results and log's subnormal inputs
-  // flush to zero. f64 stays exact, and so do the interpreters, where the flag changes nothing.
+  // sin, cos, rsqrt .approx: exp2 within 2 ulp; log2 within 2^-22 absolute on (0.5, 2), 2^-22
+  // relative elsewhere; tanh about 2^-11 relative; rsqrt 2^-22.9 relative; sin and cos 2^-20.5
+  // absolute on [-2 pi, 2 pi], 2^-14.7 on [-100 pi, 100 pi] and nothing promised beyond — large
+  // angles (rotary embeddings at far positions) want the exact functions. exp is
+  // exp2(x log2 e), whose error grows with |x|, and log is log2(x) ln 2). exp's subnormal
+  // results and log's subnormal inputs flush to zero. f64 stays exact, and so do the interpreters, where the flag changes nothing.
   // Logistic, which is computed from exp, follows it. As Mosaic GPU's approx_math.
   bool approx_math = false;
   // The on-device profiler (gpu::named_region, docs/GPU.md "Profiling"): how many region events

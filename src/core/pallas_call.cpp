@@ -197,7 +197,10 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
       env.cluster_axes_begin = opts.gpu_kernel->num_grid_axes;
       env.cluster_axes_end = env.cluster_axes_begin + opts.gpu_kernel->num_cluster_axes;
       env.gpu_kernel = true;
-      if (opts.gpu_kernel->has_thread_axis) env.thread_axis = env.cluster_axes_end;
+      if (opts.gpu_kernel->has_thread_axis) {
+        env.thread_axis = env.cluster_axes_end;
+        env.num_threads = gm.grid.at(static_cast<size_t>(env.thread_axis));
+      }
     }
     core::ScopedTraceEnv scoped(&env);
     detail::TraceScope scope(tc->name, std::source_location::current());

@@ -2,6 +2,7 @@
 // kernel body or an index map is being traced (for the seed's constant-capture errors).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct TraceEnv {
   int cluster_axes_begin = 0, cluster_axes_end = 0;
   bool gpu_kernel = false;  // tracing a gpu::kernel's body
   int thread_axis = -1;     // a gpu::kernel's thread axis in grid_names (-1: none)
+  int64_t num_threads = 0;  // its size: the Pallas threads of a CTA
 };
 
 // The innermost active environment, or nullptr outside pallas_call tracing.

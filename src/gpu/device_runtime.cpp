@@ -612,7 +612,11 @@ PL_DEV float pl_rsqrt_approx(float x) { return 1.0f / PL_MATH(sqrtf)(x); }
   }
 PL_APPROX_INSTR(pl_ex2_approx, "ex2.approx.ftz.f32")
 PL_APPROX_INSTR(pl_lg2_approx, "lg2.approx.ftz.f32")
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750
+PL_DEV float pl_tanh_approx(float x) { return PL_MATH(tanhf)(x); }  // (tanh.approx needs sm_75)
+#else
 PL_APPROX_INSTR(pl_tanh_approx, "tanh.approx.f32")
+#endif
 PL_APPROX_INSTR(pl_sin_approx, "sin.approx.f32")
 PL_APPROX_INSTR(pl_cos_approx, "cos.approx.f32")
 PL_APPROX_INSTR(pl_rsqrt_approx, "rsqrt.approx.f32")

@@ -191,7 +191,8 @@ class PipelineSteps {
   // copy of its previous block (an earlier step's).
   void before_body(const Value& step, const std::vector<Value>& idx) const {
     if (!staged_outputs_) return;
-    const std::vector<Value> prev = indices_of(step - 1);
+    // (Step 0 compares with the last step, a valid index for the index maps, and waits for nothing.)
+    const std::vector<Value> prev = indices_of((step + i32(steps_ - 1)) % i32(steps_));
     Value changes = Operand(false).value();
     for (size_t i = num_in_; i < ops_.size(); ++i)
       if (ops_[i].staged) changes = changes || differ(block_indices(ops_[i], idx), block_indices(ops_[i], prev));
@@ -326,6 +327,18 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body,
                 where);
   return [body = std::move(body), opts = std::move(opts), loc, where, who](const std::vector<Ref>& operands) {
     PipelineSteps p(who, opts.grid, opts.in_specs, opts.out_specs, opts.max_concurrent_steps, operands, loc);
+    const core::TraceEnv* env = core::current_trace_env();
+    const std::string thread_axis = env->thread_axis >= 0 ? env->grid_names.at(static_cast<size_t>(env->thread_axis)) : "";
+    if (opts.wg_axis != thread_axis)
+      throw Error(std::string(who) + ": wg_axis '" + opts.wg_axis + "' is not the kernel's thread axis" +
+                      (thread_axis.empty() ? std::string(" (its mesh has none: give it num_threads and thread_name)")
+                                           : " '" + thread_axis + "'"),
+                  where);
+    if (env->num_threads != opts.num_compute_wgs + 1)
+      throw Error(std::string(who) + ": the mesh has " + std::to_string(env->num_threads) + " Pallas threads along '" +
+                      thread_axis + "'; the pipeline needs num_compute_wgs + 1 = " + std::to_string(opts.num_compute_wgs + 1) +
+                      " (the last one copies)",
+                  where);
     if (p.staged_outputs() && opts.num_compute_wgs > 1)
       throw NotSupportedError(std::string(who) + " with SMEM outputs and " + std::to_string(opts.num_compute_wgs) +
                                   " compute warpgroups (one compute warpgroup, or outputs in gpu::GMEM)",

@@ -178,7 +178,8 @@ TEST_P(ApproxMath, FastFunctionsStayWithinTheirBoundsAndFlushSubnormals) {
   if (!flag_applies) return;
   // The same kernel without the flag keeps the subnormal and the finite log.
   const Array exact = approx_math_call(GetParam(), false)(x).at(0);
-  EXPECT_EQ(exact.data<float>()[0], exp_subnormal);
+  EXPECT_GT(exact.data<float>()[0], 0.0f);  // (a subnormal: CUDA's expf need not round it as the host's)
+  EXPECT_LT(exact.data<float>()[0], 1.17549435e-38f);
   EXPECT_NEAR(exact.data<float>()[2 * 1024 + 1], log_subnormal, 1e-4);
 }
 

@@ -157,6 +157,95 @@ TEST_P(Pipeline, DelayedReleaseKeepsAWgmmasSlotsUntilTheNextStep) {
   }
 }
 
+// Fewer steps than slots (the slots shrink to the steps) with delay_release at or past them:
+// grids of 1 to 5 steps, 3 slots, delay 2, in both forms.
+TEST_P(Pipeline, FewerStepsThanSlotsWithALongDelay) {
+  for (int steps : {1, 2, 3, 5}) {
+    SCOPED_TRACE(steps);
+    const pl::Array x = random_f32({32 * steps, 64}, 12);
+    const pl::BlockSpec block({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; });
+    auto body = [](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) { b[1][pl::all] = b[0][pl::all] * 2.0f; };
+    for (bool warp_specialized : {false, true}) {
+      pl::PallasCall call = plgpu::kernel(
+          [&](pl::Ref x, pl::Ref out) {
+            if (warp_specialized)
+              plgpu::emit_pipeline_warp_specialized(body, {.grid = {steps}, .in_specs = {block}, .out_specs = {block},
+                                                           .max_concurrent_steps = 3, .delay_release = 2, .wg_axis = "wg"})({x, out});
+            else
+              plgpu::emit_pipeline(body, {.grid = {steps}, .in_specs = {block}, .out_specs = {block}, .max_concurrent_steps = 3,
+                                          .delay_release = 2})({x, out});
+          },
+          {pl::ShapeDtype({32 * steps, 64}, pl::f32)},
+          warp_specialized ? plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}
+                           : plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+          run_on(GetParam(), {}));
+      const pl::Array out = call(x).at(0);
+      for (int64_t e = 0; e < x.size(); ++e) ASSERT_EQ(out.data<float>()[e], 2.0f * x.data<float>()[e]) << warp_specialized;
+    }
+  }
+}
+
+// Outputs only (no input copies, no barrier), and two outputs whose blocks change at different
+// steps (one every step, one per row of the grid).
+TEST_P(Pipeline, OutputsOnlyAndOutputsChangingAtDifferentSteps) {
+  pl::PallasCall fill = plgpu::kernel(
+      [](pl::Ref out) {
+        plgpu::emit_pipeline(
+            [](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+              b[0][pl::all] = pl::zeros({32, 64}, pl::f32) + idx[0].astype(pl::f32);
+            },
+            {.grid = {4}, .out_specs = {pl::BlockSpec({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })}, .max_concurrent_steps = 2})(
+            {out});
+      },
+      {pl::ShapeDtype({128, 64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on(GetParam(), {}));
+  const pl::Array filled = fill().at(0);
+  for (int64_t e = 0; e < filled.size(); ++e) ASSERT_EQ(filled.data<float>()[e], static_cast<float>(e / (32 * 64))) << e;
+
+  const pl::Array x = random_f32({64, 384}, 13);
+  pl::PallasCall two = plgpu::kernel(
+      [](pl::Ref x, pl::Ref plus_one, pl::Ref row_sums) {
+        plgpu::emit_pipeline(
+            [](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+              b[1][pl::all] = b[0][pl::all] + 1.0f;
+              pl::when(idx[1] == 0, [&] { b[2][pl::all] = pl::zeros({32, 128}, pl::f32); });
+              b[2][pl::all] = b[2][pl::all] + b[0][pl::all];
+            },
+            {.grid = {2, 3},
+             .in_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
+             .out_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; }),
+                           pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value) { return pl::Indices{i, 0}; })},
+             .max_concurrent_steps = 2})({x, plus_one, row_sums});
+      },
+      {pl::ShapeDtype({64, 384}, pl::f32), pl::ShapeDtype({64, 128}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+      run_on(GetParam(), {}));
+  const std::vector<pl::Array> outs = two(x);
+  for (int64_t e = 0; e < x.size(); ++e) ASSERT_EQ(outs[0].data<float>()[e], x.data<float>()[e] + 1.0f) << e;
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 128; ++c) {
+      float want = 0;
+      for (int64_t j = 0; j < 3; ++j) want += x.data<float>()[r * 384 + j * 128 + c];
+      ASSERT_EQ(outs[1].data<float>()[r * 128 + c], want) << r << "," << c;
+    }
+}
+
+// Index maps that read a table (SMEM scratch, at the step's index): blocks in reverse order. The
+// pipeline calls them with real steps' indices only (at step 0 it compares with the last step's,
+// not with step -1's, which would read the table out of bounds).
+TEST_P(Pipeline, IndexMapsThatReadATableSeeOnlyRealSteps) {
+  const pl::Array x = random_f32({128, 64}, 14);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref table) {
+        for (int i = 0; i < 4; ++i) table.store({pl::Index(i)}, 3 - i);
+        const pl::BlockSpec reversed({32, 64}, [&](pl::Value i) { return pl::Indices{table.load({pl::Index(i)}), 0}; });
+        plgpu::emit_pipeline([](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) { b[1][pl::all] = b[0][pl::all] * 3.0f; },
+                             {.grid = {4}, .in_specs = {reversed}, .out_specs = {reversed}, .max_concurrent_steps = 2})({x, out});
+      },
+      {pl::ShapeDtype({128, 64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+      run_on(GetParam(), {plgpu::SMEM({4}, pl::i32)}));
+  const pl::Array out = call(x).at(0);
+  for (int64_t e = 0; e < x.size(); ++e) ASSERT_EQ(out.data<float>()[e], 3.0f * x.data<float>()[e]) << e;
+}
+
 // Warp-specialized: two compute warpgroups, each doubling its half of the rows of every (64, 64)
 // block of x into out (a gpu::GMEM output the body writes itself), and a memory warpgroup that
 // keeps 2 or 3 slots filled; with and without setmaxnreg.
@@ -390,6 +479,35 @@ TEST(PipelineErrors, WarpSpecializedRefusesSharedOutputsAndOddRegisterCounts) {
                   "not supported yet: emit_pipeline_warp_specialized with SMEM outputs and 2 compute warpgroups");
   EXPECT_CONTAINS(error_of(1, 30, pl::BlockSpec(plgpu::GMEM)),
                   "memory_registers must be 0 (no setmaxnreg) or a multiple of 8 in [24, 256], got 30");
+  // The mesh's thread axis must hold the compute warpgroups and the memory one, no more.
+  for (auto [threads, message] : {std::pair{2, "the mesh has 2 Pallas threads along 'wg'; the pipeline needs num_compute_wgs + 1 = 3"},
+                                  std::pair{4, "the mesh has 4 Pallas threads along 'wg'; the pipeline needs num_compute_wgs + 1 = 3"}}) {
+    const std::string e = test_util::error_of([&] {
+      plgpu::kernel(
+          [](pl::Ref x, pl::Ref out) {
+            plgpu::emit_pipeline_warp_specialized(
+                [](const std::vector<pl::Value>&, const std::vector<pl::Ref>&) {},
+                {.grid = {2}, .in_specs = {pl::BlockSpec({32, 96}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                 .out_specs = {pl::BlockSpec(plgpu::GMEM)}, .wg_axis = "wg", .num_compute_wgs = 2})({x, out});
+          },
+          {pl::ShapeDtype({64, 96}, pl::f32)},
+          plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = threads, .thread_name = "wg"}, run_on("interpret", {}))(
+          pl::Array::zeros({64, 96}, pl::f32));
+    });
+    EXPECT_CONTAINS(e, message);
+  }
+  const std::string no_axis = test_util::error_of([&] {
+    plgpu::kernel(
+        [](pl::Ref x, pl::Ref out) {
+          plgpu::emit_pipeline_warp_specialized(
+              [](const std::vector<pl::Value>&, const std::vector<pl::Ref>&) {},
+              {.grid = {2}, .in_specs = {pl::BlockSpec({32, 96}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+               .out_specs = {pl::BlockSpec(plgpu::GMEM)}, .wg_axis = "b"})({x, out});
+        },
+        {pl::ShapeDtype({64, 96}, pl::f32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"b"}}, run_on("interpret", {}))(
+        pl::Array::zeros({64, 96}, pl::f32));
+  });
+  EXPECT_CONTAINS(no_axis, "wg_axis 'b' is not the kernel's thread axis (its mesh has none: give it num_threads and thread_name)");
 }
 
 }  // namespace
