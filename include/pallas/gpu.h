@@ -287,7 +287,13 @@ Pipeline emit_pipeline(F body, PipelineOptions opts, Loc loc = Loc::current()) {
 // collective run_scoped over wg_axis). With memory_registers (a multiple of 8 in [24, 256]) the
 // memory warpgroup lowers its registers to that and the compute ones raise theirs to an equal
 // share of the rest (set_max_registers). Outputs in SMEM need a single compute warpgroup (as in
-// Mosaic GPU); in gpu::GMEM the body writes them itself. No carry.
+// Mosaic GPU); in gpu::GMEM the body writes them itself.
+// A carry (Mosaic GPU's compute_context): give compute_context, and a body that takes the carry
+// as a third argument and returns the next one. compute_context runs in the compute warpgroups
+// only — set up the carry, call `run(init)` exactly once (it runs the steps and returns the last
+// carry, each compute warpgroup its own), use the result — so what it computes before and after
+// costs the memory warpgroup nothing.
+using ComputeContext = std::function<void(const std::function<std::vector<Value>(const std::vector<Value>&)>& run)>;
 struct WarpSpecializedPipelineOptions {
   std::vector<int64_t> grid;
   std::vector<BlockSpec> in_specs;
@@ -297,15 +303,31 @@ struct WarpSpecializedPipelineOptions {
   std::string wg_axis;
   int num_compute_wgs = 1;
   int memory_registers = 0;  // 0: no setmaxnreg
+  ComputeContext compute_context;
 };
-using WarpSpecializedBody = std::function<void(const std::vector<Value>& indices, const std::vector<Ref>& blocks)>;
 using WarpSpecializedPipeline = std::function<void(const std::vector<Ref>& operands)>;
 namespace detail {
-WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body, WarpSpecializedPipelineOptions opts, Loc loc);
+WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool body_takes_carry,
+                                                       WarpSpecializedPipelineOptions opts, Loc loc);
 }  // namespace detail
-inline WarpSpecializedPipeline emit_pipeline_warp_specialized(WarpSpecializedBody body, WarpSpecializedPipelineOptions opts,
-                                                              Loc loc = Loc::current()) {
-  return detail::make_warp_specialized_pipeline(std::move(body), std::move(opts), loc);
+// body(indices, blocks), or body(indices, blocks, carry) -> next carry (with compute_context).
+template <class F>
+WarpSpecializedPipeline emit_pipeline_warp_specialized(F body, WarpSpecializedPipelineOptions opts, Loc loc = Loc::current()) {
+  using Indices = const std::vector<Value>&;
+  using Blocks = const std::vector<Ref>&;
+  if constexpr (std::is_invocable_v<F&, Indices, Blocks, const std::vector<Value>&>) {
+    return detail::make_warp_specialized_pipeline(PipelineBody(std::move(body)), true, std::move(opts), loc);
+  } else {
+    static_assert(std::is_invocable_v<F&, Indices, Blocks>,
+                  "emit_pipeline_warp_specialized's body takes (indices, blocks), or (indices, blocks, carry) returning "
+                  "the next carry");
+    return detail::make_warp_specialized_pipeline(
+        [body = std::move(body)](Indices i, Blocks b, const std::vector<Value>&) mutable {
+          body(i, b);
+          return std::vector<Value>{};
+        },
+        false, std::move(opts), loc);
+  }
 }
 
 // ---- Loops over work (Mosaic GPU's nd_loop, planar_snake) ---------------------------------------

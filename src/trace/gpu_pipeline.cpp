@@ -313,11 +313,15 @@ Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc) {
   };
 }
 
-WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body, WarpSpecializedPipelineOptions opts, Loc loc) {
+WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool body_takes_carry,
+                                                       WarpSpecializedPipelineOptions opts, Loc loc) {
   const char* who = "emit_pipeline_warp_specialized";
   const SourceLoc where = trace::src(loc);
   check_steps(who, opts.grid, opts.max_concurrent_steps, opts.delay_release, where);
   if (!body) throw Error(std::string(who) + ": the body is empty", where);
+  if (body_takes_carry && !opts.compute_context)
+    throw Error(std::string(who) + ": the body takes a carry, which needs a compute_context (it gives run the first carry)",
+                where);
   if (opts.wg_axis.empty()) throw Error(std::string(who) + ": wg_axis (the mesh's thread axis) is empty", where);
   if (opts.num_compute_wgs < 1)
     throw Error(std::string(who) + ": num_compute_wgs must be at least 1, got " + std::to_string(opts.num_compute_wgs), where);
@@ -372,20 +376,39 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(WarpSpecializedBody body,
           const int regs = std::min(256, (512 - opts.memory_registers) / opts.num_compute_wgs) / 8 * 8;
           set_max_registers(regs, true, loc);
         }
-        fori_loop(0, i32(p.steps()), [&](Value step) {
-          const Value slot = step % p.slots();
-          barrier_wait(ready.at(Index(slot, loc), loc), loc);
-          const std::vector<Value> idx = p.indices_of(step);
-          p.before_body(step, idx);
-          body(idx, p.blocks(slot));
-          // The body is done with the slot of step s - delay_release (products that read it
-          // waited for): it goes back.
-          const int d = opts.delay_release;
-          if (d == 0) barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
-          else when(step >= d, [&] { barrier_arrive(consumed.at(Index((step - d) % p.slots(), loc), loc), loc); }, loc);
-          p.after_body(step, idx);
-        }, loc);
-        if (opts.delay_release > 0) wgmma_wait(0, loc);  // (as emit_pipeline's)
+        // The steps, from a carry to the last one (compute_context's `run`).
+        auto run = [&](const std::vector<Value>& init) {
+          std::vector<Value> last = fori_loop(0, i32(p.steps()), init, [&](Value step, std::vector<Value> carry) {
+            const Value slot = step % p.slots();
+            barrier_wait(ready.at(Index(slot, loc), loc), loc);
+            const std::vector<Value> idx = p.indices_of(step);
+            p.before_body(step, idx);
+            std::vector<Value> next = body(idx, p.blocks(slot), carry);
+            if (next.size() != carry.size())
+              throw Error(std::string(who) + ": the body returned " + std::to_string(next.size()) +
+                              " carried values for the " + std::to_string(carry.size()) + " run was given",
+                          where);
+            // The body is done with the slot of step s - delay_release (products that read it
+            // waited for): it goes back.
+            const int d = opts.delay_release;
+            if (d == 0) barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
+            else when(step >= d, [&] { barrier_arrive(consumed.at(Index((step - d) % p.slots(), loc), loc), loc); }, loc);
+            p.after_body(step, idx);
+            return next;
+          }, loc);
+          if (opts.delay_release > 0) wgmma_wait(0, loc);  // (as emit_pipeline's; before the carry is used)
+          return last;
+        };
+        if (opts.compute_context) {
+          int runs = 0;
+          opts.compute_context([&](const std::vector<Value>& init) {
+            if (++runs > 1) throw Error(std::string(who) + ": compute_context called run more than once", where);
+            return run(init);
+          });
+          if (runs == 0) throw Error(std::string(who) + ": compute_context never called run", where);
+        } else {
+          run({});
+        }
         p.epilogue();
       }, loc);
       return std::vector<Value>{};

@@ -305,6 +305,39 @@ TEST_P(Pipeline, WarpSpecializedMatmulReleasesSlotsAStepLate) {
   expect_product(x, y, call(x, y).at(0));
 }
 
+// Warp-specialized with a carry (compute_context): each of two compute warpgroups sums its 32
+// rows of x's 4 column blocks in a carried tile, which its compute_context stores after run.
+TEST_P(Pipeline, WarpSpecializedComputeContextCarriesEachWarpgroupsValues) {
+  const pl::Array x = random_f32({64, 256}, 15);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        const pl::Value wg = plgpu::axis_index("wg");
+        plgpu::emit_pipeline_warp_specialized(
+            [&](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b, const std::vector<pl::Value>& carry) {
+              return std::vector<pl::Value>{carry[0] + b[0].at(pl::ds(wg * 32, 32), pl::all)[pl::all]};
+            },
+            {.grid = {4},
+             .in_specs = {pl::BlockSpec({64, 64}, [](pl::Value k) { return pl::Indices{0, k}; })},
+             .out_specs = {pl::BlockSpec(plgpu::GMEM)},
+             .wg_axis = "wg",
+             .num_compute_wgs = 2,
+             .compute_context =
+                 [&](const auto& run) {
+                   const std::vector<pl::Value> sum = run({pl::zeros({32, 64}, pl::f32)});
+                   out.at(pl::ds(wg * 32, 32), pl::all)[pl::all] = sum[0];
+                 }})({x, out});
+      },
+      {pl::ShapeDtype({64, 64}, pl::f32)},
+      plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 3, .thread_name = "wg"}, run_on(GetParam(), {}));
+  const pl::Array out = call(x).at(0);
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 64; ++c) {
+      float want = 0;
+      for (int64_t k = 0; k < 4; ++k) want += x.data<float>()[r * 256 + k * 64 + c];
+      ASSERT_EQ(out.data<float>()[r * 64 + c], want) << r << "," << c;
+    }
+}
+
 // Warp-specialized with one compute warpgroup and an SMEM output that consecutive steps
 // accumulate into (a row sum over 3 column blocks, as above).
 TEST_P(Pipeline, WarpSpecializedOutputsAccumulateAndAreCopiedOut) {
@@ -508,6 +541,30 @@ TEST(PipelineErrors, WarpSpecializedRefusesSharedOutputsAndOddRegisterCounts) {
         pl::Array::zeros({64, 96}, pl::f32));
   });
   EXPECT_CONTAINS(no_axis, "wg_axis 'b' is not the kernel's thread axis (its mesh has none: give it num_threads and thread_name)");
+  // A carry needs a compute_context, which must call run once.
+  auto carry_error = [](int runs, bool context) {
+    return test_util::error_of([&] {
+      plgpu::kernel(
+          [&](pl::Ref x, pl::Ref out) {
+            plgpu::WarpSpecializedPipelineOptions o{
+                .grid = {2}, .in_specs = {pl::BlockSpec({32, 96}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                .out_specs = {pl::BlockSpec(plgpu::GMEM)}, .wg_axis = "wg"};
+            if (context)
+              o.compute_context = [&](const auto& run) {
+                for (int r = 0; r < runs; ++r) run({pl::full({}, pl::f32, 0.0f)});
+              };
+            plgpu::emit_pipeline_warp_specialized(
+                [](const std::vector<pl::Value>&, const std::vector<pl::Ref>&, const std::vector<pl::Value>& c) { return c; },
+                o)({x, out});
+          },
+          {pl::ShapeDtype({64, 96}, pl::f32)},
+          plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}, run_on("interpret", {}))(
+          pl::Array::zeros({64, 96}, pl::f32));
+    });
+  };
+  EXPECT_CONTAINS(carry_error(1, false), "the body takes a carry, which needs a compute_context");
+  EXPECT_CONTAINS(carry_error(0, true), "compute_context never called run");
+  EXPECT_CONTAINS(carry_error(2, true), "compute_context called run more than once");
 }
 
 }  // namespace
