@@ -258,24 +258,29 @@ using PipelineBody = std::function<std::vector<Value>(const std::vector<Value>& 
 using Pipeline = std::function<std::vector<Value>(const std::vector<Ref>& operands)>;
 namespace detail {
 Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc);
+// A pipeline body as a PipelineBody, and whether it takes a carry: body(indices, blocks), or
+// body(indices, blocks, carry) returning the next carry.
+template <class F>
+std::pair<PipelineBody, bool> pipeline_body(F body) {
+  using Indices = const std::vector<Value>&;
+  using Blocks = const std::vector<Ref>&;
+  if constexpr (std::is_invocable_v<F&, Indices, Blocks, const std::vector<Value>&>) {
+    return {PipelineBody(std::move(body)), true};
+  } else {
+    static_assert(std::is_invocable_v<F&, Indices, Blocks>,
+                  "a pipeline's body takes (indices, blocks), or (indices, blocks, carry) returning the next carry");
+    return {[body = std::move(body)](Indices i, Blocks b, const std::vector<Value>&) mutable {
+              body(i, b);
+              return std::vector<Value>{};
+            },
+            false};
+  }
+}
 }  // namespace detail
 // body(indices, blocks), or body(indices, blocks, carry) -> next carry (with init_carry).
 template <class F>
 Pipeline emit_pipeline(F body, PipelineOptions opts, Loc loc = Loc::current()) {
-  using Indices = const std::vector<Value>&;
-  using Blocks = const std::vector<Ref>&;
-  if constexpr (std::is_invocable_v<F&, Indices, Blocks, const std::vector<Value>&>) {
-    return detail::make_pipeline(PipelineBody(std::move(body)), std::move(opts), loc);
-  } else {
-    static_assert(std::is_invocable_v<F&, Indices, Blocks>,
-                  "emit_pipeline's body takes (indices, blocks), or (indices, blocks, carry) returning the next carry");
-    return detail::make_pipeline(
-        [body = std::move(body)](Indices i, Blocks b, const std::vector<Value>&) mutable {
-          body(i, b);
-          return std::vector<Value>{};
-        },
-        std::move(opts), loc);
-  }
+  return detail::make_pipeline(detail::pipeline_body(std::move(body)).first, std::move(opts), loc);
 }
 
 // The warp-specialized form (Mosaic GPU's emit_pipeline_warp_specialized), for a kernel whose
@@ -313,21 +318,8 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
 // body(indices, blocks), or body(indices, blocks, carry) -> next carry (with compute_context).
 template <class F>
 WarpSpecializedPipeline emit_pipeline_warp_specialized(F body, WarpSpecializedPipelineOptions opts, Loc loc = Loc::current()) {
-  using Indices = const std::vector<Value>&;
-  using Blocks = const std::vector<Ref>&;
-  if constexpr (std::is_invocable_v<F&, Indices, Blocks, const std::vector<Value>&>) {
-    return detail::make_warp_specialized_pipeline(PipelineBody(std::move(body)), true, std::move(opts), loc);
-  } else {
-    static_assert(std::is_invocable_v<F&, Indices, Blocks>,
-                  "emit_pipeline_warp_specialized's body takes (indices, blocks), or (indices, blocks, carry) returning "
-                  "the next carry");
-    return detail::make_warp_specialized_pipeline(
-        [body = std::move(body)](Indices i, Blocks b, const std::vector<Value>&) mutable {
-          body(i, b);
-          return std::vector<Value>{};
-        },
-        false, std::move(opts), loc);
-  }
+  auto [wrapped, takes_carry] = detail::pipeline_body(std::move(body));
+  return detail::make_warp_specialized_pipeline(std::move(wrapped), takes_carry, std::move(opts), loc);
 }
 
 // ---- Loops over work (Mosaic GPU's nd_loop, planar_snake) ---------------------------------------

@@ -27,13 +27,7 @@ using test_util::error_of;
 
 namespace {
 
-pl::Array random_f32(pl::Shape s, uint32_t seed) {
-  pl::Array a = pl::Array::zeros(s, pl::f32);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
-  return a;
-}
+using test_util::random_f32;
 
 // A generated unit with wgmma compiles with NVRTC for sm_90a and sm_80, and its sm_90a SASS has
 // HGMMA. Returns why it could not check ("": checked).

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ inline pallas::CallOptions run_on(const std::string& how, std::vector<pallas::Sc
   else
     o.backend = how;
   return o;
+}
+
+// N(0, 1) f32 values from a std::mt19937 seeded with `seed` (test inputs independent of the
+// library's own generator).
+inline pallas::Array random_f32(pallas::Shape s, uint32_t seed) {
+  pallas::Array a = pallas::Array::zeros(std::move(s), pallas::DType::F32);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
+  return a;
 }
 
 // The parameter as the case's name ("gpu_emulate").

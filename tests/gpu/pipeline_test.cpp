@@ -20,12 +20,26 @@ namespace pl = ::pallas;
 namespace plgpu = ::pallas::gpu;
 using test_util::run_on;
 
-pl::Array random_f32(pl::Shape s, uint32_t seed) {
-  pl::Array a = pl::Array::zeros(s, pl::f32);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = d(rng);
-  return a;
+using test_util::random_f32;
+
+// out (rows, w) is the sum of x's column blocks of width w (a double loop, summing in block
+// order as the kernels do, so the f32 results agree exactly).
+void expect_sum_of_column_blocks(const pl::Array& x, const pl::Array& out) {
+  const int64_t rows = x.shape()[0], cols = x.shape()[1], w = out.shape()[1];
+  ASSERT_EQ(out.shape()[0], rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < w; ++c) {
+      float want = 0;
+      for (int64_t j = 0; j < cols / w; ++j) want += x.data<float>()[r * cols + j * w + c];
+      ASSERT_EQ(out.data<float>()[r * w + c], want) << r << "," << c;
+    }
+}
+
+// A body accumulating its (32, 128) input block into its output block over the grid's j: the
+// first step of each row of the grid starts from zero.
+void accumulate_over_j(const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+  pl::when(idx[1] == 0, [&] { b[1][pl::all] = pl::zeros({32, 128}, pl::f32); });
+  b[1][pl::all] = b[1][pl::all] + b[0][pl::all];
 }
 
 class Pipeline : public test_util::OnGpuBackends {};
@@ -72,10 +86,7 @@ TEST_P(Pipeline, ConsecutiveStepsOfAnOutputBlockAccumulateInIt) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref x, pl::Ref out) {
         plgpu::emit_pipeline(
-            [](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
-              pl::when(idx[1] == 0, [&] { b[1][pl::all] = pl::zeros({32, 128}, pl::f32); });
-              b[1][pl::all] = b[1][pl::all] + b[0][pl::all];
-            },
+            accumulate_over_j,
             {.grid = {2, 3},
              .in_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
              .out_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value) { return pl::Indices{i, 0}; })},
@@ -83,12 +94,7 @@ TEST_P(Pipeline, ConsecutiveStepsOfAnOutputBlockAccumulateInIt) {
       },
       {pl::ShapeDtype({64, 128}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on(GetParam(), {}));
   const pl::Array out = call(x).at(0);
-  for (int64_t r = 0; r < 64; ++r)
-    for (int64_t c = 0; c < 128; ++c) {
-      float want = 0;
-      for (int64_t j = 0; j < 3; ++j) want += x.data<float>()[r * 384 + j * 128 + c];
-      ASSERT_EQ(out.data<float>()[r * 128 + c], want) << r << "," << c;
-    }
+  expect_sum_of_column_blocks(x, out);
 }
 
 // A carried value: the sum of the 4 (32, 64) slices of x (a squeezed leading dim), carried
@@ -220,12 +226,7 @@ TEST_P(Pipeline, OutputsOnlyAndOutputsChangingAtDifferentSteps) {
       run_on(GetParam(), {}));
   const std::vector<pl::Array> outs = two(x);
   for (int64_t e = 0; e < x.size(); ++e) ASSERT_EQ(outs[0].data<float>()[e], x.data<float>()[e] + 1.0f) << e;
-  for (int64_t r = 0; r < 64; ++r)
-    for (int64_t c = 0; c < 128; ++c) {
-      float want = 0;
-      for (int64_t j = 0; j < 3; ++j) want += x.data<float>()[r * 384 + j * 128 + c];
-      ASSERT_EQ(outs[1].data<float>()[r * 128 + c], want) << r << "," << c;
-    }
+  expect_sum_of_column_blocks(x, outs[1]);
 }
 
 // Index maps that read a table (SMEM scratch, at the step's index): blocks in reverse order. The
@@ -330,12 +331,7 @@ TEST_P(Pipeline, WarpSpecializedComputeContextCarriesEachWarpgroupsValues) {
       {pl::ShapeDtype({64, 64}, pl::f32)},
       plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 3, .thread_name = "wg"}, run_on(GetParam(), {}));
   const pl::Array out = call(x).at(0);
-  for (int64_t r = 0; r < 64; ++r)
-    for (int64_t c = 0; c < 64; ++c) {
-      float want = 0;
-      for (int64_t k = 0; k < 4; ++k) want += x.data<float>()[r * 256 + k * 64 + c];
-      ASSERT_EQ(out.data<float>()[r * 64 + c], want) << r << "," << c;
-    }
+  expect_sum_of_column_blocks(x, out);
 }
 
 // Warp-specialized with one compute warpgroup and an SMEM output that consecutive steps
@@ -345,10 +341,7 @@ TEST_P(Pipeline, WarpSpecializedOutputsAccumulateAndAreCopiedOut) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref x, pl::Ref out) {
         plgpu::emit_pipeline_warp_specialized(
-            [](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
-              pl::when(idx[1] == 0, [&] { b[1][pl::all] = pl::zeros({32, 128}, pl::f32); });
-              b[1][pl::all] = b[1][pl::all] + b[0][pl::all];
-            },
+            accumulate_over_j,
             {.grid = {2, 3},
              .in_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value j) { return pl::Indices{i, j}; })},
              .out_specs = {pl::BlockSpec({32, 128}, [](pl::Value i, pl::Value) { return pl::Indices{i, 0}; })},
@@ -358,12 +351,7 @@ TEST_P(Pipeline, WarpSpecializedOutputsAccumulateAndAreCopiedOut) {
       {pl::ShapeDtype({64, 128}, pl::f32)},
       plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}, run_on(GetParam(), {}));
   const pl::Array out = call(x).at(0);
-  for (int64_t r = 0; r < 64; ++r)
-    for (int64_t c = 0; c < 128; ++c) {
-      float want = 0;
-      for (int64_t j = 0; j < 3; ++j) want += x.data<float>()[r * 384 + j * 128 + c];
-      ASSERT_EQ(out.data<float>()[r * 128 + c], want) << r << "," << c;
-    }
+  expect_sum_of_column_blocks(x, out);
 }
 
 // The pipeline's generated unit compiles with NVRTC for sm_90a and sm_80, and its input copies
