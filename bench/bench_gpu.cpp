@@ -294,6 +294,17 @@ void side_by_side(std::ostream& report) {
       report << "| 128 x " << g.tile_n << ", " << g.stages << " | " << g.rows << " x " << g.cluster << " | "
              << (g.persistent ? std::to_string(g.persistent) : "-") << " | " << versus_cublas(v);
     }
+
+    // The pipeline_matmul example (gpu::emit_pipeline around wgmma: one warpgroup per 128 x 128
+    // tile, the "one warpgroup TMA+wgmma pipeline") on the same inputs, by depth.
+    report << "\nThe pipeline_matmul example on the same inputs, by pipeline depth (median of 5):\n\n"
+           << "| slots | ms | TFLOP/s | of cuBLAS (ms) | max abs diff |\n|---|---|---|---|---|\n";
+    for (int stages : {2, 3, 4}) {
+      ex::Problem w = ex::find("pipeline_matmul").build({.size = n, .dtype = pl::bf16, .backend = "gpu", .stages = stages,
+                                                         .with_inputs = false});
+      ResidentCall v(w.call, p.inputs);
+      report << "| " << stages << " | " << versus_cublas(v);
+    }
   }
 
   launch_overhead(report);
@@ -319,7 +330,8 @@ void bench_gpu(std::ostream& report) {
   for (Row row : {Row{"add", pallas::DType::F32, "add"}, Row{"matmul", pallas::DType::F32, "matmul"},
                   Row{"matmul", pallas::DType::BF16, "matmul bf16"}, Row{"softmax", pallas::DType::F32, "softmax"},
                   Row{"layer_norm", pallas::DType::F32, "layer_norm"}, Row{"gather", pallas::DType::F32, "gather"},
-                  Row{"inplace", pallas::DType::F32, "inplace"}}) {
+                  Row{"inplace", pallas::DType::F32, "inplace"}, Row{"ws_matmul", pallas::DType::BF16, "ws_matmul bf16"},
+                  Row{"pipeline_matmul", pallas::DType::BF16, "pipeline_matmul bf16"}}) {
     const char* name = row.label;
     ex::RunOptions o;
     o.backend = "gpu";
