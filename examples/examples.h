@@ -72,7 +72,8 @@ struct RunOptions {
   int64_t shared_memory_limit = 0;
   // false: the problem's call without its random inputs, for a caller that has its own (pallas_bench
   // times ws_matmul's variants on matmul's inputs: drawing 2 x 8192^2 normals takes ~15 s of one
-  // core). Honoured by the square matmuls (matmul, ws_matmul); other problems draw them anyway.
+  // core). Honoured by the square matmuls (matmul, ws_matmul, pipeline_matmul); other problems
+  // draw them anyway.
   bool with_inputs = true;
 
   bool uses_tpu_interpret_options() const {

@@ -257,7 +257,6 @@ using PipelineBody = std::function<std::vector<Value>(const std::vector<Value>& 
 // Runs the pipeline over its GMEM operands (the inputs, then the outputs); returns the carry.
 using Pipeline = std::function<std::vector<Value>(const std::vector<Ref>& operands)>;
 namespace detail {
-Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc);
 // A pipeline body as a PipelineBody, and whether it takes a carry: body(indices, blocks), or
 // body(indices, blocks, carry) returning the next carry.
 template <class F>
@@ -265,22 +264,28 @@ std::pair<PipelineBody, bool> pipeline_body(F body) {
   using Indices = const std::vector<Value>&;
   using Blocks = const std::vector<Ref>&;
   if constexpr (std::is_invocable_v<F&, Indices, Blocks, const std::vector<Value>&>) {
+    static_assert(std::is_convertible_v<std::invoke_result_t<F&, Indices, Blocks, const std::vector<Value>&>, std::vector<Value>>,
+                  "a pipeline body that takes a carry returns the next carry (a std::vector<Value>)");
     return {PipelineBody(std::move(body)), true};
-  } else {
-    static_assert(std::is_invocable_v<F&, Indices, Blocks>,
-                  "a pipeline's body takes (indices, blocks), or (indices, blocks, carry) returning the next carry");
+  } else if constexpr (std::is_invocable_v<F&, Indices, Blocks>) {
     return {[body = std::move(body)](Indices i, Blocks b, const std::vector<Value>&) mutable {
               body(i, b);
               return std::vector<Value>{};
             },
             false};
+  } else {
+    static_assert(std::is_invocable_v<F&, Indices, Blocks>,
+                  "a pipeline's body takes (indices, blocks), or (indices, blocks, carry) returning the next carry");
+    return {};
   }
 }
+Pipeline make_pipeline(PipelineBody body, bool body_takes_carry, PipelineOptions opts, Loc loc);
 }  // namespace detail
 // body(indices, blocks), or body(indices, blocks, carry) -> next carry (with init_carry).
 template <class F>
 Pipeline emit_pipeline(F body, PipelineOptions opts, Loc loc = Loc::current()) {
-  return detail::make_pipeline(detail::pipeline_body(std::move(body)).first, std::move(opts), loc);
+  auto [wrapped, takes_carry] = detail::pipeline_body(std::move(body));
+  return detail::make_pipeline(std::move(wrapped), takes_carry, std::move(opts), loc);
 }
 
 // The warp-specialized form (Mosaic GPU's emit_pipeline_warp_specialized), for a kernel whose

@@ -1,8 +1,11 @@
 // gpu::nd_loop and gpu::planar_snake (Mosaic GPU's helpers): index arithmetic over traced
 // scalars and a fori_loop, nothing of their own in any backend.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/trace_env.h"
 #include "pallas/error.h"
 #include "pallas/gpu.h"
 #include "pallas/pallas_call.h"
@@ -13,7 +16,20 @@ namespace {
 
 // The caller's combined index along `axes` (row-major) and their combined size.
 std::pair<Value, Value> combined_axis(const std::vector<std::string>& axes, const Loc& loc) {
-  if (axes.empty()) throw Error("nd_loop: collective_axes is empty (name the mesh axes that share the loop)", trace::src(loc));
+  const SourceLoc where = trace::src(loc);
+  if (axes.empty()) throw Error("nd_loop: collective_axes is empty (name the mesh axes that share the loop)", where);
+  const core::TraceEnv* env = core::current_trace_env();
+  const std::vector<std::string> names = env ? env->grid_names : std::vector<std::string>{};
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (std::find(names.begin(), names.end(), axes[i]) == names.end())
+      throw Error("nd_loop: collective_axes names '" + axes[i] + "', which is not an axis of the kernel's mesh (" +
+                      (known.empty() ? std::string("it has none") : known) + ")",
+                  where);
+    if (std::find(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(i), axes[i]) != axes.begin() + static_cast<std::ptrdiff_t>(i))
+      throw Error("nd_loop: collective_axes names '" + axes[i] + "' twice", where);
+  }
   Value index = Operand(0, loc).value(), size = Operand(1, loc).value();
   for (const std::string& a : axes) {
     const Value n = num_programs(a, loc);
@@ -29,11 +45,18 @@ std::vector<Value> run_nd_loop(const std::vector<Operand>& grid_in, const std::v
                                const NDLoopOptions& options, const Loc& loc) {
   const SourceLoc where = trace::src(loc);
   if (grid_in.empty()) throw Error("nd_loop: the grid is empty", where);
+  // Sizes known when tracing must fit the loop's i32 arithmetic, their product too; traced ones
+  // become i32 scalars (as Mosaic GPU converts them to the axis index's type).
   std::vector<Value> grid;
+  int64_t known_points = 1;
   for (const Operand& g : grid_in) {
-    if (g.kind() == Operand::Kind::Int && g.int_literal() <= 0)
-      throw Error("nd_loop: grid sizes must be positive, got " + std::to_string(g.int_literal()), where);
-    grid.push_back(pallas::detail::as_index_scalar(g, "nd_loop grid size"));
+    if (g.kind() == Operand::Kind::Int) {
+      if (g.int_literal() <= 0) throw Error("nd_loop: grid sizes must be positive, got " + std::to_string(g.int_literal()), where);
+      if (g.int_literal() > INT32_MAX / known_points)
+        throw Error("nd_loop: the grid has more than 2^31 - 1 points (its sizes are counted in i32)", where);
+      known_points *= g.int_literal();
+    }
+    grid.push_back(pallas::detail::as_index_scalar(g, "nd_loop grid size").astype(DType::I32, loc));
   }
   const std::vector<int64_t>& tiling = options.tiling;
   if (!tiling.empty()) {
@@ -42,7 +65,8 @@ std::vector<Value> run_nd_loop(const std::vector<Operand>& grid_in, const std::v
                       std::to_string(grid_in.size()) + " dims",
                   where);
     for (size_t d = 0; d < tiling.size(); ++d) {
-      if (tiling[d] <= 0) throw Error("nd_loop: tile sizes must be positive, got " + std::to_string(tiling[d]), where);
+      if (tiling[d] <= 0 || tiling[d] > INT32_MAX)
+        throw Error("nd_loop: tile sizes must be positive i32 values, got " + std::to_string(tiling[d]), where);
       if (grid_in[d].kind() == Operand::Kind::Int && grid_in[d].int_literal() % tiling[d] != 0)
         throw Error("nd_loop: the tile size " + std::to_string(tiling[d]) + " does not divide grid dim " + std::to_string(d) +
                         " (" + std::to_string(grid_in[d].int_literal()) + ")",
@@ -104,7 +128,8 @@ std::pair<Value, Value> planar_snake(const Operand& lin_idx, const std::pair<Ope
                                      int64_t tile_width, Loc loc) {
   const SourceLoc where = trace::src(loc);
   if (minor_dim != 0 && minor_dim != 1) throw Error("planar_snake: minor_dim must be 0 or 1, got " + std::to_string(minor_dim), where);
-  if (tile_width <= 0) throw Error("planar_snake: tile_width must be positive, got " + std::to_string(tile_width), where);
+  if (tile_width <= 0 || tile_width > INT32_MAX)
+    throw Error("planar_snake: tile_width must be a positive i32 value, got " + std::to_string(tile_width), where);
   const Value i = pallas::detail::as_index_scalar(lin_idx, "planar_snake index");
   const Value rows = pallas::detail::as_index_scalar(shape.first, "planar_snake shape");
   const Value cols = pallas::detail::as_index_scalar(shape.second, "planar_snake shape");

@@ -3,6 +3,7 @@
 // copy_gmem_to_smem / copy_smem_to_gmem, a fori_loop over the steps — so the interpreter, host
 // emulation and the GPU all run them as they run those primitives, with no rule of their own in
 // any backend.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -274,10 +275,12 @@ void check_steps(const char* who, const std::vector<int64_t>& grid, int max_conc
 
 }  // namespace
 
-Pipeline make_pipeline(PipelineBody body, PipelineOptions opts, Loc loc) {
+Pipeline make_pipeline(PipelineBody body, bool body_takes_carry, PipelineOptions opts, Loc loc) {
   const SourceLoc where = trace::src(loc);
   check_steps("emit_pipeline", opts.grid, opts.max_concurrent_steps, opts.delay_release, where);
   if (!body) throw Error("emit_pipeline: the body is empty", where);
+  if (body_takes_carry && opts.init_carry.empty())
+    throw Error("emit_pipeline: the body takes a carry but init_carry is empty (give the first carry)", where);
   return [body = std::move(body), opts = std::move(opts), loc, where](const std::vector<Ref>& operands) -> std::vector<Value> {
     PipelineSteps p("emit_pipeline", opts.grid, opts.in_specs, opts.out_specs, opts.max_concurrent_steps, operands, loc);
     std::vector<ScopedAlloc> allocs = p.buffer_allocs();
@@ -400,12 +403,19 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
           return last;
         };
         if (opts.compute_context) {
-          int runs = 0;
-          opts.compute_context([&](const std::vector<Value>& init) {
-            if (++runs > 1) throw Error(std::string(who) + ": compute_context called run more than once", where);
+          // (run refers to this scope: a copy kept past compute_context finds `open` false.)
+          struct RunState {
+            int runs = 0;
+            bool open = true;
+          };
+          const auto state = std::make_shared<RunState>();
+          opts.compute_context([state, &run, who, where](const std::vector<Value>& init) {
+            if (!state->open) throw Error(std::string(who) + ": run called after compute_context returned", where);
+            if (++state->runs > 1) throw Error(std::string(who) + ": compute_context called run more than once", where);
             return run(init);
           });
-          if (runs == 0) throw Error(std::string(who) + ": compute_context never called run", where);
+          state->open = false;
+          if (state->runs == 0) throw Error(std::string(who) + ": compute_context never called run", where);
         } else {
           run({});
         }

@@ -112,6 +112,12 @@ TEST(LoopErrors, BadGridsTilingsAndAxesNameTheLine) {
                   "nd_loop: the tile size 2 does not divide grid dim 1 (3)");
   EXPECT_CONTAINS(error_of([] { plgpu::nd_loop({4}, {}, [](const plgpu::NDLoopInfo&) {}); }), "nd_loop: collective_axes is empty");
   EXPECT_CONTAINS(error_of([] { plgpu::planar_snake(0, {8, 8}, 2, 2); }), "planar_snake: minor_dim must be 0 or 1, got 2");
+  EXPECT_CONTAINS(error_of([] { plgpu::nd_loop({4}, {"nope"}, [](const plgpu::NDLoopInfo&) {}); }),
+                  "nd_loop: collective_axes names 'nope', which is not an axis of the kernel's mesh (sm)");
+  EXPECT_CONTAINS(error_of([] { plgpu::nd_loop({4}, {"sm", "sm"}, [](const plgpu::NDLoopInfo&) {}); }),
+                  "nd_loop: collective_axes names 'sm' twice");
+  EXPECT_CONTAINS(error_of([] { plgpu::nd_loop({65536, 65537}, {"sm"}, [](const plgpu::NDLoopInfo&) {}); }),
+                  "nd_loop: the grid has more than 2^31 - 1 points");
 }
 
 }  // namespace

@@ -433,6 +433,17 @@ TEST(PipelineErrors, BadGridsSpecsAndOperandsNameTheLine) {
                   "max_concurrent_steps must be at least 1, got 0");
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}, .max_concurrent_steps = 2, .delay_release = 2}, 2),
                   "delay_release must be at least 0 and less than max_concurrent_steps (2), got 2");
+  const std::string no_init = test_util::error_of([&] {
+    plgpu::kernel(
+        [](pl::Ref x, pl::Ref out) {
+          plgpu::emit_pipeline([](const std::vector<pl::Value>&, const std::vector<pl::Ref>&, const std::vector<pl::Value>& c) { return c; },
+                               {.grid = {2}, .in_specs = {pl::BlockSpec(plgpu::GMEM)}, .out_specs = {pl::BlockSpec(plgpu::GMEM)}})(
+              {x, out});
+        },
+        {pl::ShapeDtype({64, 96}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on("interpret", {}))(
+        pl::Array::zeros({64, 96}, pl::f32));
+  });
+  EXPECT_CONTAINS(no_init, "emit_pipeline: the body takes a carry but init_carry is empty");
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}}, 1),
                   "the pipeline takes 1 inputs and 1 outputs (one per BlockSpec), got 1 operands");
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {pl::BlockSpec({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })},
@@ -553,6 +564,26 @@ TEST(PipelineErrors, WarpSpecializedRefusesSharedOutputsAndOddRegisterCounts) {
   EXPECT_CONTAINS(carry_error(1, false), "the body takes a carry, which needs a compute_context");
   EXPECT_CONTAINS(carry_error(0, true), "compute_context never called run");
   EXPECT_CONTAINS(carry_error(2, true), "compute_context called run more than once");
+  // A run kept past compute_context (it refers to the pipeline's scope) refuses to run.
+  const std::string late = test_util::error_of([&] {
+    plgpu::kernel(
+        [&](pl::Ref x, pl::Ref out) {
+          std::function<std::vector<pl::Value>(const std::vector<pl::Value>&)> kept;
+          plgpu::emit_pipeline_warp_specialized(
+              [](const std::vector<pl::Value>&, const std::vector<pl::Ref>&, const std::vector<pl::Value>& c) { return c; },
+              {.grid = {2}, .in_specs = {pl::BlockSpec({32, 96}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+               .out_specs = {pl::BlockSpec(plgpu::GMEM)}, .wg_axis = "wg",
+               .compute_context = [&](const auto& run) {
+                 run({pl::full({}, pl::f32, 0.0f)});
+                 kept = run;
+               }})({x, out});
+          kept({pl::full({}, pl::f32, 0.0f)});
+        },
+        {pl::ShapeDtype({64, 96}, pl::f32)},
+        plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}, run_on("interpret", {}))(
+        pl::Array::zeros({64, 96}, pl::f32));
+  });
+  EXPECT_CONTAINS(late, "run called after compute_context returned");
 }
 
 }  // namespace
