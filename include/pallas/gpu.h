@@ -314,6 +314,13 @@ struct WarpSpecializedPipelineOptions {
   int num_compute_wgs = 1;
   int memory_registers = 0;  // 0: no setmaxnreg
   ComputeContext compute_context;
+  // Mosaic GPU's manual_consumed_barriers: each staged input gets a consumed barrier of its own,
+  // handed to the body after its blocks (blocks = inputs, outputs, then one barrier per staged
+  // input, for this step's slot); every compute warpgroup must barrier_arrive on each of them
+  // at every step — as soon as it is done with that input (after the wgmma reading it, say) —
+  // and the memory warpgroup refills each input's slot when its own barrier completes. Not with
+  // delay_release.
+  bool manual_consumed_barriers = false;
 };
 using WarpSpecializedPipeline = std::function<void(const std::vector<Ref>& operands)>;
 namespace detail {

@@ -4,6 +4,7 @@
 // emulation and the GPU all run them as they run those primitives, with no rule of their own in
 // any backend.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,13 @@ class PipelineSteps {
   int64_t steps() const { return steps_; }
   int slots() const { return slots_; }
   int copies_per_step() const { return copies_per_step_; }
+  // The operand indices of the staged inputs.
+  std::vector<size_t> staged_inputs() const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < num_in_; ++i)
+      if (ops_[i].staged) out.push_back(i);
+    return out;
+  }
   bool staged_outputs() const { return staged_outputs_; }
 
   // The SMEM arrays: `slots` blocks per staged input, one block per staged output.
@@ -164,11 +172,12 @@ class PipelineSteps {
     return idx;
   }
 
-  // Issues step `step`'s input copies into slot `slot`, arriving on the slot's ready barrier.
-  void copy_in(const Value& slot, const Value& step) const {
+  // Issues step `step`'s input copies into slot `slot`, arriving on the slot's ready barrier
+  // (only operand `only`'s, when given).
+  void copy_in(const Value& slot, const Value& step, std::optional<size_t> only = std::nullopt) const {
     const std::vector<Value> idx = indices_of(step);
     for (size_t i = 0; i < num_in_; ++i)
-      if (ops_[i].staged)
+      if (ops_[i].staged && (!only || *only == i))
         copy_gmem_to_smem(gmem_block(ops_[i], block_indices(ops_[i], idx)), buffer_of_[i].at(Index(slot, loc_), loc_),
                           ready_.at(Index(slot, loc_), loc_), loc_);
   }
@@ -328,6 +337,10 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
   if (opts.wg_axis.empty()) throw Error(std::string(who) + ": wg_axis (the mesh's thread axis) is empty", where);
   if (opts.num_compute_wgs < 1)
     throw Error(std::string(who) + ": num_compute_wgs must be at least 1, got " + std::to_string(opts.num_compute_wgs), where);
+  if (opts.manual_consumed_barriers && opts.delay_release > 0)
+    throw NotSupportedError(std::string(who) + " with manual_consumed_barriers and delay_release (arrive on a step's "
+                                               "barriers when its products are done instead)",
+                            where);
   if (opts.memory_registers != 0 && (opts.memory_registers < 24 || opts.memory_registers > 256 || opts.memory_registers % 8 != 0))
     throw Error(std::string(who) + ": memory_registers must be 0 (no setmaxnreg) or a multiple of 8 in [24, 256], got " +
                     std::to_string(opts.memory_registers),
@@ -355,10 +368,15 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
     std::vector<ScopedAlloc> allocs = p.buffer_allocs();
     const size_t ready_at = allocs.size();
     allocs.push_back(Barrier{.num_arrivals = p.copies_per_step(), .num_barriers = p.slots()});
-    allocs.push_back(Barrier{.num_arrivals = opts.num_compute_wgs, .num_barriers = p.slots()});
+    // One consumed barrier per slot for all inputs, or (manual) one per staged input.
+    const std::vector<size_t> staged = p.staged_inputs();
+    const size_t consumed_count = opts.manual_consumed_barriers ? staged.size() : 1;
+    for (size_t k = 0; k < consumed_count; ++k)
+      allocs.push_back(Barrier{.num_arrivals = opts.num_compute_wgs, .num_barriers = p.slots()});
     const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> refs) {
       p.take_buffers(refs, refs[ready_at]);
       const Ref ready = refs[ready_at], consumed = refs[ready_at + 1];
+      const std::vector<Ref> consumed_of(refs.begin() + static_cast<std::ptrdiff_t>(ready_at + 1), refs.end());
       const Value wg = axis_index(opts.wg_axis, loc);
       // The memory warpgroup (the one after the compute ones): fills the slots ahead, each again
       // once every compute warpgroup has consumed it.
@@ -369,8 +387,16 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
         // slots the compute warpgroups never release).
         fori_loop(0, i32(p.steps() - opts.delay_release), [&](Value step) {
           const Value slot = step % p.slots();
-          barrier_wait(consumed.at(Index(slot, loc), loc), loc);
-          when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots()); }, loc);
+          if (!opts.manual_consumed_barriers) {
+            barrier_wait(consumed.at(Index(slot, loc), loc), loc);
+            when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots()); }, loc);
+            return;
+          }
+          // Each input's slot as soon as that input is consumed.
+          for (size_t k = 0; k < staged.size(); ++k) {
+            barrier_wait(consumed_of[k].at(Index(slot, loc), loc), loc);
+            when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots(), staged[k]); }, loc);
+          }
         }, loc);
       }, loc);
       when(wg < opts.num_compute_wgs, [&] {
@@ -386,16 +412,22 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
             barrier_wait(ready.at(Index(slot, loc), loc), loc);
             const std::vector<Value> idx = p.indices_of(step);
             p.before_body(step, idx);
-            std::vector<Value> next = body(idx, p.blocks(slot), carry);
+            std::vector<Ref> blocks = p.blocks(slot);
+            if (opts.manual_consumed_barriers)
+              for (const Ref& c : consumed_of) blocks.push_back(c.at(Index(slot, loc), loc));
+            std::vector<Value> next = body(idx, blocks, carry);
             if (next.size() != carry.size())
               throw Error(std::string(who) + ": the body returned " + std::to_string(next.size()) +
                               " carried values for the " + std::to_string(carry.size()) + " run was given",
                           where);
             // The body is done with the slot of step s - delay_release (products that read it
             // waited for): it goes back.
+            // (With manual consumed barriers the body arrived itself.)
             const int d = opts.delay_release;
-            if (d == 0) barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
-            else when(step >= d, [&] { barrier_arrive(consumed.at(Index((step - d) % p.slots(), loc), loc), loc); }, loc);
+            if (!opts.manual_consumed_barriers) {
+              if (d == 0) barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
+              else when(step >= d, [&] { barrier_arrive(consumed.at(Index((step - d) % p.slots(), loc), loc), loc); }, loc);
+            }
             p.after_body(step, idx);
             return next;
           }, loc);

@@ -334,6 +334,33 @@ TEST_P(Pipeline, WarpSpecializedComputeContextCarriesEachWarpgroupsValues) {
   expect_sum_of_column_blocks(x, out);
 }
 
+// Manual consumed barriers: each of two compute warpgroups releases x's slot as soon as it has
+// read its rows of x, then y's after reading y (the barriers come after the blocks); the memory
+// warpgroup refills each input's slot on its own barrier. out = x * y, through GMEM.
+TEST_P(Pipeline, WarpSpecializedManualConsumedBarriersReleaseEachInput) {
+  const pl::Array x = random_f32({64, 256}, 16), y = random_f32({64, 256}, 17);
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref y, pl::Ref out) {
+        const pl::Value wg = plgpu::axis_index("wg");
+        const pl::BlockSpec block({64, 64}, [](pl::Value k) { return pl::Indices{0, k}; });
+        plgpu::emit_pipeline_warp_specialized(
+            [&](const std::vector<pl::Value>& idx, const std::vector<pl::Ref>& b) {
+              // b: x's block, y's block, out (GMEM), x's consumed barrier, y's.
+              const pl::Value xs = b[0].at(pl::ds(wg * 32, 32), pl::all)[pl::all];
+              plgpu::barrier_arrive(b[3]);
+              const pl::Value ys = b[1].at(pl::ds(wg * 32, 32), pl::all)[pl::all];
+              plgpu::barrier_arrive(b[4]);
+              b[2].at(pl::ds(wg * 32, 32), pl::ds(idx[0] * 64, 64))[pl::all] = xs * ys;
+            },
+            {.grid = {4}, .in_specs = {block, block}, .out_specs = {pl::BlockSpec(plgpu::GMEM)}, .max_concurrent_steps = 2,
+             .wg_axis = "wg", .num_compute_wgs = 2, .manual_consumed_barriers = true})({x, y, out});
+      },
+      {pl::ShapeDtype({64, 256}, pl::f32)},
+      plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 3, .thread_name = "wg"}, run_on(GetParam(), {}));
+  const pl::Array out = call(x, y).at(0);
+  for (int64_t e = 0; e < x.size(); ++e) ASSERT_EQ(out.data<float>()[e], x.data<float>()[e] * y.data<float>()[e]) << e;
+}
+
 // Warp-specialized with one compute warpgroup and an SMEM output that consecutive steps
 // accumulate into (a row sum over 3 column blocks, as above).
 TEST_P(Pipeline, WarpSpecializedOutputsAccumulateAndAreCopiedOut) {
