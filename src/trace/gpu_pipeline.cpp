@@ -150,6 +150,25 @@ class PipelineSteps {
     }
     return allocs;
   }
+  // The pipeline's own SMEM (slots, output buffers, barriers) against a CTA's limit, named for
+  // what the user can change (the scope's own check counts what is around it too).
+  void check_shared_memory(const char* who, const std::vector<ScopedAlloc>& allocs) const {
+    const int64_t bytes = shared_memory_bytes(allocs);
+    if (bytes <= kMaxSharedMemoryBytes) return;
+    int64_t per_slot = 0;
+    for (size_t i = 0; i < num_in_; ++i)
+      if (ops_[i].staged) {
+        int64_t n = itemsize(ops_[i].gmem.dtype());
+        for (int64_t d : ops_[i].block) n *= d;
+        per_slot += n;
+      }
+    throw Error(std::string(who) + ": its SMEM needs " + std::to_string(bytes) + " bytes (" + std::to_string(slots_) +
+                    " slots of " + std::to_string(per_slot) + " bytes of input blocks, then the output buffers and barriers), more "
+                    "than the " + std::to_string(kMaxSharedMemoryBytes) +
+                    " (227 KiB) a CTA may use; lower max_concurrent_steps or the block sizes",
+                where_);
+  }
+
   // Takes the buffers of buffer_allocs() (in order, from the front of `refs`) and the barrier
   // each input copy arrives on; returns how many refs it took.
   size_t take_buffers(const std::vector<Ref>& refs, const Ref& ready) {
@@ -294,6 +313,7 @@ Pipeline make_pipeline(PipelineBody body, bool body_takes_carry, PipelineOptions
     PipelineSteps p("emit_pipeline", opts.grid, opts.in_specs, opts.out_specs, opts.max_concurrent_steps, operands, loc);
     std::vector<ScopedAlloc> allocs = p.buffer_allocs();
     if (p.copies_per_step() > 0) allocs.push_back(Barrier{.num_arrivals = p.copies_per_step(), .num_barriers = p.slots()});
+    p.check_shared_memory("emit_pipeline", allocs);
     const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> refs) {
       p.take_buffers(refs, p.copies_per_step() > 0 ? refs.back() : Ref());
       p.prologue();
@@ -373,6 +393,7 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
     const size_t consumed_count = opts.manual_consumed_barriers ? staged.size() : 1;
     for (size_t k = 0; k < consumed_count; ++k)
       allocs.push_back(Barrier{.num_arrivals = opts.num_compute_wgs, .num_barriers = p.slots()});
+    p.check_shared_memory(who, allocs);
     const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> refs) {
       p.take_buffers(refs, refs[ready_at]);
       const Ref ready = refs[ready_at], consumed = refs[ready_at + 1];

@@ -471,6 +471,27 @@ TEST(PipelineErrors, BadGridsSpecsAndOperandsNameTheLine) {
         pl::Array::zeros({64, 96}, pl::f32));
   });
   EXPECT_CONTAINS(no_init, "emit_pipeline: the body takes a carry but init_carry is empty");
+  // Too many slots for a CTA's shared memory (8 x 32 KiB of x, and out's 32 KiB): said in the
+  // pipeline's terms, at its line, on the interpreter and when compiling.
+  for (const char* backend : {"interpret", "gpu_emulate"}) {
+    const int line = __LINE__ + 4;
+    const std::string big = test_util::error_of([&] {
+      plgpu::kernel(
+          [](pl::Ref x, pl::Ref out) {
+            plgpu::emit_pipeline([](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) { b[1][pl::all] = b[0][pl::all]; },
+                                 {.grid = {16},
+                                  .in_specs = {pl::BlockSpec({128, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                                  .out_specs = {pl::BlockSpec({128, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })},
+                                  .max_concurrent_steps = 8})({x, out});
+          },
+          {pl::ShapeDtype({2048, 64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on(backend, {}))(
+          pl::Array::zeros({2048, 64}, pl::f32));
+    });
+    EXPECT_CONTAINS(big, "emit_pipeline: its SMEM needs 294976 bytes (8 slots of 32768 bytes of input blocks, then the output "
+                         "buffers and barriers), more than the 232448 (227 KiB) a CTA may use; lower max_concurrent_steps or the "
+                         "block sizes");
+    EXPECT_CONTAINS(big, "pipeline_test.cpp:" + std::to_string(line));
+  }
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {ok}, .out_specs = {ok}}, 1),
                   "the pipeline takes 1 inputs and 1 outputs (one per BlockSpec), got 1 operands");
   EXPECT_CONTAINS(error_of({.grid = {2}, .in_specs = {pl::BlockSpec({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; })},
