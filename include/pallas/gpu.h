@@ -219,7 +219,7 @@ void set_max_registers(int n, bool increase, Loc loc = Loc::current());
 
 // ---- Pipelines ----------------------------------------------------------------------------------
 // A software pipeline inside a gpu::kernel's body (Mosaic GPU's emit_pipeline): the pipeline
-// steps over `grid` (row-major: the last axis fastest) and, at each step, calls the body with the
+// steps over `grid` (row-major: the last axis fastest; sizes may be traced i32 scalars) and, at each step, calls the body with the
 // step's indices (i32 scalars, one per axis) and one Ref per operand — inputs first, then
 // outputs — for the step's block:
 //  * an input's block in SMEM, already landed. Inputs are copied ahead: max_concurrent_steps
@@ -240,7 +240,7 @@ void set_max_registers(int n, bool increase, Loc loc = Loc::current());
 // With init_carry, the body takes the carry as a third argument and returns the next one; the
 // pipeline returns the last.
 struct PipelineOptions {
-  std::vector<int64_t> grid;
+  std::vector<Operand> grid;  // sizes: ints, or i32 scalars traced in the kernel (a dynamic grid)
   std::vector<BlockSpec> in_specs;
   std::vector<BlockSpec> out_specs;
   int max_concurrent_steps = 1;  // input slots (at most the number of steps is used)
@@ -305,7 +305,7 @@ Pipeline emit_pipeline(F body, PipelineOptions opts, Loc loc = Loc::current()) {
 // costs the memory warpgroup nothing.
 using ComputeContext = std::function<void(const std::function<std::vector<Value>(const std::vector<Value>&)>& run)>;
 struct WarpSpecializedPipelineOptions {
-  std::vector<int64_t> grid;
+  std::vector<Operand> grid;  // as PipelineOptions::grid
   std::vector<BlockSpec> in_specs;
   std::vector<BlockSpec> out_specs;
   int max_concurrent_steps = 2;

@@ -95,9 +95,9 @@ int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 // What both pipelines share: the operands, the steps, and the buffers once allocated.
 class PipelineSteps {
  public:
-  PipelineSteps(const char* who, const std::vector<int64_t>& grid, const std::vector<BlockSpec>& in_specs,
+  PipelineSteps(const char* who, const std::vector<Operand>& grid, const std::vector<BlockSpec>& in_specs,
                 const std::vector<BlockSpec>& out_specs, int max_concurrent_steps, const std::vector<Ref>& operands, Loc loc)
-      : grid_(grid), num_in_(in_specs.size()), loc_(loc), where_(trace::src(loc)) {
+      : num_in_(in_specs.size()), loc_(loc), where_(trace::src(loc)) {
     const core::TraceEnv* env = core::current_trace_env();
     if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
       throw Error(std::string(who) + " runs in a gpu::kernel's body (its copies and barriers are gpu::kernel "
@@ -114,12 +114,31 @@ class PipelineSteps {
       const std::string name = in ? "input " + std::to_string(i) : "output " + std::to_string(i - num_in_);
       ops_.push_back(describe(in ? in_specs[i] : out_specs[i - num_in_], operands[i], name, where_));
     }
-    for (int64_t g : grid) {
-      steps_ *= g;
-      if (steps_ > INT32_MAX) throw NotSupportedError(std::string(who) + " over more than 2^31 - 1 steps", where_);
+    // Sizes known when tracing keep the step arithmetic in constants (and the slots no more
+    // than the steps); a traced size (an i32 scalar) makes the steps a traced count.
+    int64_t known = 1;
+    bool dynamic = false;
+    for (const Operand& g : grid) {
+      if (g.kind() == Operand::Kind::Int) {
+        known *= g.int_literal();
+        if (known > INT32_MAX) throw NotSupportedError(std::string(who) + " over more than 2^31 - 1 steps", where_);
+        static_grid_.push_back(g.int_literal());
+      } else {
+        dynamic = true;
+      }
+      grid_.push_back(pallas::detail::as_index_scalar(g, "pipeline grid size").astype(DType::I32, loc));
     }
-    // (More slots than steps would only take memory.)
-    slots_ = static_cast<int>(std::min<int64_t>(max_concurrent_steps, steps_));
+    if (dynamic) {
+      static_grid_.clear();
+      steps_ = Operand(1, loc).value();
+      for (const Value& g : grid_) steps_ = steps_ * g;
+      slots_ = max_concurrent_steps;
+    } else {
+      static_steps_ = known;
+      steps_ = Operand(i32(known), loc).value();
+      // (More slots than steps would only take memory.)
+      slots_ = static_cast<int>(std::min<int64_t>(max_concurrent_steps, known));
+    }
     for (size_t i = 0; i < ops_.size(); ++i) {
       if (!ops_[i].staged) continue;
       if (i < num_in_) ++copies_per_step_;
@@ -127,7 +146,9 @@ class PipelineSteps {
     }
   }
 
-  int64_t steps() const { return steps_; }
+  // The step count (an i32 scalar), and whether it is known when tracing.
+  const Value& steps() const { return steps_; }
+  std::optional<int64_t> static_steps() const { return static_steps_; }
   int slots() const { return slots_; }
   int copies_per_step() const { return copies_per_step_; }
   // The operand indices of the staged inputs.
@@ -183,10 +204,18 @@ class PipelineSteps {
   // The indices of a step (row-major over the grid).
   std::vector<Value> indices_of(const Value& step) const {
     std::vector<Value> idx(grid_.size());
-    int64_t stride = 1;
+    if (static_steps_) {
+      int64_t stride = 1;
+      for (size_t d = grid_.size(); d-- > 0;) {
+        idx[d] = step / i32(stride) % i32(static_grid_[d]);
+        stride *= static_grid_[d];
+      }
+      return idx;
+    }
+    Value stride = Operand(1, loc_).value();
     for (size_t d = grid_.size(); d-- > 0;) {
-      idx[d] = step / i32(stride) % i32(grid_[d]);
-      stride *= grid_[d];
+      idx[d] = step / stride % grid_[d];
+      stride = stride * grid_[d];
     }
     return idx;
   }
@@ -200,9 +229,14 @@ class PipelineSteps {
         copy_gmem_to_smem(gmem_block(ops_[i], block_indices(ops_[i], idx)), buffer_of_[i].at(Index(slot, loc_), loc_),
                           ready_.at(Index(slot, loc_), loc_), loc_);
   }
-  // The first steps' copies (one per slot).
+  // The first steps' copies (one per slot, as far as there are steps).
   void prologue() const {
-    for (int s = 0; s < slots_ && copies_per_step_ > 0; ++s) copy_in(Operand(s).value(), Operand(s).value());
+    if (copies_per_step_ == 0) return;
+    if (static_steps_) {
+      for (int s = 0; s < slots_; ++s) copy_in(Operand(s).value(), Operand(s).value());
+      return;
+    }
+    fori_loop(0, minimum(Operand(slots_, loc_), Operand(steps_, loc_)), [&](Value s) { copy_in(s, s); }, loc_);
   }
 
   // The body's blocks at a step: the input slots, the output buffers, GMEM operands whole.
@@ -221,7 +255,7 @@ class PipelineSteps {
   void before_body(const Value& step, const std::vector<Value>& idx) const {
     if (!staged_outputs_) return;
     // (Step 0 compares with the last step, a valid index for the index maps, and waits for nothing.)
-    const std::vector<Value> prev = indices_of((step + i32(steps_ - 1)) % i32(steps_));
+    const std::vector<Value> prev = indices_of((step + steps_ - 1) % steps_);
     Value changes = Operand(false).value();
     for (size_t i = num_in_; i < ops_.size(); ++i)
       if (ops_[i].staged) changes = changes || differ(block_indices(ops_[i], idx), block_indices(ops_[i], prev));
@@ -232,7 +266,7 @@ class PipelineSteps {
   void after_body(const Value& step, const std::vector<Value>& idx) const {
     if (!staged_outputs_) return;
     commit_smem(loc_);
-    const Value last = step == i32(steps_ - 1);
+    const Value last = step == steps_ - 1;
     const std::vector<Value> next = indices_of(step + 1);
     for (size_t i = num_in_; i < ops_.size(); ++i) {
       if (!ops_[i].staged) continue;
@@ -275,12 +309,14 @@ class PipelineSteps {
     return o.gmem.at(at, loc_);
   }
 
-  const std::vector<int64_t>& grid_;
+  std::vector<Value> grid_;          // i32 scalars
+  std::vector<int64_t> static_grid_;  // the sizes, when all are known
   size_t num_in_;
   Loc loc_;
   SourceLoc where_;
   std::vector<PipelineOperand> ops_;
-  int64_t steps_ = 1;
+  Value steps_;
+  std::optional<int64_t> static_steps_;
   int slots_ = 1;
   int copies_per_step_ = 0;
   bool staged_outputs_ = false;
@@ -288,10 +324,17 @@ class PipelineSteps {
   Ref ready_;
 };
 
-void check_steps(const char* who, const std::vector<int64_t>& grid, int max_concurrent_steps, int delay_release,
+void check_steps(const char* who, const std::vector<Operand>& grid, int max_concurrent_steps, int delay_release,
                  const SourceLoc& where) {
-  for (int64_t g : grid)
-    if (g <= 0) throw Error(std::string(who) + ": every grid size must be positive, got " + shape_string(grid), where);
+  std::string sizes;
+  for (const Operand& g : grid)
+    sizes += (sizes.empty() ? "" : ", ") + (g.kind() == Operand::Kind::Int ? std::to_string(g.int_literal()) : std::string("?"));
+  for (const Operand& g : grid) {
+    if (g.kind() == Operand::Kind::Int && g.int_literal() <= 0)
+      throw Error(std::string(who) + ": every grid size must be positive, got [" + sizes + "]", where);
+    if (g.kind() == Operand::Kind::Float || g.kind() == Operand::Kind::Bool)
+      throw Error(std::string(who) + ": grid sizes are ints or i32 scalars, got [" + sizes + "]", where);
+  }
   if (max_concurrent_steps < 1)
     throw Error(std::string(who) + ": max_concurrent_steps must be at least 1, got " + std::to_string(max_concurrent_steps),
                 where);
@@ -331,11 +374,11 @@ Pipeline make_pipeline(PipelineBody body, bool body_takes_carry, PipelineOptions
         // The slot step s - delay_release read takes the step `slots` after that one.
         const int d = opts.delay_release;
         if (p.copies_per_step() > 0)
-          when(step >= d && step + (p.slots() - d) < i32(p.steps()),
+          when(step >= d && step + (p.slots() - d) < p.steps(),
                [&] { p.copy_in((step - d) % p.slots(), step + (p.slots() - d)); }, loc);
         return next_carry;
       };
-      std::vector<Value> carry = fori_loop(0, i32(p.steps()), opts.init_carry, step_body, loc);
+      std::vector<Value> carry = fori_loop(0, p.steps(), opts.init_carry, step_body, loc);
       // Products the body left running may still read the last slots, which the scope gives back.
       if (opts.delay_release > 0) wgmma_wait(0, loc);
       p.epilogue();
@@ -406,17 +449,17 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
         p.prologue();
         // Every consumed phase is waited for: one per step but the last delay_release (whose
         // slots the compute warpgroups never release).
-        fori_loop(0, i32(p.steps() - opts.delay_release), [&](Value step) {
+        fori_loop(0, p.steps() - opts.delay_release, [&](Value step) {
           const Value slot = step % p.slots();
           if (!opts.manual_consumed_barriers) {
             barrier_wait(consumed.at(Index(slot, loc), loc), loc);
-            when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots()); }, loc);
+            when(step + p.slots() < p.steps(), [&] { p.copy_in(slot, step + p.slots()); }, loc);
             return;
           }
           // Each input's slot as soon as that input is consumed.
           for (size_t k = 0; k < staged.size(); ++k) {
             barrier_wait(consumed_of[k].at(Index(slot, loc), loc), loc);
-            when(step + p.slots() < i32(p.steps()), [&] { p.copy_in(slot, step + p.slots(), staged[k]); }, loc);
+            when(step + p.slots() < p.steps(), [&] { p.copy_in(slot, step + p.slots(), staged[k]); }, loc);
           }
         }, loc);
       }, loc);
@@ -428,7 +471,7 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
         }
         // The steps, from a carry to the last one (compute_context's `run`).
         auto run = [&](const std::vector<Value>& init) {
-          std::vector<Value> last = fori_loop(0, i32(p.steps()), init, [&](Value step, std::vector<Value> carry) {
+          std::vector<Value> last = fori_loop(0, p.steps(), init, [&](Value step, std::vector<Value> carry) {
             const Value slot = step % p.slots();
             barrier_wait(ready.at(Index(slot, loc), loc), loc);
             const std::vector<Value> idx = p.indices_of(step);

@@ -247,6 +247,40 @@ TEST_P(Pipeline, IndexMapsThatReadATableSeeOnlyRealSteps) {
   for (int64_t e = 0; e < x.size(); ++e) ASSERT_EQ(out.data<float>()[e], 3.0f * x.data<float>()[e]) << e;
 }
 
+// A grid known only when the kernel runs (an i32 read from an operand): the first n of x's row
+// blocks are doubled, in both forms, for n below, equal to and above the 2 slots. Rows past the
+// n blocks are not written (the output aliases a zero input, so they stay 0).
+TEST_P(Pipeline, ADynamicGridRunsTheStepsTheKernelReads) {
+  const pl::Array x = random_f32({32 * 5, 64}, 18);
+  const pl::BlockSpec block({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; });
+  auto body = [](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) { b[1][pl::all] = b[0][pl::all] * 2.0f; };
+  for (int32_t n : {1, 2, 5})
+    for (bool warp_specialized : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + (warp_specialized ? " warp-specialized" : ""));
+      pl::CallOptions o = run_on(GetParam(), {});
+      o.input_output_aliases = {{2, 0}};
+      pl::PallasCall call = plgpu::kernel(
+          [&](pl::Ref count, pl::Ref x, pl::Ref, pl::Ref out) {
+            const pl::Value steps = count.load({pl::Index(0)});
+            if (warp_specialized)
+              plgpu::emit_pipeline_warp_specialized(body, {.grid = {steps}, .in_specs = {block}, .out_specs = {block},
+                                                           .max_concurrent_steps = 2, .wg_axis = "wg"})({x, out});
+            else
+              plgpu::emit_pipeline(body, {.grid = {steps}, .in_specs = {block}, .out_specs = {block}, .max_concurrent_steps = 2})(
+                  {x, out});
+          },
+          {pl::ShapeDtype({32 * 5, 64}, pl::f32)},
+          warp_specialized ? plgpu::Mesh{.grid = {1}, .grid_names = {"b"}, .num_threads = 2, .thread_name = "wg"}
+                           : plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+          o);
+      pl::Array count = pl::Array::zeros({1}, pl::i32);
+      count.data<int32_t>()[0] = n;
+      const pl::Array out = call(count, x, pl::Array::zeros({32 * 5, 64}, pl::f32)).at(0);
+      for (int64_t e = 0; e < x.size(); ++e)
+        ASSERT_EQ(out.data<float>()[e], e < n * 32 * 64 ? 2.0f * x.data<float>()[e] : 0.0f) << e;
+    }
+}
+
 // Warp-specialized: two compute warpgroups, each doubling its half of the rows of every (64, 64)
 // block of x into out (a gpu::GMEM output the body writes itself), and a memory warpgroup that
 // keeps 2 or 3 slots filled; with and without setmaxnreg.
@@ -401,6 +435,23 @@ TEST(PipelineCodegen, CompilesForHopperAndAmpereWithTmaCopies) {
   const std::string sass = test_util::sass_of(source, "sm_90a");
   EXPECT_CONTAINS(sass, "UTMALDG");
   EXPECT_CONTAINS(sass, "UTMASTG");
+}
+
+// A dynamic grid's unit too (the prologue is a loop over min(slots, steps)).
+TEST(PipelineCodegen, ADynamicGridCompiles) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref count, pl::Ref x, pl::Ref out) {
+        const pl::BlockSpec block({32, 64}, [](pl::Value i) { return pl::Indices{i, 0}; });
+        plgpu::emit_pipeline([](const std::vector<pl::Value>&, const std::vector<pl::Ref>& b) { b[1][pl::all] = b[0][pl::all] + 1.0f; },
+                             {.grid = {count.load({pl::Index(0)})}, .in_specs = {block}, .out_specs = {block},
+                              .max_concurrent_steps = 3})({x, out});
+      },
+      {pl::ShapeDtype({256, 64}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, run_on("mosaic_gpu", {}));
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({pl::ShapeDtype({1}, pl::i32), pl::ShapeDtype({256, 64}, pl::f32)});
+  const std::string source =
+      plgpu::generate_cuda(*tc, tc->grid_mapping.grid, plgpu::codegen_options(call.impl()->compiler_params)).source;
+  if (std::string why = plgpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(plgpu::Nvrtc::get().compile(source, "dynamic.cu", arch)) << arch;
 }
 
 // The warp-specialized form's unit too, with its register split emitted as setmaxnreg (the
