@@ -1411,7 +1411,7 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
                         "\" did not land within the wait limit" + eval::at_grid_point(point) +
                         " (a fault of the GPU backend; PALLAS_GPU_NO_TMA=1 copies by cp.async instead)");
   if (site.kind == ErrorSite::Kind::SlotAlignment)
-    throw InternalError("gpu: the swizzled shared memory (ring slots, SMEM tiles) of \"" + site.op_name +
+    throw InternalError("gpu: the swizzled shared memory (ring slots, SMEM tiles, scoped arrays) of \"" + site.op_name +
                         "\" does not start on a 1024-byte boundary (a fault of the GPU backend; "
                         "PALLAS_GPU_NO_SWIZZLE=1 keeps shared memory unswizzled)");
   if (site.kind == ErrorSite::Kind::DebugCheck)

@@ -65,16 +65,6 @@ const RefInfo& ref_operand(const Emitter& em, const ir::Op& op, size_t i) {
   return v.ref;
 }
 
-// Records a run-time check of `op` (a wait that gave up, a bad value) and returns its number.
-int add_op_site(std::vector<ErrorSite>& sites, ErrorSite::Kind kind, const ir::Op& op) {
-  ErrorSite s;
-  s.kind = kind;
-  s.op_name = std::string(op.info().name);
-  s.loc = op.loc;
-  sites.push_back(s);
-  return static_cast<int>(sites.size()) - 1;
-}
-
 // A copy as rows for bulk copies: `rows` rows of `row_bytes` contiguous bytes, `stride` bytes
 // apart in each of the two views.
 struct BulkRows {
@@ -201,6 +191,16 @@ std::optional<MulticastShare> multicast_share(const RefInfo& gmem, const RefInfo
   return out;
 }
 }  // namespace
+
+// Records a run-time check of `op` (a wait that gave up, a bad value) and returns its number.
+int add_op_site(std::vector<ErrorSite>& sites, ErrorSite::Kind kind, const ir::Op& op) {
+  ErrorSite s;
+  s.kind = kind;
+  s.op_name = std::string(op.info().name);
+  s.loc = op.loc;
+  sites.push_back(s);
+  return static_cast<int>(sites.size()) - 1;
+}
 
 std::string table_entry(const std::vector<int64_t>& table, const char* suffix, const std::string& index) {
   if (std::all_of(table.begin(), table.end(), [&](int64_t x) { return x == table[0]; }))

@@ -1103,7 +1103,7 @@ void Emitter::emit_control(const ir::Op& op) {
         const ir::Type& t = type(a);
         PALLAS_INTERNAL_CHECK(t.dtype != DType::GpuBarrier, "a scoped barrier that was not laid out");
         RefInfo r{fresh("s"), t.dtype, t.shape, contiguous_strides(t.shape)};
-        scoped.push_back(own_scoped_array(a, r));
+        scoped.push_back(own_scoped_array(a, r, op));
         fill_uninitialized(r.ptr, t.dtype, t.size());  // (every element alike: swizzled or not)
         bind_ref(a, r);
       }
@@ -1119,14 +1119,21 @@ void Emitter::emit_control(const ir::Op& op) {
 std::string scoped_swizzle_macro(ValueId v) { return "PL_SMEM_SWIZZLED_V" + std::to_string(v); }
 
 // A Pallas thread's own run_scoped array a, from its tile arena (swizzled ones on a 1024-byte
-// boundary: the swizzle's pattern repeats every 8 rows of 128 bytes); declares r.ptr.
-std::pair<int64_t, int64_t> Emitter::own_scoped_array(ValueId a, RefInfo& r) {
+// boundary: the swizzle's pattern repeats every 8 rows of 128 bytes); declares r.ptr. Host
+// emulation checks the boundary of every warpgroup's copy (its shared memory is 1024-aligned as
+// the GPU's): the swizzle is address-based on both sides there, so a misplaced copy would give
+// right answers on the CPU and scrambled ones on the GPU; the GPU itself checks the base only.
+std::pair<int64_t, int64_t> Emitter::own_scoped_array(ValueId a, RefInfo& r, const ir::Op& scope) {
   const ir::Type& t = type(a);
   const int64_t bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
   const bool swizzled = ctx_.swizzled_own_scoped && ctx_.swizzled_own_scoped->count(a) > 0;
   const int64_t off = ctx_.arena->alloc(bytes, swizzled ? 1024 : 16);
   line(ctype(t.dtype) + "* " + r.ptr + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " + std::to_string(off) + ");");
-  if (swizzled) make_swizzled(r, scoped_swizzle_macro(a));
+  if (swizzled) {
+    make_swizzled(r, scoped_swizzle_macro(a));
+    const int site = add_op_site(*ctx_.error_sites, ErrorSite::Kind::SlotAlignment, scope);
+    line("if (PL_HOST_EMULATION && " + r.swizzled + " && ((pl_u64)" + r.ptr + " & 1023) != 0) " + record_failure(site, {}));
+  }
   return {off, bytes};
 }
 
@@ -1182,7 +1189,7 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
     } else {
       const std::string T = ctype(t.dtype);
       if (layout.where[i] < 0) {
-        own.push_back(own_scoped_array(body.args[i], r));
+        own.push_back(own_scoped_array(body.args[i], r, op));
       } else {
         line(T + "* " + r.ptr + " = (" + T + "*)(cta_arena + " + std::to_string(layout.where[i]) + ");");
         if (!layout.swizzled[i].empty()) make_swizzled(r, layout.swizzled[i]);  // (every element filled alike below)

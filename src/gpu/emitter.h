@@ -178,6 +178,9 @@ struct ValueInfo {
 // rows' bytes, at most 128, where wgmma runs, else 0 (row-major).
 std::string make_swizzled(RefInfo& ref, const std::string& macro);
 // The swizzle macro of a run_scoped SMEM array (value v of the scope's region).
+// Records a run-time check of `op` (a wait that gave up, a bad value, a misplaced swizzled array)
+// and returns its number.
+int add_op_site(std::vector<ErrorSite>& sites, ErrorSite::Kind kind, const ir::Op& op);
 std::string scoped_swizzle_macro(ir::ValueId v);
 
 // Where a run_scoped's buffers live when the scope has barriers or is shared by the CTA's Pallas
@@ -379,7 +382,7 @@ class Emitter {
                          const std::function<void(const std::string& scratch)>& use);
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
   // A Pallas thread's own scoped array: (offset, bytes) in its tile arena, released at the end.
-  std::pair<int64_t, int64_t> own_scoped_array(ir::ValueId a, RefInfo& r);
+  std::pair<int64_t, int64_t> own_scoped_array(ir::ValueId a, RefInfo& r, const ir::Op& scope);
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
                                           const std::vector<std::string>& holders);
   void emit_scope_body(const ir::Op& op, const std::vector<std::string>& holders);
