@@ -219,13 +219,13 @@ void set_max_registers(int n, bool increase, Loc loc = Loc::current());
 
 // ---- Pipelines ----------------------------------------------------------------------------------
 // A software pipeline inside a gpu::kernel's body (Mosaic GPU's emit_pipeline): the pipeline
-// steps over `grid` (row-major: the last axis fastest; sizes may be traced i32 scalars) and, at each step, calls the body with the
-// step's indices (i32 scalars, one per axis) and one Ref per operand — inputs first, then
-// outputs — for the step's block:
+// steps over `grid` (row-major: the last axis fastest; sizes may be traced i32 scalars) and, at
+// each step, calls the body with the step's indices (i32 scalars, one per axis) and one Ref per
+// operand — inputs first, then outputs — for the step's block:
 //  * an input's block in SMEM, already landed. Inputs are copied ahead: max_concurrent_steps
 //    slots per input, the first steps' copies issued before the loop, step s + slots' copy
 //    issued into step s's slot right after step s's body (so the body must be done with its
-//    blocks when it returns: wgmma_wait on products that read them);
+//    blocks when it returns — wgmma_wait on products that read them — unless delay_release);
 //  * an output's block in SMEM (one buffer per output), which the body writes; it is copied to
 //    the output after the last of the consecutive steps that map to the same block (its content
 //    carries over between them, so a step may accumulate into it), and before a step that
@@ -243,7 +243,7 @@ struct PipelineOptions {
   std::vector<Operand> grid;  // sizes: ints, or i32 scalars traced in the kernel (a dynamic grid)
   std::vector<BlockSpec> in_specs;
   std::vector<BlockSpec> out_specs;
-  int max_concurrent_steps = 1;  // input slots (at most the number of steps is used)
+  int max_concurrent_steps = 1;  // input slots (with a grid of ints, at most its number of steps)
   // Steps an input's slot is kept after its step (Mosaic GPU's delay_release, here for all
   // inputs), less than max_concurrent_steps: a body may leave the wgmmas reading its blocks
   // running if it waits with wgmma_wait(delay_release) — step s's slot is refilled after step
