@@ -178,10 +178,10 @@ struct ValueInfo {
 // rows' bytes, at most 128, where wgmma runs, else 0 (row-major).
 std::string make_swizzled(RefInfo& ref, const std::string& macro);
 // The swizzle macro of a run_scoped SMEM array (value v of the scope's region).
+std::string scoped_swizzle_macro(ir::ValueId v);
 // Records a run-time check of `op` (a wait that gave up, a bad value, a misplaced swizzled array)
 // and returns its number.
 int add_op_site(std::vector<ErrorSite>& sites, ErrorSite::Kind kind, const ir::Op& op);
-std::string scoped_swizzle_macro(ir::ValueId v);
 
 // Where a run_scoped's buffers live when the scope has barriers or is shared by the CTA's Pallas
 // threads (collective over the thread axis; with one Pallas thread per CTA every scope with

@@ -146,9 +146,8 @@ class PipelineSteps {
     }
   }
 
-  // The step count (an i32 scalar), and whether it is known when tracing.
+  // The step count (an i32 scalar).
   const Value& steps() const { return steps_; }
-  std::optional<int64_t> static_steps() const { return static_steps_; }
   int slots() const { return slots_; }
   int copies_per_step() const { return copies_per_step_; }
   // The operand indices of the staged inputs.
@@ -160,8 +159,9 @@ class PipelineSteps {
   }
   bool staged_outputs() const { return staged_outputs_; }
 
-  // The SMEM arrays: `slots` blocks per staged input, one block per staged output.
-  std::vector<ScopedAlloc> buffer_allocs() const {
+  // The scope's allocations both pipelines make: `slots` blocks per staged input, one block per
+  // staged output, then (with staged inputs) the ready barriers their copies arrive on, one a slot.
+  std::vector<ScopedAlloc> allocs() const {
     std::vector<ScopedAlloc> allocs;
     for (size_t i = 0; i < ops_.size(); ++i) {
       if (!ops_[i].staged) continue;
@@ -169,6 +169,7 @@ class PipelineSteps {
       if (i < num_in_) shape.insert(shape.begin(), slots_);
       allocs.push_back(SMEM(shape, ops_[i].gmem.dtype()));
     }
+    if (copies_per_step_ > 0) allocs.push_back(Barrier{.num_arrivals = copies_per_step_, .num_barriers = slots_});
     return allocs;
   }
   // The pipeline's own SMEM (slots, output buffers, barriers) against a CTA's limit, named for
@@ -190,16 +191,18 @@ class PipelineSteps {
                 where_);
   }
 
-  // Takes the buffers of buffer_allocs() (in order, from the front of `refs`) and the barrier
-  // each input copy arrives on; returns how many refs it took.
-  size_t take_buffers(const std::vector<Ref>& refs, const Ref& ready) {
+  // Takes the scope's refs of allocs() (from the front of `refs`); returns where the caller's
+  // own allocations, after them, start.
+  size_t take(const std::vector<Ref>& refs) {
     buffer_of_.assign(ops_.size(), Ref());
     size_t b = 0;
     for (size_t i = 0; i < ops_.size(); ++i)
       if (ops_[i].staged) buffer_of_[i] = refs[b++];
-    ready_ = ready;
+    if (copies_per_step_ > 0) ready_ = refs[b++];
     return b;
   }
+  // A slot's ready barrier (the step's copies have landed).
+  Ref ready(const Value& slot) const { return ready_.at(Index(slot, loc_), loc_); }
 
   // The indices of a step (row-major over the grid).
   std::vector<Value> indices_of(const Value& step) const {
@@ -227,7 +230,7 @@ class PipelineSteps {
     for (size_t i = 0; i < num_in_; ++i)
       if (ops_[i].staged && (!only || *only == i))
         copy_gmem_to_smem(gmem_block(ops_[i], block_indices(ops_[i], idx)), buffer_of_[i].at(Index(slot, loc_), loc_),
-                          ready_.at(Index(slot, loc_), loc_), loc_);
+                          ready(slot), loc_);
   }
   // The first steps' copies (one per slot, as far as there are steps).
   void prologue() const {
@@ -354,15 +357,14 @@ Pipeline make_pipeline(PipelineBody body, bool body_takes_carry, PipelineOptions
     throw Error("emit_pipeline: the body takes a carry but init_carry is empty (give the first carry)", where);
   return [body = std::move(body), opts = std::move(opts), loc, where](const std::vector<Ref>& operands) -> std::vector<Value> {
     PipelineSteps p("emit_pipeline", opts.grid, opts.in_specs, opts.out_specs, opts.max_concurrent_steps, operands, loc);
-    std::vector<ScopedAlloc> allocs = p.buffer_allocs();
-    if (p.copies_per_step() > 0) allocs.push_back(Barrier{.num_arrivals = p.copies_per_step(), .num_barriers = p.slots()});
+    const std::vector<ScopedAlloc> allocs = p.allocs();
     p.check_shared_memory("emit_pipeline", allocs);
     const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> refs) {
-      p.take_buffers(refs, p.copies_per_step() > 0 ? refs.back() : Ref());
+      p.take(refs);
       p.prologue();
       auto step_body = [&](Value step, std::vector<Value> carry) {
         const Value slot = step % p.slots();
-        if (p.copies_per_step() > 0) barrier_wait(refs.back().at(Index(slot, loc), loc), loc);
+        if (p.copies_per_step() > 0) barrier_wait(p.ready(slot), loc);
         const std::vector<Value> idx = p.indices_of(step);
         p.before_body(step, idx);
         std::vector<Value> next_carry = body(idx, p.blocks(slot), carry);
@@ -428,9 +430,7 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
                               where);
     if (p.copies_per_step() == 0)
       throw Error(std::string(who) + ": no input is staged in SMEM, so the memory warpgroup has nothing to copy", where);
-    std::vector<ScopedAlloc> allocs = p.buffer_allocs();
-    const size_t ready_at = allocs.size();
-    allocs.push_back(Barrier{.num_arrivals = p.copies_per_step(), .num_barriers = p.slots()});
+    std::vector<ScopedAlloc> allocs = p.allocs();
     // One consumed barrier per slot for all inputs, or (manual) one per staged input.
     const std::vector<size_t> staged = p.staged_inputs();
     const size_t consumed_count = opts.manual_consumed_barriers ? staged.size() : 1;
@@ -438,9 +438,8 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
       allocs.push_back(Barrier{.num_arrivals = opts.num_compute_wgs, .num_barriers = p.slots()});
     p.check_shared_memory(who, allocs);
     const std::function<std::vector<Value>(std::vector<Ref>)> scoped = [&](std::vector<Ref> refs) {
-      p.take_buffers(refs, refs[ready_at]);
-      const Ref ready = refs[ready_at], consumed = refs[ready_at + 1];
-      const std::vector<Ref> consumed_of(refs.begin() + static_cast<std::ptrdiff_t>(ready_at + 1), refs.end());
+      // consumed_of[0]: the one consumed barrier array, or input staged[0]'s (manual).
+      const std::vector<Ref> consumed_of(refs.begin() + static_cast<std::ptrdiff_t>(p.take(refs)), refs.end());
       const Value wg = axis_index(opts.wg_axis, loc);
       // The memory warpgroup (the one after the compute ones): fills the slots ahead, each again
       // once every compute warpgroup has consumed it.
@@ -452,7 +451,7 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
         fori_loop(0, p.steps() - opts.delay_release, [&](Value step) {
           const Value slot = step % p.slots();
           if (!opts.manual_consumed_barriers) {
-            barrier_wait(consumed.at(Index(slot, loc), loc), loc);
+            barrier_wait(consumed_of[0].at(Index(slot, loc), loc), loc);
             when(step + p.slots() < p.steps(), [&] { p.copy_in(slot, step + p.slots()); }, loc);
             return;
           }
@@ -473,7 +472,7 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
         auto run = [&](const std::vector<Value>& init) {
           std::vector<Value> last = fori_loop(0, p.steps(), init, [&](Value step, std::vector<Value> carry) {
             const Value slot = step % p.slots();
-            barrier_wait(ready.at(Index(slot, loc), loc), loc);
+            barrier_wait(p.ready(slot), loc);
             const std::vector<Value> idx = p.indices_of(step);
             p.before_body(step, idx);
             std::vector<Ref> blocks = p.blocks(slot);
@@ -489,8 +488,8 @@ WarpSpecializedPipeline make_warp_specialized_pipeline(PipelineBody body, bool b
             // (With manual consumed barriers the body arrived itself.)
             const int d = opts.delay_release;
             if (!opts.manual_consumed_barriers) {
-              if (d == 0) barrier_arrive(consumed.at(Index(slot, loc), loc), loc);
-              else when(step >= d, [&] { barrier_arrive(consumed.at(Index((step - d) % p.slots(), loc), loc), loc); }, loc);
+              if (d == 0) barrier_arrive(consumed_of[0].at(Index(slot, loc), loc), loc);
+              else when(step >= d, [&] { barrier_arrive(consumed_of[0].at(Index((step - d) % p.slots(), loc), loc), loc); }, loc);
             }
             p.after_body(step, idx);
             return next;
