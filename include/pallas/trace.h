@@ -169,6 +169,20 @@ class Ref {
     return at(Indices{i0, i1, i2}, loc);
   }
 
+  // The same memory with its dims permuted (result dim i is this Ref's dim permutation[i]; empty:
+  // reversed), as JAX's `ref.transpose(...)` / `ref.T`. Loads, stores, DMAs and copies through it
+  // see the elements in the new order; on the GPU, wgmma(acc, q, k.T()) reads an (n x k) SMEM
+  // tile as the (k x n) b, K-major (attention's q k^T).
+  Ref transpose(std::vector<int64_t> permutation = {}, Loc loc = Loc::current()) const;
+  // The matrix transpose of a rank-2 Ref (its dims reversed).
+  Ref T(Loc loc = Loc::current()) const;
+  // The same elements in row-major order under another shape (one entry may be -1: what is
+  // left), as JAX's `ref.reshape(...)`. The view must be expressible by strides: dims merged
+  // must be evenly spaced in memory (a whole Ref, or a view of whole trailing dims, always is);
+  // where they are not, using the view raises pallas::Error (interpreters) or a not-supported
+  // error (GPU code generation).
+  Ref reshape(Shape shape, Loc loc = Loc::current()) const;
+
   // Indirect (gather / scatter) indexing, as SparseCore DMAs do it: `data.at(indices)` picks
   // rows of the major dimension by a 1-D i32 index Ref in VMEM (or a 1-D i32 vector: `at(v)`
   // with a rank-1 Value as the first index). The result has shape (len(indices), rest of data)

@@ -1,5 +1,7 @@
 #include "eval/interpreter.h"
 
+#include "eval/strided.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -91,6 +93,33 @@ RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64
   }
   out.data = r.data + offset * itemsize(r.dtype);
   return out;
+}
+
+RefValue transformed(const RefValue& r, const ir::Op& op) {
+  RefValue out = r;
+  if (op.code == OpCode::RefTranspose) {
+    const ir::Ints& perm = op.attrs.get_ints(AttrKey::Permutation);
+    for (size_t i = 0; i < perm.size(); ++i) {
+      out.shape[i] = r.shape[static_cast<size_t>(perm[i])];
+      out.strides[i] = r.strides[static_cast<size_t>(perm[i])];
+    }
+    return out;
+  }
+  PALLAS_INTERNAL_CHECK(op.code == OpCode::RefReshape, "not a Ref transform");
+  out.shape = op.attrs.get_ints(AttrKey::ShapeAttr);
+  std::optional<std::vector<int64_t>> strides = reshaped_strides(r.shape, r.strides, out.shape);
+  if (!strides)
+    throw Error(reshape_not_strided(r.shape, r.strides, out.shape), op.loc);
+  out.strides = std::move(*strides);
+  return out;
+}
+
+std::string reshape_not_strided(const Shape& shape, std::span<const int64_t> strides, const Shape& new_shape) {
+  std::string s = "ref_reshape: a view of shape " + shape_to_string(shape) + " with element strides [";
+  for (size_t i = 0; i < strides.size(); ++i) s += (i ? ", " : "") + std::to_string(strides[i]);
+  return s + "] cannot be reshaped to " + shape_to_string(new_shape) +
+         " in place: the dims it merges are not evenly spaced in memory. Reshape the whole Ref (or a view "
+         "of whole trailing dims) and index the result instead";
 }
 
 namespace {
@@ -310,6 +339,10 @@ void Interpreter::eval_op(const ir::Op& op) {
   if (cat & (ir::kControl | ir::kTerminator)) return eval_control(op);
   if (is_sparse_core_ref_op(op.code)) return eval_sparse_core_ref_op(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return eval_ref_op(op);
+  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape) {
+    set(op.results[0], transformed(ref(op.operands[0]), op));
+    return;
+  }
   switch (op.code) {
     case OpCode::ProgramId:
     case OpCode::NumPrograms: {

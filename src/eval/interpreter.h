@@ -119,6 +119,12 @@ class Interpreter {
 // `r` throws an Error with the ref_index_out_of_bounds message and no location: the op that
 // indexes adds its name, the grid point and its line (Interpreter::out_of_bounds).
 RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic);
+// `r` through a ref_transpose or ref_reshape op; a reshape the view's strides cannot express is
+// an Error with the op's line (reshape_not_strided).
+RefValue transformed(const RefValue& r, const ir::Op& op);
+// The message of a reshape of a view whose merged dims are not evenly spaced: shared by the
+// interpreters and the GPU code generator.
+std::string reshape_not_strided(const Shape& shape, std::span<const int64_t> strides, const Shape& new_shape);
 // The message of an index entry outside its Ref (dimension `dim` of `ref_shape`): shared by the
 // interpreters' `view` and the GPU kernels' run-time check.
 std::string ref_index_out_of_bounds(int64_t dim, int64_t start, bool is_slice, int64_t size, int64_t stride,

@@ -109,6 +109,49 @@ void strided_copy(void* dst, const void* src, std::span<const int64_t> shape,
   }
 }
 
+std::optional<std::vector<int64_t>> reshaped_strides(std::span<const int64_t> shape, std::span<const int64_t> strides,
+                                                     std::span<const int64_t> new_shape) {
+  const size_t n = new_shape.size();
+  std::vector<int64_t> out(n, 0);
+  // Dims of size 1 take the stride that makes them contiguous with the next dim (any would do:
+  // nothing steps along them), so a reshape that only adds or drops them keeps rows uniform.
+  auto fill_size_one = [&] {
+    for (size_t k = n; k-- > 0;)
+      if (new_shape[k] == 1) out[k] = k + 1 < n ? out[k + 1] * new_shape[k + 1] : 1;
+  };
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {  // nothing is addressed
+    int64_t s = 1;
+    for (size_t k = n; k-- > 0;) out[k] = s, s *= std::max<int64_t>(new_shape[k], 1);
+    return out;
+  }
+  std::vector<int64_t> old, old_strides;  // the old dims that step
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1) old.push_back(shape[d]), old_strides.push_back(strides[d]);
+  // Walk matching groups: old dims [oi, oj) hold the same elements as new dims [ni, nj).
+  size_t oi = 0, ni = 0;
+  while (oi < old.size() && ni < n) {
+    size_t oj = oi + 1, nj = ni + 1;
+    int64_t op = old[oi], np = new_shape[ni];
+    while (op != np) {
+      if (np < op) {
+        if (nj == n) return std::nullopt;  // (counts differ: the type rule prevents it)
+        np *= new_shape[nj++];
+      } else {
+        if (oj == old.size()) return std::nullopt;
+        op *= old[oj++];
+      }
+    }
+    // The old dims of the group must be one evenly spaced run.
+    for (size_t k = oi; k + 1 < oj; ++k)
+      if (old_strides[k] != old_strides[k + 1] * old[k + 1]) return std::nullopt;
+    out[nj - 1] = old_strides[oj - 1];
+    for (size_t k = nj - 1; k > ni; --k) out[k - 1] = out[k] * new_shape[k];
+    oi = oj, ni = nj;
+  }
+  fill_size_one();
+  return out;
+}
+
 Array permute_copy(const Array& x, std::span<const int64_t> perm) {
   const std::vector<int64_t> xs = row_major_strides(x.shape());
   Shape shape(perm.size());

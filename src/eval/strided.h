@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "pallas/array.h"
 
@@ -20,6 +22,13 @@ namespace pallas::eval {
 // longest run the view allows.
 void strided_copy(void* dst, const void* src, std::span<const int64_t> shape,
                   std::span<const int64_t> strides, int esize);
+
+// The strides (in elements) under which a view of `shape` with `strides` reads as `new_shape`
+// (same element count), its elements in the same row-major order — or nullopt where the dims
+// merged into one are not evenly spaced (NumPy's no-copy reshape rule). Dims of size 1 are free;
+// an empty view reshapes to any shape.
+std::optional<std::vector<int64_t>> reshaped_strides(std::span<const int64_t> shape, std::span<const int64_t> strides,
+                                                     std::span<const int64_t> new_shape);
 
 // x with its dimensions permuted (result dim i = x dim perm[i]), as a fresh array.
 Array permute_copy(const Array& x, std::span<const int64_t> perm);

@@ -170,7 +170,7 @@ struct MulticastShare {
 };
 std::optional<MulticastShare> multicast_share(const RefInfo& gmem, const RefInfo& smem, int64_t peers, int swizzle_bytes,
                                               int64_t panel_cols) {
-  if (gmem.shape != smem.shape) return std::nullopt;
+  if (gmem.shape != smem.shape || smem.strides != contiguous_strides(smem.shape)) return std::nullopt;
   const std::optional<size_t> dim = core::multicast_share_dim(smem.shape, peers);
   if (!dim) return std::nullopt;
   for (size_t d = 0; d < *dim; ++d)
@@ -263,18 +263,32 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
   };
   std::map<ValueId, ValueId> root_of;  // a candidate, or a view of one
   std::set<ValueId> unaligned;         // views where the swizzle's pattern does not start
+  std::set<ValueId> transposed;       // matrix transposes of aligned views (wgmma's K-major b)
   std::set<ValueId> refused, fed_wgmma;
   for (ValueId c : candidates) root_of[c] = c;
   std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
     for (const ir::Op& op : region.ops) {
+      if ((op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape) && root_of.count(op.operands[0])) {
+        // The same tile under other strides: loads and stores place each element (elem). Only a
+        // matrix's transpose is still read by start, by wgmma as a K-major b (an (n, k) tile).
+        const ValueId base = op.operands[0];
+        root_of[op.results[0]] = root_of[base];
+        const bool matrix_transpose = op.code == OpCode::RefTranspose && k.values.at(static_cast<size_t>(base)).rank() == 2 &&
+                                      !transposed.count(base);
+        if (unaligned.count(base) || !matrix_transpose)
+          unaligned.insert(op.results[0]);
+        else
+          transposed.insert(op.results[0]);
+        continue;
+      }
       if (op.code == OpCode::RefView && root_of.count(op.operands[0])) {
         // Aligned: leading dims any way; the rows a stride-1 slice from a multiple of 8; the row
         // whole. Any view works for loads and stores (RefInfo::elem places each element).
         const ValueId base = op.operands[0];
         root_of[op.results[0]] = root_of[base];
         const Shape& shape = k.values.at(static_cast<size_t>(base)).shape;
-        // (A view of an unaligned view, or of one without rows, is unaligned.)
-        if (unaligned.count(base) || shape.size() < 2) {
+        // (A view of an unaligned view, of a transposed one, or of one without rows, is unaligned.)
+        if (unaligned.count(base) || transposed.count(base) || shape.size() < 2) {
           unaligned.insert(op.results[0]);
           continue;
         }
@@ -298,10 +312,13 @@ std::set<ValueId> swizzled_smem_tiles(const ir::Kernel& k, const std::set<ValueI
         const auto it = root_of.find(op.operands[i]);
         if (it == root_of.end()) continue;
         const bool aligned = !unaligned.count(op.operands[i]);
-        if (op.code == OpCode::GpuWgmma && i >= 1 && aligned)
+        // (A transposed tile is read in place as wgmma's b only: the emitter's a is row-major, and
+        // a copy lands a box by rows.)
+        const bool as_b = i == 2 || !transposed.count(op.operands[i]);
+        if (op.code == OpCode::GpuWgmma && i >= 1 && aligned && as_b)
           fed_wgmma.insert(it->second);
         else if (!(i == 0 && (op.code == OpCode::Load || op.code == OpCode::Store || op.code == OpCode::Swap)) &&
-                 !(aligned && ((op.code == OpCode::GpuCopyGmemToSmem && i == 1) ||
+                 !(aligned && !transposed.count(op.operands[i]) && ((op.code == OpCode::GpuCopyGmemToSmem && i == 1) ||
                                (op.code == OpCode::GpuCopySmemToGmem && i == 0))))
           refused.insert(it->second);
       }
@@ -322,6 +339,7 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
   std::map<ValueId, ValueId> matrix_of;  // a thread's matrix (a candidate, or a view of one) -> the candidate
   std::set<ValueId> refused;
   std::set<ValueId> swizzled_views(swizzled_tiles);  // the swizzled tiles and their views
+  std::set<ValueId> swizzled_b_views;                 // their transposes
   std::set<ValueId> staged;  // candidates a product with an operand not in place accumulates into
   std::map<ValueId, AccumulatorRegisters> fed;  // the candidates a wgmma accumulates into
   const auto shape_of = [&](ValueId v) -> const Shape& { return k.values.at(static_cast<size_t>(v)).shape; };
@@ -354,6 +372,9 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
   std::function<void(const ir::Region&)> scan = [&](const ir::Region& region) {
     for (const ir::Op& op : region.ops) {
       if (op.code == OpCode::RefView && swizzled_views.count(op.operands[0])) swizzled_views.insert(op.results[0]);
+      // (A swizzled matrix's transpose is read in place as b, K-major: swizzled_smem_tiles.)
+      if (op.code == OpCode::RefTranspose && swizzled_views.count(op.operands[0]) && shape_of(op.operands[0]).size() == 2)
+        swizzled_b_views.insert(op.results[0]);
       if (op.code == OpCode::RefView && candidates.count(op.operands[0]) && shape_of(op.operands[0]).size() == 3) {
         // (threads, M, N): the thread's own matrix, acc.at(thread index).
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
@@ -378,7 +399,9 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
         if (op.code == OpCode::GpuWgmma && i == 0 && wgmma_product(op)) {
           AccumulatorRegisters& a = fed[it->second];
           a.m = shape_of(v).at(0), a.n = shape_of(v).at(1);
-          if (!swizzled_views.count(op.operands[1]) || !swizzled_views.count(op.operands[2])) staged.insert(it->second);
+          if (!swizzled_views.count(op.operands[1]) ||
+              !(swizzled_views.count(op.operands[2]) || swizzled_b_views.count(op.operands[2])))
+            staged.insert(it->second);
         } else if (!((op.code == OpCode::Load || op.code == OpCode::Store) && i == 0)) {
           refused.insert(it->second);
         }
@@ -753,8 +776,9 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         p.accumulate = true;
         // A swizzled tile (one panel: k or n is its row) is read in place: a K-major, b (k x n)
         // MN-major — wgmma's swizzled layouts, which store a single panel alike.
+        // A transposed (n, k) tile (b.T()) is b K-major, as a is.
         if (!a.swizzled.empty()) p.a_layout = "pl_swizzled_layout(" + a.swizzled + ", false)";
-        if (!b.swizzled.empty()) p.b_layout = "pl_swizzled_layout(" + b.swizzled + ", true)";
+        if (!b.swizzled.empty()) p.b_layout = "pl_swizzled_layout(" + b.swizzled + ", " + (b_nk ? "false" : "true") + ")";
         // Into an ACC in registers: left running until the kernel's wgmma_wait.
         if (kacc && tensor_core_shape(p))
           p.acc_rounds = kacc->rounds, p.acc_nc = kacc->nc, p.acc_var = kacc->var, p.acc_pending = "PL_KERNEL_WGMMA_PENDING";

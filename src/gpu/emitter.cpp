@@ -14,6 +14,7 @@
 #include <set>
 
 #include "eval/interpreter.h"
+#include "eval/strided.h"
 #include "pallas/error.h"
 
 namespace pallas::gpu::detail {
@@ -583,11 +584,11 @@ Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Regi
   RegisterAccumulator none;
   const int threads = ctx_.group_threads;
   if (threads <= 0 || threads % 128 != 0) return none;
-  // A view made of the scratch (RefView) would be read later without view() flushing first.
+  // A view made of the scratch (RefView, a transform) would be read later without view() flushing first.
   std::set<ValueId> viewed;
   std::function<void(const ir::Region&)> scan = [&](const ir::Region& r) {
     for (const ir::Op& op : r.ops) {
-      if (op.code == OpCode::RefView) viewed.insert(op.operands[0]);
+      if (ir::is_ref_view(op.code)) viewed.insert(op.operands[0]);
       for (const ir::Region& sub : op.regions) scan(sub);
     }
   };
@@ -731,6 +732,7 @@ void Emitter::emit_op(const ir::Op& op) {
   }
   if (cat & (ir::kControl | ir::kTerminator)) return emit_control(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return emit_ref_op(op);
+  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape) return emit_ref_transform(op);
   emit_pure(op);
 }
 
@@ -839,6 +841,38 @@ void Emitter::emit_store_from_registers(const ir::Op& store, const ir::Op& load)
   line("}");
   after_mem_write();
   after_mem_read();
+}
+
+void Emitter::emit_ref_transform(const ir::Op& op) {
+  const ValueId v = op.operands[0];
+  // (register_accumulators and choose_register_accumulator keep an ACC that is transformed in
+  // memory.)
+  PALLAS_INTERNAL_CHECK(!kernel_acc(v) && !(acc_regs_.ref >= 0 && v == acc_regs_.ref),
+                        "a transformed view of an accumulator in registers");
+  const RefInfo& base = info(v).ref;
+  RefInfo out = base;  // the same pointer, swizzled tile and offset in it: elem() follows strides
+  if (base.slot_input >= 0) {
+    // Read other than as a whole block: the slot stays row-major (slot_layout).
+    ++slot_uses_[base.slot_input].views;
+    out.slot_input = -1;
+  }
+  if (op.code == OpCode::RefTranspose) {
+    const ir::Ints& perm = op.attrs.get_ints(ir::AttrKey::Permutation);
+    for (size_t i = 0; i < perm.size(); ++i) {
+      out.shape[i] = base.shape[static_cast<size_t>(perm[i])];
+      out.strides[i] = base.strides[static_cast<size_t>(perm[i])];
+    }
+  } else {
+    out.shape = op.attrs.get_ints(ir::AttrKey::ShapeAttr);
+    std::optional<std::vector<int64_t>> strides = eval::reshaped_strides(base.shape, base.strides, out.shape);
+    // (The interpreters raise the same where their strides do; a block the GPU reads in place,
+    // in its array, may have strides that the interpreter's block copy does not.)
+    if (!strides)
+      throw NotSupportedError(eval::reshape_not_strided(base.shape, base.strides, out.shape) + " (on the GPU backend)",
+                              op.loc);
+    out.strides = std::move(*strides);
+  }
+  bind_ref(op.results[0], std::move(out));
 }
 
 void Emitter::emit_ref_op(const ir::Op& op) {

@@ -348,6 +348,8 @@ class Emitter {
   void emit_pure(const ir::Op& op);  // emit_ops.cpp
   void emit_ref_op(const ir::Op& op);
   void emit_ref_op_in_memory(const ir::Op& op);
+  // ref_transpose / ref_reshape: the same memory under permuted or recomputed strides.
+  void emit_ref_transform(const ir::Op& op);
   // stores_from_registers_: whether `load` is one (emitted as nothing), and its store.
   bool is_stored_from_registers(const ir::Op& load) const;
   void emit_store_from_registers(const ir::Op& store, const ir::Op& load);

@@ -19,7 +19,7 @@ void walk(const Kernel& k, const Region& r, std::map<ValueId, int>& origin, std:
     for (size_t i = 0; i < op.operands.size(); ++i) {
       auto it = origin.find(op.operands[i]);
       if (it == origin.end()) continue;
-      if (op.code == OpCode::RefView && i == 0) {
+      if (is_ref_view(op.code) && i == 0) {
         origin[op.results[0]] = it->second;
       } else if (i == 0 && op.info().is(kMemRead) && !op.info().is(kMemWrite)) {
         // reads only (load, sc_load_gather, sc_load_expanded)

@@ -838,6 +838,25 @@ std::vector<Type> rule(const RuleContext& c) {
       c.expect_num_operands(1 + ndyn);
       return {Type::ref(c.indexer_attr().result_shape(), r.dtype, r.space)};
     }
+    case OpCode::RefTranspose: {
+      const Type& r = c.ref(0);
+      const Ints& perm = c.ints_attr(AttrKey::Permutation);
+      if (static_cast<int>(perm.size()) != r.rank())
+        c.fail("permutation " + ints_to_string(perm) + " does not match the rank of " + r.to_string());
+      c.axes_in(perm, r.rank(), "permutation");
+      Shape shape;
+      for (int64_t p : perm) shape.push_back(r.shape[p]);
+      return {Type::ref(shape, r.dtype, r.space)};
+    }
+    case OpCode::RefReshape: {
+      const Type& r = c.ref(0);
+      Shape shape = c.ints_attr(AttrKey::ShapeAttr);
+      for (int64_t d : shape) if (d < 0) c.fail("negative dimension in " + ints_to_string(shape));
+      if (num_elements(shape) != r.size())
+        c.fail("cannot reshape " + r.to_string() + " (" + std::to_string(r.size()) + " elements) to " +
+               ints_to_string(shape) + " (" + std::to_string(num_elements(shape)) + " elements)");
+      return {Type::ref(shape, r.dtype, r.space)};
+    }
     case OpCode::Load: case OpCode::Store: case OpCode::Swap: {
       const Type& r = c.ref(0);
       const Indexer& index = c.indexer_attr();

@@ -38,8 +38,15 @@ Region region_of(const eval::RefValue& view, const std::byte* base, const Shape&
     r[d].start = bstride[d] > 0 ? offset / bstride[d] : 0;
     offset -= r[d].start * bstride[d];
   }
+  auto whole_buffer = [&] {  // what no progression per dim describes: all of it, conservatively
+    for (int e = 0; e < rank; ++e) r[e] = {0, shape[e], 1};
+    if (view_dims) view_dims->assign(view.shape.size(), kSharedDim);
+    return r;
+  };
+  std::vector<int> pieces_of(static_cast<size_t>(rank), 0);  // view dims stepping along each
   for (size_t k = 0; k < view.shape.size(); ++k) {
-    int64_t n = view.shape[k], s = view.strides[k];
+    int64_t n = view.shape[k];
+    const int64_t s = view.strides[k];
     if (n == 0) {
       for (DimRange& x : r) x.count = 0;
       return r;
@@ -47,15 +54,43 @@ Region region_of(const eval::RefValue& view, const std::byte* base, const Shape&
     if (n == 1) continue;
     int d = 0;
     while (d < rank && !(bstride[d] <= s && s % bstride[d] == 0)) ++d;
-    if (d == rank || r[d].count != 1) {
-      // Not an indexer-made view (cannot happen today): cover the whole buffer, conservatively.
-      for (int e = 0; e < rank; ++e) r[e] = {0, shape[e], 1};
-      return r;
+    if (d == rank) return whole_buffer();
+    // The view dim steps `step` along buffer dim d. A reshape's merged dim runs on into the dims
+    // before d: whole passes of `per_pass` steps along d, each pass the next index of d - 1.
+    int64_t step = s / bstride[d];
+    bool first_piece = true;
+    while (n > 1) {
+      int64_t count = n;
+      if (r[d].start + (n - 1) * step >= shape[d]) {
+        if (shape[d] % step != 0 || r[d].start >= step || d == 0) return whole_buffer();
+        const int64_t per_pass = shape[d] / step;
+        if (n % per_pass != 0) return whole_buffer();
+        count = per_pass;
+      }
+      // Two view dims along one buffer dim (a reshape's split dim): one progression if one
+      // steps over exactly the other's extent.
+      DimRange& x = r[static_cast<size_t>(d)];
+      if (x.count == 1) {
+        x.count = count, x.step = step;
+      } else if (x.step == count * step) {
+        x.count *= count, x.step = step;
+      } else if (step == x.count * x.step) {
+        x.count *= count;
+      } else {
+        return whole_buffer();
+      }
+      if (x.start + (x.count - 1) * x.step >= shape[d]) return whole_buffer();
+      ++pieces_of[static_cast<size_t>(d)];
+      if (view_dims) (*view_dims)[k] = first_piece ? d : kSharedDim;
+      first_piece = false;
+      n /= count;
+      --d, step = 1;
     }
-    r[d].count = n;
-    r[d].step = s / bstride[d];
-    if (view_dims) (*view_dims)[k] = d;
   }
+  // A buffer dim that several view dims step along has no one view dim of its own.
+  if (view_dims)
+    for (int& vd : *view_dims)
+      if (vd >= 0 && pieces_of[static_cast<size_t>(vd)] > 1) vd = kSharedDim;
   return r;
 }
 

@@ -33,9 +33,13 @@ struct DimRange {
 };
 using Region = std::vector<DimRange>;
 // The region of `view` inside a row-major buffer starting at `base` with this shape. Views made
-// by indexers map each of their dimensions to one buffer dimension, which this recovers.
+// by indexers and transposes map each of their dimensions to one buffer dimension, which this
+// recovers; a reshape's dims may split one buffer dim (two view dims along it, which combine
+// into one progression) or merge several (one view dim running on through the dims before).
+// What no progression per buffer dim describes is the whole buffer (conservative).
 // `view_dims`, when given, receives the buffer dimension of each view dimension (-1 for a
-// size-1 view dimension, which needs none).
+// size-1 view dimension, which needs none; kSharedDim where it is not one of its own).
+inline constexpr int kSharedDim = -2;
 Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape,
                  std::vector<int>* view_dims = nullptr);
 // Whether two regions share an element; if so, the bounding box of the shared elements.

@@ -418,7 +418,7 @@ void reject_multicasts_into_scope(const ir::Region& body) {
   std::set<ir::ValueId> scoped(body.args.begin(), body.args.end());
   std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
     for (const ir::Op& op : r.ops) {
-      if (op.code == OpCode::RefView && scoped.count(op.operands[0])) scoped.insert(op.results[0]);
+      if (ir::is_ref_view(op.code) && scoped.count(op.operands[0])) scoped.insert(op.results[0]);
       if (op.code == OpCode::GpuCopyGmemToSmem && op.attrs.has(AttrKey::Axes) &&
           (scoped.count(op.operands[1]) || scoped.count(op.operands[2])))
         throw NotSupportedError("copy_gmem_to_smem with collective_axes (a multicast) into a run_scoped array or "

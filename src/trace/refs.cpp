@@ -1,4 +1,7 @@
 // Traced Refs: indexers, views, loads, stores, swaps and atomics.
+#include <algorithm>
+#include <numeric>
+
 #include "trace/context.h"
 
 namespace pallas {
@@ -153,6 +156,45 @@ Ref Ref::at(Indices idx, Loc loc) const {
   Attrs a;
   a.set(AttrKey::Index, l.indexer);
   return Ref(trace::add_op1(OpCode::RefView, with_ref(*this, l), std::move(a), loc));
+}
+
+Ref Ref::transpose(std::vector<int64_t> permutation, Loc loc) const {
+  const ir::Type& t = handle().type();
+  if (permutation.empty()) {
+    permutation.resize(static_cast<size_t>(t.rank()));
+    std::iota(permutation.rbegin(), permutation.rend(), 0);
+  }
+  Attrs a;
+  a.set(AttrKey::Permutation, std::move(permutation));
+  return Ref(trace::add_op1(OpCode::RefTranspose, {handle()}, std::move(a), loc));
+}
+
+Ref Ref::T(Loc loc) const {
+  if (handle().type().rank() != 2)
+    throw Error("T: the matrix transpose of a Ref of rank 2; " + handle().type().to_string() +
+                    " has rank " + std::to_string(handle().type().rank()) + " (use transpose(permutation))",
+                trace::src(loc));
+  return transpose({1, 0}, loc);
+}
+
+Ref Ref::reshape(Shape shape, Loc loc) const {
+  const ir::Type& t = handle().type();
+  // One -1 entry takes what is left, as in NumPy.
+  if (std::count(shape.begin(), shape.end(), -1) > 1)
+    throw Error("reshape: at most one dimension may be -1, got " + shape_to_string(shape), trace::src(loc));
+  if (const auto minus = std::find(shape.begin(), shape.end(), -1); minus != shape.end()) {
+    int64_t known = 1;
+    for (int64_t d : shape)
+      if (d != -1) known *= d;
+    if (known <= 0 || t.size() % known != 0)
+      throw Error("reshape: " + shape_to_string(shape) + " does not divide the " + std::to_string(t.size()) +
+                      " elements of " + t.to_string(),
+                  trace::src(loc));
+    *minus = t.size() / known;
+  }
+  Attrs a;
+  a.set(AttrKey::ShapeAttr, std::move(shape));
+  return Ref(trace::add_op1(OpCode::RefReshape, {handle()}, std::move(a), loc));
 }
 
 RefSlot Ref::operator[](Index i) const { return RefSlot(*this, {i}, i.loc()); }

@@ -46,7 +46,8 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::ReduceSum: case OpCode::ReduceMax: case OpCode::ReduceMin:
     case OpCode::ReduceProd: case OpCode::Cumsum: case OpCode::Cumprod: case OpCode::Cummax:
     case OpCode::Cummin: case OpCode::DotGeneral: case OpCode::Sort:
-    case OpCode::RefView: case OpCode::Load: case OpCode::Store: case OpCode::Swap:
+    case OpCode::RefView: case OpCode::RefTranspose: case OpCode::RefReshape:
+    case OpCode::Load: case OpCode::Store: case OpCode::Swap:
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
     case OpCode::RunScoped: case OpCode::Yield:
       return JvpRule::kRule;
@@ -193,7 +194,8 @@ class JvpEmitter {
       case OpCode::While: return emit_while(op);
       case OpCode::Cond: case OpCode::Switch: return emit_branches(op);
       case OpCode::RunScoped: return emit_run_scoped(op);
-      case OpCode::RefView: case OpCode::Load: case OpCode::Store: case OpCode::Swap:
+      case OpCode::RefView: case OpCode::RefTranspose: case OpCode::RefReshape:
+      case OpCode::Load: case OpCode::Store: case OpCode::Swap:
         return emit_ref_op(op);
       case OpCode::Sort: return emit_sort(op);
       default: break;
@@ -507,7 +509,7 @@ class JvpEmitter {
     bool masked = op.attrs.get_int_or(AttrKey::Masked, 0) != 0;
     size_t n = op.operands.size();
     switch (op.code) {
-      case OpCode::RefView: case OpCode::Load: {
+      case OpCode::RefView: case OpCode::RefTranspose: case OpCode::RefReshape: case OpCode::Load: {
         if (op.code == OpCode::Load && masked) ops[n - 1] = concrete(op.operands[n - 1]);
         tangent_[static_cast<size_t>(op.results[0])] = op1(op.code, std::move(ops), op.attrs);
         return;

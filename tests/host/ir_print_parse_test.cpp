@@ -136,6 +136,9 @@ ir::Kernel refs_kernel() {
         pl::Value c1 = cnt.atomic_rmw("max", {3}, c0);
         pl::Value c2 = cnt.atomic_cas({2}, c1, 7);
         flag[0] = c2;
+        // Transforms: o's transpose, x reshaped (and a view of that).
+        o.T().at(pl::ds(0, 4), 1)[pl::all] = pl::zeros({4}, pl::f32);
+        x.reshape({2, -1, 16}).at(1)[0] = pl::zeros({16}, pl::f32);
       },
       {ref({8, 16}, pl::f32, pl::MemorySpace::Any), ref({4, 8}, pl::f32), ref({4}, pl::i32, pl::MemorySpace::Smem),
        ref({1}, pl::i32, pl::MemorySpace::Smem)},
@@ -550,6 +553,8 @@ TEST(Printer, DynamicIndexersAndStrings) {
   EXPECT_NE(text.find("{index = [1, ds(0, 8, 2)]}"), std::string::npos) << text;
   EXPECT_NE(text.find("{index = [$1, ds(0, 8)], masked = 1}"), std::string::npos) << text;
   EXPECT_NE(text.find("{index = [$1], kind = \"add\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("ref_transpose(%1) {permutation = [1, 0]} : ref<f32[8,4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("ref_reshape(%0) {shape = [2, 4, 16]} : ref<f32[2,4,16]"), std::string::npos) << text;
   std::string control = ir::print(control_kernel());
   EXPECT_NE(control.find("{format = \"w = {} \\\"quoted\\\"\\n\\tand a tab \\\\ {}\"}"),
             std::string::npos)

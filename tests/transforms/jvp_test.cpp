@@ -240,6 +240,18 @@ TEST(Jvp, ShapeOps) {
   expect_jvp_matches_fd(call, {normal({4, 6}, 1)}, {normal({4, 6}, 2)});
 }
 
+// Loads and stores through Ref transforms carry tangents through the same views of the tangent
+// Refs.
+TEST(Jvp, ThroughTransposedAndReshapedRefs) {
+  auto call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o1, pl::Ref o2) {
+        o1.T()[pl::all] = pl::sin(x[pl::all]);                          // (6, 4) written as (4, 6)
+        o2[pl::all] = x.reshape({2, 12}).at(pl::all, pl::ds(1, 8))[pl::all] * x.reshape({3, 8}).at(pl::ds(1, 2))[pl::all];
+      },
+      std::vector<pl::ShapeDtype>{{{6, 4}, pl::f64}, {{2, 8}, pl::f64}}, {.interpret = true});
+  expect_jvp_matches_fd(call, {normal({4, 6}, 1)}, {normal({4, 6}, 2)});
+}
+
 TEST(Jvp, ConcatenateWithAConstant) {
   auto call = call1([](std::vector<pl::Ref>& r) {
     r[1][pl::all] = pl::concatenate({r[0][pl::all], pl::full({4, 16}, pl::f64, 2.0)}, 0);

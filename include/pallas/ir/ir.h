@@ -243,6 +243,12 @@ struct Op {
   const OpInfo& info() const { return op_info(code); }
 };
 
+// Whether an op's result is a view of its first operand's memory (an index, a transpose or a
+// reshape of a Ref): analyses that follow a Ref to its memory follow these.
+inline bool is_ref_view(OpCode c) {
+  return c == OpCode::RefView || c == OpCode::RefTranspose || c == OpCode::RefReshape;
+}
+
 // A traced function: a kernel body (a function of Refs returning nothing) or an index map (a
 // function of grid indices and prefetch Refs whose body ends with a yield of the indices).
 struct Kernel {

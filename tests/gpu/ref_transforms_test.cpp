@@ -1,0 +1,246 @@
+// Ref transforms (JAX's ref.T / ref.transpose / ref.reshape): views of the same memory with the
+// dims permuted or reshaped, on the reference interpreter, the TPU interpret mode (with its race
+// detection seeing through them), host emulation of the generated CUDA and (with a GPU) compiled;
+// wgmma reading a transposed SMEM tile as its b (attention's q k^T). Expected values come from
+// plain C++ loops over the inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/call.h"
+#include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
+#include "gpu/host_emulation.h"
+#include "pallas/gpu.h"
+#include "pallas/pallas.h"
+#include "pallas/tpu.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/test_util.h"
+#include "tests/tpu/tpu_test_util.h"
+
+namespace {
+
+namespace pl = ::pallas;
+namespace plgpu = ::pallas::gpu;
+namespace pltpu = ::pallas::tpu;
+using test_util::random_f32;
+
+// Where a pallas_call runs: the OnGpuBackends places plus the TPU interpret mode.
+pl::CallOptions options_for(const std::string& how) {
+  if (how == "tpu_interpret") {
+    pl::CallOptions o;
+    o.interpret = pltpu::InterpretParams{};
+    return o;
+  }
+  return test_util::run_on(how, {});
+}
+
+class RefTransforms : public test_util::OnGpuBackends {};
+INSTANTIATE_TEST_SUITE_P(Backends, RefTransforms, testing::Values("interpret", "tpu_interpret", "gpu_emulate", "mosaic_gpu"),
+                         test_util::backend_name);
+
+// Loads and stores through transposes and reshapes, of whole Refs and of views, with static and
+// dynamic indices after the transform.
+TEST_P(RefTransforms, LoadsAndStoresSeeTheElementsInTheNewOrder) {
+  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref t, pl::Ref r, pl::Ref s, pl::Ref p, pl::Ref v, pl::Ref w, pl::Ref u,
+                   pl::Ref q) {
+    t[pl::all] = x.T()[pl::all];
+    r.reshape({8, 16})[pl::all] = x[pl::all] * 2.0f;         // a store through a reshape
+    s.T()[pl::all] = x.T()[pl::all] + 1.0f;                   // and through a transpose
+    p[pl::all] = y.transpose({2, 0, 1})[pl::all];
+    v[pl::all] = x.at(pl::ds(2, 4), pl::ds(0, 4, 2)).T()[pl::all];  // a strided view's transpose
+    w[pl::all] = y.at(1).reshape({12})[pl::all];                    // a view of whole trailing dims
+    u[pl::all] = x.at(pl::ds(0, 3)).reshape({3, 2, 8}).at(pl::all, 1)[pl::all];  // a split dim, indexed
+    pl::fori_loop(0, 16, [&](pl::Value i) { q.at(i)[pl::all] = x.T().at(i)[pl::all] - 1.0f; });
+  };
+  const std::vector<pl::ShapeDtype> outs = {{{16, 8}, pl::f32}, {{4, 32}, pl::f32}, {{8, 16}, pl::f32},
+                                            {{4, 2, 3}, pl::f32}, {{4, 4}, pl::f32}, {{12}, pl::f32},
+                                            {{3, 8}, pl::f32},   {{16, 8}, pl::f32}};
+  pl::PallasCall call = pl::pallas_call(kernel, outs, options_for(GetParam()));
+  const pl::Array x = random_f32({8, 16}, 1), y = random_f32({2, 3, 4}, 2);
+  const std::vector<pl::Array> out = call(x, y);
+  auto X = [&](int64_t i, int64_t j) { return x.data<float>()[i * 16 + j]; };
+  auto Y = [&](int64_t a, int64_t b, int64_t c) { return y.data<float>()[(a * 3 + b) * 4 + c]; };
+  for (int64_t i = 0; i < 16; ++i)
+    for (int64_t j = 0; j < 8; ++j) {
+      EXPECT_EQ(out[0].get({i, j}), X(j, i)) << i << "," << j;
+      EXPECT_EQ(out[7].get({i, j}), X(j, i) - 1.0f) << i << "," << j;
+    }
+  for (int64_t e = 0; e < 128; ++e) EXPECT_EQ(out[1].data<float>()[e], x.data<float>()[e] * 2.0f) << e;
+  for (int64_t e = 0; e < 128; ++e) EXPECT_EQ(out[2].data<float>()[e], x.data<float>()[e] + 1.0f) << e;
+  for (int64_t a = 0; a < 4; ++a)
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(out[3].get({a, b, c}), Y(b, c, a)) << a << b << c;
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(out[4].get({i, j}), X(2 + j, 2 * i)) << i << "," << j;
+  for (int64_t e = 0; e < 12; ++e) EXPECT_EQ(out[5].get({e}), Y(1, e / 4, e % 4)) << e;
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(out[6].get({i, j}), X(i, 8 + j)) << i << "," << j;
+}
+
+// A reshape that would merge dims that are not evenly spaced (rows 0-2 of each of 4 planes of 6)
+// has no strides: the same message on every backend, naming the line.
+TEST_P(RefTransforms, AReshapeStridesCannotExpressIsAnErrorNamingTheLine) {
+  const int line = __LINE__ + 2;
+  auto kernel = [](pl::Ref x, pl::Ref o) {
+    o[pl::all] = x.at(pl::all, pl::ds(0, 3), pl::all).reshape({12, 8})[pl::all];
+  };
+  pl::PallasCall call = pl::pallas_call(kernel, pl::ShapeDtype({12, 8}, pl::f32), options_for(GetParam()));
+  const std::string e = test_util::error_of([&] { call(random_f32({4, 6, 8}, 3)); });
+  EXPECT_CONTAINS(e, "ref_reshape: a view of shape [4, 3, 8] with element strides [48, 8, 1] cannot be reshaped to [12, 8]");
+  EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
+  // The dims it keeps apart need no even spacing: [4, 3, 8] -> [4, 24] is a view.
+  pl::PallasCall fine = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x.at(pl::all, pl::ds(0, 3), pl::all).reshape({4, 24})[pl::all]; },
+                                        pl::ShapeDtype({4, 24}, pl::f32), options_for(GetParam()));
+  const pl::Array x = random_f32({4, 6, 8}, 3);
+  const pl::Array o = fine(x).at(0);
+  for (int64_t a = 0; a < 4; ++a)
+    for (int64_t e = 0; e < 24; ++e) EXPECT_EQ(o.get({a, e}), x.data<float>()[a * 48 + e]) << a << "," << e;
+}
+
+// ---- wgmma's b as a transposed SMEM tile --------------------------------------------------------
+class RefTransformsWgmma : public test_util::OnGpuBackends {};
+INSTANTIATE_TEST_SUITE_P(Backends, RefTransformsWgmma, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
+                         test_util::backend_name);
+
+// out = q @ k^T: q (64 x K) and k (N x K) copied into SMEM, wgmma(acc, q_s, k_s.T()).
+pl::PallasCall q_kt(int64_t k_dim, int64_t n, pl::CallOptions opts) {
+  opts.scratch_shapes = {plgpu::SMEM({64, k_dim}, pl::bf16), plgpu::SMEM({n, k_dim}, pl::bf16), plgpu::ACC({64, n}),
+                         plgpu::Barrier{.num_arrivals = 2}};
+  return plgpu::kernel(
+      [=](pl::Ref q, pl::Ref k, pl::Ref out, pl::Ref q_s, pl::Ref k_s, pl::Ref acc, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(q, q_s, bar);
+        plgpu::copy_gmem_to_smem(k, k_s, bar);
+        plgpu::barrier_wait(bar);
+        acc[pl::all] = pl::zeros({64, n}, pl::f32);
+        plgpu::wgmma(acc, q_s, k_s.T());
+        plgpu::wgmma_wait(0);
+        out[pl::all] = acc[pl::all];
+      },
+      {pl::ShapeDtype({64, n}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, opts);
+}
+
+void expect_q_kt(const pl::Array& q, const pl::Array& k, const pl::Array& out) {
+  const int64_t m = q.shape()[0], d = q.shape()[1], n = k.shape()[0];
+  ASSERT_EQ(out.shape(), pl::Shape({m, n}));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t c = 0; c < d; ++c) want += q.get({i, c}) * k.get({j, c});
+      EXPECT_NEAR(out.get({i, j}), want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+    }
+}
+
+// K of 32, 64 and 128 columns: k's rows are 64 bytes (a 64-byte swizzle), one 128-byte panel, or
+// two panels.
+TEST_P(RefTransformsWgmma, WgmmaReadsATransposedTileAsItsB) {
+  for (int64_t k_dim : {32, 64, 128}) {
+    SCOPED_TRACE("K " + std::to_string(k_dim));
+    const pl::Array q = random_f32({64, k_dim}, 5).astype(pl::bf16), k = random_f32({64, k_dim}, 6).astype(pl::bf16);
+    expect_q_kt(q, k, q_kt(k_dim, 64, test_util::run_on(GetParam(), {}))(q, k).at(0));
+  }
+}
+
+// Compiled for sm_90a, the transposed tile stays swizzled and wgmma reads it in place, K-major
+// (layout false in pl_swizzled_layout), with no staging; host emulation with a whole warpgroup
+// runs wgmma from those descriptors. Read MN-major instead, the numbers are wrong (the test can
+// fail).
+TEST(RefTransformsCodegen, ATransposedSwizzledTileIsWgmmasKMajorB) {
+  for (int64_t k_dim : {32, 64, 128}) {
+    SCOPED_TRACE("K " + std::to_string(k_dim));
+    const int64_t n = 128;
+    const pl::Array q = random_f32({64, k_dim}, 7).astype(pl::bf16), k = random_f32({n, k_dim}, 8).astype(pl::bf16);
+    pl::PallasCall call = q_kt(k_dim, n, test_util::run_on("gpu_emulate", {}));
+    std::shared_ptr<const pl::TracedCall> tc = call.trace({q.shape_dtype(), k.shape_dtype()});
+    plgpu::GeneratedKernel gk = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    const std::string row_bytes = std::to_string(std::min<int64_t>(128, 2 * k_dim));
+    EXPECT_CONTAINS(gk.source, "#define PL_SMEM_SWIZZLED_1 (PL_HAS_WGMMA ? " + row_bytes + " : 0)");
+    const std::string layouts = "pl_swizzled_layout(PL_SMEM_SWIZZLED_0, false), pl_swizzled_layout(PL_SMEM_SWIZZLED_1, false)";
+    EXPECT_CONTAINS(gk.source, layouts);
+    EXPECT_EQ(gk.wgmma_staging_bytes, 0);
+    plgpu::HostEmulationStats stats;
+    expect_q_kt(q, k, plgpu::run_host_emulation(*tc, gk, {q, k}, tc->grid_mapping.grid, 128, &stats).at(0));
+    EXPECT_EQ(stats.wgmma_instructions, k_dim / 16);  // (one 64 x 128 instruction per 16 of K)
+    for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_TRUE(plgpu::Nvrtc::get().compile(gk.source, "q_kt.cu", arch).is_cubin) << arch;
+    if (k_dim != 64) continue;
+    plgpu::GeneratedKernel wrong = gk;
+    const std::string mn_major = "pl_swizzled_layout(PL_SMEM_SWIZZLED_0, false), pl_swizzled_layout(PL_SMEM_SWIZZLED_1, true)";
+    wrong.source.replace(wrong.source.find(layouts), layouts.size(), mn_major);
+    const pl::Array good = plgpu::run_host_emulation(*tc, gk, {q, k}, tc->grid_mapping.grid, 128, nullptr).at(0);
+    const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {q, k}, tc->grid_mapping.grid, 128, nullptr).at(0);
+    double diff = 0;
+    for (int64_t e = 0; e < bad.size(); ++e)
+      diff = std::max<double>(diff, std::abs(bad.data<float>()[e] - good.data<float>()[e]));
+    EXPECT_GT(diff, 0.1);
+  }
+}
+
+// ---- The TPU interpret mode's race detection through transforms --------------------------------
+// A DMA writes rows 0-3 of an (8, 128) VMEM buffer while the kernel reads it through a transpose
+// or a reshape: rows 4-7 do not race with it, rows 2-5 do.
+TEST(RefTransformsRaces, ADmaRacesOnlyWithTheElementsItWrites) {
+  using View = std::function<pl::Value(const pl::Ref& buf)>;
+  struct Case {
+    const char* what;
+    View read;
+    bool races;
+  };
+  const Case cases[] = {
+      {"transposed, rows 4-7", [](const pl::Ref& b) { return b.T().at(pl::all, pl::ds(4, 4))[pl::all]; }, false},
+      {"transposed, rows 2-5", [](const pl::Ref& b) { return b.T().at(pl::all, pl::ds(2, 4))[pl::all]; }, true},
+      {"split, rows 4-7", [](const pl::Ref& b) { return b.reshape({2, 4, 128}).at(1)[pl::all]; }, false},
+      {"split, rows 2-3", [](const pl::Ref& b) { return b.reshape({4, 2, 128}).at(1)[pl::all]; }, true},
+      {"merged, rows 4-7", [](const pl::Ref& b) { return b.reshape({1024}).at(pl::ds(512, 512))[pl::all]; }, false},
+      {"merged, rows 3-4", [](const pl::Ref& b) { return b.reshape({1024}).at(pl::ds(384, 256))[pl::all]; }, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+    pl::CallOptions opts;
+    opts.in_specs = {pl::BlockSpec(pltpu::ANY)};
+    opts.scratch_shapes = {pltpu::VMEM({8, 128}, pl::f32), pltpu::semaphores(pltpu::SemaphoreType::DMA)};
+    opts.interpret = tpu_test::race_params(races);
+    View read = c.read;
+    auto kernel = [read](pl::Ref x_hbm, pl::Ref o, pl::Ref buf, pl::Ref sem) {
+      buf[pl::all] = pl::zeros({8, 128}, pl::f32);
+      auto copy = pltpu::async_copy(x_hbm.at(pl::ds(0, 4)), buf.at(pl::ds(0, 4)), sem);
+      o[pl::all] = pl::sum(read(buf)) + pl::zeros({8, 128}, pl::f32);
+      copy.wait();
+    };
+    pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts)(tpu_test::iota_f32({8, 128}));
+    EXPECT_EQ(races->size(), c.races ? 1u : 0u) << tpu_test::all_reports(*races);
+  }
+}
+
+// ---- Trace-time errors --------------------------------------------------------------------------
+TEST(RefTransformErrors, BadPermutationsAndShapesNameTheLine) {
+  auto error_of = [](const std::function<void(pl::Ref)>& body) {
+    return test_util::error_of([&] {
+      pl::pallas_call([&](pl::Ref x, pl::Ref) { body(x); }, pl::ShapeDtype({1}, pl::f32), {.interpret = true})(
+          random_f32({2, 3, 4}, 9));
+    });
+  };
+  int line = __LINE__ + 1;
+  std::string e = error_of([](pl::Ref x) { x.T(); });
+  EXPECT_CONTAINS(e, "T: the matrix transpose of a Ref of rank 2");
+  EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
+  line = __LINE__ + 1;
+  e = error_of([](pl::Ref x) { x.transpose({0, 1}); });
+  EXPECT_CONTAINS(e, "permutation [0, 1] does not match the rank of ref<f32[2,3,4]");
+  EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
+  EXPECT_CONTAINS(error_of([](pl::Ref x) { x.transpose({0, 1, 1}); }), "permutation repeats axis 1");
+  line = __LINE__ + 1;
+  e = error_of([](pl::Ref x) { x.reshape({5, 5}); });
+  EXPECT_CONTAINS(e, "cannot reshape ref<f32[2,3,4]");
+  EXPECT_CONTAINS(e, "to [5, 5] (25 elements)");
+  EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
+  EXPECT_CONTAINS(error_of([](pl::Ref x) { x.reshape({-1, -1}); }), "reshape: at most one dimension may be -1, got [-1, -1]");
+  EXPECT_CONTAINS(error_of([](pl::Ref x) { x.reshape({5, -1}); }), "reshape: [5, -1] does not divide the 24 elements");
+}
+
+}  // namespace
