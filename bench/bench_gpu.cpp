@@ -307,6 +307,18 @@ void side_by_side(std::ostream& report) {
     }
   }
 
+  // The flash_attention example (q k^T by wgmma through k's transposed SMEM view, the online
+  // softmax, p v from registers; 2 heads of d = 64): its throughput by sequence length. No
+  // library attention is linked to compare with; its values are checked by the examples' runs.
+  report << "\nThe flash_attention example (bf16, 2 heads, d = 64; median of 5):\n\n"
+         << "| seq | ms | TFLOP/s |\n|---|---|---|\n";
+  for (int64_t seq : {1024, 4096, 8192}) {
+    ex::Problem a = ex::find("flash_attention").build({.seed = 1, .size = seq, .dtype = pl::bf16, .backend = "gpu"});
+    ResidentCall v(a.call, a.inputs);
+    const double t = synced_seconds(5, [&] { v.launch(); });
+    report << "| " << seq << " | " << t * 1e3 << " | " << static_cast<double>(a.flops) / t / 1e12 << " |\n";
+  }
+
   launch_overhead(report);
 }
 
@@ -331,7 +343,8 @@ void bench_gpu(std::ostream& report) {
                   Row{"matmul", pallas::DType::BF16, "matmul bf16"}, Row{"softmax", pallas::DType::F32, "softmax"},
                   Row{"layer_norm", pallas::DType::F32, "layer_norm"}, Row{"gather", pallas::DType::F32, "gather"},
                   Row{"inplace", pallas::DType::F32, "inplace"}, Row{"ws_matmul", pallas::DType::BF16, "ws_matmul bf16"},
-                  Row{"pipeline_matmul", pallas::DType::BF16, "pipeline_matmul bf16"}}) {
+                  Row{"pipeline_matmul", pallas::DType::BF16, "pipeline_matmul bf16"},
+                  Row{"flash_attention", pallas::DType::BF16, "flash_attention bf16"}}) {
     const char* name = row.label;
     ex::RunOptions o;
     o.backend = "gpu";

@@ -49,7 +49,7 @@ const std::vector<Example>& all() {
         all_reduce::example(),   reduce_scatter::example(), core_map_pipeline::example(),
         racy::example(),         deadlock::example(),      embedding_bag::example(),
         segment_sum::example(),  lane_sort::example(),     ws_matmul::example(),
-        grid_sum::example(),     pipeline_matmul::example(),
+        grid_sum::example(),     pipeline_matmul::example(), flash_attention::example(),
     };
     for (Example& e : list) e = with_common_checks(std::move(e));
     return list;

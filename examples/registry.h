@@ -27,4 +27,5 @@ namespace lane_sort { Example example(); }
 namespace ws_matmul { Example example(); }
 namespace grid_sum { Example example(); }
 namespace pipeline_matmul { Example example(); }
+namespace flash_attention { Example example(); }
 }  // namespace pallas::examples

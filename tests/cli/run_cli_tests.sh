@@ -172,6 +172,10 @@ check profile_space_alone 2 "$PALLAS" run ws_matmul --backend gpu-emulate --prof
 # The emit_pipeline example, compiled and run on the CPU.
 check pipeline_matmul 0 "$PALLAS" run pipeline_matmul --backend gpu-emulate --dtype bf16 --size 128
 expect pipeline_matmul_line "^pipeline_matmul bf16.* backend=gpu-emulate: .*  ok$"
+# The attention example (Ref transpose into wgmma, emit_pipeline), compiled and run on the CPU.
+check flash_attention 0 "$PALLAS" run flash_attention --backend gpu-emulate --dtype bf16
+expect flash_attention_line "^flash_attention bf16\[2,128,64\]x3 backend=gpu-emulate: .*  ok$"
+check flash_attention_tpu 2 "$PALLAS" run flash_attention --backend tpu-interpret
 # Approximate math: the GPU backends only; the unit says so, and the example still checks out.
 check approx_softmax 0 "$PALLAS" run softmax --backend gpu-emulate --size 16 --approx-math
 expect approx_softmax_line "^softmax .* backend=gpu-emulate: .*  ok$"

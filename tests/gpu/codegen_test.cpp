@@ -27,7 +27,8 @@ namespace ex = examples;
 
 // The examples whose kernels use only what a GPU has (no DMAs, semaphores or devices).
 const std::vector<std::string> kGpuExamples = {"add",    "matmul",  "softmax",  "layer_norm",
-                                               "gather", "inplace", "ws_matmul", "grid_sum", "pipeline_matmul"};
+                                               "gather", "inplace", "ws_matmul", "grid_sum", "pipeline_matmul",
+                                               "flash_attention"};
 
 ex::Problem small(const std::string& name, DType dtype = DType::F32) {
   ex::RunOptions o;

@@ -22,6 +22,7 @@ int64_t small_size(const std::string& name) {
   if (name == "ws_matmul") return 256;  // 2 x 4 CTAs, 4 K-steps through 2 slots
   if (name == "grid_sum") return 256;   // 16 CTAs, 2 loop steps each
   if (name == "pipeline_matmul") return 256;  // 2 x 2 CTAs (bf16), 4 K-steps through 4 slots
+  if (name == "flash_attention") return 128;  // 2 x 2 CTAs, 2 k / v blocks each through 2 slots
   return 20;                         // 3 row blocks of 8, the last one padded
 }
 
@@ -122,7 +123,8 @@ TEST(Examples, RegistryHasEveryExampleOnceWithADescription) {
                                           "inplace", "dma_matmul", "right_permute", "all_gather",
                                           "all_reduce", "reduce_scatter", "core_map_pipeline",
                                           "racy", "deadlock", "embedding_bag", "segment_sum",
-                                          "lane_sort", "ws_matmul", "grid_sum", "pipeline_matmul"}));
+                                          "lane_sort", "ws_matmul", "grid_sum", "pipeline_matmul",
+                                          "flash_attention"}));
   EXPECT_EQ(example_names(), (std::vector<std::string>{"add", "matmul", "softmax", "layer_norm",
                                                        "gather", "inplace"}));
 }
@@ -231,6 +233,26 @@ TEST(Examples, PipelineMatmulRunsInterpretedAndCompiled) {
   EXPECT_THROW(ex::find("pipeline_matmul").build({.size = 256, .backend = "tpu-interpret"}), ex::UsageError);
   EXPECT_THROW(ex::find("pipeline_matmul").build({.size = 256, .stages = 1}), ex::UsageError);
   EXPECT_THROW(ex::find("pipeline_matmul").build({.size = 256, .cluster = 2}), ex::UsageError);
+}
+
+// The attention example, the same way: its online softmax against plain C++ attention in double,
+// over 4 blocks of k and v (size 256) and one (64); a wrong element fails the comparison.
+TEST(Examples, FlashAttentionRunsInterpretedAndCompiled) {
+  for (const char* backend : {"reference", "gpu-emulate"})
+    for (pl::DType t : {pl::bf16, pl::f16, pl::f32})
+      for (int64_t size : {64, 256}) {
+        SCOPED_TRACE(std::string(backend) + " " + std::string(pl::dtype_name(t)) + " " + std::to_string(size));
+        ex::Problem p = ex::find("flash_attention").build({.seed = 8, .size = size, .dtype = t, .backend = backend});
+        ex::Outcome o = ex::run(p);
+        EXPECT_TRUE(o.ok) << o.message;
+      }
+  ex::Problem p = ex::find("flash_attention").build({.seed = 5, .size = 128, .dtype = pl::bf16});
+  std::vector<pl::Array> outputs = p.call(p.inputs);
+  outputs[0].set_flat(77, outputs[0].get_flat(77) + 0.05);
+  EXPECT_FALSE(ex::compare(p, p.inputs, outputs, p.reference(p.inputs)).ok);
+  EXPECT_THROW(ex::find("flash_attention").build({.size = 100}), ex::UsageError);
+  EXPECT_THROW(ex::find("flash_attention").build({.size = 128, .backend = "tpu-interpret"}), ex::UsageError);
+  EXPECT_THROW(ex::find("flash_attention").build({.size = 128, .stages = 2}), ex::UsageError);
 }
 
 // ws_matmul with clusters (`--cluster N`): the producers share x's blocks by multicast and a slot
