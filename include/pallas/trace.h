@@ -182,6 +182,13 @@ class Ref {
   // where they are not, using the view raises pallas::Error (interpreters) or a not-supported
   // error (GPU code generation).
   Ref reshape(Shape shape, Loc loc = Loc::current()) const;
+  // The same bytes read as `dtype` (JAX's `ref.bitcast`), with bitcast's shape rule: the same
+  // width keeps the shape; a narrower dtype adds a last dim of the ratio (an f32 Ref as bf16:
+  // (m, n) -> (m, n, 2)); a wider one takes away a last dim of the ratio, which must be
+  // contiguous, and the view must start on a multiple of the wider element's size (on the GPU a
+  // misaligned start is the device's misaligned-address fault). Not differentiable (jvp
+  // refuses it on a Ref with a tangent).
+  Ref bitcast(DType dtype, Loc loc = Loc::current()) const;
 
   // Indirect (gather / scatter) indexing, as SparseCore DMAs do it: `data.at(indices)` picks
   // rows of the major dimension by a 1-D i32 index Ref in VMEM (or a 1-D i32 vector: `at(v)`

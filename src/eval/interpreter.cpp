@@ -105,12 +105,44 @@ RefValue transformed(const RefValue& r, const ir::Op& op) {
     }
     return out;
   }
+  if (op.code == OpCode::RefBitcast) {
+    std::optional<RefValue> cast = bitcast_view(r, op.attrs.get_dtype(AttrKey::DTypeAttr));
+    if (!cast)
+      throw Error("ref_bitcast: a view of shape " + shape_to_string(r.shape) + " as " +
+                      std::string(dtype_name(op.attrs.get_dtype(AttrKey::DTypeAttr))) +
+                      ": the last dim, which the wider dtype's elements take, must be contiguous and the other "
+                      "strides whole elements of it (bitcast the whole Ref, or a view of whole rows)",
+                  op.loc);
+    return *cast;
+  }
   PALLAS_INTERNAL_CHECK(op.code == OpCode::RefReshape, "not a Ref transform");
   out.shape = op.attrs.get_ints(AttrKey::ShapeAttr);
   std::optional<std::vector<int64_t>> strides = reshaped_strides(r.shape, r.strides, out.shape);
   if (!strides)
     throw Error(reshape_not_strided(r.shape, r.strides, out.shape), op.loc);
   out.strides = std::move(*strides);
+  return out;
+}
+
+std::optional<RefValue> bitcast_view(const RefValue& r, DType to) {
+  RefValue out = r;
+  out.dtype = to;
+  const int64_t from_size = itemsize(r.dtype), to_size = itemsize(to);
+  if (from_size > to_size) {  // each element becomes `ratio` along a new last dim
+    const int64_t ratio = from_size / to_size;
+    for (int64_t& s : out.strides) s *= ratio;
+    out.shape.push_back(ratio);
+    out.strides.push_back(1);
+  } else if (from_size < to_size) {  // the last dim's `ratio` elements become one
+    const int64_t ratio = to_size / from_size;
+    if (r.shape.empty() || r.shape.back() != ratio || (ratio > 1 && r.strides.back() != 1)) return std::nullopt;
+    out.shape.pop_back();
+    out.strides.pop_back();
+    for (size_t d = 0; d < out.shape.size(); ++d) {
+      if (out.shape[d] != 1 && out.strides[d] % ratio != 0) return std::nullopt;
+      out.strides[d] /= ratio;
+    }
+  }
   return out;
 }
 
@@ -339,7 +371,7 @@ void Interpreter::eval_op(const ir::Op& op) {
   if (cat & (ir::kControl | ir::kTerminator)) return eval_control(op);
   if (is_sparse_core_ref_op(op.code)) return eval_sparse_core_ref_op(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return eval_ref_op(op);
-  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape) {
+  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape || op.code == OpCode::RefBitcast) {
     set(op.results[0], transformed(ref(op.operands[0]), op));
     return;
   }

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <variant>
 #include <vector>
@@ -122,6 +123,10 @@ RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64
 // `r` through a ref_transpose or ref_reshape op; a reshape the view's strides cannot express is
 // an Error with the op's line (reshape_not_strided).
 RefValue transformed(const RefValue& r, const ir::Op& op);
+// `r` read as `to` (bitcast's shape rule; the strides in the new elements), or nullopt where a
+// wider dtype's elements would not be whole runs of the view (its last dim strided, or another
+// dim stepping by part of one).
+std::optional<RefValue> bitcast_view(const RefValue& r, DType to);
 // The message of a reshape of a view whose merged dims are not evenly spaced: shared by the
 // interpreters and the GPU code generator.
 std::string reshape_not_strided(const Shape& shape, std::span<const int64_t> strides, const Shape& new_shape);

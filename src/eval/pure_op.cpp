@@ -86,7 +86,7 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
       return sparse_core_op(op, p).at(0);
     // Not pure: handled by the interpreter.
     case OpCode::ProgramId: case OpCode::NumPrograms: case OpCode::RefView: case OpCode::RefTranspose:
-    case OpCode::RefReshape: case OpCode::Load:
+    case OpCode::RefReshape: case OpCode::RefBitcast: case OpCode::Load:
     case OpCode::Store: case OpCode::Swap: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:
     case OpCode::RunScoped: case OpCode::Yield: case OpCode::DebugPrint: case OpCode::DebugCheck:

@@ -732,7 +732,8 @@ void Emitter::emit_op(const ir::Op& op) {
   }
   if (cat & (ir::kControl | ir::kTerminator)) return emit_control(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return emit_ref_op(op);
-  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape) return emit_ref_transform(op);
+  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape || op.code == OpCode::RefBitcast)
+    return emit_ref_transform(op);
   emit_pure(op);
 }
 
@@ -862,6 +863,23 @@ void Emitter::emit_ref_transform(const ir::Op& op) {
       out.shape[i] = base.shape[static_cast<size_t>(perm[i])];
       out.strides[i] = base.strides[static_cast<size_t>(perm[i])];
     }
+  } else if (op.code == OpCode::RefBitcast) {
+    // (swizzled_smem_tiles keeps a bitcast tile row-major: its swizzle is in elements of its dtype.)
+    PALLAS_INTERNAL_CHECK(base.swizzled.empty(), "a bitcast view of a swizzled tile");
+    const DType to = op.attrs.get_dtype(ir::AttrKey::DTypeAttr);
+    eval::RefValue r;
+    r.dtype = base.dtype, r.shape = base.shape, r.strides = base.strides;
+    const std::optional<eval::RefValue> cast = eval::bitcast_view(r, to);
+    if (!cast)
+      throw NotSupportedError("ref_bitcast of a view of shape " + shape_to_string(base.shape) + " as " +
+                                  std::string(dtype_name(to)) +
+                                  " whose last dim is not contiguous, or whose other strides split the wider elements "
+                                  "(on the GPU backend)",
+                              op.loc);
+    out.dtype = to, out.shape = cast->shape, out.strides = cast->strides;
+    out.ptr = "((" + ctype(to) + "*)(" + base.ptr + "))";
+    // (The operand's TMA boxes count its own elements.)
+    out.operand = -1, out.operand_shape.clear();
   } else {
     out.shape = op.attrs.get_ints(ir::AttrKey::ShapeAttr);
     std::optional<std::vector<int64_t>> strides = eval::reshaped_strides(base.shape, base.strides, out.shape);

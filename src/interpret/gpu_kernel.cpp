@@ -224,19 +224,24 @@ class CrossWaveAccesses {
     auto other_wave = [&](int32_t s) { return s >= 0 && sites_[static_cast<size_t>(s)].wave != wave; };
     const size_t rank = view.shape.size();
     std::vector<int64_t> at(rank, 0);
+    // (Through a bitcast view the elements are the view's: each touches the operand's elements
+    // its bytes overlap.)
+    const int64_t view_item = itemsize(view.dtype);
     while (true) {
       int64_t off = view.data - base;
-      for (size_t d = 0; d < rank; ++d) off += at[d] * view.strides[d] * o.item;
-      Elem& e = o.elems[static_cast<size_t>(off / o.item)];
-      if (other_wave(e.write)) report(o, off / o.item, e.write, true, who, is_write, loc);
-      if (is_write && e.read != kNone && (e.read == kSeveral || other_wave(e.read)))
-        report(o, off / o.item, e.read == kSeveral ? kSeveral : e.read, false, who, is_write, loc);
-      if (is_write)
-        e.write = site_of();
-      else if (e.read == kNone)
-        e.read = site_of();
-      else if (e.read != kSeveral && other_wave(e.read))
-        e.read = kSeveral;
+      for (size_t d = 0; d < rank; ++d) off += at[d] * view.strides[d] * view_item;
+      for (int64_t i = off / o.item; i <= (off + view_item - 1) / o.item; ++i) {
+        Elem& e = o.elems[static_cast<size_t>(i)];
+        if (other_wave(e.write)) report(o, i, e.write, true, who, is_write, loc);
+        if (is_write && e.read != kNone && (e.read == kSeveral || other_wave(e.read)))
+          report(o, i, e.read == kSeveral ? kSeveral : e.read, false, who, is_write, loc);
+        if (is_write)
+          e.write = site_of();
+        else if (e.read == kNone)
+          e.read = site_of();
+        else if (e.read != kSeveral && other_wave(e.read))
+          e.read = kSeveral;
+      }
       size_t d = rank;
       while (d > 0 && ++at[d - 1] == view.shape[d - 1]) at[--d] = 0;
       if (d == 0) break;
@@ -837,8 +842,10 @@ class GpuThreadInterpreter : public eval::Interpreter {
       for (const tpu_interpret::Region& bytes : byte_regions(view, b.base))
         found += wave_->races.access(b.base, b.name, b.shape, bytes, is_write, clock, who, atomic);
     } else {
-      found = wave_->races.access(b.base, b.name, b.shape, tpu_interpret::region_of(view, b.base, b.shape),
-                                     is_write, clock, who, atomic);
+      const int64_t elements = num_elements(b.shape);
+      found = wave_->races.access(b.base, b.name, b.shape,
+                                  tpu_interpret::region_of(view, b.base, b.shape, nullptr, elements > 0 ? b.bytes / elements : 0),
+                                  is_write, clock, who, atomic);
     }
     if (found > 0)
       throw Error("gpu::kernel data race (on a GPU the result would depend on timing): " +

@@ -99,6 +99,27 @@ struct RuleContext {
   }
 };
 
+// lax.bitcast_convert_type's rule, for a value or a Ref: the same width keeps the shape, a
+// narrower dtype adds a last dim of the ratio, a wider one takes a last dim of it away.
+Type bitcast_type(const RuleContext& c, Type t) {
+  DType to = c.dtype_attr(AttrKey::DTypeAttr);
+  if (t.dtype == DType::Bool || to == DType::Bool || is_semaphore(t.dtype) || is_semaphore(to))
+    c.fail("bitcast needs numeric dtypes, got " + std::string(dtype_name(t.dtype)) + " -> " +
+           std::string(dtype_name(to)));
+  int from_bits = bit_width(t.dtype), to_bits = bit_width(to);
+  if (from_bits > to_bits) {
+    t.shape.push_back(from_bits / to_bits);
+  } else if (from_bits < to_bits) {
+    int64_t ratio = to_bits / from_bits;
+    if (t.shape.empty() || t.shape.back() != ratio)
+      c.fail("bitcast from " + std::string(dtype_name(t.dtype)) + " to " + std::string(dtype_name(to)) +
+             " needs a last dimension of " + std::to_string(ratio) + ", got " + t.to_string());
+    t.shape.pop_back();
+  }
+  t.dtype = to;
+  return t;
+}
+
 // A semaphore Ref of rank 0 (index an array of semaphores first: sem.at(i)).
 void expect_semaphore(const RuleContext& c, size_t i, const char* what, bool any_kind) {
   const Type& t = c.ref(i);
@@ -606,27 +627,12 @@ std::vector<Type> rule(const RuleContext& c) {
       t.dtype = to;
       return {t};
     }
-    case OpCode::Bitcast: {
+    case OpCode::Bitcast:
       c.expect_num_operands(1);
-      Type t = c.tensor(0);
-      DType to = c.dtype_attr(AttrKey::DTypeAttr);
-      if (t.dtype == DType::Bool || to == DType::Bool || is_semaphore(t.dtype) || is_semaphore(to))
-        c.fail("bitcast needs numeric dtypes, got " + std::string(dtype_name(t.dtype)) + " -> " +
-               std::string(dtype_name(to)));
-      int from_bits = bit_width(t.dtype), to_bits = bit_width(to);
-      if (from_bits > to_bits) {
-        t.shape.push_back(from_bits / to_bits);
-      } else if (from_bits < to_bits) {
-        int64_t ratio = to_bits / from_bits;
-        if (t.shape.empty() || t.shape.back() != ratio)
-          c.fail("bitcast from " + std::string(dtype_name(t.dtype)) + " to " +
-                 std::string(dtype_name(to)) + " needs a last dimension of " +
-                 std::to_string(ratio) + ", got " + t.to_string());
-        t.shape.pop_back();
-      }
-      t.dtype = to;
-      return {t};
-    }
+      return {bitcast_type(c, c.tensor(0))};
+    case OpCode::RefBitcast:
+      c.expect_num_operands(1);
+      return {bitcast_type(c, c.ref(0))};
     case OpCode::BroadcastInDim: {
       c.expect_num_operands(1);
       const Type& x = c.tensor(0);

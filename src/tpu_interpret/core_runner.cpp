@@ -197,7 +197,8 @@ bool CoreRunner::store_dropping_padding(const ir::Op& op) {
     return false;  // out of bounds: the normal path reports it
   }
   std::vector<int> dims;
-  Region r = region_of(v, static_cast<std::byte*>(b->content.raw_data()), b->content.shape(), &dims);
+  Region r = region_of(v, static_cast<std::byte*>(b->content.raw_data()), b->content.shape(), &dims,
+                       itemsize(b->content.dtype()));
   if (std::find(dims.begin(), dims.end(), kSharedDim) != dims.end()) {
     // A reshaped view whose dims do not map one to one onto the buffer's: inside the logical
     // shape, the plain store; reaching into the padding, there is no box to clip it to.

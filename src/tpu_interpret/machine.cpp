@@ -515,7 +515,7 @@ void Machine::check_access(Buffer* b, const eval::RefValue& view, bool is_write,
   if (!races_) return;
   int n = races_->access(b, b->describe(), b->content.shape(),
                          region_of(view, static_cast<std::byte*>(b->content.raw_data()),
-                                   b->content.shape()),
+                                   b->content.shape(), nullptr, itemsize(b->content.dtype())),
                          is_write, clock, who, atomic_add);
   if (n && cfg_.params.races_are_errors) throw tpu::RaceError(races_->reports().back().to_string());
 }

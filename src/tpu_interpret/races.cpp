@@ -23,9 +23,49 @@ bool happens_before(const VectorClock& a, const VectorClock& b) {
   return true;
 }
 
-Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape,
-                 std::vector<int>* view_dims) {
+Region region_of(const eval::RefValue& view_in, const std::byte* base, const Shape& shape,
+                 std::vector<int>* view_dims, int64_t buffer_itemsize) {
   const int rank = static_cast<int>(shape.size());
+  // A bitcast view counts in elements of its own dtype: recount it in the buffer's. A wider
+  // element is a run of `ratio` buffer elements (a new last dim); a dim stepping inside one
+  // buffer element (bitcast's new last dim) touches only that element. Any other mix is the
+  // whole buffer.
+  eval::RefValue view = view_in;
+  const int64_t view_itemsize = itemsize(view.dtype);
+  const bool recounted = buffer_itemsize > 0 && buffer_itemsize != view_itemsize;
+  if (recounted) {
+    auto everything = [&] {
+      Region all(static_cast<size_t>(rank));
+      for (int e = 0; e < rank; ++e) all[static_cast<size_t>(e)] = {0, shape[static_cast<size_t>(e)], 1};
+      if (view_dims) view_dims->assign(view_in.shape.size(), kSharedDim);
+      return all;
+    };
+    if (view_itemsize > buffer_itemsize) {
+      const int64_t ratio = view_itemsize / buffer_itemsize;
+      for (int64_t& st : view.strides) st *= ratio;
+      view.shape.push_back(ratio);
+      view.strides.push_back(1);
+    } else {
+      const int64_t ratio = buffer_itemsize / view_itemsize;
+      const int64_t within = (view.data - base) % buffer_itemsize / view_itemsize;  // (view elements)
+      Shape kept;
+      std::vector<int64_t> kept_strides;
+      for (size_t k = 0; k < view.shape.size(); ++k) {
+        if (view.shape[k] == 1) continue;
+        if (view.strides[k] % ratio == 0) {
+          kept.push_back(view.shape[k]);
+          kept_strides.push_back(view.strides[k] / ratio);
+        } else if (within + view.strides[k] * (view.shape[k] - 1) >= ratio) {
+          return everything();
+        }
+      }
+      view.shape = std::move(kept);
+      view.strides = std::move(kept_strides);
+    }
+    view.data -= (view.data - base) % buffer_itemsize;  // (the buffer element it starts in)
+  }
+  const int64_t elem = recounted ? buffer_itemsize : view_itemsize;
+  Region out = [&]() -> Region {
   if (view_dims) view_dims->assign(view.shape.size(), -1);
   if (num_elements(shape) == 0 || num_elements(view.shape) == 0) {
     Region empty(static_cast<size_t>(rank), DimRange{0, 0, 1});
@@ -33,7 +73,7 @@ Region region_of(const eval::RefValue& view, const std::byte* base, const Shape&
   }
   std::vector<int64_t> bstride = row_major_strides(shape);
   Region r(static_cast<size_t>(rank));
-  int64_t offset = (view.data - base) / itemsize(view.dtype);
+  int64_t offset = (view.data - base) / elem;
   for (int d = 0; d < rank; ++d) {
     r[d].start = bstride[d] > 0 ? offset / bstride[d] : 0;
     offset -= r[d].start * bstride[d];
@@ -92,6 +132,10 @@ Region region_of(const eval::RefValue& view, const std::byte* base, const Shape&
     for (int& vd : *view_dims)
       if (vd >= 0 && pieces_of[static_cast<size_t>(vd)] > 1) vd = kSharedDim;
   return r;
+  }();
+  // (A recounted view's dims are not the caller's.)
+  if (recounted && view_dims) view_dims->assign(view_in.shape.size(), kSharedDim);
+  return out;
 }
 
 namespace {

@@ -40,8 +40,10 @@ using Region = std::vector<DimRange>;
 // `view_dims`, when given, receives the buffer dimension of each view dimension (-1 for a
 // size-1 view dimension, which needs none; kSharedDim where it is not one of its own).
 inline constexpr int kSharedDim = -2;
+// `buffer_itemsize` (0: the view's) is the buffer's element size, which a bitcast view's differs
+// from: the view is recounted in the buffer's elements.
 Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape,
-                 std::vector<int>* view_dims = nullptr);
+                 std::vector<int>* view_dims = nullptr, int64_t buffer_itemsize = 0);
 // Whether two regions share an element; if so, the bounding box of the shared elements.
 bool regions_overlap(const Region& a, const Region& b,
                      std::vector<std::pair<int64_t, int64_t>>* box);

@@ -197,6 +197,12 @@ Ref Ref::reshape(Shape shape, Loc loc) const {
   return Ref(trace::add_op1(OpCode::RefReshape, {handle()}, std::move(a), loc));
 }
 
+Ref Ref::bitcast(DType dtype, Loc loc) const {
+  Attrs a;
+  a.set(AttrKey::DTypeAttr, dtype);
+  return Ref(trace::add_op1(OpCode::RefBitcast, {handle()}, std::move(a), loc));
+}
+
 RefSlot Ref::operator[](Index i) const { return RefSlot(*this, {i}, i.loc()); }
 RefSlot Ref::operator()(Index i0) const { return RefSlot(*this, {i0}, i0.loc()); }
 RefSlot Ref::operator()(Index i0, Index i1) const { return RefSlot(*this, {i0, i1}, i0.loc()); }

@@ -84,6 +84,7 @@ CostRule cost_rule(ir::OpCode code) {
     case OpCode::Convert: case OpCode::Bitcast: case OpCode::MultipleOf:
     case OpCode::Constant: case OpCode::Iota: case OpCode::ProgramId: case OpCode::NumPrograms:
     case OpCode::AxisIndex: case OpCode::RefView: case OpCode::RefTranspose: case OpCode::RefReshape:
+    case OpCode::RefBitcast:
     case OpCode::Yield: case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::DmaWait: case OpCode::SemaphoreSignal: case OpCode::SemaphoreWait:
     case OpCode::SemaphoreRead: case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:

@@ -70,7 +70,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
       return JvpRule::kZeroTangent;
     // No rule yet: fine on integer data, an error once a tangent reaches them.
-    case OpCode::Bitcast: case OpCode::AtomicRmw: case OpCode::AtomicCas:
+    case OpCode::Bitcast: case OpCode::RefBitcast: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::DmaStart: case OpCode::DmaWait:
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWgmma:
       return JvpRule::kNotDifferentiable;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
 #include "pallas/tpu.h"
+#include "pallas/transforms.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 #include "tests/tpu/tpu_test_util.h"
@@ -101,6 +103,48 @@ TEST_P(RefTransforms, AReshapeStridesCannotExpressIsAnErrorNamingTheLine) {
   const pl::Array o = fine(x).at(0);
   for (int64_t a = 0; a < 4; ++a)
     for (int64_t e = 0; e < 24; ++e) EXPECT_EQ(o.get({a, e}), x.data<float>()[a * 48 + e]) << a << "," << e;
+}
+
+// Bitcasts, against the inputs' bytes: the same width, a wider dtype (bf16 pairs as u32, of a
+// whole Ref and of a view of some rows), a narrower one (f32 as bf16 halves), and a store through
+// one.
+TEST_P(RefTransforms, BitcastsReadAndWriteTheSameBytes) {
+  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref bits, pl::Ref pairs, pl::Ref rows, pl::Ref halves, pl::Ref stored) {
+    bits[pl::all] = x.bitcast(pl::i32)[pl::all];
+    pairs[pl::all] = y.bitcast(pl::u32)[pl::all];
+    rows[pl::all] = y.at(pl::ds(1, 2)).bitcast(pl::u32)[pl::all];
+    halves[pl::all] = x.bitcast(pl::bf16)[pl::all];
+    stored.bitcast(pl::f32)[pl::all] = x[pl::all] * 2.0f;
+  };
+  const std::vector<pl::ShapeDtype> outs = {{{4, 8}, pl::i32},     {{4, 4}, pl::u32}, {{2, 4}, pl::u32},
+                                            {{4, 8, 2}, pl::bf16}, {{4, 8, 2}, pl::bf16}};
+  pl::PallasCall call = pl::pallas_call(kernel, outs, options_for(GetParam()));
+  const pl::Array x = random_f32({4, 8}, 11), y = random_f32({4, 4, 2}, 12).astype(pl::bf16);
+  const std::vector<pl::Array> out = call(x, y);
+  auto bytes_equal = [](const pl::Array& a, const void* want, size_t n) { return std::memcmp(a.raw_data(), want, n) == 0; };
+  EXPECT_TRUE(bytes_equal(out[0], x.raw_data(), 128));
+  EXPECT_TRUE(bytes_equal(out[1], y.raw_data(), 64));
+  EXPECT_TRUE(bytes_equal(out[2], static_cast<const std::byte*>(y.raw_data()) + 16, 32));
+  EXPECT_TRUE(bytes_equal(out[3], x.raw_data(), 128));
+  std::vector<float> twice(32);
+  for (int e = 0; e < 32; ++e) twice[static_cast<size_t>(e)] = x.data<float>()[e] * 2.0f;
+  EXPECT_TRUE(bytes_equal(out[4], twice.data(), 128));
+  // The bytes are the point: a value check of one element too, so a wrong byte order shows.
+  uint32_t word;
+  std::memcpy(&word, y.raw_data(), 4);
+  EXPECT_EQ(out[1].data<uint32_t>()[0], word);
+}
+
+// A wider bitcast needs its elements' runs contiguous: of every other bf16 it is an error naming
+// the line, on every backend.
+TEST_P(RefTransforms, AWiderBitcastOfAStridedViewIsAnErrorNamingTheLine) {
+  const int line = __LINE__ + 1;
+  auto kernel = [](pl::Ref y, pl::Ref o) { o[pl::all] = y.at(pl::all, pl::ds(0, 2, 2)).bitcast(pl::u32)[pl::all]; };
+  pl::PallasCall call = pl::pallas_call(kernel, pl::ShapeDtype({4}, pl::u32), options_for(GetParam()));
+  const std::string e = test_util::error_of([&] { call(random_f32({4, 4}, 13).astype(pl::bf16)); });
+  EXPECT_CONTAINS(e, "ref_bitcast");
+  EXPECT_CONTAINS(e, "as u32");
+  EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
 }
 
 // ---- wgmma's b as a transposed SMEM tile --------------------------------------------------------
@@ -197,6 +241,11 @@ TEST(RefTransformsRaces, ADmaRacesOnlyWithTheElementsItWrites) {
       {"split, rows 2-3", [](const pl::Ref& b) { return b.reshape({4, 2, 128}).at(1)[pl::all]; }, true},
       {"merged, rows 4-7", [](const pl::Ref& b) { return b.reshape({1024}).at(pl::ds(512, 512))[pl::all]; }, false},
       {"merged, rows 3-4", [](const pl::Ref& b) { return b.reshape({1024}).at(pl::ds(384, 256))[pl::all]; }, true},
+      // f32 as bf16 halves: a new last dim inside each f32.
+      {"narrower, rows 4-7", [](const pl::Ref& b) { return b.bitcast(pl::bf16).at(pl::ds(4, 4))[pl::all].astype(pl::f32); }, false},
+      {"narrower, row 3", [](const pl::Ref& b) { return b.bitcast(pl::bf16).at(3)[pl::all].astype(pl::f32); }, true},
+      {"narrower, row 3's second halves",
+       [](const pl::Ref& b) { return b.bitcast(pl::bf16).at(3, pl::all, 1)[pl::all].astype(pl::f32); }, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -214,6 +263,27 @@ TEST(RefTransformsRaces, ADmaRacesOnlyWithTheElementsItWrites) {
     };
     pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts)(tpu_test::iota_f32({8, 128}));
     EXPECT_EQ(races->size(), c.races ? 1u : 0u) << tpu_test::all_reports(*races);
+  }
+}
+
+// A wider bitcast (bf16 pairs as one f32) counts as both bf16s it covers.
+TEST(RefTransformsRaces, AWiderBitcastCoversTheElementsOfItsBytes) {
+  for (bool racy : {false, true}) {
+    std::shared_ptr<std::vector<pltpu::RaceReport>> races;
+    pl::CallOptions opts;
+    opts.in_specs = {pl::BlockSpec(pltpu::ANY)};
+    opts.scratch_shapes = {pltpu::VMEM({8, 64, 2}, pl::bf16), pltpu::semaphores(pltpu::SemaphoreType::DMA)};
+    opts.interpret = tpu_test::race_params(races);
+    auto kernel = [racy](pl::Ref x_hbm, pl::Ref o, pl::Ref buf, pl::Ref sem) {
+      buf[pl::all] = pl::zeros({8, 64, 2}, pl::bf16);
+      // The DMA writes the second bf16 of each pair of rows 0-3 (or of row 4 onwards: none).
+      auto copy = pltpu::async_copy(x_hbm.at(pl::ds(0, 4), pl::all, pl::ds(1, 1)),
+                                    buf.at(pl::ds(racy ? 0 : 4, 4), pl::all, pl::ds(1, 1)), sem);
+      o[pl::all] = pl::sum(buf.bitcast(pl::f32).at(pl::ds(0, 4))[pl::all]) + pl::zeros({8, 128}, pl::f32);
+      copy.wait();
+    };
+    pl::pallas_call(kernel, pl::ShapeDtype({8, 128}, pl::f32), opts)(random_f32({8, 64, 2}, 14).astype(pl::bf16));
+    EXPECT_EQ(races->size(), racy ? 1u : 0u) << tpu_test::all_reports(*races);
   }
 }
 
@@ -241,6 +311,21 @@ TEST(RefTransformErrors, BadPermutationsAndShapesNameTheLine) {
   EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
   EXPECT_CONTAINS(error_of([](pl::Ref x) { x.reshape({-1, -1}); }), "reshape: at most one dimension may be -1, got [-1, -1]");
   EXPECT_CONTAINS(error_of([](pl::Ref x) { x.reshape({5, -1}); }), "reshape: [5, -1] does not divide the 24 elements");
+  line = __LINE__ + 1;
+  e = error_of([](pl::Ref x) { x.bitcast(pl::u64); });
+  EXPECT_CONTAINS(e, "bitcast from f32 to u64 needs a last dimension of 2, got ref<f32[2,3,4]");
+  EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
+  EXPECT_CONTAINS(error_of([](pl::Ref x) { x.bitcast(pl::bool_); }), "bitcast needs numeric dtypes, got f32 -> bool");
+}
+
+// A bitcast has no derivative: jvp refuses it on a Ref that carries a tangent (the kernel runs
+// when the data is integer).
+TEST(RefTransformErrors, JvpRefusesABitcastOfAFloatRef) {
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x.bitcast(pl::i32)[pl::all]; },
+                              pl::ShapeDtype({4, 8}, pl::i32), {.interpret = true});
+  const pl::Array x = random_f32({4, 8}, 15);
+  const std::string e = test_util::error_of<pl::NotSupportedError>([&] { pl::jvp(call, {x}, {x}); });
+  EXPECT_CONTAINS(e, "`ref_bitcast` has no derivative rule");
 }
 
 }  // namespace

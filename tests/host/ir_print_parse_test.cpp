@@ -139,6 +139,7 @@ ir::Kernel refs_kernel() {
         // Transforms: o's transpose, x reshaped (and a view of that).
         o.T().at(pl::ds(0, 4), 1)[pl::all] = pl::zeros({4}, pl::f32);
         x.reshape({2, -1, 16}).at(1)[0] = pl::zeros({16}, pl::f32);
+        x.bitcast(pl::i32).at(2)[pl::all] = pl::zeros({16}, pl::i32);
       },
       {ref({8, 16}, pl::f32, pl::MemorySpace::Any), ref({4, 8}, pl::f32), ref({4}, pl::i32, pl::MemorySpace::Smem),
        ref({1}, pl::i32, pl::MemorySpace::Smem)},
@@ -555,6 +556,7 @@ TEST(Printer, DynamicIndexersAndStrings) {
   EXPECT_NE(text.find("{index = [$1], kind = \"add\"}"), std::string::npos) << text;
   EXPECT_NE(text.find("ref_transpose(%1) {permutation = [1, 0]} : ref<f32[8,4]"), std::string::npos) << text;
   EXPECT_NE(text.find("ref_reshape(%0) {shape = [2, 4, 16]} : ref<f32[2,4,16]"), std::string::npos) << text;
+  EXPECT_NE(text.find("ref_bitcast(%0) {dtype = i32} : ref<i32[8,16]"), std::string::npos) << text;
   std::string control = ir::print(control_kernel());
   EXPECT_NE(control.find("{format = \"w = {} \\\"quoted\\\"\\n\\tand a tab \\\\ {}\"}"),
             std::string::npos)

@@ -243,10 +243,10 @@ struct Op {
   const OpInfo& info() const { return op_info(code); }
 };
 
-// Whether an op's result is a view of its first operand's memory (an index, a transpose or a
-// reshape of a Ref): analyses that follow a Ref to its memory follow these.
+// Whether an op's result is a view of its first operand's memory (an index, a transpose, a
+// reshape or a bitcast of a Ref): analyses that follow a Ref to its memory follow these.
 inline bool is_ref_view(OpCode c) {
-  return c == OpCode::RefView || c == OpCode::RefTranspose || c == OpCode::RefReshape;
+  return c == OpCode::RefView || c == OpCode::RefTranspose || c == OpCode::RefReshape || c == OpCode::RefBitcast;
 }
 
 // A traced function: a kernel body (a function of Refs returning nothing) or an index map (a
