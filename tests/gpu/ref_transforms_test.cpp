@@ -287,6 +287,30 @@ TEST(RefTransformsRaces, AWiderBitcastCoversTheElementsOfItsBytes) {
   }
 }
 
+// In a gpu::kernel (the interpreter's race check): reading the copy's destination through a
+// bitcast before the copy's barrier is waited on races with the copy; after, it does not.
+TEST(RefTransformsRaces, AGpuKernelReadingThroughABitcastBeforeTheCopyLandsRaces) {
+  for (bool wait_first : {true, false}) {
+    SCOPED_TRACE(wait_first ? "wait first" : "read first");
+    pl::PallasCall call = plgpu::kernel(
+        [wait_first](pl::Ref x, pl::Ref out, pl::Ref x_s, pl::Ref bar) {
+          plgpu::copy_gmem_to_smem(x, x_s, bar);
+          if (wait_first) plgpu::barrier_wait(bar);
+          out[pl::all] = x_s.at(pl::ds(8, 8)).bitcast(pl::u32)[pl::all];
+          if (!wait_first) plgpu::barrier_wait(bar);
+        },
+        {pl::ShapeDtype({8}, pl::u32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+        test_util::run_on("interpret", {plgpu::SMEM({64, 2}, pl::bf16), plgpu::Barrier{}}));
+    const pl::Array x = random_f32({64, 2}, 16).astype(pl::bf16);
+    if (wait_first) {
+      const pl::Array out = call(x).at(0);
+      EXPECT_EQ(std::memcmp(out.raw_data(), static_cast<const std::byte*>(x.raw_data()) + 32, 32), 0);
+    } else {
+      EXPECT_CONTAINS(test_util::error_of([&] { call(x); }), "gpu::kernel data race");
+    }
+  }
+}
+
 // ---- Trace-time errors --------------------------------------------------------------------------
 TEST(RefTransformErrors, BadPermutationsAndShapesNameTheLine) {
   auto error_of = [](const std::function<void(pl::Ref)>& body) {
