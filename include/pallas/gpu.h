@@ -192,6 +192,12 @@ void barrier_arrive(const Ref& barrier, Loc loc = Loc::current());
 void barrier_wait(const Ref& barrier, Loc loc = Loc::current());
 
 // ---- Semaphores (gpu::Semaphore scratch) ---------------------------------------------------------
+// Mosaic GPU's cluster_ref: the SMEM array `ref` (scratch, or a view of it) in another CTA of the
+// cluster — distributed shared memory: the CTA at `index` (an int or an i32 scalar, in [0, the
+// axis's size)) along the cluster axis `axis`, at this CTA's place along the others. Loads and
+// stores (and atomics) go through it; order them with the peer's accesses by a gpu::ClusterBarrier
+// (the interpreter reports the race otherwise). Copies, wgmma and barrier ops do not take it.
+Ref cluster_ref(const Ref& ref, const std::string& axis, Operand index, Loc loc = Loc::current());
 // Adds `inc` (>= 0) to `sem`, after this Pallas thread's earlier writes (a release).
 void semaphore_signal(const Ref& sem, Operand inc = 1, Loc loc = Loc::current());
 // Waits until `sem` is at least `value` (>= 0), then subtracts `value` — unless `decrement` is

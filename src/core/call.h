@@ -155,6 +155,10 @@ std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& call, c
 // grid axes become parallel CTAs); otherwise NotSupportedError. Its primitives (barriers, copies,
 // wgmma) are reported by the code generator.
 void check_compilable_kernel(const TracedCall& call, const SourceLoc& loc);
+// At trace time: what only loads, stores and atomics may take (gpu::cluster_ref's views of a peer
+// CTA's memory) reaching another op is a NotSupportedError naming that op's line
+// (src/trace/gpu_ops.cpp).
+void check_peer_refs(const ir::Kernel& k);
 }  // namespace gpu
 
 }  // namespace pallas

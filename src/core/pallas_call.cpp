@@ -212,6 +212,7 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
     if (opts.gpu_kernel) scope.collect_globals(&globals);
     kernel(refs);
     tc->kernel = scope.finish();
+    if (opts.gpu_kernel) gpu::check_peer_refs(tc->kernel);
     tc->kernel.loc = loc;
     GridMapping& mapping = tc->grid_mapping;
     for (const ir::Type& t : globals) {

@@ -1414,6 +1414,10 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
     throw InternalError("gpu: the swizzled shared memory (ring slots, SMEM tiles, scoped arrays) of \"" + site.op_name +
                         "\" does not start on a 1024-byte boundary (a fault of the GPU backend; "
                         "PALLAS_GPU_NO_SWIZZLE=1 keeps shared memory unswizzled)");
+  if (site.kind == ErrorSite::Kind::ClusterIndex)
+    throw Error("cluster_ref: index " + std::to_string(v[k.num_grid_dims]) + " is outside the cluster axis '" +
+                    site.op_name + "' of size " + std::to_string(site.size) + eval::at_grid_point(point),
+                site.loc);
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);
   // RefIndex: {program ids..., start}

@@ -120,12 +120,13 @@ struct ErrorSite {
   // ScopeMeeting: not every Pallas thread of the CTA reached a shared run_scoped's entry or exit
   // within the wait limit.
   enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue, PipelineWait, SlotAlignment,
-                    ScopeMeeting };
+                    ScopeMeeting, ClusterIndex };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
   std::string op_name;   // RefIndex, BarrierWait, SemaphoreWait: the op; DebugCheck: the message
   SourceLoc loc;         // all but BlockIndex: the user's line
   // RefIndex: the checked (dynamic) index entry, its dimension and the indexed Ref's shape.
+  // ClusterIndex: op_name is the cluster axis, size its size.
   int64_t dim = 0;
   bool is_slice = false;
   int64_t size = 1, stride = 1;

@@ -1291,6 +1291,20 @@ extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 #define pl_slots ((pl_u8*)pl_smem + PL_SLOTS_OFFSET)
 #endif
 #endif
+// gpu::cluster_ref: the place of p (in this CTA's shared memory) in the shared memory of the
+// cluster's CTA `rank` — distributed shared memory, a generic address that loads and stores take
+// (mapa); in host emulation the same offset in that CTA's emulated shared memory.
+template <class T> PL_DEV T* pl_cluster_peer(T* p, int rank) {
+#if PL_HOST_EMULATION
+  return (T*)(pl_host_shared[pl_host_cta() - pl_cluster_rank() + rank] + ((pl_u8*)p - pl_host_shared_base));
+#elif PL_CLUSTER_CTAS > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pl_u64 peer;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(peer) : "l"(p), "r"(rank));
+  return (T*)peer;
+#else
+  return (void)rank, p;  // (a cluster of one CTA)
+#endif
+}
 // Where a ring slot keeps its block (codegen.cpp's PL_SLOT_LAYOUT_j): layout 0 is row-major;
 // 1 to 4 are wgmma's canonical layouts, so the tensor cores read the slot as it is (no staging
 // copy). They differ in how wgmma reads them (pl_wgmma_block's descriptors):

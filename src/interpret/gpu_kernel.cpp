@@ -441,6 +441,9 @@ class GpuThreadInterpreter : public eval::Interpreter {
       case OpCode::GpuWgmma:
         wgmma(op);
         return true;
+      case OpCode::GpuClusterRef:
+        set(op.results[0], cluster_ref(op));
+        return true;
       case OpCode::GpuWgmmaWait:
         acquire_all_but(wgmmas_, static_cast<size_t>(op.attrs.get_int(AttrKey::N)));
         return true;
@@ -729,6 +732,27 @@ class GpuThreadInterpreter : public eval::Interpreter {
     }
   }
   // The address in CTA `to`'s scratch of `at` in CTA `from`'s (the same array, the same offset).
+  // cluster_ref: the same place in the scratch of the CTA at the index along the axis, this CTA's
+  // place along the other cluster axes.
+  eval::RefValue cluster_ref(const ir::Op& op) {
+    const size_t cta = static_cast<size_t>(index_ / wave_->threads_per_cta);
+    const std::vector<std::vector<int64_t>>& positions = *wave_->cluster_positions;
+    const size_t cluster_ctas = positions.size(), first = cta / cluster_ctas * cluster_ctas;
+    const size_t axis = static_cast<size_t>(op.attrs.get_ints(AttrKey::Axes).at(0) - call_.gpu_kernel->num_grid_axes);
+    const int64_t index = scalar_int(op.operands[1]);
+    std::vector<int64_t> there = positions[cta % cluster_ctas];
+    const int64_t size = positions.back().at(axis) + 1;  // (row-major: the last CTA's coordinates are the largest)
+    if (index < 0 || index >= size)
+      throw Error("cluster_ref: index " + std::to_string(index) + " is outside the cluster axis '" +
+                      op.attrs.get_string(AttrKey::AxisNames) + "' of size " + std::to_string(size) + " (in " +
+                      wave_->cta_names[cta] + ")",
+                  op.loc);
+    there[axis] = index;
+    const size_t peer = first + static_cast<size_t>(std::find(positions.begin(), positions.end(), there) - positions.begin());
+    eval::RefValue r = ref(op.operands[0]);
+    r.data = in_cta(r.data, cta, peer);
+    return r;
+  }
   const std::byte* in_cta(const std::byte* at, size_t from, size_t to) const {
     const std::vector<Array>& mine = (*wave_->scratch)[from];
     for (size_t s = 0; s < mine.size(); ++s) {
@@ -736,7 +760,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
       if (at >= base && at < base + mine[s].size() * itemsize(mine[s].dtype()))
         return static_cast<const std::byte*>((*wave_->scratch)[to][s].raw_data()) + (at - base);
     }
-    throw InternalError("a multicast copy's destination is not in its CTA's scratch");
+    throw InternalError("a multicast copy's destination (or a cluster_ref's array) is not in its CTA's scratch");
   }
   std::byte* in_cta(std::byte* at, size_t from, size_t to) const {
     return const_cast<std::byte*>(in_cta(static_cast<const std::byte*>(at), from, to));

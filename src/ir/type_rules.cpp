@@ -181,6 +181,16 @@ std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
     case OpCode::GpuCommitSmem:
       c.expect_num_operands(0);
       return {};
+    case OpCode::GpuClusterRef: {
+      c.expect_num_operands(2);
+      const Type& r = c.ref(0);
+      if (r.space != MemorySpace::GpuShared || is_semaphore(r.dtype) || r.dtype == DType::GpuBarrier)
+        c.fail("the Ref must be an SMEM array (a barrier reaches its peers as a gpu::ClusterBarrier), got " +
+               r.to_string());
+      c.expect_int_scalar(1, "the cluster index");
+      if (c.ints_attr(AttrKey::Axes).size() != 1) c.fail("names one cluster axis");
+      return {r};
+    }
     case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
       c.expect_num_operands(1);
       expect_gpu_barrier(c, 0);
@@ -1065,7 +1075,7 @@ std::vector<Type> rule(const RuleContext& c) {
       return {};
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
-    case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+    case OpCode::GpuClusterRef: case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
       return gpu_kernel_rule(c);
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
       c.expect_num_operands(0);

@@ -4,6 +4,7 @@
 #include "pallas/gpu.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "core/call.h"
@@ -338,6 +339,51 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::
   a.set(AttrKey::Axes, axes);  // mesh axes (grid..., cluster..., thread)
   a.set(AttrKey::AxisNames, names);
   trace::add_op(OpCode::GpuCopyGmemToSmem, {src.handle(), dst.handle(), barrier.handle()}, std::move(a), loc);
+}
+
+namespace {
+Value cluster_index(const Operand& o, const Loc& loc) {
+  Value v = pallas::detail::as_index_scalar(o, "the cluster_ref index");
+  return v.dtype() == DType::I32 ? v : trace::convert_to(v, DType::I32, loc);
+}
+}  // namespace
+
+void check_peer_refs(const ir::Kernel& k) {
+  std::set<ir::ValueId> peer;  // cluster_ref results and views of them
+  std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
+    for (const ir::Op& op : r.ops) {
+      const bool memory_access = op.code == OpCode::Load || op.code == OpCode::Store || op.code == OpCode::Swap ||
+                                 op.code == OpCode::AtomicRmw || op.code == OpCode::AtomicCas;
+      for (size_t i = 0; i < op.operands.size(); ++i) {
+        if (!peer.count(op.operands[i])) continue;
+        if (i == 0 && ir::is_ref_view(op.code)) {
+          peer.insert(op.results[0]);
+        } else if (!(i == 0 && memory_access)) {
+          throw NotSupportedError(std::string(op.info().name) + " on a cluster_ref (another CTA's shared memory): only "
+                                  "loads, stores and atomics reach a peer's memory; copy through this CTA's own",
+                                  op.loc);
+        }
+      }
+      if (op.code == OpCode::GpuClusterRef) peer.insert(op.results[0]);
+      for (const ir::Region& inner : op.regions) walk(inner);
+    }
+  };
+  walk(k.body);
+}
+
+Ref cluster_ref(const Ref& ref, const std::string& axis, Operand index, Loc loc) {
+  const SourceLoc at = trace::src(loc);
+  const core::TraceEnv* env = core::current_trace_env();
+  if (!env || env->cluster_axes_begin == env->cluster_axes_end)
+    throw Error("cluster_ref: only a gpu::kernel whose mesh has cluster axes has peer CTAs", at);
+  const std::vector<std::string> cluster_names(env->grid_names.begin() + env->cluster_axes_begin,
+                                               env->grid_names.begin() + env->cluster_axes_end);
+  const int position = detail::collective_cluster_axes({axis}, cluster_names, "cluster_ref", at).at(0);
+  Attrs a;
+  a.set(AttrKey::Axes, ir::Ints{env->cluster_axes_begin + position});  // a mesh axis (grid..., cluster..., thread)
+  a.set(AttrKey::AxisNames, axis);
+  return Ref(trace::add_op1(OpCode::GpuClusterRef, {ref.handle(), cluster_index(index, loc)},
+                            std::move(a), loc));
 }
 
 void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {

@@ -413,12 +413,17 @@ std::vector<Value> switch_case(const Operand& index,
 namespace {
 // A multicast copy (copy_gmem_to_smem with collective_axes) lands in the peers' memory and
 // arrives on the peers' barriers, which a scope makes new at its entry without waiting for the
-// cluster: not supported into a scope's arrays or onto its barriers (or views of them).
+// cluster: not supported into a scope's arrays or onto its barriers (or views of them). Nor is a
+// cluster_ref of a scope's array: the peer's scope is its own, entered at its own time.
 void reject_multicasts_into_scope(const ir::Region& body) {
   std::set<ir::ValueId> scoped(body.args.begin(), body.args.end());
   std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
     for (const ir::Op& op : r.ops) {
       if (ir::is_ref_view(op.code) && scoped.count(op.operands[0])) scoped.insert(op.results[0]);
+      if (op.code == OpCode::GpuClusterRef && scoped.count(op.operands[0]))
+        throw NotSupportedError("cluster_ref of a run_scoped array (each CTA's scope is its own: declare the array "
+                                "in the kernel's scratch_shapes)",
+                                op.loc);
       if (op.code == OpCode::GpuCopyGmemToSmem && op.attrs.has(AttrKey::Axes) &&
           (scoped.count(op.operands[1]) || scoped.count(op.operands[2])))
         throw NotSupportedError("copy_gmem_to_smem with collective_axes (a multicast) into a run_scoped array or "

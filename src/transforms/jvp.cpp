@@ -72,7 +72,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     // No rule yet: fine on integer data, an error once a tangent reaches them.
     case OpCode::Bitcast: case OpCode::RefBitcast: case OpCode::AtomicRmw: case OpCode::AtomicCas:
     case OpCode::DmaStart: case OpCode::DmaWait:
-    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWgmma:
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWgmma: case OpCode::GpuClusterRef:
       return JvpRule::kNotDifferentiable;
   }
   return JvpRule::kMissing;

@@ -346,6 +346,19 @@ ir::Kernel get_global_kernel() {
   return call.trace({})->kernel;
 }
 
+// gpu::cluster_ref in a kernel with a cluster axis.
+ir::Kernel cluster_ref_kernel() {
+  namespace plgpu = pallas::gpu;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref buf) {
+        const pl::Value c = plgpu::axis_index("c");
+        out[pl::ds(c * 8, 8)] = plgpu::cluster_ref(buf, "c", 1 - c)[pl::all];
+      },
+      {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"g"}, .cluster = {2}, .cluster_names = {"c"}},
+      {.scratch_shapes = {plgpu::SMEM({8}, pl::f32)}, .interpret = true});
+  return call.trace({})->kernel;
+}
+
 // run_scoped with barriers (their arrivals) shared by a gpu::kernel's threads (its axis).
 ir::Kernel scoped_gpu_kernel() {
   namespace plgpu = pallas::gpu;
@@ -381,6 +394,7 @@ std::vector<std::pair<std::string, ir::Kernel>> all_kernels() {
   out.emplace_back("sparse_core", sparse_core_kernel());
   out.emplace_back("gpu", gpu_kernel());
   out.emplace_back("get_global", get_global_kernel());
+  out.emplace_back("cluster_ref", cluster_ref_kernel());
   return out;
 }
 

@@ -244,9 +244,11 @@ struct Op {
 };
 
 // Whether an op's result is a view of its first operand's memory (an index, a transpose, a
-// reshape or a bitcast of a Ref): analyses that follow a Ref to its memory follow these.
+// reshape or a bitcast of a Ref; the same array in a peer CTA): analyses that follow a Ref to its
+// memory follow these.
 inline bool is_ref_view(OpCode c) {
-  return c == OpCode::RefView || c == OpCode::RefTranspose || c == OpCode::RefReshape || c == OpCode::RefBitcast;
+  return c == OpCode::RefView || c == OpCode::RefTranspose || c == OpCode::RefReshape || c == OpCode::RefBitcast ||
+         c == OpCode::GpuClusterRef;
 }
 
 // A traced function: a kernel body (a function of Refs returning nothing) or an index map (a
