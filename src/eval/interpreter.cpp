@@ -110,8 +110,9 @@ RefValue transformed(const RefValue& r, const ir::Op& op) {
     if (!cast)
       throw Error("ref_bitcast: a view of shape " + shape_to_string(r.shape) + " as " +
                       std::string(dtype_name(op.attrs.get_dtype(AttrKey::DTypeAttr))) +
-                      ": the last dim, which the wider dtype's elements take, must be contiguous and the other "
-                      "strides whole elements of it (bitcast the whole Ref, or a view of whole rows)",
+                      ": the last dim, which the wider dtype's elements take, must be contiguous, the view must "
+                      "start on a multiple of the wider element's size, and the other strides must be whole "
+                      "elements of it (bitcast the whole Ref, or a view of whole rows)",
                   op.loc);
     return *cast;
   }
@@ -136,6 +137,8 @@ std::optional<RefValue> bitcast_view(const RefValue& r, DType to) {
   } else if (from_size < to_size) {  // the last dim's `ratio` elements become one
     const int64_t ratio = to_size / from_size;
     if (r.shape.empty() || r.shape.back() != ratio || (ratio > 1 && r.strides.back() != 1)) return std::nullopt;
+    // (A wider element starts on a multiple of its size, as the GPU needs; buffers are aligned.)
+    if (reinterpret_cast<uintptr_t>(r.data) % static_cast<uintptr_t>(to_size) != 0) return std::nullopt;
     out.shape.pop_back();
     out.strides.pop_back();
     for (size_t d = 0; d < out.shape.size(); ++d) {

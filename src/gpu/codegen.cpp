@@ -753,7 +753,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     const std::vector<int64_t> cluster(grid.begin() + layout.num_grid_axes,
                                        grid.begin() + layout.num_grid_axes + layout.num_cluster_axes);
     for (int64_t c : cluster) out.cluster_ctas *= static_cast<int>(c);
-    if (out.cluster_ctas > 1 && opts.multicast) ctx.cluster_dims = cluster, ctx.first_cluster_axis = layout.num_grid_axes;
+    ctx.cluster_shape = cluster, ctx.first_cluster_axis = layout.num_grid_axes;
+    if (out.cluster_ctas > 1 && opts.multicast) ctx.cluster_dims = cluster;
     std::vector<std::vector<int64_t>> coords(static_cast<size_t>(out.cluster_ctas));
     for (int r = 0; r < out.cluster_ctas; ++r) core::unravel_row_major(r, cluster, coords[static_cast<size_t>(r)]);
     std::string cases;

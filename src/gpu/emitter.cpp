@@ -828,6 +828,20 @@ void Emitter::emit_store_from_registers(const ir::Op& store, const ir::Op& load)
   const RefInfo d = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
   // (An f32 ACC's matrix goes to f32 memory: never a swizzled tile, whose elements are 2 bytes.)
   PALLAS_INTERNAL_CHECK(d.swizzled.empty());
+  if (d.strides.empty() || d.strides.back() != 1) {
+    // pl_acc_store writes rows of consecutive elements: into any other view (a transpose, a
+    // strided slice) the registers go through the ACC's memory, then the group copies.
+    line(a.flush(acc.ptr, acc.strides.at(0)));
+    barrier();
+    before_mem_write();
+    before_mem_read();
+    open_thread_loop(a.m * a.n);
+    line(d.ptr + "[" + offset_of(d.shape, d.strides, "e") + "] = " + acc.ptr + "[" + offset_of(acc.shape, acc.strides, "e") + "];");
+    close_loop();
+    after_mem_write();
+    after_mem_read();
+    return;
+  }
   before_mem_write();
   // (Pairs of registers as one store where rows are an even number of elements apart.)
   const char* store_fn = d.strides.at(0) % 2 == 0 ? "pl_acc_store<true>(" : "pl_acc_store(";
@@ -870,10 +884,10 @@ void Emitter::emit_ref_transform(const ir::Op& op) {
     // (check_peer_refs lets only loads, stores and atomics take the view: elem() through the
     // pointer, swizzled tiles by their offset, as every CTA lays its shared memory out alike.)
     const size_t axis = static_cast<size_t>(op.attrs.get_ints(ir::AttrKey::Axes).at(0) - ctx_.first_cluster_axis);
-    PALLAS_INTERNAL_CHECK(axis < ctx_.cluster_dims.size(), "cluster_ref's axis is not a cluster axis");
+    PALLAS_INTERNAL_CHECK(axis < ctx_.cluster_shape.size(), "cluster_ref's axis is not a cluster axis");
     int64_t stride = 1;
-    for (size_t d = axis + 1; d < ctx_.cluster_dims.size(); ++d) stride *= ctx_.cluster_dims[d];
-    const int64_t size = ctx_.cluster_dims[axis];
+    for (size_t d = axis + 1; d < ctx_.cluster_shape.size(); ++d) stride *= ctx_.cluster_shape[d];
+    const int64_t size = ctx_.cluster_shape[axis];
     ErrorSite site;
     site.kind = ErrorSite::Kind::ClusterIndex;
     site.op_name = op.attrs.get_string(ir::AttrKey::AxisNames);

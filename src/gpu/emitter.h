@@ -221,7 +221,9 @@ struct EmitContext {
   // mesh's axes (multicast copies name theirs so). Empty: one CTA, or no TMA multicast
   // (CodegenOptions::multicast).
   std::vector<int64_t> cluster_dims;
-  int first_cluster_axis = 0;
+  int first_cluster_axis = 0;  // (set for every gpu::kernel)
+  // The cluster's sizes whether or not multicast copies use them (gpu::cluster_ref's peer ranks).
+  std::vector<int64_t> cluster_shape;
   // Profiling (gpu::CompilerParams::profile_space): the names of the kernel's named regions, a
   // region's number is its index (the emitter adds names as it meets them). nullptr: not
   // profiling, named regions emit nothing.

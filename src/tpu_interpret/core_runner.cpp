@@ -200,15 +200,17 @@ bool CoreRunner::store_dropping_padding(const ir::Op& op) {
   Region r = region_of(v, static_cast<std::byte*>(b->content.raw_data()), b->content.shape(), &dims,
                        itemsize(b->content.dtype()));
   if (std::find(dims.begin(), dims.end(), kSharedDim) != dims.end()) {
-    // A reshaped view whose dims do not map one to one onto the buffer's: inside the logical
-    // shape, the plain store; reaching into the padding, there is no box to clip it to.
+    // A reshaped or bitcast view whose dims do not map one to one onto the buffer's: inside the
+    // logical shape, the plain store; otherwise (or where the region is the conservative whole
+    // buffer) there is no box to clip it to.
     bool inside = true;
     for (size_t d = 0; d < r.size(); ++d)
       inside = inside && (r[d].count == 0 || r[d].start + (r[d].count - 1) * r[d].step < b->logical[d]);
     if (inside) return false;
     throw NotSupportedError(std::string(op.info().name) +
-                                " through a reshaped Ref view into a buffer's padding (buffer_bounds = \"padded\"): the "
-                                "part inside the logical shape is not a box of the view",
+                                " through a reshaped or bitcast Ref view of a padded buffer (buffer_bounds = \"padded\") "
+                                "that may reach into the padding: the part inside the logical shape is not a box of the "
+                                "view",
                             op.loc);
   }
   bool none = false;

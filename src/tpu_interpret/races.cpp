@@ -27,9 +27,8 @@ Region region_of(const eval::RefValue& view_in, const std::byte* base, const Sha
                  std::vector<int>* view_dims, int64_t buffer_itemsize) {
   const int rank = static_cast<int>(shape.size());
   // A bitcast view counts in elements of its own dtype: recount it in the buffer's. A wider
-  // element is a run of `ratio` buffer elements (a new last dim); a dim stepping inside one
-  // buffer element (bitcast's new last dim) touches only that element. Any other mix is the
-  // whole buffer.
+  // element is a run of `ratio` buffer elements (a new last dim); dims stepping by part of a
+  // buffer element (bitcast's new last dim) touch the elements their bytes reach together.
   eval::RefValue view = view_in;
   const int64_t view_itemsize = itemsize(view.dtype);
   const bool recounted = buffer_itemsize > 0 && buffer_itemsize != view_itemsize;
@@ -50,14 +49,22 @@ Region region_of(const eval::RefValue& view_in, const std::byte* base, const Sha
       const int64_t within = (view.data - base) % buffer_itemsize / view_itemsize;  // (view elements)
       Shape kept;
       std::vector<int64_t> kept_strides;
+      int64_t inside = within;  // the last view element the dropped dims reach, from the buffer element's start
       for (size_t k = 0; k < view.shape.size(); ++k) {
         if (view.shape[k] == 1) continue;
         if (view.strides[k] % ratio == 0) {
           kept.push_back(view.shape[k]);
           kept_strides.push_back(view.strides[k] / ratio);
-        } else if (within + view.strides[k] * (view.shape[k] - 1) >= ratio) {
-          return everything();
+        } else {
+          inside += view.strides[k] * (view.shape[k] - 1);
         }
+      }
+      if (inside < 0) return everything();
+      // Past its buffer element (bytes 0-5 of f32s as (2, 3)): the run of buffer elements the
+      // dropped dims reach, a dim of its own (every element between, a bound that may be loose).
+      if (inside >= ratio) {
+        kept.push_back(inside / ratio + 1);
+        kept_strides.push_back(1);
       }
       view.shape = std::move(kept);
       view.strides = std::move(kept_strides);

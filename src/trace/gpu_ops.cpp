@@ -356,6 +356,10 @@ void check_peer_refs(const ir::Kernel& k) {
                                  op.code == OpCode::AtomicRmw || op.code == OpCode::AtomicCas;
       for (size_t i = 0; i < op.operands.size(); ++i) {
         if (!peer.count(op.operands[i])) continue;
+        if (i == 0 && op.code == OpCode::GpuClusterRef)
+          throw NotSupportedError("cluster_ref of a cluster_ref: name the peer CTA's place along one cluster axis in "
+                                  "one cluster_ref (Mosaic GPU overrides a single axis too)",
+                                  op.loc);
         if (i == 0 && ir::is_ref_view(op.code)) {
           peer.insert(op.results[0]);
         } else if (!(i == 0 && memory_access)) {

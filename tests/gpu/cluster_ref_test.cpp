@@ -11,6 +11,7 @@
 #include "core/call.h"
 #include "gpu/codegen.h"
 #include "gpu/cuda_libs.h"
+#include "gpu/host_emulation.h"
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -115,6 +116,37 @@ TEST(ClusterRefCodegen, ThePeersAddressComesFromMapa) {
   EXPECT_CONTAINS(std::string(ptx.image.begin(), ptx.image.end()), "mapa.u64");
 }
 
+// Without TMA multicast (CodegenOptions::multicast = false, PALLAS_GPU_NO_MULTICAST=1) the peers
+// are the same; and a cluster of one CTA is its own peer.
+TEST(ClusterRefCodegen, PeersDoNotDependOnMulticastAndAClusterOfOneIsItself) {
+  auto kernel = [](int64_t ctas) {
+    return plgpu::kernel(
+        [ctas](pl::Ref out, pl::Ref buf, pl::Ref bar) {
+          const pl::Value c = plgpu::axis_index("c");
+          buf[pl::all] = pl::broadcast_to((c + 1).astype(pl::f32), {8});
+          plgpu::barrier_arrive(bar);
+          plgpu::barrier_wait(bar);
+          out[pl::ds(c * 8, 8)] = plgpu::cluster_ref(buf, "c", (c + 1) % ctas)[pl::all];
+          plgpu::barrier_arrive(bar);
+          plgpu::barrier_wait(bar);
+        },
+        {pl::ShapeDtype({ctas * 8}, pl::f32)},
+        plgpu::Mesh{.grid = {1}, .grid_names = {"g"}, .cluster = {ctas}, .cluster_names = {"c"}},
+        run_on("gpu_emulate", {plgpu::SMEM({8}, pl::f32), plgpu::ClusterBarrier{.collective_axes = {"c"}}}));
+  };
+  for (int64_t ctas : {1, 2}) {
+    SCOPED_TRACE(std::to_string(ctas) + " CTAs");
+    pl::PallasCall call = kernel(ctas);
+    std::shared_ptr<const pl::TracedCall> tc = call.trace({});
+    for (bool multicast : {true, false}) {
+      const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.multicast = multicast});
+      const pl::Array out = plgpu::run_host_emulation(*tc, k, {}, tc->grid_mapping.grid, 2, nullptr).at(0);
+      for (int64_t c = 0; c < ctas; ++c)
+        for (int i = 0; i < 8; ++i) EXPECT_EQ(out.get({c * 8 + i}), static_cast<double>((c + 1) % ctas + 1)) << c << "," << i;
+    }
+  }
+}
+
 // An index outside the axis: the same message on every backend, naming the line.
 TEST_P(ClusterRef, AnIndexOutsideTheAxisIsAnErrorNamingTheLine) {
   const int line = __LINE__ + 4;
@@ -165,6 +197,12 @@ TEST(ClusterRefErrors, MisusesNameTheLine) {
                   "cluster_ref: the collective axis 'g' is not a cluster axis of the mesh (cluster axes: c)");
   EXPECT_CONTAINS(error_of(clustered, [](pl::Ref, pl::Ref, pl::Ref bar) { plgpu::cluster_ref(bar, "c", 0); }),
                   "the Ref must be an SMEM array (a barrier reaches its peers as a gpu::ClusterBarrier)");
+  line = __LINE__ + 2;
+  e = error_of(clustered, [](pl::Ref, pl::Ref buf, pl::Ref) {
+    plgpu::cluster_ref(plgpu::cluster_ref(buf, "c", 0), "c", 1)[pl::all] = pl::zeros({8}, pl::f32);
+  });
+  EXPECT_CONTAINS(e, "cluster_ref of a cluster_ref");
+  EXPECT_CONTAINS(e, "cluster_ref_test.cpp:" + std::to_string(line));
   line = __LINE__ + 2;
   e = error_of(clustered, [](pl::Ref x, pl::Ref buf, pl::Ref bar) {
     plgpu::copy_gmem_to_smem(x, plgpu::cluster_ref(buf, "c", 0), bar);

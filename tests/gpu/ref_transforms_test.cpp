@@ -136,7 +136,7 @@ TEST_P(RefTransforms, BitcastsReadAndWriteTheSameBytes) {
 }
 
 // A wider bitcast needs its elements' runs contiguous: of every other bf16 it is an error naming
-// the line, on every backend.
+// the line, on every backend. (Its start must be aligned too: the interpreters check it, below.)
 TEST_P(RefTransforms, AWiderBitcastOfAStridedViewIsAnErrorNamingTheLine) {
   const int line = __LINE__ + 1;
   auto kernel = [](pl::Ref y, pl::Ref o) { o[pl::all] = y.at(pl::all, pl::ds(0, 2, 2)).bitcast(pl::u32)[pl::all]; };
@@ -145,6 +145,24 @@ TEST_P(RefTransforms, AWiderBitcastOfAStridedViewIsAnErrorNamingTheLine) {
   EXPECT_CONTAINS(e, "ref_bitcast");
   EXPECT_CONTAINS(e, "as u32");
   EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
+}
+
+// A wider bitcast from an odd bf16 is misaligned (a misaligned-address fault on the GPU): the
+// interpreters refuse it, naming the line.
+TEST(RefTransformErrors, AMisalignedWiderBitcastIsAnErrorNamingTheLine) {
+  for (bool tpu : {false, true}) {
+    const int line = __LINE__ + 1;
+    auto kernel = [](pl::Ref y, pl::Ref o) { o[pl::all] = y.at(pl::all, pl::ds(1, 2)).bitcast(pl::u32)[pl::all]; };
+    pl::CallOptions opts;
+    if (tpu)
+      opts.interpret = pltpu::InterpretParams{};
+    else
+      opts.interpret = true;
+    pl::PallasCall call = pl::pallas_call(kernel, pl::ShapeDtype({4}, pl::u32), opts);
+    const std::string e = test_util::error_of([&] { call(random_f32({4, 4}, 19).astype(pl::bf16)); });
+    EXPECT_CONTAINS(e, "must start on a multiple of the wider element's size");
+    EXPECT_CONTAINS(e, "ref_transforms_test.cpp:" + std::to_string(line));
+  }
 }
 
 // ---- wgmma's b as a transposed SMEM tile --------------------------------------------------------
@@ -224,6 +242,41 @@ TEST(RefTransformsCodegen, ATransposedSwizzledTileIsWgmmasKMajorB) {
   }
 }
 
+// An ACC kept in registers, stored whole into a transposed view (and a strided one): the
+// registers go through the ACC's memory (pl_acc_store writes rows of consecutive elements).
+TEST(RefTransformsCodegen, AnAccInRegistersIsStoredThroughATransposedView) {
+  constexpr int64_t n = 64;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref a, pl::Ref b, pl::Ref out_t, pl::Ref out_every_other, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(a, a_s, bar);
+        plgpu::copy_gmem_to_smem(b, b_s, bar);
+        plgpu::barrier_wait(bar);
+        acc[pl::all] = pl::zeros({n, n}, pl::f32);
+        plgpu::wgmma(acc, a_s, b_s);
+        plgpu::wgmma_wait(0);
+        out_t.T()[pl::all] = acc[pl::all];
+        out_every_other.at(pl::all, pl::ds(0, n, 2))[pl::all] = acc[pl::all];
+      },
+      {pl::ShapeDtype({n, n}, pl::f32), pl::ShapeDtype({n, 2 * n}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"b"}},
+      test_util::run_on("gpu_emulate", {plgpu::SMEM({n, n}, pl::bf16), plgpu::SMEM({n, n}, pl::bf16), plgpu::ACC({n, n}),
+                                        plgpu::Barrier{.num_arrivals = 2}}));
+  const pl::Array a = random_f32({n, n}, 17).astype(pl::bf16), b = random_f32({n, n}, 18).astype(pl::bf16);
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({a.shape_dtype(), b.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.accumulators_in_registers.size(), 1u);
+  for (int threads : {128, 2}) {  // whole warpgroups (wgmma, the registers), and the CUDA-core loop
+    SCOPED_TRACE(std::to_string(threads) + " host threads");
+    const std::vector<pl::Array> out = plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, threads, nullptr);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t q = 0; q < n; ++q) want += a.get({i, q}) * b.get({q, j});
+        ASSERT_NEAR(out[0].get({j, i}), want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+        ASSERT_NEAR(out[1].get({i, 2 * j}), want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+      }
+  }
+}
+
 // ---- The TPU interpret mode's race detection through transforms --------------------------------
 // A DMA writes rows 0-3 of an (8, 128) VMEM buffer while the kernel reads it through a transpose
 // or a reshape: rows 4-7 do not race with it, rows 2-5 do.
@@ -246,6 +299,18 @@ TEST(RefTransformsRaces, ADmaRacesOnlyWithTheElementsItWrites) {
       {"narrower, row 3", [](const pl::Ref& b) { return b.bitcast(pl::bf16).at(3)[pl::all].astype(pl::f32); }, true},
       {"narrower, row 3's second halves",
        [](const pl::Ref& b) { return b.bitcast(pl::bf16).at(3, pl::all, 1)[pl::all].astype(pl::f32); }, true},
+      // Bytes of row 3's first two f32s as (2, 3): each row of 3 bytes inside one f32 or not —
+      // together they reach into the second (bytes 0-5), so the access is both (a review's case).
+      {"narrower, bytes 0-5 of row 3 as (2, 3)",
+       [](const pl::Ref& b) {
+         return b.at(3).bitcast(pl::u8).reshape({512}).at(pl::ds(0, 6)).reshape({2, 3})[pl::all].astype(pl::f32);
+       },
+       true},
+      {"narrower, bytes 0-5 of row 4 as (2, 3)",
+       [](const pl::Ref& b) {
+         return b.at(4).bitcast(pl::u8).reshape({512}).at(pl::ds(0, 6)).reshape({2, 3})[pl::all].astype(pl::f32);
+       },
+       false},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
