@@ -132,8 +132,10 @@ if [ -x "$SAN" ]; then
     done
     # Device arrays: chained, asynchronous (stop 37: launches retired at synchronize), DLPack.
     # Scoped buffers and barriers (stop 41): shared by warpgroups, made new at each entry; a
-    # thread's own swizzled scoped operands and wgmma's a in registers (stop 42).
-    for t in '*DeviceArrays*mosaic_gpu*' '*Scope*mosaic_gpu*' '*LeftOperandFromRegisters*mosaic_gpu*'; do
+    # thread's own swizzled scoped operands and wgmma's a in registers (stop 42). A peer CTA's
+    # shared memory (cluster_ref) and wgmma through a transposed tile (stop 44).
+    for t in '*DeviceArrays*mosaic_gpu*' '*Scope*mosaic_gpu*' '*LeftOperandFromRegisters*mosaic_gpu*' \
+             '*ClusterRef*mosaic_gpu*' '*RefTransforms*mosaic_gpu*'; do
       if OPENBLAS_NUM_THREADS=1 STEP_TIMEOUT=${SAN_TIMEOUT:-120} run "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/pallas_tests" \
            --gtest_filter="$t" >"$OUT/san.log" 2>&1; then
         log "ok    compute-sanitizer $tool $t"
