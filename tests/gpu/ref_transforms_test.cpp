@@ -85,6 +85,34 @@ TEST_P(RefTransforms, LoadsAndStoresSeeTheElementsInTheNewOrder) {
     for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(out[6].get({i, j}), X(i, 8 + j)) << i << "," << j;
 }
 
+// Pipelined blocks (a grid over x's rows, a sequential axis over K): a dot of x's block with the
+// transpose of y's (n, k) block, accumulated in scratch — the ring's slots read through a
+// transposed view (on the GPU the slot stays row-major and the product reads it by its strides).
+TEST_P(RefTransforms, ADotOfATransposedPipelinedBlock) {
+  constexpr int64_t M = 128, N = 64, K = 128, bm = 64, bk = 64;
+  pl::CallOptions opts = options_for(GetParam());
+  opts.grid = {M / bm, K / bk};
+  opts.in_specs = {pl::BlockSpec({bm, bk}, [](pl::Value i, pl::Value k) { return pl::Indices{i, k}; }),
+                   pl::BlockSpec({N, bk}, [](pl::Value, pl::Value k) { return pl::Indices{0, k}; })};
+  opts.out_specs = {pl::BlockSpec({bm, N}, [](pl::Value i, pl::Value) { return pl::Indices{i, 0}; })};
+  opts.scratch_shapes = {pltpu::VMEM({bm, N}, pl::f32)};
+  pl::PallasCall call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref y, pl::Ref o, pl::Ref acc) {
+        pl::when(pl::program_id(1) == 0, [&] { acc[pl::all] = 0.0f; });
+        acc[pl::all] += pl::dot(x[pl::all], y.T()[pl::all], {.preferred = pl::f32});
+        pl::when(pl::program_id(1) == pl::num_programs(1) - 1, [&] { o[pl::all] = acc[pl::all]; });
+      },
+      pl::ShapeDtype({M, N}, pl::f32), opts);
+  const pl::Array x = random_f32({M, K}, 21).astype(pl::bf16), y = random_f32({N, K}, 22).astype(pl::bf16);
+  const pl::Array out = call(x, y).at(0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0;
+      for (int64_t q = 0; q < K; ++q) want += x.get({i, q}) * y.get({j, q});
+      ASSERT_NEAR(out.get({i, j}), want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+    }
+}
+
 // A reshape that would merge dims that are not evenly spaced (rows 0-2 of each of 4 planes of 6)
 // has no strides: the same message on every backend, naming the line.
 TEST_P(RefTransforms, AReshapeStridesCannotExpressIsAnErrorNamingTheLine) {
