@@ -99,27 +99,6 @@ struct RuleContext {
   }
 };
 
-// lax.bitcast_convert_type's rule, for a value or a Ref: the same width keeps the shape, a
-// narrower dtype adds a last dim of the ratio, a wider one takes a last dim of it away.
-Type bitcast_type(const RuleContext& c, Type t) {
-  DType to = c.dtype_attr(AttrKey::DTypeAttr);
-  if (t.dtype == DType::Bool || to == DType::Bool || is_semaphore(t.dtype) || is_semaphore(to))
-    c.fail("bitcast needs numeric dtypes, got " + std::string(dtype_name(t.dtype)) + " -> " +
-           std::string(dtype_name(to)));
-  int from_bits = bit_width(t.dtype), to_bits = bit_width(to);
-  if (from_bits > to_bits) {
-    t.shape.push_back(from_bits / to_bits);
-  } else if (from_bits < to_bits) {
-    int64_t ratio = to_bits / from_bits;
-    if (t.shape.empty() || t.shape.back() != ratio)
-      c.fail("bitcast from " + std::string(dtype_name(t.dtype)) + " to " + std::string(dtype_name(to)) +
-             " needs a last dimension of " + std::to_string(ratio) + ", got " + t.to_string());
-    t.shape.pop_back();
-  }
-  t.dtype = to;
-  return t;
-}
-
 // A semaphore Ref of rank 0 (index an array of semaphores first: sem.at(i)).
 void expect_semaphore(const RuleContext& c, size_t i, const char* what, bool any_kind) {
   const Type& t = c.ref(i);
@@ -266,6 +245,51 @@ std::string types_to_string(const std::vector<Type>& ts) {
   std::string s = "(";
   for (size_t i = 0; i < ts.size(); ++i) s += (i ? ", " : "") + ts[i].to_string();
   return s + ")";
+}
+
+// transpose's rule, for a value or a Ref: the dims in the permutation's order.
+Type transposed_type(const RuleContext& c, Type t) {
+  const Ints& perm = c.ints_attr(AttrKey::Permutation);
+  if (static_cast<int>(perm.size()) != t.rank())
+    c.fail("permutation " + ints_to_string(perm) + " does not match the rank of " + t.to_string());
+  c.axes_in(perm, t.rank(), "permutation");
+  Shape shape;
+  for (int64_t p : perm) shape.push_back(t.shape[static_cast<size_t>(p)]);
+  t.shape = std::move(shape);
+  return t;
+}
+
+// reshape's rule, for a value or a Ref: the same number of elements.
+Type reshaped_type(const RuleContext& c, Type t) {
+  Shape shape = c.ints_attr(AttrKey::ShapeAttr);
+  for (int64_t d : shape)
+    if (d < 0) c.fail("negative dimension in " + ints_to_string(shape));
+  if (num_elements(shape) != t.size())
+    c.fail("cannot reshape " + t.to_string() + " (" + std::to_string(t.size()) + " elements) to " +
+           ints_to_string(shape) + " (" + std::to_string(num_elements(shape)) + " elements)");
+  t.shape = std::move(shape);
+  return t;
+}
+
+// lax.bitcast_convert_type's rule, for a value or a Ref: the same width keeps the shape, a
+// narrower dtype adds a last dim of the ratio, a wider one takes a last dim of it away.
+Type bitcast_type(const RuleContext& c, Type t) {
+  DType to = c.dtype_attr(AttrKey::DTypeAttr);
+  if (t.dtype == DType::Bool || to == DType::Bool || is_semaphore(t.dtype) || is_semaphore(to))
+    c.fail("bitcast needs numeric dtypes, got " + std::string(dtype_name(t.dtype)) + " -> " +
+           std::string(dtype_name(to)));
+  int from_bits = bit_width(t.dtype), to_bits = bit_width(to);
+  if (from_bits > to_bits) {
+    t.shape.push_back(from_bits / to_bits);
+  } else if (from_bits < to_bits) {
+    int64_t ratio = to_bits / from_bits;
+    if (t.shape.empty() || t.shape.back() != ratio)
+      c.fail("bitcast from " + std::string(dtype_name(t.dtype)) + " to " + std::string(dtype_name(to)) +
+             " needs a last dimension of " + std::to_string(ratio) + ", got " + t.to_string());
+    t.shape.pop_back();
+  }
+  t.dtype = to;
+  return t;
 }
 
 void check_elementwise_dtype(const RuleContext& c, DType t) {
@@ -661,28 +685,12 @@ std::vector<Type> rule(const RuleContext& c) {
       }
       return {Type::tensor(shape, x.dtype)};
     }
-    case OpCode::Reshape: {
+    case OpCode::Reshape:
       c.expect_num_operands(1);
-      const Type& x = c.tensor(0);
-      Shape shape = c.ints_attr(AttrKey::ShapeAttr);
-      for (int64_t d : shape) if (d < 0) c.fail("negative dimension in " + ints_to_string(shape));
-      if (num_elements(shape) != x.size())
-        c.fail("cannot reshape " + x.to_string() + " (" + std::to_string(x.size()) +
-               " elements) to " + ints_to_string(shape) + " (" +
-               std::to_string(num_elements(shape)) + " elements)");
-      return {Type::tensor(shape, x.dtype)};
-    }
-    case OpCode::Transpose: {
+      return {reshaped_type(c, c.tensor(0))};
+    case OpCode::Transpose:
       c.expect_num_operands(1);
-      const Type& x = c.tensor(0);
-      const Ints& perm = c.ints_attr(AttrKey::Permutation);
-      if (static_cast<int>(perm.size()) != x.rank())
-        c.fail("permutation " + ints_to_string(perm) + " does not match rank of " + x.to_string());
-      c.axes_in(perm, x.rank(), "permutation");
-      Shape shape;
-      for (int64_t p : perm) shape.push_back(x.shape[p]);
-      return {Type::tensor(shape, x.dtype)};
-    }
+      return {transposed_type(c, c.tensor(0))};
     case OpCode::Squeeze: {
       c.expect_num_operands(1);
       const Type& x = c.tensor(0);
@@ -854,25 +862,12 @@ std::vector<Type> rule(const RuleContext& c) {
       c.expect_num_operands(1 + ndyn);
       return {Type::ref(c.indexer_attr().result_shape(), r.dtype, r.space)};
     }
-    case OpCode::RefTranspose: {
-      const Type& r = c.ref(0);
-      const Ints& perm = c.ints_attr(AttrKey::Permutation);
-      if (static_cast<int>(perm.size()) != r.rank())
-        c.fail("permutation " + ints_to_string(perm) + " does not match the rank of " + r.to_string());
-      c.axes_in(perm, r.rank(), "permutation");
-      Shape shape;
-      for (int64_t p : perm) shape.push_back(r.shape[p]);
-      return {Type::ref(shape, r.dtype, r.space)};
-    }
-    case OpCode::RefReshape: {
-      const Type& r = c.ref(0);
-      Shape shape = c.ints_attr(AttrKey::ShapeAttr);
-      for (int64_t d : shape) if (d < 0) c.fail("negative dimension in " + ints_to_string(shape));
-      if (num_elements(shape) != r.size())
-        c.fail("cannot reshape " + r.to_string() + " (" + std::to_string(r.size()) + " elements) to " +
-               ints_to_string(shape) + " (" + std::to_string(num_elements(shape)) + " elements)");
-      return {Type::ref(shape, r.dtype, r.space)};
-    }
+    case OpCode::RefTranspose:
+      c.expect_num_operands(1);
+      return {transposed_type(c, c.ref(0))};
+    case OpCode::RefReshape:
+      c.expect_num_operands(1);
+      return {reshaped_type(c, c.ref(0))};
     case OpCode::Load: case OpCode::Store: case OpCode::Swap: {
       const Type& r = c.ref(0);
       const Indexer& index = c.indexer_attr();
