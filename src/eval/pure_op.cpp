@@ -99,7 +99,7 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
-    case OpCode::GpuClusterRef: case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
+    case OpCode::GpuClusterRef: case OpCode::GpuAsyncPrefetch: case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
       break;
   }
   throw InternalError("pure_op1 called on " + std::string(op.info().name));

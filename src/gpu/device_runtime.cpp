@@ -1291,6 +1291,14 @@ extern __shared__ __align__(PL_SMEM_ALIGN) char pl_smem[];
 #define pl_slots ((pl_u8*)pl_smem + PL_SLOTS_OFFSET)
 #endif
 #endif
+// gpu::async_prefetch: the 128-byte line of global memory at p into the L2 cache (a hint).
+PL_DEV void pl_prefetch_l2(const void* p) {
+#if !PL_HOST_EMULATION
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}
 // gpu::cluster_ref: the place of p (in this CTA's shared memory) in the shared memory of the
 // cluster's CTA `rank` — distributed shared memory, a generic address that loads and stores take
 // (mapa); in host emulation the same offset in that CTA's emulated shared memory.

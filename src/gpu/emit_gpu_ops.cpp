@@ -721,6 +721,26 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     case OpCode::GpuCommitSmem:
       barrier();
       return;
+    case OpCode::GpuAsyncPrefetch: {
+      // Each 128-byte line of the view, the group's threads in turn: rows of consecutive
+      // elements by their lines, any other view element by element (each element's line).
+      const RefInfo& g = ref_operand(*this, op, 0);
+      const int64_t item = itemsize(g.dtype);
+      const std::optional<int64_t> row_stride = uniform_row_stride(g);
+      if (row_stride && !g.shape.empty()) {
+        const int64_t row = g.shape.back(), rows = num_elements(g.shape) / std::max<int64_t>(row, 1);
+        const int64_t per_line = std::max<int64_t>(1, 128 / item), lines = (row + per_line - 1) / per_line;
+        open_thread_loop(rows * lines);
+        line("pl_prefetch_l2(" + g.ptr + " + (e / " + std::to_string(lines) + ") * " + std::to_string(*row_stride) +
+             "LL + (e % " + std::to_string(lines) + ") * " + std::to_string(per_line) + "LL);");
+        close_loop();
+      } else {
+        open_thread_loop(num_elements(g.shape));
+        line("pl_prefetch_l2(&" + g.elem("e") + ");");
+        close_loop();
+      }
+      return;
+    }
     case OpCode::GpuWaitSmemToGmem: {
       // Thread 0 issued the group's bulk copies; it waits, then the group syncs.
       const std::string n = std::to_string(op.attrs.get_int(ir::AttrKey::N));

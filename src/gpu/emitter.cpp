@@ -706,7 +706,7 @@ void Emitter::emit_op(const ir::Op& op) {
                               op.loc);
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
-    case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+    case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters: case OpCode::GpuAsyncPrefetch:
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd: case OpCode::SemaphoreSignal:
     case OpCode::SemaphoreWait: case OpCode::SemaphoreRead:
       emit_gpu_op(op);

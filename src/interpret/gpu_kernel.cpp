@@ -444,6 +444,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
       case OpCode::GpuClusterRef:
         set(op.results[0], cluster_ref(op));
         return true;
+      case OpCode::GpuAsyncPrefetch:
+        return true;  // (a cache hint: nothing to model)
       case OpCode::GpuWgmmaWait:
         acquire_all_but(wgmmas_, static_cast<size_t>(op.attrs.get_int(AttrKey::N)));
         return true;

@@ -160,6 +160,10 @@ std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
     case OpCode::GpuCommitSmem:
       c.expect_num_operands(0);
       return {};
+    case OpCode::GpuAsyncPrefetch:
+      c.expect_num_operands(1);
+      expect_space(c, 0, MemorySpace::Gmem, "the prefetched Ref");
+      return {};
     case OpCode::GpuClusterRef: {
       c.expect_num_operands(2);
       const Type& r = c.ref(0);
@@ -1070,7 +1074,7 @@ std::vector<Type> rule(const RuleContext& c) {
       return {};
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
-    case OpCode::GpuClusterRef: case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
+    case OpCode::GpuClusterRef: case OpCode::GpuAsyncPrefetch: case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
       return gpu_kernel_rule(c);
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
       c.expect_num_operands(0);

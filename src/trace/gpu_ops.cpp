@@ -390,6 +390,14 @@ Ref cluster_ref(const Ref& ref, const std::string& axis, Operand index, Loc loc)
                             std::move(a), loc));
 }
 
+void async_prefetch(const Ref& ref, Loc loc) {
+  const core::TraceEnv* env = core::current_trace_env();
+  if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
+    throw Error("async_prefetch: only a gpu::kernel's body prefetches (a pallas_call's pipeline copies its blocks itself)",
+                trace::src(loc));
+  trace::add_op(OpCode::GpuAsyncPrefetch, {ref.handle()}, {}, loc);
+}
+
 void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {
   trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, {}, loc);
 }

@@ -113,6 +113,7 @@ CostRule cost_rule(ir::OpCode code) {
     case OpCode::GpuWgmma: return CostRule::Wgmma;
     case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
     case OpCode::GpuBarrierWait: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters: case OpCode::GpuClusterRef:
+    case OpCode::GpuAsyncPrefetch:
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
       return CostRule::Free;
     case OpCode::For: case OpCode::While: case OpCode::Cond: case OpCode::Switch:

@@ -67,7 +67,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
     case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
     case OpCode::GpuBarrierWait: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
-    case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:
+    case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd: case OpCode::GpuAsyncPrefetch:
       return JvpRule::kZeroTangent;
     // No rule yet: fine on integer data, an error once a tangent reaches them.
     case OpCode::Bitcast: case OpCode::RefBitcast: case OpCode::AtomicRmw: case OpCode::AtomicCas:

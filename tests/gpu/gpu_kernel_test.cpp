@@ -74,6 +74,47 @@ class GpuKernelBoth : public test_util::OnGpuBackends {};
 INSTANTIATE_TEST_SUITE_P(Backends, GpuKernelBoth, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
                          test_util::backend_name);
 
+// async_prefetch (an L2 hint) of a CTA's chunk — rows of lines — and of a transposed view (each
+// element's line) changes nothing: the copies that follow see x. Compiled: prefetch.global.L2.
+TEST_P(GpuKernelBoth, AsyncPrefetchChangesNoValue) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref x_s, pl::Ref bar) {
+        const pl::Value b = pl::program_id(0);
+        plgpu::async_prefetch(x.at(pl::ds(b * 8, 8), pl::all));
+        plgpu::async_prefetch(x.T().at(pl::all, pl::ds(b * 8, 8)));
+        plgpu::copy_gmem_to_smem(x.at(pl::ds(b * 8, 8), pl::all), x_s, bar);
+        plgpu::barrier_wait(bar);
+        out.at(pl::ds(b * 8, 8), pl::all)[pl::all] = x_s[pl::all] + 1.0f;
+      },
+      {pl::ShapeDtype({16, 64}, pl::f32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"b"}},
+      run_on(GetParam(), {plgpu::SMEM({8, 64}, pl::f32), plgpu::Barrier{}}));
+  const pl::Array x = random_f32({16, 64}, 41);
+  const pl::Array out = call(x).at(0);
+  for (int64_t e = 0; e < x.size(); ++e) EXPECT_EQ(out.data<float>()[e], x.data<float>()[e] + 1.0f) << e;
+  if (GetParam() != "gpu_emulate") return;
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_CONTAINS(k.source, "pl_prefetch_l2(");
+  if (!plgpu::Nvrtc::unavailable_reason().empty()) return;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_TRUE(plgpu::Nvrtc::get().compile(k.source, "prefetch.cu", arch).is_cubin) << arch;
+  const plgpu::CompiledKernel ptx = plgpu::Nvrtc::get().compile(k.source, "prefetch.cu", "compute_90a");
+  EXPECT_CONTAINS(std::string(ptx.image.begin(), ptx.image.end()), "prefetch.global.L2");
+}
+
+TEST(GpuKernelErrors, AsyncPrefetchTakesGmemInAGpuKernel) {
+  int line = __LINE__ + 2;
+  std::string e = test_util::error_of([] {
+    plgpu::kernel([](pl::Ref out, pl::Ref s) { plgpu::async_prefetch(s), (void)out; }, {pl::ShapeDtype({8}, pl::f32)},
+                  plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, interpreted({plgpu::SMEM({8}, pl::f32)}))();
+  });
+  EXPECT_CONTAINS(e, "the prefetched Ref must be a Ref in gmem");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(line));
+  line = __LINE__ + 1;
+  e = test_util::error_of([] { pl::pallas_call([](pl::Ref x, pl::Ref) { plgpu::async_prefetch(x); }, pl::ShapeDtype({8}, pl::f32), {.interpret = true})(random_f32({8}, 1)); });
+  EXPECT_CONTAINS(e, "async_prefetch: only a gpu::kernel's body prefetches");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(line));
+}
+
 // out = 2 x, one 128-element chunk per CTA: copy in on a barrier, compute in SMEM, copy out.
 TEST_P(GpuKernelBoth, CopiesThroughSharedMemoryOnBarriers) {
   pl::PallasCall call = plgpu::kernel(

@@ -346,13 +346,14 @@ ir::Kernel get_global_kernel() {
   return call.trace({})->kernel;
 }
 
-// gpu::cluster_ref in a kernel with a cluster axis.
+// gpu::cluster_ref in a kernel with a cluster axis; async_prefetch.
 ir::Kernel cluster_ref_kernel() {
   namespace plgpu = pallas::gpu;
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref out, pl::Ref buf) {
         const pl::Value c = plgpu::axis_index("c");
         out[pl::ds(c * 8, 8)] = plgpu::cluster_ref(buf, "c", 1 - c)[pl::all];
+        plgpu::async_prefetch(out);
       },
       {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"g"}, .cluster = {2}, .cluster_names = {"c"}},
       {.scratch_shapes = {plgpu::SMEM({8}, pl::f32)}, .interpret = true});
