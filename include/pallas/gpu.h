@@ -214,9 +214,10 @@ Value semaphore_read(const Ref& sem, Loc loc = Loc::current());
 
 // ---- Tensor cores and registers -----------------------------------------------------------------
 // acc += a @ b on the tensor cores (wgmma): acc an ACC Ref (M x N, f32, or f16 for f16 inputs),
-// a (M x K) and b (K x N) SMEM Refs of f16, bf16 or f32 (tf32 on the GPU); M a multiple of 64,
-// N a multiple of 8 up to 256, K a multiple of 32 bytes' worth of elements. Read acc only after
-// wgmma_wait.
+// a (M x K) and b (K x N) SMEM Refs of f16, bf16 or f32; M a multiple of 64, N a multiple of 8 up
+// to 256, K a multiple of 32 bytes' worth of elements. b may be the transpose of an (N x K) tile,
+// `k_s.T()` (attention's q k^T): wgmma reads it K-major. f32 products run on CUDA cores in f32
+// (not tf32). Read acc only after wgmma_wait.
 void wgmma(const Ref& acc, const Ref& a, const Ref& b, Loc loc = Loc::current());
 // The same with a in registers (a value, as Mosaic GPU's wgmma takes an array for a): its value
 // when the wgmma is issued, so it may be computed just before (attention's softmax(q k^T) @ v)
