@@ -64,23 +64,26 @@ TEST_P(ClusterRef, CtasOfAClusterLoadAndStoreEachOthersSharedMemory) {
 }
 
 // A 2 x 2 cluster: cluster_ref along one axis keeps this CTA's place along the other. Each CTA
-// writes its (x, y) into its SMEM; it reads its y-neighbour's and its x-neighbour's.
+// writes its (x, y) into its SMEM; it reads its y-neighbour's and its x-neighbour's. Each sync
+// point has a barrier of its own: an arrival reaches only the two neighbours, so with one barrier
+// a fast neighbour's second arrival could complete a CTA's first phase before its other
+// neighbour wrote (an mbarrier counts arrivals, not who made them; host emulation showed it).
 TEST_P(ClusterRef, AnIndexAlongOneAxisKeepsThePlaceAlongTheOthers) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref along_y, pl::Ref along_x, pl::Ref id, pl::Ref bar) {
         const pl::Value cx = plgpu::axis_index("x"), cy = plgpu::axis_index("y");
         const pl::Value me = cx * 2 + cy;
         id[pl::all] = pl::broadcast_to(me * 10, {8});
-        plgpu::barrier_arrive(bar);
-        plgpu::barrier_wait(bar);
+        plgpu::barrier_arrive(bar.at(0));
+        plgpu::barrier_wait(bar.at(0));
         along_y[pl::ds(me * 8, 8)] = plgpu::cluster_ref(id, "y", 1 - cy)[pl::all];
         along_x[pl::ds(me * 8, 8)] = plgpu::cluster_ref(id, "x", 1 - cx)[pl::all];
-        plgpu::barrier_arrive(bar);
-        plgpu::barrier_wait(bar);
+        plgpu::barrier_arrive(bar.at(1));
+        plgpu::barrier_wait(bar.at(1));
       },
       {pl::ShapeDtype({32}, pl::i32), pl::ShapeDtype({32}, pl::i32)},
       plgpu::Mesh{.grid = {1}, .grid_names = {"g"}, .cluster = {2, 2}, .cluster_names = {"x", "y"}},
-      run_on(GetParam(), {plgpu::SMEM({8}, pl::i32), plgpu::ClusterBarrier{.collective_axes = {"x", "y"}}}));
+      run_on(GetParam(), {plgpu::SMEM({8}, pl::i32), plgpu::ClusterBarrier{.collective_axes = {"x", "y"}, .num_barriers = 2}}));
   const std::vector<pl::Array> out = call();
   for (int x = 0; x < 2; ++x)
     for (int y = 0; y < 2; ++y)
