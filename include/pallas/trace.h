@@ -179,8 +179,7 @@ class Ref {
   // The same elements in row-major order under another shape (one entry may be -1: what is
   // left), as JAX's `ref.reshape(...)`. The view must be expressible by strides: dims merged
   // must be evenly spaced in memory (a whole Ref, or a view of whole trailing dims, always is);
-  // where they are not, using the view raises pallas::Error (interpreters) or a not-supported
-  // error (GPU code generation).
+  // where they are not, using the view raises pallas::Error naming the line (on every backend).
   Ref reshape(Shape shape, Loc loc = Loc::current()) const;
   // The same bytes read as `dtype` (JAX's `ref.bitcast`), with bitcast's shape rule: the same
   // width keeps the shape; a narrower dtype adds a last dim of the ratio (an f32 Ref as bf16:

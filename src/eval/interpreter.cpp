@@ -1,7 +1,5 @@
 #include "eval/interpreter.h"
 
-#include "eval/strided.h"
-
 #include <cblas.h>
 
 #include <algorithm>
@@ -10,6 +8,8 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+
+#include "eval/strided.h"
 
 #pragma GCC diagnostic error "-Wswitch"
 
@@ -374,7 +374,7 @@ void Interpreter::eval_op(const ir::Op& op) {
   if (cat & (ir::kControl | ir::kTerminator)) return eval_control(op);
   if (is_sparse_core_ref_op(op.code)) return eval_sparse_core_ref_op(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return eval_ref_op(op);
-  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape || op.code == OpCode::RefBitcast) {
+  if (ir::is_ref_transform(op.code)) {
     set(op.results[0], transformed(ref(op.operands[0]), op));
     return;
   }

@@ -120,8 +120,9 @@ class Interpreter {
 // `r` throws an Error with the ref_index_out_of_bounds message and no location: the op that
 // indexes adds its name, the grid point and its line (Interpreter::out_of_bounds).
 RefValue view(const RefValue& r, const ir::Indexer& index, std::span<const int64_t> dynamic);
-// `r` through a ref_transpose or ref_reshape op; a reshape the view's strides cannot express is
-// an Error with the op's line (reshape_not_strided).
+// `r` through a ref_transpose, ref_reshape or ref_bitcast op (only r's dtype, shape, strides and
+// data pointer are read); a reshape the strides cannot express, or a wider bitcast of a strided or
+// misaligned view, is an Error with the op's line — the same on every backend.
 RefValue transformed(const RefValue& r, const ir::Op& op);
 // `r` read as `to` (bitcast's shape rule; the strides in the new elements), or nullopt where a
 // wider dtype's elements would not be whole runs of the view (its last dim strided, or another

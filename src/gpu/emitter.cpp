@@ -732,9 +732,8 @@ void Emitter::emit_op(const ir::Op& op) {
   }
   if (cat & (ir::kControl | ir::kTerminator)) return emit_control(op);
   if (cat & (ir::kMemRead | ir::kMemWrite) || op.code == OpCode::RefView) return emit_ref_op(op);
-  if (op.code == OpCode::RefTranspose || op.code == OpCode::RefReshape || op.code == OpCode::RefBitcast ||
-      op.code == OpCode::GpuClusterRef)
-    return emit_ref_transform(op);
+  if (ir::is_ref_transform(op.code)) return emit_ref_transform(op);
+  if (op.code == OpCode::GpuClusterRef) return emit_cluster_ref(op);
   emit_pure(op);
 }
 
@@ -872,68 +871,51 @@ void Emitter::emit_ref_transform(const ir::Op& op) {
     ++slot_uses_[base.slot_input].views;
     out.slot_input = -1;
   }
-  if (op.code == OpCode::RefTranspose) {
-    const ir::Ints& perm = op.attrs.get_ints(ir::AttrKey::Permutation);
-    for (size_t i = 0; i < perm.size(); ++i) {
-      out.shape[i] = base.shape[static_cast<size_t>(perm[i])];
-      out.strides[i] = base.strides[static_cast<size_t>(perm[i])];
-    }
-  } else if (op.code == OpCode::GpuClusterRef) {
-    // The CTA at `index` along the axis, at this one's place along the others: its rank in the
-    // row-major cluster is this CTA's plus (index - this CTA's coordinate) times the axis's stride.
-    // (check_peer_refs lets only loads, stores and atomics take the view: elem() through the
-    // pointer, swizzled tiles by their offset, as every CTA lays its shared memory out alike.)
-    const size_t axis = static_cast<size_t>(op.attrs.get_ints(ir::AttrKey::Axes).at(0) - ctx_.first_cluster_axis);
-    PALLAS_INTERNAL_CHECK(axis < ctx_.cluster_shape.size(), "cluster_ref's axis is not a cluster axis");
-    int64_t stride = 1;
-    for (size_t d = axis + 1; d < ctx_.cluster_shape.size(); ++d) stride *= ctx_.cluster_shape[d];
-    const int64_t size = ctx_.cluster_shape[axis];
-    ErrorSite site;
-    site.kind = ErrorSite::Kind::ClusterIndex;
-    site.op_name = op.attrs.get_string(ir::AttrKey::AxisNames);
-    site.size = size;
-    site.loc = op.loc;
-    const int site_no = static_cast<int>(ctx_.error_sites->size());
-    ctx_.error_sites->push_back(site);
-    const std::string index = "(int)" + info(op.operands[1]).name, rank = fresh("rank");
-    line("if (" + index + " < 0 || " + index + " >= " + std::to_string(size) + ") " +
-         record_failure(site_no, {"(pl_i64)" + index}));
-    line("const int " + rank + " = pl_cluster_rank() + (" + index + " - pl_cluster_rank() / " + std::to_string(stride) +
-         " % " + std::to_string(size) + ") * " + std::to_string(stride) + ";");
-    out.ptr = fresh("r");
-    line(ctype(base.dtype) + "* " + out.ptr + " = pl_cluster_peer(" + base.ptr + ", " + rank + ");");
-    if (!base.tile.empty()) {  // (a swizzled tile: its elements by their offset from the peer's tile start)
-      out.tile = fresh("r");
-      line(ctype(base.dtype) + "* " + out.tile + " = pl_cluster_peer(" + base.tile + ", " + rank + ");");
-    }
-    out.operand = -1, out.operand_shape.clear();
-  } else if (op.code == OpCode::RefBitcast) {
+  // The interpreters' rule (and error) on the view's strides; the pointer stays, or is cast.
+  eval::RefValue r;
+  r.dtype = base.dtype, r.shape = base.shape, r.strides = base.strides;
+  const eval::RefValue t = eval::transformed(r, op);
+  out.dtype = t.dtype, out.shape = t.shape, out.strides = t.strides;
+  if (op.code == OpCode::RefBitcast) {
     // (swizzled_smem_tiles keeps a bitcast tile row-major: its swizzle is in elements of its dtype.)
     PALLAS_INTERNAL_CHECK(base.swizzled.empty(), "a bitcast view of a swizzled tile");
-    const DType to = op.attrs.get_dtype(ir::AttrKey::DTypeAttr);
-    eval::RefValue r;
-    r.dtype = base.dtype, r.shape = base.shape, r.strides = base.strides;
-    const std::optional<eval::RefValue> cast = eval::bitcast_view(r, to);
-    if (!cast)
-      throw NotSupportedError("ref_bitcast of a view of shape " + shape_to_string(base.shape) + " as " +
-                                  std::string(dtype_name(to)) +
-                                  " whose last dim is not contiguous, or whose other strides split the wider elements "
-                                  "(on the GPU backend)",
-                              op.loc);
-    out.dtype = to, out.shape = cast->shape, out.strides = cast->strides;
-    out.ptr = "((" + ctype(to) + "*)(" + base.ptr + "))";
-    // (The operand's TMA boxes count its own elements.)
-    out.operand = -1, out.operand_shape.clear();
-  } else {
-    out.shape = op.attrs.get_ints(ir::AttrKey::ShapeAttr);
-    std::optional<std::vector<int64_t>> strides = eval::reshaped_strides(base.shape, base.strides, out.shape);
-    // (The interpreters raise the same where their strides do; a block the GPU reads in place,
-    // in its array, may have strides that the interpreter's block copy does not.)
-    if (!strides)
-      throw NotSupportedError(eval::reshape_not_strided(base.shape, base.strides, out.shape) + " (on the GPU backend)",
-                              op.loc);
-    out.strides = std::move(*strides);
+    out.ptr = "((" + ctype(t.dtype) + "*)(" + base.ptr + "))";
+    out.operand = -1, out.operand_shape.clear();  // (the operand's TMA boxes count its own elements)
   }
+  bind_ref(op.results[0], std::move(out));
+}
+
+void Emitter::emit_cluster_ref(const ir::Op& op) {
+  // The CTA at `index` along the axis, at this one's place along the others: its rank in the
+  // row-major cluster is this CTA's plus (index - this CTA's coordinate) times the axis's stride.
+  // (check_peer_refs lets only loads, stores and atomics take the view: elem() through the
+  // pointer, swizzled tiles by their offset, as every CTA lays its shared memory out alike.)
+  const RefInfo& base = info(op.operands[0]).ref;
+  RefInfo out = base;
+  const size_t axis = static_cast<size_t>(op.attrs.get_ints(ir::AttrKey::Axes).at(0) - ctx_.first_cluster_axis);
+  PALLAS_INTERNAL_CHECK(axis < ctx_.cluster_shape.size(), "cluster_ref's axis is not a cluster axis");
+  int64_t stride = 1;
+  for (size_t d = axis + 1; d < ctx_.cluster_shape.size(); ++d) stride *= ctx_.cluster_shape[d];
+  const int64_t size = ctx_.cluster_shape[axis];
+  ErrorSite site;
+  site.kind = ErrorSite::Kind::ClusterIndex;
+  site.op_name = op.attrs.get_string(ir::AttrKey::AxisNames);
+  site.size = size;
+  site.loc = op.loc;
+  const int site_no = static_cast<int>(ctx_.error_sites->size());
+  ctx_.error_sites->push_back(site);
+  const std::string index = "(int)" + info(op.operands[1]).name, rank = fresh("rank");
+  line("if (" + index + " < 0 || " + index + " >= " + std::to_string(size) + ") " +
+       record_failure(site_no, {"(pl_i64)" + index}));
+  line("const int " + rank + " = pl_cluster_rank() + (" + index + " - pl_cluster_rank() / " + std::to_string(stride) +
+       " % " + std::to_string(size) + ") * " + std::to_string(stride) + ";");
+  out.ptr = fresh("r");
+  line(ctype(base.dtype) + "* " + out.ptr + " = pl_cluster_peer(" + base.ptr + ", " + rank + ");");
+  if (!base.tile.empty()) {  // (a swizzled tile: its elements by their offset from the peer's tile start)
+    out.tile = fresh("r");
+    line(ctype(base.dtype) + "* " + out.tile + " = pl_cluster_peer(" + base.tile + ", " + rank + ");");
+  }
+  out.operand = -1, out.operand_shape.clear();
   bind_ref(op.results[0], std::move(out));
 }
 

@@ -350,8 +350,11 @@ class Emitter {
   void emit_pure(const ir::Op& op);  // emit_ops.cpp
   void emit_ref_op(const ir::Op& op);
   void emit_ref_op_in_memory(const ir::Op& op);
-  // ref_transpose / ref_reshape: the same memory under permuted or recomputed strides.
+  // ref_transpose / ref_reshape / ref_bitcast: the same memory under the strides
+  // eval::transformed gives (a bitcast through a pointer of its type).
   void emit_ref_transform(const ir::Op& op);
+  // gpu_cluster_ref: the same array in a peer CTA (pl_cluster_peer, the index checked at run time).
+  void emit_cluster_ref(const ir::Op& op);
   // stores_from_registers_: whether `load` is one (emitted as nothing), and its store.
   bool is_stored_from_registers(const ir::Op& load) const;
   void emit_store_from_registers(const ir::Op& store, const ir::Op& load);

@@ -733,7 +733,6 @@ class GpuThreadInterpreter : public eval::Interpreter {
       arrive(op, b, released);
     }
   }
-  // The address in CTA `to`'s scratch of `at` in CTA `from`'s (the same array, the same offset).
   // cluster_ref: the same place in the scratch of the CTA at the index along the axis, this CTA's
   // place along the other cluster axes.
   eval::RefValue cluster_ref(const ir::Op& op) {
@@ -755,6 +754,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
     r.data = in_cta(r.data, cta, peer);
     return r;
   }
+  // The address in CTA `to`'s scratch of `at` in CTA `from`'s (the same array, the same offset).
   const std::byte* in_cta(const std::byte* at, size_t from, size_t to) const {
     const std::vector<Array>& mine = (*wave_->scratch)[from];
     for (size_t s = 0; s < mine.size(); ++s) {

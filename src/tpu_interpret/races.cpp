@@ -23,56 +23,57 @@ bool happens_before(const VectorClock& a, const VectorClock& b) {
   return true;
 }
 
-Region region_of(const eval::RefValue& view_in, const std::byte* base, const Shape& shape,
-                 std::vector<int>* view_dims, int64_t buffer_itemsize) {
-  const int rank = static_cast<int>(shape.size());
-  // A bitcast view counts in elements of its own dtype: recount it in the buffer's. A wider
-  // element is a run of `ratio` buffer elements (a new last dim); dims stepping by part of a
-  // buffer element (bitcast's new last dim) touch the elements their bytes reach together.
-  eval::RefValue view = view_in;
+namespace {
+
+// Every element of a buffer of `shape`: the region no progression per dim describes better.
+Region whole_buffer(const Shape& shape) {
+  Region all(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) all[d] = {0, shape[d], 1};
+  return all;
+}
+
+// A bitcast view (counted in elements of its own dtype) as the buffer's elements it touches: a
+// wider element is a run of `ratio` buffer elements (a new last dim); the dims stepping by part of
+// a buffer element (bitcast's new last dim) touch the elements their bytes reach together — the
+// element each starts in, or a run of them (a dim of its own, every element between: a bound
+// that may be loose, never short).
+eval::RefValue in_buffer_elements(eval::RefValue view, const std::byte* base, int64_t buffer_itemsize) {
   const int64_t view_itemsize = itemsize(view.dtype);
-  const bool recounted = buffer_itemsize > 0 && buffer_itemsize != view_itemsize;
-  if (recounted) {
-    auto everything = [&] {
-      Region all(static_cast<size_t>(rank));
-      for (int e = 0; e < rank; ++e) all[static_cast<size_t>(e)] = {0, shape[static_cast<size_t>(e)], 1};
-      if (view_dims) view_dims->assign(view_in.shape.size(), kSharedDim);
-      return all;
-    };
-    if (view_itemsize > buffer_itemsize) {
-      const int64_t ratio = view_itemsize / buffer_itemsize;
-      for (int64_t& st : view.strides) st *= ratio;
-      view.shape.push_back(ratio);
-      view.strides.push_back(1);
-    } else {
-      const int64_t ratio = buffer_itemsize / view_itemsize;
-      const int64_t within = (view.data - base) % buffer_itemsize / view_itemsize;  // (view elements)
-      Shape kept;
-      std::vector<int64_t> kept_strides;
-      int64_t inside = within;  // the last view element the dropped dims reach, from the buffer element's start
-      for (size_t k = 0; k < view.shape.size(); ++k) {
-        if (view.shape[k] == 1) continue;
-        if (view.strides[k] % ratio == 0) {
-          kept.push_back(view.shape[k]);
-          kept_strides.push_back(view.strides[k] / ratio);
-        } else {
-          inside += view.strides[k] * (view.shape[k] - 1);
-        }
+  if (view_itemsize > buffer_itemsize) {
+    const int64_t ratio = view_itemsize / buffer_itemsize;
+    for (int64_t& st : view.strides) st *= ratio;
+    view.shape.push_back(ratio);
+    view.strides.push_back(1);
+  } else {
+    const int64_t ratio = buffer_itemsize / view_itemsize;
+    // The last view element the dropped dims reach, from the start of the buffer element.
+    int64_t reach = (view.data - base) % buffer_itemsize / view_itemsize;
+    Shape kept;
+    std::vector<int64_t> kept_strides;
+    for (size_t k = 0; k < view.shape.size(); ++k) {
+      if (view.shape[k] == 1) continue;
+      if (view.strides[k] % ratio == 0) {
+        kept.push_back(view.shape[k]);
+        kept_strides.push_back(view.strides[k] / ratio);
+      } else {
+        reach += view.strides[k] * (view.shape[k] - 1);
       }
-      if (inside < 0) return everything();
-      // Past its buffer element (bytes 0-5 of f32s as (2, 3)): the run of buffer elements the
-      // dropped dims reach, a dim of its own (every element between, a bound that may be loose).
-      if (inside >= ratio) {
-        kept.push_back(inside / ratio + 1);
-        kept_strides.push_back(1);
-      }
-      view.shape = std::move(kept);
-      view.strides = std::move(kept_strides);
     }
-    view.data -= (view.data - base) % buffer_itemsize;  // (the buffer element it starts in)
+    if (reach >= ratio) {  // (bytes 0-5 of f32s as (2, 3): two f32s)
+      kept.push_back(reach / ratio + 1);
+      kept_strides.push_back(1);
+    }
+    view.shape = std::move(kept);
+    view.strides = std::move(kept_strides);
   }
-  const int64_t elem = recounted ? buffer_itemsize : view_itemsize;
-  Region out = [&]() -> Region {
+  view.data -= (view.data - base) % buffer_itemsize;  // (the buffer element it starts in)
+  return view;
+}
+
+// region_of for a view counted in the buffer's elements (`elem` bytes each).
+Region region_in_elements(const eval::RefValue& view, const std::byte* base, const Shape& shape, int64_t elem,
+                          std::vector<int>* view_dims) {
+  const int rank = static_cast<int>(shape.size());
   if (view_dims) view_dims->assign(view.shape.size(), -1);
   if (num_elements(shape) == 0 || num_elements(view.shape) == 0) {
     Region empty(static_cast<size_t>(rank), DimRange{0, 0, 1});
@@ -85,10 +86,9 @@ Region region_of(const eval::RefValue& view_in, const std::byte* base, const Sha
     r[d].start = bstride[d] > 0 ? offset / bstride[d] : 0;
     offset -= r[d].start * bstride[d];
   }
-  auto whole_buffer = [&] {  // what no progression per dim describes: all of it, conservatively
-    for (int e = 0; e < rank; ++e) r[e] = {0, shape[e], 1};
+  auto everything = [&] {
     if (view_dims) view_dims->assign(view.shape.size(), kSharedDim);
-    return r;
+    return whole_buffer(shape);
   };
   std::vector<int> pieces_of(static_cast<size_t>(rank), 0);  // view dims stepping along each
   for (size_t k = 0; k < view.shape.size(); ++k) {
@@ -101,7 +101,7 @@ Region region_of(const eval::RefValue& view_in, const std::byte* base, const Sha
     if (n == 1) continue;
     int d = 0;
     while (d < rank && !(bstride[d] <= s && s % bstride[d] == 0)) ++d;
-    if (d == rank) return whole_buffer();
+    if (d == rank) return everything();
     // The view dim steps `step` along buffer dim d. A reshape's merged dim runs on into the dims
     // before d: whole passes of `per_pass` steps along d, each pass the next index of d - 1.
     int64_t step = s / bstride[d];
@@ -109,9 +109,9 @@ Region region_of(const eval::RefValue& view_in, const std::byte* base, const Sha
     while (n > 1) {
       int64_t count = n;
       if (r[d].start + (n - 1) * step >= shape[d]) {
-        if (shape[d] % step != 0 || r[d].start >= step || d == 0) return whole_buffer();
+        if (shape[d] % step != 0 || r[d].start >= step || d == 0) return everything();
         const int64_t per_pass = shape[d] / step;
-        if (n % per_pass != 0) return whole_buffer();
+        if (n % per_pass != 0) return everything();
         count = per_pass;
       }
       // Two view dims along one buffer dim (a reshape's split dim): one progression if one
@@ -124,9 +124,9 @@ Region region_of(const eval::RefValue& view_in, const std::byte* base, const Sha
       } else if (step == x.count * x.step) {
         x.count *= count;
       } else {
-        return whole_buffer();
+        return everything();
       }
-      if (x.start + (x.count - 1) * x.step >= shape[d]) return whole_buffer();
+      if (x.start + (x.count - 1) * x.step >= shape[d]) return everything();
       ++pieces_of[static_cast<size_t>(d)];
       if (view_dims) (*view_dims)[k] = first_piece ? d : kSharedDim;
       first_piece = false;
@@ -139,10 +139,18 @@ Region region_of(const eval::RefValue& view_in, const std::byte* base, const Sha
     for (int& vd : *view_dims)
       if (vd >= 0 && pieces_of[static_cast<size_t>(vd)] > 1) vd = kSharedDim;
   return r;
-  }();
+}
+
+}  // namespace
+
+Region region_of(const eval::RefValue& view, const std::byte* base, const Shape& shape, std::vector<int>* view_dims,
+                 int64_t buffer_itemsize) {
+  if (buffer_itemsize <= 0 || buffer_itemsize == itemsize(view.dtype))
+    return region_in_elements(view, base, shape, itemsize(view.dtype), view_dims);
+  Region r = region_in_elements(in_buffer_elements(view, base, buffer_itemsize), base, shape, buffer_itemsize, nullptr);
   // (A recounted view's dims are not the caller's.)
-  if (recounted && view_dims) view_dims->assign(view_in.shape.size(), kSharedDim);
-  return out;
+  if (view_dims) view_dims->assign(view.shape.size(), kSharedDim);
+  return r;
 }
 
 namespace {

@@ -243,12 +243,15 @@ struct Op {
   const OpInfo& info() const { return op_info(code); }
 };
 
-// Whether an op's result is a view of its first operand's memory (an index, a transpose, a
-// reshape or a bitcast of a Ref; the same array in a peer CTA): analyses that follow a Ref to its
-// memory follow these.
+// A Ref transform (ref_transpose, ref_reshape, ref_bitcast): the same memory under other strides
+// (eval::transformed computes them, for the interpreters and the GPU code generator alike).
+inline bool is_ref_transform(OpCode c) {
+  return c == OpCode::RefTranspose || c == OpCode::RefReshape || c == OpCode::RefBitcast;
+}
+// Whether an op's result is a view of its first operand's memory (an index, a transform; the same
+// array in a peer CTA): analyses that follow a Ref to its memory follow these.
 inline bool is_ref_view(OpCode c) {
-  return c == OpCode::RefView || c == OpCode::RefTranspose || c == OpCode::RefReshape || c == OpCode::RefBitcast ||
-         c == OpCode::GpuClusterRef;
+  return c == OpCode::RefView || is_ref_transform(c) || c == OpCode::GpuClusterRef;
 }
 
 // A traced function: a kernel body (a function of Refs returning nothing) or an index map (a
