@@ -43,6 +43,9 @@ Scalar wrap_integer(int64_t v, DType t);
 // Dtype a literal gets when it meets a value of dtype `other` (weak typing).
 DType weak_literal_dtype(Operand::Kind literal, DType other);
 
+// `o` (an integer literal or traced integer scalar) as an i32 scalar; `what` names it in errors.
+Value index_scalar(const Operand& o, const char* what, const Loc& loc);
+
 // The semaphore_wait op (tpu::semaphore_wait, and gpu::semaphore_wait, which may not decrement).
 void semaphore_wait(const Ref& sem, const Operand& value, bool decrement, const Loc& loc);
 

@@ -318,6 +318,20 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, Loc l
   trace::add_op(OpCode::GpuCopyGmemToSmem, {src.handle(), dst.handle(), barrier.handle()}, {}, loc);
 }
 
+namespace {
+// The mesh axes (grid..., cluster..., thread) of the named cluster axes of the kernel being traced
+// (collective_cluster_axes' errors for unknown or repeated names).
+ir::Ints mesh_cluster_axes(const core::TraceEnv& env, const std::vector<std::string>& names, const std::string& what,
+                           const SourceLoc& at) {
+  const std::vector<std::string> cluster_names(env.grid_names.begin() + env.cluster_axes_begin,
+                                               env.grid_names.begin() + env.cluster_axes_end);
+  ir::Ints axes;
+  for (int position : detail::collective_cluster_axes(names, cluster_names, what, at))
+    axes.push_back(env.cluster_axes_begin + position);
+  return axes;
+}
+}  // namespace
+
 void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::vector<std::string> collective_axes,
                        Loc loc) {
   const SourceLoc at = trace::src(loc);
@@ -328,25 +342,13 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::
                 at);
   if (collective_axes.empty())
     throw Error("copy_gmem_to_smem: collective_axes is empty (name cluster axes, or make a plain copy)", at);
-  const std::vector<std::string> cluster_names(env->grid_names.begin() + env->cluster_axes_begin,
-                                               env->grid_names.begin() + env->cluster_axes_end);
-  ir::Ints axes;
   std::string names;
-  for (int position : detail::collective_cluster_axes(collective_axes, cluster_names, "copy_gmem_to_smem", at))
-    axes.push_back(env->cluster_axes_begin + position);
   for (const std::string& name : collective_axes) names += (names.empty() ? "" : ",") + name;
   Attrs a;
-  a.set(AttrKey::Axes, axes);  // mesh axes (grid..., cluster..., thread)
+  a.set(AttrKey::Axes, mesh_cluster_axes(*env, collective_axes, "copy_gmem_to_smem", at));
   a.set(AttrKey::AxisNames, names);
   trace::add_op(OpCode::GpuCopyGmemToSmem, {src.handle(), dst.handle(), barrier.handle()}, std::move(a), loc);
 }
-
-namespace {
-Value cluster_index(const Operand& o, const Loc& loc) {
-  Value v = pallas::detail::as_index_scalar(o, "the cluster_ref index");
-  return v.dtype() == DType::I32 ? v : trace::convert_to(v, DType::I32, loc);
-}
-}  // namespace
 
 void check_peer_refs(const ir::Kernel& k) {
   std::set<ir::ValueId> peer;  // cluster_ref results and views of them
@@ -380,13 +382,10 @@ Ref cluster_ref(const Ref& ref, const std::string& axis, Operand index, Loc loc)
   const core::TraceEnv* env = core::current_trace_env();
   if (!env || env->cluster_axes_begin == env->cluster_axes_end)
     throw Error("cluster_ref: only a gpu::kernel whose mesh has cluster axes has peer CTAs", at);
-  const std::vector<std::string> cluster_names(env->grid_names.begin() + env->cluster_axes_begin,
-                                               env->grid_names.begin() + env->cluster_axes_end);
-  const int position = detail::collective_cluster_axes({axis}, cluster_names, "cluster_ref", at).at(0);
   Attrs a;
-  a.set(AttrKey::Axes, ir::Ints{env->cluster_axes_begin + position});  // a mesh axis (grid..., cluster..., thread)
+  a.set(AttrKey::Axes, mesh_cluster_axes(*env, {axis}, "cluster_ref", at));
   a.set(AttrKey::AxisNames, axis);
-  return Ref(trace::add_op1(OpCode::GpuClusterRef, {ref.handle(), cluster_index(index, loc)},
+  return Ref(trace::add_op1(OpCode::GpuClusterRef, {ref.handle(), trace::index_scalar(index, "the cluster_ref index", loc)},
                             std::move(a), loc));
 }
 

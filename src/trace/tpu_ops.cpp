@@ -56,26 +56,18 @@ void add_device_id(const DeviceId& id, DeviceIdType type, std::vector<Value>& op
   if (type == DeviceIdType::LOGICAL && (id.ids.size() != 1 || !id.axes.empty()))
     throw Error("a LOGICAL device id is one integer (the row-major device number)",
                 trace::src(loc));
-  for (const Operand& o : id.ids) {
-    Value v = pallas::detail::as_index_scalar(o, "a device id");
-    ops.push_back(v.dtype() == DType::I32 ? v : trace::convert_to(v, DType::I32, loc));
-  }
+  for (const Operand& o : id.ids) ops.push_back(trace::index_scalar(o, "a device id", loc));
   attrs.set(AttrKey::DeviceIdType, std::string(type == DeviceIdType::LOGICAL ? "logical" : "mesh"));
   if (!id.axes.empty()) attrs.set(AttrKey::AxisNames, join(id.axes));
-}
-
-Value index_scalar(const Operand& o, const char* what, const Loc& loc) {
-  Value v = pallas::detail::as_index_scalar(o, what);
-  return v.dtype() == DType::I32 ? v : trace::convert_to(v, DType::I32, loc);
 }
 
 }  // namespace
 
 void semaphore_signal(const Ref& sem, Operand inc, SignalOptions opts, Loc loc) {
-  std::vector<Value> ops = {sem.handle(), index_scalar(inc, "semaphore_signal increment", loc)};
+  std::vector<Value> ops = {sem.handle(), trace::index_scalar(inc, "semaphore_signal increment", loc)};
   Attrs a;
   a.set(AttrKey::HasCoreIndex, int64_t{opts.core_index.has_value()});
-  if (opts.core_index) ops.push_back(index_scalar(*opts.core_index, "semaphore_signal core_index", loc));
+  if (opts.core_index) ops.push_back(trace::index_scalar(*opts.core_index, "semaphore_signal core_index", loc));
   if (opts.device_id) add_device_id(*opts.device_id, opts.device_id_type, ops, a, loc);
   trace::add_op(OpCode::SemaphoreSignal, ops, std::move(a), loc);
 }
@@ -280,10 +272,15 @@ void subcore_barrier(Loc loc) { trace::add_op(ir::OpCode::SubcoreBarrier, {}, {}
 
 namespace pallas::trace {
 
+Value index_scalar(const Operand& o, const char* what, const Loc& loc) {
+  Value v = pallas::detail::as_index_scalar(o, what);
+  return v.dtype() == DType::I32 ? v : convert_to(v, DType::I32, loc);
+}
+
 void semaphore_wait(const Ref& sem, const Operand& value, bool decrement, const Loc& loc) {
   ir::Attrs a;
   if (!decrement) a.set(ir::AttrKey::Decrement, int64_t{0});
-  add_op(ir::OpCode::SemaphoreWait, {sem.handle(), tpu::index_scalar(value, "semaphore_wait value", loc)}, std::move(a),
+  add_op(ir::OpCode::SemaphoreWait, {sem.handle(), index_scalar(value, "semaphore_wait value", loc)}, std::move(a),
          loc);
 }
 
