@@ -1,6 +1,6 @@
-// Example `grid_sum`: column sums of x (n, 256) with a persistent gpu::kernel and a semaphore in
-// global memory (Mosaic GPU's SemaphoreType.REGULAR scratch) — the shape of a split reduction
-// that needs no second kernel launch.
+// Example `grid_sum`: column sums of x (n, 256) with a persistent gpu::kernel and a semaphore of
+// the whole grid (pl::get_global(gpu::Semaphore{}), Mosaic GPU's pl.get_global(SemaphoreType.
+// REGULAR)) — the shape of a split reduction that needs no second kernel launch.
 //
 // The grid is a fixed number of CTAs, whatever n is (a persistent grid: each CTA loops over its
 // share of the row blocks, CTA c taking blocks c, c + kCtas, c + 2 kCtas, ... so neighbouring
@@ -10,8 +10,8 @@
 // `partials` before its reads) and adds their rows to its own.
 //
 // Because CTA 0 waits for the others, every CTA must run at the same time: the backends make a
-// kernel with gpu::Semaphore scratch co-resident (and the GPU launch checks that the device holds
-// all kCtas CTAs at once).
+// kernel with pl::get_global semaphores co-resident (and the GPU launch checks that the device
+// holds all kCtas CTAs at once).
 #include "examples/registry.h"
 #include "examples/support.h"
 #include "pallas/gpu.h"
@@ -27,8 +27,9 @@ constexpr int64_t kBlockRows = 8;   // rows per loop step
 constexpr int64_t kCtas = 16;       // the persistent grid
 constexpr int64_t kDefaultRows = 2048;
 
-void kernel(int64_t steps, const pl::Ref& x, const pl::Ref& sums, const pl::Ref& partials, const pl::Ref& sem) {
+void kernel(int64_t steps, const pl::Ref& x, const pl::Ref& sums, const pl::Ref& partials) {
   const pl::Value c = plgpu::axis_index("c");
+  const pl::Ref sem = pl::get_global(plgpu::Semaphore{});  // the grid's (a scratch one is the CTA's)
   pl::Value acc = pl::fori_loop(0, static_cast<int>(steps), pl::zeros({kBlockRows, kCols}, pl::f32),
                                 [&](pl::Value k, pl::Value acc) {
                                   pl::Value row = (k * static_cast<int32_t>(kCtas) + c) * static_cast<int32_t>(kBlockRows);
@@ -78,9 +79,9 @@ Problem build(const RunOptions& opts) {
                      " (" + std::to_string(kCtas) + " CTAs x " + std::to_string(kBlockRows) +
                      " rows per step), got " + std::to_string(n));
   const int64_t steps = n / kRowsPerRound;
-  pl::CallOptions options = on_backend({.scratch_shapes = {plgpu::Semaphore{}}, .name = "grid_sum"}, opts);
+  pl::CallOptions options = on_backend({.name = "grid_sum"}, opts);
   pl::PallasCall call = plgpu::kernel(
-      [steps](pl::Ref x, pl::Ref sums, pl::Ref partials, pl::Ref sem) { kernel(steps, x, sums, partials, sem); },
+      [steps](pl::Ref x, pl::Ref sums, pl::Ref partials) { kernel(steps, x, sums, partials); },
       {pl::ShapeDtype({kCols}, pl::f32), pl::ShapeDtype({kCtas, kCols}, pl::f32)},
       plgpu::Mesh{.grid = {kCtas}, .grid_names = {"c"}}, options);
   // f32 sums of n values in another order than the double reference: slack growing with n.

@@ -20,7 +20,7 @@
 //       {.scratch_shapes = {plgpu::SMEM({128}, pl::f32), plgpu::Barrier{}}, .interpret = true});
 //
 // With `.interpret = true` the kernel runs in the interpreter (docs/GPU.md, "gpu::kernel"): the
-// Pallas threads of a cluster's CTAs (of the whole grid, when it has gpu::Semaphore scratch) run
+// Pallas threads of a cluster's CTAs (of the whole grid, when it has pl::get_global semaphores) run
 // as cooperating threads that switch only where one must wait, copies and wgmma complete when
 // issued, and barrier misuse that hangs or races on a GPU (a wait that nothing will complete, a
 // phase completed twice before anyone waited for it) is a pallas::Error naming the barrier, the
@@ -97,16 +97,19 @@ struct Union {
   operator ScratchShape() const;  // checks the members (pallas::Error)
 };
 
-// Semaphores in GMEM shared by every CTA of the grid (Mosaic GPU's SemaphoreType.REGULAR in
-// scratch_shapes): `shape` counters (one for {}; pass one to the semaphore ops: sems.at(i)), 0 at
-// the start of every call. One CTA signals, another waits: what the signalling Pallas thread
-// wrote before the signal is visible to the waiting one after the wait. A wait for another CTA
-// needs that CTA to be running, so a kernel with semaphores runs its whole grid at once: the GPU
-// launch checks that every CTA fits on the device at the same time (an error says how many fit),
-// and the interpreter runs all CTAs together (not cluster by cluster), checking races between
-// them through GMEM. The body may also ask for one where it needs it: pl::get_global(
-// gpu::Semaphore{...}) (Mosaic GPU's pl.get_global(SemaphoreType.REGULAR)) is the same as one more
-// entry at the end of scratch_shapes.
+// Semaphores (Mosaic GPU's SemaphoreType.REGULAR): `shape` counters (one for {}; pass one to the
+// semaphore ops: sems.at(i)). One Pallas thread signals, another waits: what the signalling thread
+// wrote before the signal is visible to the waiting one after the wait. Two scopes, as Mosaic GPU
+// has them:
+//  * in scratch_shapes (or a run_scoped collective over the thread axis): the CTA's own counters,
+//    0 when the CTA starts (at each entry of the scope), for its Pallas threads (warpgroups) to
+//    order each other; another CTA's are out of reach. (Compiled: in the CTA's shared memory.)
+//  * pl::get_global(gpu::Semaphore{...}) in the body (Mosaic GPU's pl.get_global): counters of the
+//    whole grid, 0 at the start of every call — one CTA signals, another waits. A wait for another
+//    CTA needs that CTA to be running, so a kernel with them runs its whole grid at once: the GPU
+//    launch checks that every CTA fits on the device at the same time (an error says how many
+//    fit), and the interpreter runs all CTAs together (not cluster by cluster), checking races
+//    between them through GMEM.
 struct Semaphore {
   Shape shape = {};
   operator ScratchShape() const;
@@ -191,7 +194,7 @@ void barrier_arrive(const Ref& barrier, Loc loc = Loc::current());
 // completed phase. A thread must wait for every phase (on the GPU the phase is one parity bit).
 void barrier_wait(const Ref& barrier, Loc loc = Loc::current());
 
-// ---- Semaphores (gpu::Semaphore scratch) ---------------------------------------------------------
+// ---- Semaphores (gpu::Semaphore: scratch_shapes, run_scoped, pl::get_global) -----------------------
 // Mosaic GPU's async_prefetch (without collective_axes): asks the GPU to bring `ref`, a GMEM Ref
 // or a view of one, into the L2 cache ahead of the copies that will read it — `prefetch.global.L2`
 // of each 128-byte line, spread over the Pallas thread's CUDA threads. No value changes; the

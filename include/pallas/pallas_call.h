@@ -207,9 +207,9 @@ struct Grid {
 // pl.get_global: a buffer of the kind `what` that every program of the grid shares and that
 // lives for the whole call — scratch that the body asks for where it needs it, instead of in
 // scratch_shapes. Each call returns a new buffer (traced once inside a loop: one buffer). On the
-// GPU backends what = gpu::Semaphore{...} in a gpu::kernel's body, the same as that entry in
-// scratch_shapes (0 at the start of every call); other kinds, and a pallas_call body, raise "not
-// supported yet".
+// GPU backends what = gpu::Semaphore{...} in a gpu::kernel's body: counters of the whole grid, 0
+// at the start of every call (a gpu::Semaphore in scratch_shapes is the CTA's own); other kinds,
+// and a pallas_call body, raise "not supported yet".
 Ref get_global(const ScratchShape& what, Loc loc = Loc::current());
 
 // grid / in_specs / out_specs / scratch_shapes in one object (like pl.GridSpec), with
@@ -419,6 +419,9 @@ struct GridMapping {
   std::vector<ScratchUnionSlot> scratch_unions;  // per scratch: its gpu::Union, if any
   // per scratch: a gpu::ClusterBarrier's collective axes (indices into grid), else empty
   std::vector<std::vector<int>> scratch_barrier_collective_axes;
+  // per scratch: a pl::get_global buffer, one for the whole grid (the last entries); the declared
+  // scratch is one per CTA (per program)
+  std::vector<bool> scratch_grid_wide;
   int num_index_operands = 0;
   int num_inputs = 0;
   int num_outputs = 0;

@@ -567,8 +567,10 @@ struct ScopedOptions {
   std::vector<std::string> collective_axes;
 };
 // Calls fn(refs) with fresh buffers that live until fn returns; returns what fn returns (values,
-// not refs). fn takes a std::vector<Ref>. In a gpu::kernel the buffers may be gpu::SMEM arrays and
-// gpu::Barrier / gpu::TMABarrier barriers (a fresh barrier: no phase completed). One signature,
+// not refs). fn takes a std::vector<Ref>. In a gpu::kernel the buffers may be gpu::SMEM arrays,
+// gpu::Barrier / gpu::TMABarrier barriers (a fresh barrier: no phase completed) and gpu::Semaphore
+// counters (0 at each entry; the CTA's, so collective over the thread axis when the mesh has
+// one). One signature,
 // so that `run_scoped(allocs, fn, {})` means the options (a Loc overload made `{}` ambiguous); a
 // helper forwarding its caller's line writes `run_scoped(allocs, fn, {}, loc)`.
 std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,

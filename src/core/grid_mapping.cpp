@@ -176,6 +176,7 @@ GridMapping build_grid_mapping(const PallasCallImpl& call, const std::vector<Sha
       collective.push_back(static_cast<int>(at - gm.grid_names.begin()));
     }
     gm.scratch_barrier_collective_axes.push_back(std::move(collective));
+    gm.scratch_grid_wide.push_back(false);
   }
 
   size_t num_in = args.size() - gs.num_scalar_prefetch;

@@ -220,6 +220,7 @@ std::shared_ptr<const TracedCall> PallasCallImpl::trace(const std::vector<ShapeD
       mapping.scratch_barrier_arrivals.push_back(0);
       mapping.scratch_unions.emplace_back();
       mapping.scratch_barrier_collective_axes.emplace_back();
+      mapping.scratch_grid_wide.push_back(true);
     }
   }
   if (backend == "tpu_interpret") tpu_interpret::check_kernel(tc->kernel);

@@ -115,7 +115,8 @@ void GridMapping::check_invariants() const {
   PALLAS_INTERNAL_CHECK(grid_names.empty() || grid_names.size() == grid.size(), "grid names");
   PALLAS_INTERNAL_CHECK(scratch_barrier_arrivals.size() == scratch_types.size() &&
                             scratch_unions.size() == scratch_types.size() &&
-                            scratch_barrier_collective_axes.size() == scratch_types.size(),
+                            scratch_barrier_collective_axes.size() == scratch_types.size() &&
+                            scratch_grid_wide.size() == scratch_types.size(),
                         "per-scratch records");
   for (int d : vmapped_dims)
     PALLAS_INTERNAL_CHECK(d >= 0 && d < static_cast<int>(grid.size()), "vmapped dim");
@@ -150,7 +151,8 @@ std::string GridMapping::to_string() const {
     }
   }
   for (size_t i = 0; i < scratch_types.size(); ++i)
-    os << "  scratch[" << i << "]: " << scratch_types[i].to_string() << "\n";
+    os << "  scratch[" << i << "]: " << scratch_types[i].to_string()
+       << (scratch_grid_wide[i] ? " (pl::get_global: one for the grid)" : "") << "\n";
   return os.str();
 }
 

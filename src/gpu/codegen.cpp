@@ -116,7 +116,7 @@ int64_t launch_ctas(const TracedCall& call, const GeneratedKernel& k, int64_t po
             " CTAs, as cuOccupancyMaxActiveClusters places them: a cluster's CTAs share one GPC";
     }
     if (points > fit)
-      throw Error("gpu::kernel \"" + call.name + "\" has gpu::Semaphore scratch, so all of its " +
+      throw Error("gpu::kernel \"" + call.name + "\" has semaphores of the whole grid (pl::get_global), so all of its " +
                       std::to_string(points) + " CTAs must run at once (a semaphore wait may wait for any of "
                       "them), but this GPU holds at most " + std::to_string(fit) + " of them at a time (" + why +
                       "): use a grid of at most " + std::to_string(fit) +
@@ -472,12 +472,16 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       if (!gpu_kernel)
         throw NotSupportedError("gpu::Semaphore scratch in a pallas_call on the GPU backend (gpu::kernel has them)",
                                 k.loc);
-      scratch_offsets.push_back(out.semaphore_bytes);  // in the workspace
-      out.semaphore_bytes += std::max<int64_t>(1, t.size()) * 4;
-      continue;
-    }
-    if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype))
+      if (gm.scratch_grid_wide[s]) {  // pl::get_global's: the grid's, in the workspace
+        scratch_offsets.push_back(out.semaphore_bytes);
+        out.semaphore_bytes += std::max<int64_t>(1, t.size()) * 4;
+        continue;
+      }
+      // The CTA's (only its Pallas threads signal and wait): i32 counters in its shared memory,
+      // zeroed with the scratch (pl_init_scratch, at each point: a point is a CTA of the grid).
+    } else if (t.space == MemorySpace::Semaphore || is_semaphore(t.dtype)) {
       throw NotSupportedError("semaphore scratch on the GPU backend (a TPU feature)", k.loc);
+    }
     if (in_registers(s)) {
       scratch_offsets.push_back(out.acc_memory_bytes);  // in the workspace
       out.acc_memory_bytes += (t.size() * itemsize(t.dtype) + 127) / 128 * 128;
@@ -945,7 +949,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
     const ir::Type& t = gm.scratch_types[s];
     const std::string ptr = t.dtype == DType::GpuBarrier  ? "(pl_mbar + " + std::to_string(scratch_offsets[s]) + ")"
-                            : t.dtype == DType::Semaphore ? "((pl_i32*)(p.workspace + " + std::to_string(scratch_offsets[s]) + "))"
+                            : gm.scratch_grid_wide[s]     ? "((pl_i32*)(p.workspace + " + std::to_string(scratch_offsets[s]) + "))"
                             : in_registers(s)             ? acc_memory(s)
                                                           : "((" + ctype(t.dtype) + "*)(cta_arena + " +
                                                                 std::to_string(scratch_offsets[s]) + "))";
@@ -1256,7 +1260,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
           << scratch_offsets[s] << " + i, " << gm.scratch_barrier_arrivals.at(s) << ");\n";
       continue;
     }
-    if (t.dtype == DType::Semaphore) continue;  // zeroed before the launch, for the whole grid
+    if (gm.scratch_grid_wide[s]) continue;  // zeroed before the launch, for the whole grid
     std::string where = "((" + ctype(t.dtype) + "*)(arena + " + std::to_string(scratch_offsets[s]) + "))";
     if (in_registers(s)) {  // (pl_acc_start: in the registers where they hold it)
       const detail::AccumulatorRegisters& a = register_accs.at(k.body.args[first_scratch + s]);

@@ -160,10 +160,11 @@ struct GeneratedKernel {
   int bulk_stores = 0;
   // A gpu::kernel's CTAs per cluster (launched as 1-D clusters of this size; 1: no clusters).
   int cluster_ctas = 1;
-  // gpu::Semaphore scratch: its counters (i32) at the start of the launch's workspace, zeroed
-  // before every launch; the arena (when in global memory) follows at arena_offset(). A kernel
-  // with semaphores is co-resident: every CTA of its grid runs at once, one point each (a wait may
-  // need any of them) — the launch checks that they fit; host emulation runs them all together.
+  // Semaphores of the whole grid (pl::get_global): their counters (i32) at the start of the
+  // launch's workspace, zeroed before every launch; the arena (when in global memory) follows at
+  // arena_offset(). A kernel with them is co-resident: every CTA of its grid runs at once, one
+  // point each (a wait may need any of them) — the launch checks that they fit; host emulation
+  // runs them all together. (gpu::Semaphore scratch is the CTA's, in its shared memory.)
   int64_t semaphore_bytes = 0;
   bool co_resident() const { return semaphore_bytes > 0; }
   // gpu::kernel ACC scratch kept in registers (accumulators_in_registers) has its memory — where
@@ -249,7 +250,7 @@ int64_t parallel_points(const GeneratedKernel& k, const std::vector<int64_t>& gr
 // How many CTAs a launch of `points` parallel points runs, on a GPU of `multiprocessors` SMs that
 // hold `resident_per_sm` CTAs of the kernel each: a grid-stride loop over the points by as many
 // CTAs as fit (at most 4 per SM when the arena is in global memory, which it then bounds), a
-// whole number of clusters. A co-resident kernel (gpu::Semaphore) runs one CTA per point, and
+// whole number of clusters. A co-resident kernel (pl::get_global) runs one CTA per point, and
 // when they cannot all be resident at once — a semaphore wait could wait for a CTA that never
 // starts — that is a pallas::Error at the kernel's line saying how many fit. With clusters,
 // `max_active_clusters` (cuOccupancyMaxActiveClusters: a cluster's CTAs must share a GPC, so fewer

@@ -1077,12 +1077,12 @@ PL_DEV void pl_mbar_settle(pl_u64* b, int n, const pl_i64* err) {
     while (!pl_mbar_test(b + i, current) && pl_now_ns() - start < PL_SETTLE_NS) pl_backoff();
   }
 }
-// ---- Semaphores in global memory (gpu::Semaphore): counters shared by the CTAs of the grid ------
+// ---- Semaphores (gpu::Semaphore): a CTA's counters (shared memory), or the grid's (global) -----
 // A signal is a release at GPU scope, made by one thread after its group's barrier, so what the
 // whole group wrote before it is visible to a thread that acquires the count. A wait spins on an
 // acquiring load until the count reaches `value`, then takes `value` away with a compare-and-swap
-// (another waiter may have taken it first: then it looks again). Generic addresses: the counters
-// are in the launch's workspace, in global memory.
+// (another waiter may have taken it first: then it looks again). Generic addresses: the grid's
+// counters are in the launch's workspace, a CTA's in its shared memory (GPU scope covers both).
 #if PL_HOST_EMULATION
 PL_DEV void pl_sem_signal(pl_i32* s, pl_i32 inc) { __atomic_fetch_add(s, inc, __ATOMIC_RELEASE); }
 PL_DEV pl_i32 pl_sem_read(pl_i32* s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }

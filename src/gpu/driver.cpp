@@ -425,7 +425,7 @@ int64_t resident_ctas_per_sm(const Device& d, void* function, const GeneratedKer
 // A launch of `ctas` CTAs of the generated kernel (1-D clusters of k.cluster_ctas, when more
 // than one); the config points at the attribute it holds, so it stays where it was made.
 //
-// A kernel whose CTAs must all run at once (gpu::Semaphore scratch: co_resident) without clusters
+// A kernel whose CTAs must all run at once (pl::get_global semaphores: co_resident) without clusters
 // is launched cooperatively: launch_ctas made its grid fit the device, and the driver then holds
 // it to that — all its CTAs scheduled together, or the launch refused — instead of CTAs spinning
 // on semaphores while others wait for SMs that another stream's kernel holds (then the wait

@@ -31,8 +31,8 @@
 //    registers. set_max_registers is setmaxnreg where register_reallocation finds every
 //    warpgroup's request and room for them all (setmaxnreg.inc waits until the CTA has the
 //    registers: forever where it never will), else a hint that is not emitted.
-//  * semaphore_signal / semaphore_wait / semaphore_read (gpu::Semaphore, counters in the launch's
-//    workspace): the group syncs, so its writes come before the signal; one thread signals (a
+//  * semaphore_signal / semaphore_wait / semaphore_read (gpu::Semaphore: the CTA's counters in its
+//    shared memory, pl::get_global's in the launch's workspace): the group syncs, so its writes come before the signal; one thread signals (a
 //    release at GPU scope) or waits (acquiring loads, then a compare-and-swap that takes the
 //    count; a time limit turns a deadlock into an error), and the group syncs again after a wait
 //    or a read (the read's value goes to every thread through a slot of the arena).
@@ -834,7 +834,7 @@ void Emitter::emit_semaphore_op(const ir::Op& op) {
   if (sem.dtype != DType::Semaphore || !sem.shape.empty())
     throw NotSupportedError(name + " on the GPU backend on " + std::string(dtype_name(sem.dtype)) +
                                 " (a TPU semaphore: run the kernel with .interpret = pltpu::InterpretParams{}); "
-                                "a gpu::kernel's semaphores are gpu::Semaphore scratch",
+                                "a gpu::kernel's semaphores are gpu::Semaphore{...}",
                             op.loc);
   if (op.code == OpCode::SemaphoreSignal &&
       (op.attrs.get_int_or(ir::AttrKey::HasCoreIndex, 0) != 0 || op.attrs.has(ir::AttrKey::DeviceIdType)))

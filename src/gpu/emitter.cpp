@@ -1170,7 +1170,8 @@ void Emitter::emit_control(const ir::Op& op) {
       for (ValueId r : op.results) holders.push_back(declare_result_holder(r));
       std::vector<std::pair<int64_t, int64_t>> scoped;
       for (ValueId a : body.args)
-        if (type(a).space == MemorySpace::Semaphore || (is_semaphore(type(a).dtype) && type(a).dtype != DType::GpuBarrier))
+        if (type(a).space == MemorySpace::Semaphore ||
+            (is_semaphore(type(a).dtype) && type(a).dtype != DType::GpuBarrier && type(a).dtype != DType::Semaphore))
           throw NotSupportedError("semaphores on the GPU backend (a TPU feature)", op.loc);
       const auto laid_out = ctx_.scoped_layouts ? ctx_.scoped_layouts->find(&op) : decltype(ctx_.scoped_layouts->end()){};
       if (ctx_.scoped_layouts && laid_out != ctx_.scoped_layouts->end()) {
@@ -1417,7 +1418,10 @@ void Emitter::fill_uninitialized(const std::string& ptr, DType t, int64_t n) {
   mem_written_ = true;
 }
 
-std::string uninitialized_literal(DType t) { return literal(eval::uninitialized_value(t), t); }
+std::string uninitialized_literal(DType t) {
+  if (t == DType::Semaphore) return "0";  // a gpu::Semaphore's counters start at 0
+  return literal(eval::uninitialized_value(t), t);
+}
 
 void Emitter::emit_debug_print(const ir::Op& op) {
   // One thread of the group prints, under the runtime's print lock: the format's text as string

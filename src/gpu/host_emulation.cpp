@@ -263,7 +263,7 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   const int per_cta = (std::max(1, threads) + groups - 1) / groups * groups;
   if (k.host_ctas * per_cta > kMaxHostEmulationThreads)
     throw Error("host emulation runs all " + std::to_string(k.host_ctas) +
-                    " CTAs of a gpu::kernel with gpu::Semaphore scratch at once, here with " + std::to_string(per_cta) +
+                    " CTAs of a gpu::kernel with pl::get_global semaphores at once, here with " + std::to_string(per_cta) +
                     " host threads each: more than " + std::to_string(kMaxHostEmulationThreads) +
                     " threads (use a smaller grid, or fewer threads per CTA)",
                 call.kernel.loc);

@@ -2,8 +2,8 @@
 // on the CPU.
 //
 // The mesh is (grid..., cluster..., thread). Clusters run one after another, each a wave — but a
-// kernel with gpu::Semaphore scratch runs its whole grid as one wave, since a semaphore wait may
-// need any other CTA to go on. Inside a wave, every Pallas thread of every CTA is an OS thread,
+// kernel with semaphores of the whole grid (pl::get_global) runs its whole grid as one wave, since
+// a wait on one may need any other CTA to go on. Inside a wave, every Pallas thread of every CTA is an OS thread,
 // but they cooperate: exactly one runs at a time, and it hands over only when it must wait (a
 // barrier_wait whose phase has not completed, a semaphore_wait for a count not yet reached) or
 // when it ends. Handing over goes round-robin to the next thread that can go on, so a run is
@@ -12,7 +12,8 @@
 //
 // Memory: operands are whole arrays in GMEM, shared by all threads; each CTA gets fresh scratch
 // (SMEM and ACC arrays hold the uninitialized value; barriers start at phase 0) shared by its
-// threads; gpu::Semaphore counters are in GMEM, one set for the grid, 0 at the start. Copies and
+// threads; gpu::Semaphore counters start at 0, one set per CTA (scratch_shapes, run_scoped) or
+// one for the grid (pl::get_global). Copies and
 // wgmma complete when issued (one valid timing of the asynchronous GPU operations; their wait ops
 // have nothing left to wait for). Barriers follow the mbarrier rules
 // that JAX's GPU interpret mode checks: a phase completes after num_arrivals arrivals; each
@@ -38,6 +39,7 @@
 //
 // A gpu::ClusterBarrier is one BarrierState per CTA; an arrival goes to each peer CTA's (its
 // `peers`), releasing the arriving thread's clock into every one of them.
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <cstring>
@@ -269,7 +271,7 @@ class CrossWaveAccesses {
     core::unravel_row_major(element, o.shape, index);
     std::ostringstream os;
     os << "gpu::kernel data race between clusters (on a GPU clusters run at once and in any order; only "
-          "gpu::Semaphore orders them): RACE DETECTED on "
+          "semaphores of the grid, pl::get_global, order them): RACE DETECTED on "
        << o.name << " " << shape_to_string(o.shape) << ", element " << shape_to_string(index) << "\n";
     if (first == kSeveral)
       os << "  read by CTAs of several clusters\n";
@@ -547,6 +549,14 @@ class GpuThreadInterpreter : public eval::Interpreter {
             st.name = name + (a.size() > 1 ? "[" + std::to_string(k) + "]" : std::string()) + of_whom;
             wave_->barriers[base + 8 * k] = st;
           }
+        } else if (t.dtype == DType::Semaphore) {  // counters at 0, the CTA's (collective: trace checked)
+          a = Array::zeros(t.shape, DType::I32);
+          base = static_cast<std::byte*>(a.raw_data());
+          std::vector<int64_t> at;
+          for (int64_t k = 0; k < a.size(); ++k) {
+            core::unravel_row_major(k, t.shape, at);
+            wave_->semaphores[base + 4 * k].name = name + (t.shape.empty() ? std::string() : shape_to_string(at)) + of_whom;
+          }
         } else {
           eval::fill_uninitialized(a);
           if (a.size() > 0) wave_->buffers[base] = {base, a.size() * itemsize(t.dtype), t.shape, name + of_whom};
@@ -571,8 +581,12 @@ class GpuThreadInterpreter : public eval::Interpreter {
       tpu_interpret::tick(clock_, index_);
     };
     meet(&SharedScope::entered, &SharedScope::entry, "enter");
-    for (size_t i = 0; i < body.args.size(); ++i)
-      set(body.args[i], eval::RefValue::of_array(scope->buffers[i], kernel().type(body.args[i]).space));
+    for (size_t i = 0; i < body.args.size(); ++i) {
+      const ir::Type& t = kernel().type(body.args[i]);
+      eval::RefValue r = eval::RefValue::of_array(scope->buffers[i], t.space);
+      r.dtype = t.dtype;  // (a gpu::Semaphore's counters are an i32 array)
+      set(body.args[i], r);
+    }
     std::vector<Array> results = run_region_yield(body);
     meet(&SharedScope::left, &SharedScope::exit, "leave");
     for (ir::ValueId a : body.args) set(a, eval::RtValue{});  // the scope's buffers die here
@@ -605,6 +619,10 @@ class GpuThreadInterpreter : public eval::Interpreter {
     for (Array& a : scope->buffers) {
       if (a.dtype() == DType::GpuBarrier) continue;
       const auto* base = static_cast<const std::byte*>(a.raw_data());
+      if (wave_->semaphores.count(base)) {  // a gpu::Semaphore (i32 counters)
+        for (int64_t k = 0; k < a.size(); ++k) wave_->semaphores.erase(base + 4 * k);
+        continue;
+      }
       // The memory is given back (compiled: refilled at the next entry, or another tile's) — a
       // write of it all, after what every thread knew when leaving: a copy to or from it or a
       // wgmma reading it that no thread waited for is a race here.
@@ -621,8 +639,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
     const eval::RefValue& r = ref(op.operands[0]);
     auto it = wave_->semaphores.find(r.data);
     if (it == wave_->semaphores.end())
-      throw NotSupportedError(std::string(op.info().name) + " on a semaphore that is not a gpu::Semaphore of the "
-                                  "kernel's scratch_shapes",
+      throw NotSupportedError(std::string(op.info().name) + " on a semaphore that is not a live gpu::Semaphore (of "
+                                  "scratch_shapes, a run_scoped or pl::get_global)",
                               op.loc);
     return {reinterpret_cast<int32_t*>(const_cast<std::byte*>(r.data)), it->second};
   }
@@ -968,14 +986,14 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     operands.push_back(a);
   }
 
-  // ---- Semaphores: one array per gpu::Semaphore scratch, in GMEM, shared by the whole grid and
-  // zero at the start. A wait may need any other CTA to go on, so with semaphores the whole grid
-  // is one wave; without, each cluster is.
-  std::vector<Array> semaphores(gm.scratch_types.size());
+  // ---- Semaphores of pl::get_global: one array each, shared by the whole grid and zero at the
+  // start. A wait may need any other CTA to go on, so with them the whole grid is one wave;
+  // without, each cluster is. (gpu::Semaphore scratch is one array per CTA, made with its scratch.)
+  std::vector<Array> grid_semaphores(gm.scratch_types.size());
   bool whole_grid = false;
   for (size_t s = 0; s < gm.scratch_types.size(); ++s)
-    if (gm.scratch_types[s].dtype == DType::Semaphore) {
-      semaphores[s] = Array::zeros(gm.scratch_types[s].shape, DType::I32);
+    if (gm.scratch_types[s].dtype == DType::Semaphore && gm.scratch_grid_wide[s]) {
+      grid_semaphores[s] = Array::zeros(gm.scratch_types[s].shape, DType::I32);
       whole_grid = true;
     }
 
@@ -995,7 +1013,7 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
   const int64_t threads_per_cluster = static_cast<int64_t>(ctas.size()) * num_threads;
   const int64_t wave_threads = threads_per_cluster * static_cast<int64_t>(waves.empty() ? 0 : waves[0].size());
   if (wave_threads > kMaxWaveThreads)
-    throw Error("gpu::kernel with gpu::Semaphore scratch: the interpreter runs the whole grid at once (a wait "
+    throw Error("gpu::kernel with pl::get_global semaphores: the interpreter runs the whole grid at once (a wait "
                     "may need any CTA), here " + std::to_string(wave_threads) + " Pallas threads; it runs at most " +
                     std::to_string(kMaxWaveThreads) + " (a GPU could not hold that many CTAs at once either)",
                 call.kernel.loc);
@@ -1056,7 +1074,7 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
         const ScratchUnionSlot& slot = gm.scratch_unions[s];
         Array a;
         if (t.dtype == DType::Semaphore) {
-          a = semaphores[s];
+          a = gm.scratch_grid_wide[s] ? grid_semaphores[s] : Array::zeros(t.shape, DType::I32);
         } else if (slot.union_index >= 0) {
           auto [u, fresh] = unions.try_emplace(slot.union_index);
           if (fresh) u->second = Array::uninitialized({slot.union_bytes}, DType::U8);
@@ -1076,11 +1094,19 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
             wave.barriers[static_cast<std::byte*>(a.raw_data()) + 8 * k] = st;
           }
         } else if (t.dtype == DType::Semaphore) {
+          // "scratch[1][2] of CTA (3,)" (one per CTA), "get_global[0]" (the grid's, in the order
+          // the body asked for them).
+          const bool grid_wide = gm.scratch_grid_wide[s];
+          const size_t first_global = static_cast<size_t>(
+              std::find(gm.scratch_grid_wide.begin(), gm.scratch_grid_wide.end(), true) - gm.scratch_grid_wide.begin());
+          const std::string name = grid_wide ? "get_global[" + std::to_string(s - first_global) + "]"
+                                             : "scratch[" + std::to_string(s) + "]";
+          const std::string of_cta = !grid_wide && (ctas.size() > 1 || !grid_dims.empty()) ? " of " + cta_name : "";
           std::vector<int64_t> at;  // the counter's index in the array, "[1, 2]" in its name
           for (int64_t k = 0; k < a.size(); ++k) {
             core::unravel_row_major(k, t.shape, at);
             wave.semaphores[static_cast<std::byte*>(a.raw_data()) + 4 * k].name =
-                "scratch[" + std::to_string(s) + "]" + (t.shape.empty() ? std::string() : shape_to_string(at));
+                name + (t.shape.empty() ? std::string() : shape_to_string(at)) + of_cta;
           }
         } else {
           eval::fill_uninitialized(a);

@@ -242,7 +242,7 @@ PallasCall make_gpu_kernel(KernelFn body, std::vector<ShapeDtype> out_shapes, co
                       (s.space == MemorySpace::Semaphore ? std::string("a TPU semaphore (pltpu::semaphores)")
                                                          : "in " + std::string(memory_space_name(s.space))) +
                       "; a gpu::kernel's scratch is gpu::SMEM, gpu::ACC, gpu::Barrier, gpu::Union or "
-                      "gpu::Semaphore (semaphores in GMEM)",
+                      "gpu::Semaphore (the CTA's semaphores)",
                   loc);
     if ((s.dtype == DType::GpuBarrier) != (s.barrier_arrivals > 0))
       throw Error("scratch_shapes[" + std::to_string(i) + "]: make barriers with gpu::Barrier{...}", loc);

@@ -450,10 +450,15 @@ std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
     const std::string which = "run_scoped: allocation " + std::to_string(i);
     if (s.union_members)
       throw NotSupportedError(which + " is a gpu::Union in run_scoped (declare it in scratch_shapes)", at);
-    if (s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem)
-      throw NotSupportedError(which + " is a gpu::Semaphore in run_scoped (declare it in scratch_shapes, or "
-                                      "ask for one with pl::get_global)",
-                              at);
+    if (s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem) {
+      // The CTA's counters, as gpu::Semaphore scratch is (Mosaic GPU: thread-collective only).
+      if (!in_gpu_kernel) throw Error(which + " is a gpu::Semaphore, which only a gpu::kernel's body can allocate", at);
+      if (env->thread_axis >= 0 && options.collective_axes.empty())
+        throw Error(which + " is a gpu::Semaphore, which the CTA's Pallas threads share: give the run_scoped "
+                            "collective_axes = {\"" + env->grid_names.at(static_cast<size_t>(env->thread_axis)) +
+                        "\"} (for semaphores of the whole grid, use pl::get_global)",
+                    at);
+    }
     if (s.dtype == DType::GpuBarrier) {
       if (!s.collective_axes.empty())
         throw NotSupportedError(which + " is a gpu::ClusterBarrier in run_scoped (declare it in scratch_shapes)", at);

@@ -2601,8 +2601,19 @@ TEST(GpuKernelErrors, ScopedBuffersAndBarriersMisused) {
   EXPECT_CONTAINS(e, "(the mesh has none: give it num_threads and thread_name)");
   e = run([&](pl::Ref, pl::Ref) { scoped({plgpu::Union{.members = {{plgpu::SMEM({4}, pl::f32)}}}}, [](std::vector<pl::Ref>) {}); }, two);
   EXPECT_CONTAINS(e, "not supported yet: run_scoped: allocation 0 is a gpu::Union in run_scoped");
-  e = run([&](pl::Ref, pl::Ref) { scoped({plgpu::Semaphore{}}, [](std::vector<pl::Ref>) {}); }, two);
-  EXPECT_CONTAINS(e, "allocation 0 is a gpu::Semaphore in run_scoped");
+  // A scope's semaphores are the CTA's (Mosaic GPU: thread-collective only).
+  e = run([&](pl::Ref, pl::Ref) { scoped({plgpu::Semaphore{}}, [](std::vector<pl::Ref>) {}, {}); }, two);
+  EXPECT_CONTAINS(e, "run_scoped: allocation 0 is a gpu::Semaphore, which the CTA's Pallas threads share: give the "
+                     "run_scoped collective_axes = {\"wg\"}");
+  e = error_of([] {
+    pl::pallas_call(
+        [](pl::Ref, pl::Ref o) {
+          pl::run_scoped({plgpu::Semaphore{}}, [](std::vector<pl::Ref>) { return std::vector<pl::Value>{}; });
+          o[pl::all] = pl::zeros({8}, pl::f32);
+        },
+        {pl::ShapeDtype({8}, pl::f32)}, {.interpret = true})(random_f32({8}, 1));
+  });
+  EXPECT_CONTAINS(e, "run_scoped: allocation 0 is a gpu::Semaphore, which only a gpu::kernel's body can allocate");
   // Scoped buffers count toward the CTA's 227 KiB of shared memory, beside the scratch.
   e = error_of([&] {
     plgpu::kernel(

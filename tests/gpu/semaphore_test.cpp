@@ -1,8 +1,9 @@
-// gpu::Semaphore: counters in GMEM shared by every CTA of a gpu::kernel's grid (Mosaic GPU's
-// SemaphoreType.REGULAR scratch). The kernels here only work when CTAs run at the same time and
-// the semaphores order what they write: values are checked against plain C++ loops, and the
-// misuse cases (a wait that nothing satisfies, a missing wait, a negative count, a grid too large
-// to be resident) against the errors' text.
+// gpu::Semaphore (Mosaic GPU's SemaphoreType.REGULAR) in its two scopes: the CTA's own counters
+// (scratch_shapes, run_scoped), which order its Pallas threads, and the whole grid's
+// (pl::get_global), which order CTAs. The grid's kernels here only work when CTAs run at the same
+// time and the semaphores order what they write: values are checked against plain C++ loops, and
+// the misuse cases (a wait that nothing satisfies, a missing wait, a negative count, a grid too
+// large to be resident) against the errors' text.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -48,16 +49,9 @@ void suffix_sum_body(const pl::Ref& x, const pl::Ref& out, const pl::Ref& sems, 
 }
 
 pl::PallasCall suffix_sum(const std::string& how, bool wait) {
-  return plgpu::kernel([wait](pl::Ref x, pl::Ref out, pl::Ref sems) { suffix_sum_body(x, out, sems, wait); },
-                       {pl::ShapeDtype({kCtas * kChunk}, pl::f32)}, plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}},
-                       run_on(how, {plgpu::Semaphore{.shape = {kCtas}}}));
-}
-
-// The same kernel asking for its semaphores with pl::get_global (Mosaic GPU's other spelling).
-pl::PallasCall suffix_sum_with_get_global(const std::string& how) {
   return plgpu::kernel(
-      [](pl::Ref x, pl::Ref out) {
-        suffix_sum_body(x, out, pl::get_global(plgpu::Semaphore{.shape = {kCtas}}), true);
+      [wait](pl::Ref x, pl::Ref out) {
+        suffix_sum_body(x, out, pl::get_global(plgpu::Semaphore{.shape = {kCtas}}), wait);
       },
       {pl::ShapeDtype({kCtas * kChunk}, pl::f32)}, plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}}, run_on(how, {}));
 }
@@ -74,20 +68,17 @@ void expect_suffix_sums(const pl::Array& x, const pl::Array& out) {
 
 TEST_P(GpuSemaphore, CtasWaitForEachOtherInReverseOrder) {
   pl::Array x = random_f32({kCtas * kChunk}, 3);
-  expect_suffix_sums(x, suffix_sum(GetParam(), true)(x)[0]);
-}
-
-TEST_P(GpuSemaphore, GetGlobalGivesTheBodyASemaphoreOfItsOwn) {
-  pl::Array x = random_f32({kCtas * kChunk}, 5);
-  pl::PallasCall call = suffix_sum_with_get_global(GetParam());
+  pl::PallasCall call = suffix_sum(GetParam(), true);
   expect_suffix_sums(x, call(x)[0]);
   expect_suffix_sums(x, call(x)[0]);  // 0 again at the start of the next call
 }
 
-// Each get_global is a new semaphore, apart from the scratch_shapes ones: CTA 1 signals the
-// scratch semaphore 5 times and the first global one 3 times; CTA 0 waits for both and reads all
-// three (the second global one was never signalled).
-TEST_P(GpuSemaphore, EachGetGlobalIsANewSemaphore) {
+// Each get_global is a new semaphore of the grid; the scratch_shapes one is each CTA's own: CTA 1
+// signals its scratch semaphore 5 times and the first global one 3 times; CTA 0 waits for the
+// global one and reads the counts it can see — its own scratch semaphore, which CTA 1's signals
+// did not reach, is 0 (as the second global one, never signalled) — and CTA 1 reads its own
+// scratch semaphore, 5.
+TEST_P(GpuSemaphore, EachGetGlobalIsANewSemaphoreOfTheGridAndScratchOnesAreTheCtas) {
   pl::PallasCall call = plgpu::kernel(
       [](pl::Ref out, pl::Ref declared) {
         pl::Value i = plgpu::axis_index("i");
@@ -96,24 +87,104 @@ TEST_P(GpuSemaphore, EachGetGlobalIsANewSemaphore) {
         pl::when(i == 1, [&] {
           plgpu::semaphore_signal(declared, 5);
           plgpu::semaphore_signal(first, 3);
+          out[3] = plgpu::semaphore_read(declared);
         });
         pl::when(i == 0, [&] {
           plgpu::semaphore_wait(first, 3, /*decrement=*/false);
-          plgpu::semaphore_wait(declared, 5, /*decrement=*/false);
           out[0] = plgpu::semaphore_read(declared);
           out[1] = plgpu::semaphore_read(first);
           out[2] = plgpu::semaphore_read(second.at(1));
         });
       },
-      {pl::ShapeDtype({3}, pl::i32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"i"}},
+      {pl::ShapeDtype({4}, pl::i32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"i"}},
       run_on(GetParam(), {plgpu::Semaphore{}}));
   pl::Array out = call()[0];
-  EXPECT_EQ(out.data<int32_t>()[0], 5);
+  EXPECT_EQ(out.data<int32_t>()[0], 0);
   EXPECT_EQ(out.data<int32_t>()[1], 3);
   EXPECT_EQ(out.data<int32_t>()[2], 0);
+  EXPECT_EQ(out.data<int32_t>()[3], 5);
   std::shared_ptr<const pl::TracedCall> tc = call.trace({});
   EXPECT_EQ(tc->grid_mapping.scratch_types.size(), 3u);  // the declared one, then both globals
+  EXPECT_EQ(tc->grid_mapping.scratch_grid_wide, (std::vector<bool>{false, true, true}));
   EXPECT_EQ(tc->kernel.body.args.size(), 4u);
+}
+
+// A producer and a consumer Pallas thread in each CTA, handing over SMEM through the CTA's scratch
+// semaphores (Mosaic GPU's scratch SemaphoreType.REGULAR): thread 0 writes 3 x its CTA's chunk of
+// x into `buf` and signals `ready` by 1 + the CTA's index; thread 1 waits for that count (taking
+// it), copies `buf` out, and reads what is left: 0 (no other CTA's signals reach this CTA's
+// counters; with one counter for the grid the counts would add up). Then it signals `done` by 2
+// and thread 0 waits for 2 without taking them, so its read sees 2.
+TEST_P(GpuSemaphore, ScratchSemaphoresOrderTheCtasOwnThreads) {
+  constexpr int kN = 64;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out, pl::Ref left, pl::Ref buf, pl::Ref sems) {
+        pl::Value c = plgpu::axis_index("c"), t = plgpu::axis_index("t");
+        pl::Ref ready = sems.at(0), done = sems.at(1);
+        pl::when(t == 0, [&] {
+          buf[pl::all] = x[pl::ds(c * kN, kN)] * 3.0f;
+          plgpu::semaphore_signal(ready, c + 1);
+          plgpu::semaphore_wait(done, 2, /*decrement=*/false);
+          left[c * 2] = plgpu::semaphore_read(done);
+        });
+        pl::when(t == 1, [&] {
+          plgpu::semaphore_wait(ready, c + 1);
+          out[pl::ds(c * kN, kN)] = buf[pl::all];
+          left[c * 2 + 1] = plgpu::semaphore_read(ready);
+          plgpu::semaphore_signal(done, 2);
+        });
+      },
+      {pl::ShapeDtype({kCtas * kN}, pl::f32), pl::ShapeDtype({kCtas * 2}, pl::i32)},
+      plgpu::Mesh{.grid = {kCtas}, .grid_names = {"c"}, .num_threads = 2, .thread_name = "t"},
+      run_on(GetParam(), {plgpu::SMEM({kN}, pl::f32), plgpu::Semaphore{.shape = {2}}}));
+  pl::Array x = random_f32({kCtas * kN}, 11);
+  std::vector<pl::Array> r = call(x);
+  for (int e = 0; e < kCtas * kN; ++e) EXPECT_EQ(r[0].data<float>()[e], 3.0f * x.data<float>()[e]) << e;
+  for (int c = 0; c < kCtas; ++c) {
+    EXPECT_EQ(r[1].data<int32_t>()[c * 2], 2) << c;
+    EXPECT_EQ(r[1].data<int32_t>()[c * 2 + 1], 0) << c;
+  }
+  // The CTA's counters do not make the grid co-resident (no CTA waits for another).
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_FALSE(k.co_resident());
+  EXPECT_EQ(k.semaphore_bytes, 0);
+}
+
+// A run_scoped's semaphores (Mosaic GPU's run_scoped with a SemaphoreType.REGULAR, collective over
+// the thread axis): the CTA's, 0 at each entry. Each of two threads signals the scope's semaphore
+// once and waits for 2 without taking them (a meeting of the CTA's threads), in two scopes one
+// after the other: the second sees 2 again, not 4. Beside the scopes a semaphore of the grid
+// (get_global) counts every thread's signal: 2 x kCtas.
+TEST_P(GpuSemaphore, RunScopedSemaphoresAreTheCtasFromZeroAtEachEntry) {
+  constexpr int kThreads = 2;
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out) {
+        pl::Ref all = pl::get_global(plgpu::Semaphore{});
+        pl::Value me = plgpu::axis_index("c") * kThreads + plgpu::axis_index("t");
+        for (int round = 0; round < 2; ++round)
+          pl::run_scoped(
+              {plgpu::Semaphore{}},
+              [&](std::vector<pl::Ref> s) {
+                plgpu::semaphore_signal(s[0]);
+                plgpu::semaphore_wait(s[0], kThreads, /*decrement=*/false);
+                out[me * 3 + round] = plgpu::semaphore_read(s[0]);
+                return std::vector<pl::Value>{};
+              },
+              {.collective_axes = {"t"}});
+        plgpu::semaphore_signal(all);
+        plgpu::semaphore_wait(all, kCtas * kThreads, /*decrement=*/false);
+        out[me * 3 + 2] = plgpu::semaphore_read(all);
+      },
+      {pl::ShapeDtype({kCtas * kThreads * 3}, pl::i32)},
+      plgpu::Mesh{.grid = {kCtas}, .grid_names = {"c"}, .num_threads = kThreads, .thread_name = "t"},
+      run_on(GetParam(), {}));
+  pl::Array out = call()[0];
+  for (int me = 0; me < kCtas * kThreads; ++me) {
+    EXPECT_EQ(out.data<int32_t>()[me * 3], kThreads) << me;
+    EXPECT_EQ(out.data<int32_t>()[me * 3 + 1], kThreads) << me;
+    EXPECT_EQ(out.data<int32_t>()[me * 3 + 2], kCtas * kThreads) << me;
+  }
 }
 
 // Every Pallas thread (2 per CTA) writes its slot of `mid`, signals, and waits without
@@ -122,7 +193,8 @@ TEST_P(GpuSemaphore, EachGetGlobalIsANewSemaphore) {
 TEST_P(GpuSemaphore, AWaitWithoutDecrementIsAGridBarrier) {
   constexpr int kThreads = 2, kAll = kCtas * kThreads;
   pl::PallasCall call = plgpu::kernel(
-      [](pl::Ref x, pl::Ref mid, pl::Ref sum, pl::Ref count, pl::Ref sem) {
+      [](pl::Ref x, pl::Ref mid, pl::Ref sum, pl::Ref count) {
+        pl::Ref sem = pl::get_global(plgpu::Semaphore{});
         pl::Value me = plgpu::axis_index("i") * kThreads + plgpu::axis_index("t");
         mid[me] = x[me] * 2.0f;
         plgpu::semaphore_signal(sem);
@@ -134,7 +206,7 @@ TEST_P(GpuSemaphore, AWaitWithoutDecrementIsAGridBarrier) {
       },
       {pl::ShapeDtype({kAll}, pl::f32), pl::ShapeDtype({kAll}, pl::f32), pl::ShapeDtype({kAll}, pl::i32)},
       plgpu::Mesh{.grid = {kCtas}, .grid_names = {"i"}, .num_threads = kThreads, .thread_name = "t"},
-      run_on(GetParam(), {plgpu::Semaphore{}}));
+      run_on(GetParam(), {}));
   pl::Array x = random_f32({kAll}, 7);
   std::vector<pl::Array> r = call(x);
   float want = 2.0f * x.data<float>()[0];
@@ -157,13 +229,14 @@ TEST(GpuSemaphoreErrors, ReadingAnotherCtasWritesWithoutWaitingIsARace) {
 
 pl::PallasCall waits_for_two(const std::string& how) {
   return plgpu::kernel(
-      [](pl::Ref out, pl::Ref sem) {
+      [](pl::Ref out) {
+        pl::Ref sem = pl::get_global(plgpu::Semaphore{});
         pl::Value i = plgpu::axis_index("i");
         pl::when(i == 1, [&] { plgpu::semaphore_signal(sem); });
         pl::when(i == 0, [&] { plgpu::semaphore_wait(sem, 2); });
         out[i] = i;
       },
-      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"i"}}, run_on(how, {plgpu::Semaphore{}}));
+      {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"i"}}, run_on(how, {}));
 }
 
 TEST(GpuSemaphoreErrors, AWaitNoSignalsSatisfyIsADeadlockNamingTheLine) {
@@ -172,7 +245,7 @@ TEST(GpuSemaphoreErrors, AWaitNoSignalsSatisfyIsADeadlockNamingTheLine) {
   EXPECT_CONTAINS(e, "gpu::kernel deadlock");
   EXPECT_CONTAINS(e, "CTA (0,): waits at ");
   // (As it is when the deadlock is found: CTA 1 signalled after CTA 0 began waiting.)
-  EXPECT_CONTAINS(e, line + " for semaphore scratch[0] to reach 2 (it is 1)");
+  EXPECT_CONTAINS(e, line + " for semaphore get_global[0] to reach 2 (it is 1)");
   EXPECT_CONTAINS(e, "CTA (1,): finished");
   // Compiled, the wait gives up after the wait limit (shortened here) instead of hanging.
   setenv("PALLAS_GPU_WAIT_TIMEOUT_MS", "200", 1);
@@ -248,13 +321,22 @@ TEST(GpuSemaphoreErrors, ScratchAndGridChecks) {
                     (void)s;
                   }),
                   "gpu::Semaphore: the shape [0] has a dimension below 1");
-  // The interpreter runs the whole grid at once: a bounded number of threads.
+  // With semaphores of the grid the interpreter runs the whole grid at once: a bounded number of
+  // threads. (The CTA's own semaphores do not: each CTA runs in turn.)
+  auto with_global = [](pl::Ref out) {
+    pl::Ref s = pl::get_global(plgpu::Semaphore{});
+    (void)s;
+    out[0] = 1;
+  };
   EXPECT_CONTAINS(error_of([&] {
-                    plgpu::kernel(body, {pl::ShapeDtype({1}, pl::i32)},
-                                  plgpu::Mesh{.grid = {5000}, .grid_names = {"i"}},
-                                  run_on("interpret", {plgpu::Semaphore{}}))();
+                    plgpu::kernel(with_global, {pl::ShapeDtype({1}, pl::i32)},
+                                  plgpu::Mesh{.grid = {5000}, .grid_names = {"i"}}, run_on("interpret", {}))();
                   }),
-                  "the interpreter runs the whole grid at once");
+                  "with pl::get_global semaphores: the interpreter runs the whole grid at once");
+  const pl::Array ones = plgpu::kernel([](pl::Ref out, pl::Ref) { out[plgpu::axis_index("i")] = 1; },
+                                      {pl::ShapeDtype({5000}, pl::i32)}, plgpu::Mesh{.grid = {5000}, .grid_names = {"i"}},
+                                      run_on("interpret", {plgpu::Semaphore{}}))()[0];
+  EXPECT_EQ(ones.data<int32_t>()[4999], 1);
 }
 
 // The launch runs one CTA per point when the kernel has semaphores, and refuses a grid that the
@@ -267,7 +349,7 @@ TEST(GpuSemaphoreErrors, ACoResidentLaunchChecksThatEveryCtaFits) {
   EXPECT_EQ(k.semaphore_bytes, kCtas * 4);
   EXPECT_EQ(plgpu::launch_ctas(*tc, k, 300, 132, 3), 300);
   std::string e = error_of([&] { plgpu::launch_ctas(*tc, k, 300, 132, 2); });
-  EXPECT_CONTAINS(e, "has gpu::Semaphore scratch, so all of its 300 CTAs must run at once");
+  EXPECT_CONTAINS(e, "has semaphores of the whole grid (pl::get_global), so all of its 300 CTAs must run at once");
   EXPECT_CONTAINS(e, "holds at most 264 of them at a time (132 SMs x 2 per SM");
   // In clusters of 2 CTAs, which must share a GPC: the driver's count of active clusters bounds
   // them further when it is the smaller (100 x 2 < 132 x 2), and is ignored when it is not.
@@ -290,8 +372,34 @@ TEST(GpuSemaphore, CompilesWithNvrtcForHopperAndAmpere) {
   plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_CONTAINS(k.source, "pl_sem_wait(");
   EXPECT_CONTAINS(k.source, "pl_sem_signal(");
+  // The CTA's counters (scratch, and a run_scoped's shared by two warpgroups) are in its shared
+  // memory: zeroed with the scratch and at the scope's entry, signalled through the same runtime.
+  pl::PallasCall own = plgpu::kernel(
+      [](pl::Ref out, pl::Ref sem) {
+        pl::Value t = plgpu::axis_index("t");
+        pl::when(t == 0, [&] { plgpu::semaphore_signal(sem); });
+        pl::when(t == 1, [&] { plgpu::semaphore_wait(sem); });
+        pl::run_scoped(
+            {plgpu::Semaphore{.shape = {2}}},
+            [&](std::vector<pl::Ref> s) {
+              plgpu::semaphore_signal(s[0].at(1));
+              out[t] = plgpu::semaphore_read(s[0].at(1));
+              return std::vector<pl::Value>{};
+            },
+            {.collective_axes = {"t"}});
+      },
+      {pl::ShapeDtype({2}, pl::i32)},
+      plgpu::Mesh{.grid = {8}, .grid_names = {"c"}, .num_threads = 2, .thread_name = "t"},
+      run_on("mosaic_gpu", {plgpu::Semaphore{}}));
+  std::shared_ptr<const pl::TracedCall> own_tc = own.trace({});
+  plgpu::GeneratedKernel own_k = plgpu::generate_cuda(*own_tc, own_tc->grid_mapping.grid);
+  EXPECT_FALSE(own_k.co_resident());
+  EXPECT_CONTAINS(own_k.source, "((pl_i32*)(cta_arena + ");
+  EXPECT_EQ(own_k.source.find("p.workspace + 0))"), std::string::npos);
   for (const char* arch : {"sm_90a", "sm_80"}) {
     plgpu::CompiledKernel c = plgpu::Nvrtc::get().compile(k.source, "semaphores.cu", arch);
+    EXPECT_TRUE(c.is_cubin) << arch;
+    c = plgpu::Nvrtc::get().compile(own_k.source, "cta_semaphores.cu", arch);
     EXPECT_TRUE(c.is_cubin) << arch;
   }
 }
