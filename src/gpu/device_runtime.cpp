@@ -147,6 +147,9 @@ extern "C" pl_u64 pl_host_tma_boxes() { return pl_host_tma_count.load(); }
 // The same for warp shuffles (one per warp and shuffle, as the hardware counts instructions).
 static std::atomic<pl_u64> pl_host_shuffle_count{0};
 extern "C" pl_u64 pl_host_shuffles() { return pl_host_shuffle_count.load(); }
+// The same for flushes of an accumulator's registers into its memory (one per Pallas thread).
+static std::atomic<pl_u64> pl_host_acc_flush_count{0};
+extern "C" pl_u64 pl_host_acc_flushes() { return pl_host_acc_flush_count.load(); }
 // Asynchronous operations in host emulation: wgmma, cp.async and bulk copies to global memory
 // complete when a wait retires their group, the latest moment the hardware may complete them —
 // so a kernel that touches their memory before the wait gets a wrong result on the CPU too.
@@ -274,6 +277,7 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
   pl_host_wgmma_count.store(0);
   pl_host_tma_count.store(0);
   pl_host_shuffle_count.store(0);
+  pl_host_acc_flush_count.store(0);
   const size_t threads = (size_t)PL_HOST_CTAS * (size_t)nthreads;
   pl_host_wgmmas.assign(threads, {});
   pl_host_async_copies.assign(threads, {});
@@ -1923,6 +1927,9 @@ PL_DEV bool pl_acc_store(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, 
 }
 template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
   if (!pl_acc_store(f, d, ldd, M, N)) return;
+#if PL_HOST_EMULATION
+  if (pl_tid() == 0) pl_host_acc_flush_count.fetch_add(1, std::memory_order_relaxed);
+#endif
   f.dirty = 0;
   pl_sync();  // the scratch is whole before anyone reads it
 }
@@ -2253,6 +2260,26 @@ template <int NC, int ROUNDS> PL_DEV bool pl_acc_fill(PlAccRegs<NC, ROUNDS>& f, 
   if (!pl_acc_in_registers<NC, ROUNDS>(M, N)) return false;
   pl_acc_drain(f);
   for (int i = 0; i < ROUNDS * NC / 2; ++i) f.r[i] = value;
+  f.dirty = 1;
+  return true;
+}
+// Sets every element of the accumulator to value(e, old), e = row * N + column and old its
+// current value, in its registers (newer than the scratch) where the products run on them;
+// false, having done nothing, where they do not: the caller stores to the scratch.
+// (`acc[...] = acc[...] * alpha`, attention's rescaling of its output accumulator, in place.)
+template <int NC, int ROUNDS, class F> PL_DEV bool pl_acc_assign(PlAccRegs<NC, ROUNDS>& f, int M, int N, F value) {
+  if (!pl_acc_in_registers<NC, ROUNDS>(M, N)) return false;
+  pl_acc_drain(f);
+  const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
+#pragma unroll
+  for (int q = 0; q < ROUNDS; ++q) {
+    const int blk = q * wgs + wg;
+    if (blk >= blocks) continue;
+    const pl_i64 base = pl_wgmma_acc_base(blk / blocks_n * 64, blk % blocks_n * NC, N);
+    float* r = f.r + q * NC / 2;
+#pragma unroll
+    for (int i = 0; i < NC / 2; ++i) r[i] = value(base + pl_wgmma_acc_off(i, N), r[i]);
+  }
   f.dirty = 1;
   return true;
 }

@@ -231,7 +231,8 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
   if (i.kind == ValueInfo::Kind::Scalar) return i.name;
   if (i.kind == ValueInfo::Kind::Tile) return i.name + "[" + flat + "]";
   if (i.kind == ValueInfo::Kind::Fused) {
-    if (i.producer->code == OpCode::Load) return i.ref.elem(flat);
+    if (i.producer->code == OpCode::Load)
+      return reading_old_registers_ && register_updates_.count(i.producer) ? "pl_old" : i.ref.elem(flat);
     if (i.producer->code == OpCode::BroadcastInDim) return broadcast_element(*i.producer, flat);
     return "(" + elementwise_expr(*i.producer, flat) + ")";
   }
@@ -445,6 +446,19 @@ void Emitter::plan_fusion(const ir::Region& r) {
     auto ga = memory_group_.find(a), gb = memory_group_.find(b);
     return ga != memory_group_.end() && gb != memory_group_.end() && ga->second != gb->second;
   };
+  // The gpu::kernel ACCs in registers that r's ops read: a view made in r (not emitted yet) of
+  // one has its registers.
+  std::map<ValueId, const AccumulatorRegisters*> acc_views;
+  auto acc_of = [&](ValueId v) -> const AccumulatorRegisters* {
+    const auto it = acc_views.find(v);
+    return it != acc_views.end() ? it->second : kernel_acc(v);
+  };
+  for (const ir::Op& op : r.ops)
+    if (op.code == OpCode::RefView && acc_of(op.operands[0])) acc_views[op.results[0]] = acc_of(op.operands[0]);
+  auto whole = [&](const ir::Op& op) {
+    return whole_view(op.attrs.get_indexer(ir::AttrKey::Index), type(op.operands[0]).shape) &&
+           op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
+  };
   std::vector<bool> elementwise(r.ops.size()), fused(r.ops.size());
   for (size_t i = 0; i < r.ops.size(); ++i) elementwise[i] = is_elementwise(r.ops[i]);
   // Whether the ops strictly between `from` and `to` write no memory (fused ops, loads).
@@ -473,7 +487,23 @@ void Emitter::plan_fusion(const ir::Region& r) {
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     if (op.code != OpCode::Load || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0) continue;
+    // A whole ACC in registers goes into a tile of its own straight from them
+    // (emit_load_from_registers), rather than being flushed to its memory for the user to read —
+    // unless elementwise ops take it to a whole store into the same ACC, which then reads each
+    // register in place (register_updates_).
+    const bool acc_in_registers = acc_of(op.operands[0]) && whole(op) && type(op.operands[0]).shape.size() == 2;
     size_t u = fusible_into_user(i);
+    if (acc_in_registers) {
+      size_t last = u;
+      while (last != kNested && fused[last] && r.ops[last].code != OpCode::BroadcastInDim)
+        last = single_user(r.ops[last].results[0]);
+      if (last != kNested && r.ops[last].code == OpCode::Store && r.ops[last].operands.size() == 2 &&
+          same_view(op, r.ops[last]) && whole(r.ops[last]) && is_quiet(i, last)) {
+        fused[i] = true;
+        register_updates_.insert(&op);
+      }
+      continue;
+    }
     if (u == kNested) continue;
     // Follow the fused ops to the op whose loop computes the element (a fused op has one user,
     // later in r). Past a broadcast, that loop reads the load's elements at other indices.
@@ -556,19 +586,9 @@ void Emitter::plan_fusion(const ir::Region& r) {
   for (size_t i = 0; i < r.ops.size(); ++i)
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
   // `dst[...] = acc[...]`, a whole gpu::kernel ACC matrix in registers stored right away to
-  // other memory (unmasked): the registers go to dst. (Views made in r are not emitted yet.)
-  std::map<ValueId, const AccumulatorRegisters*> acc_views;
-  auto acc_of = [&](ValueId v) -> const AccumulatorRegisters* {
-    const auto it = acc_views.find(v);
-    return it != acc_views.end() ? it->second : kernel_acc(v);
-  };
-  auto whole = [&](const ir::Op& op) {
-    return whole_view(op.attrs.get_indexer(ir::AttrKey::Index), type(op.operands[0]).shape) &&
-           op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
-  };
+  // other memory (unmasked): the registers go to dst.
   for (size_t l = 0; l < r.ops.size(); ++l) {
     const ir::Op& load = r.ops[l];
-    if (load.code == OpCode::RefView && acc_of(load.operands[0])) acc_views[load.results[0]] = acc_of(load.operands[0]);
     if (load.code != OpCode::Load || !acc_of(load.operands[0]) || !whole(load) || l + 1 == r.ops.size()) continue;
     const ir::Op& store = r.ops[l + 1];
     if (store.code != OpCode::Store || store.operands.size() != 2 || store.operands[1] != load.results[0] ||
@@ -649,7 +669,9 @@ void Emitter::emit_fused(const ir::Op& op) {
   if (op.code == OpCode::Load) {
     before_mem_read();  // what other threads wrote before is visible to the user's loop
     fused_reads_pending_ = true;
-    fused.ref = view(op, info(op.operands[0]).ref, op.attrs.get_indexer(ir::AttrKey::Index));
+    // (An ACC's registers updated in place are not flushed: the whole view is the ACC itself.)
+    fused.ref = register_updates_.count(&op) ? info(op.operands[0]).ref
+                                              : view(op, info(op.operands[0]).ref, op.attrs.get_indexer(ir::AttrKey::Index));
   }
   values_[static_cast<size_t>(op.results[0])] = std::move(fused);
 }
@@ -932,6 +954,15 @@ void Emitter::emit_ref_op(const ir::Op& op) {
   const AccumulatorRegisters* kacc = ring_acc ? &acc_regs_.regs : kernel_acc(op.operands[0]);
   const bool whole = op.code == OpCode::Store && kacc &&
                      op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0 && whole_view(idx, type(op.operands[0]).shape);
+  // A whole load of a gpu::kernel ACC in registers (`s = acc[...]`, attention's scores) takes
+  // them straight into the value's tile, and a whole store (`acc[...] = acc[...] * alpha`) sets
+  // them from the value: no trip through the ACC's memory (in global memory), which the
+  // registers stay newer than.
+  const bool whole_kernel_acc = !ring_acc && kacc && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0 &&
+                                whole_view(idx, type(op.operands[0]).shape) && type(op.operands[0]).shape.size() == 2;
+  if (whole_kernel_acc && op.code == OpCode::Load) return emit_load_from_registers(op, *kacc);
+  if (whole_kernel_acc && op.code == OpCode::Store && op.operands.size() == 2 && !is_uniform(op.operands[1]))
+    return emit_store_into_registers(op, *kacc);
   if (whole && op.operands.size() == 2 && is_uniform(op.operands[1])) {
     line("if (!pl_acc_fill(" + kacc->var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(kacc->m) +
          ", " + std::to_string(kacc->n) + ")) {");
@@ -948,6 +979,44 @@ void Emitter::emit_ref_op(const ir::Op& op) {
     return;
   }
   emit_ref_op_in_memory(op);
+}
+
+void Emitter::emit_load_from_registers(const ir::Op& load, const AccumulatorRegisters& a) {
+  const RefInfo& acc = info(load.operands[0]).ref;  // the thread's matrix (its memory)
+  const std::string out = define_tile(load.results[0]);
+  const std::string n = std::to_string(a.n);
+  line("if (!pl_acc_store(" + a.var + ", " + out + ", " + n + ", " + std::to_string(a.m) + ", " + n + ")) {");
+  ++indent_;
+  ++conditional_depth_;
+  // The ACC's memory is current (nothing in the registers is newer): load it.
+  before_mem_read();
+  open_thread_loop(a.m * a.n);
+  line(out + "[e] = " + acc.ptr + "[" + offset_of(acc.shape, acc.strides, "e") + "];");
+  close_loop();
+  --conditional_depth_;
+  --indent_;
+  line("}");
+  // Each thread wrote its registers' elements, which other threads read next.
+  barrier();
+}
+
+void Emitter::emit_store_into_registers(const ir::Op& store, const AccumulatorRegisters& a) {
+  // Each thread reads the value's elements of its registers, which other threads computed.
+  before_cross_read();
+  reading_old_registers_ = true;
+  const std::string value = at(store.operands[1], "e");
+  reading_old_registers_ = false;
+  line("if (!pl_acc_assign(" + a.var + ", " + std::to_string(a.m) + ", " + std::to_string(a.n) +
+       ", [&](pl_i64 e, [[maybe_unused]] float pl_old) { return (float)(" + value + "); })) {");
+  ++indent_;
+  ++conditional_depth_;  // (barriers in here may not run: the arena frees nothing at them)
+  emit_ref_op_in_memory(store);
+  --conditional_depth_;
+  --indent_;
+  line("}");
+  // Every thread has read its part of the value before anything writes over it (a loop carry's
+  // holder is written in place at the iteration's end).
+  barrier();
 }
 
 void Emitter::emit_ref_op_in_memory(const ir::Op& op) {

@@ -393,6 +393,9 @@ class Emitter {
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
                                           const std::vector<std::string>& holders);
   void emit_scope_body(const ir::Op& op, const std::vector<std::string>& holders);
+  // A whole load of a gpu::kernel ACC in registers into a value, a whole store of a value into one.
+  void emit_load_from_registers(const ir::Op& load, const AccumulatorRegisters& a);
+  void emit_store_into_registers(const ir::Op& store, const AccumulatorRegisters& a);
   void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
   // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can
   // compute the product (f32 accumulation of bf16 or f16 inputs into an f32, bf16 or f16 result,
@@ -445,6 +448,11 @@ class Emitter {
   // `dst[...] = acc[...]` of a gpu::kernel ACC matrix in registers: the store (key) writes the
   // registers to dst (pl_acc_store) for the load (value), which makes no tile.
   std::map<const ir::Op*, const ir::Op*> stores_from_registers_;
+  // `acc[...] = f(acc[...])` of a gpu::kernel ACC matrix in registers (attention's rescaling):
+  // the load, fused into the store, reads each register's own value (pl_acc_assign's `pl_old`)
+  // where the registers hold the ACC — no flush — and its memory where they do not.
+  std::set<const ir::Op*> register_updates_;
+  bool reading_old_registers_ = false;  // at() renders those loads as `pl_old`
   // Per pipelined input: views made of its slot, how many were tensor-core operands, and the
   // layout those asked for (-1: two different ones).
   struct SlotUses {

@@ -52,7 +52,7 @@ using CountFn = uint64_t (*)();
 struct Loaded {
   void* handle = nullptr;
   EntryFn entry = nullptr;
-  CountFn mma_count = nullptr, wgmma_count = nullptr, tma_count = nullptr, shuffles = nullptr;
+  CountFn mma_count = nullptr, wgmma_count = nullptr, tma_count = nullptr, shuffles = nullptr, acc_flushes = nullptr;
 };
 
 std::string run_command(const std::string& cmd, int& status) {
@@ -190,7 +190,7 @@ Loaded load(const GeneratedKernel& k) {
     return f;
   };
   Loaded l{h, entry, counter("pl_host_mma_instructions"), counter("pl_host_wgmma_instructions"),
-           counter("pl_host_tma_boxes"), counter("pl_host_shuffles")};
+           counter("pl_host_tma_boxes"), counter("pl_host_shuffles"), counter("pl_host_acc_flushes")};
   fs::remove_all(work, ec);  // the library stays mapped
   return loaded[k.source] = l;
 }
@@ -288,6 +288,7 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
       stats->wgmma_instructions = static_cast<int64_t>(kernel.wgmma_count());
       stats->tma_boxes = static_cast<int64_t>(kernel.tma_count());
       stats->shuffles = static_cast<int64_t>(kernel.shuffles());
+      stats->acc_flushes = static_cast<int64_t>(kernel.acc_flushes());
     }
   }
   if (err[0] != 0) {

@@ -32,6 +32,7 @@ struct HostEmulationStats {
   int64_t wgmma_instructions = 0;  // warpgroup-wide wgmma.mma_async instructions
   int64_t tma_boxes = 0;           // TMA tensor copies (cp.async.bulk.tensor) of the ring
   int64_t shuffles = 0;            // warp shuffles (shfl.sync, one per warp) of thread-team reductions
+  int64_t acc_flushes = 0;         // an ACC's registers written back to its memory (per Pallas thread)
 };
 // `deferred_error` (asynchronous calls on device arrays): the error the kernel recorded goes
 // there instead of being thrown (errors found before the kernel runs are still thrown).

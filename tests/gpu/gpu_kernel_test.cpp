@@ -2012,6 +2012,8 @@ TEST(GpuKernel, WgmmaAccumulatesInRegistersUntilTheKernelReadsTheAcc) {
   plgpu::HostEmulationStats stats;
   check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2 * 128, &stats));
   EXPECT_EQ(stats.wgmma_instructions, 2 * (128 / 16 + 64 / 16));  // per consumer: K 128, then 64
+  EXPECT_EQ(stats.acc_flushes, 0);  // (`acc = acc * 2` in the registers; the stores take them)
+  EXPECT_CONTAINS(k.source, "pl_acc_assign(pl_acc_2, ");
   check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr));
   // The ACC's memory is in the workspace, not shared memory: the arena holds the two tiles only.
   EXPECT_EQ(k.acc_memory_bytes, 2 * 64 * 64 * 4);
@@ -2053,6 +2055,65 @@ TEST(GpuKernel, AnAccInRegistersStartsUninitialized) {
   check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
   EXPECT_EQ(stats.wgmma_instructions, 1);
   check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr));
+}
+
+// A whole load of an ACC in registers takes them into a value straight from the registers, a
+// whole store of a value sets them, and `acc[...] = f(acc[...])` updates each register in place:
+// none goes through the ACC's memory (in global memory: attention's scores and the rescaling of
+// its output would otherwise make two trips a step). Checked against C++ products: s = a b,
+// out1 = 3 s, then acc = acc / 2 + s (in place) and another a b: out2 = 2.5 s; then acc = 2 s
+// (a store of a value) read with + 1: out3 = 2 s + 1. On wgmma (host emulation, a warpgroup: no
+// flush at all) and on the CUDA-core path (two host threads: the ACC in memory).
+TEST(GpuKernel, AccRegistersGoToAndFromValuesWithoutTheirMemory) {
+  auto make = [](const std::string& how) {
+    return plgpu::kernel(
+        [](pl::Ref a, pl::Ref b, pl::Ref out1, pl::Ref out2, pl::Ref out3, pl::Ref a_s, pl::Ref b_s, pl::Ref acc,
+           pl::Ref bar) {
+          plgpu::copy_gmem_to_smem(a, a_s, bar);
+          plgpu::copy_gmem_to_smem(b, b_s, bar);
+          plgpu::barrier_wait(bar);
+          acc[pl::all] = pl::zeros({64, 32}, pl::f32);
+          plgpu::wgmma(acc, a_s, b_s);
+          plgpu::wgmma_wait(0);
+          pl::Value s = acc[pl::all];
+          out1[pl::all] = s * 3.0f;
+          acc[pl::all] = acc[pl::all] * 0.5f + s;
+          plgpu::wgmma(acc, a_s, b_s);
+          plgpu::wgmma_wait(0);
+          out2[pl::all] = acc[pl::all];
+          acc[pl::all] = s * 2.0f;
+          out3[pl::all] = acc[pl::all] + 1.0f;
+        },
+        {pl::ShapeDtype({64, 32}, pl::f32), pl::ShapeDtype({64, 32}, pl::f32), pl::ShapeDtype({64, 32}, pl::f32)},
+        plgpu::Mesh{},
+        run_on(how, {plgpu::SMEM({64, 32}, pl::bf16), plgpu::SMEM({32, 32}, pl::bf16), plgpu::ACC({64, 32}),
+                     plgpu::Barrier{.num_arrivals = 2}}));
+  };
+  pl::Array a = random_f32({64, 32}, 61).astype(pl::bf16), b = random_f32({32, 32}, 62).astype(pl::bf16);
+  auto check = [&](const std::vector<pl::Array>& out) {
+    for (int64_t i = 0; i < 64; ++i)
+      for (int64_t j = 0; j < 32; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < 32; ++q) s += a.get({i, q}) * b.get({q, j});
+        const double tol = 1e-4 * (1 + std::abs(s));
+        EXPECT_NEAR(out.at(0).get({i, j}), 3 * s, 3 * tol) << i << "," << j;
+        EXPECT_NEAR(out.at(1).get({i, j}), 2.5 * s, 3 * tol) << i << "," << j;
+        EXPECT_NEAR(out.at(2).get({i, j}), 2 * s + 1, 3 * tol) << i << "," << j;
+      }
+  };
+  check(make("interpret")(a, b));
+  std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.accumulators_in_registers, std::vector<int>{2});
+  EXPECT_CONTAINS(k.source, "float pl_old) { return (float)(((float)((((float)((pl_old * (pl_f32_of_bits(0x3F000000u)))))");
+  EXPECT_CONTAINS(k.source, "if (!pl_acc_store(pl_acc_2, v");  // the load of s, into its tile
+  plgpu::HostEmulationStats stats;
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
+  EXPECT_EQ(stats.wgmma_instructions, 2 * 2);  // two products of K 32
+  EXPECT_EQ(stats.acc_flushes, 0);
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr));
+  if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "acc.cu", arch)) << arch;
 }
 
 // A wgmma into registers runs until wgmma_wait: here the program refills b's tile (a second copy)
