@@ -107,13 +107,7 @@ RefValue transformed(const RefValue& r, const ir::Op& op) {
   }
   if (op.code == OpCode::RefBitcast) {
     std::optional<RefValue> cast = bitcast_view(r, op.attrs.get_dtype(AttrKey::DTypeAttr));
-    if (!cast)
-      throw Error("ref_bitcast: a view of shape " + shape_to_string(r.shape) + " as " +
-                      std::string(dtype_name(op.attrs.get_dtype(AttrKey::DTypeAttr))) +
-                      ": the last dim, which the wider dtype's elements take, must be contiguous, the view must "
-                      "start on a multiple of the wider element's size, and the other strides must be whole "
-                      "elements of it (bitcast the whole Ref, or a view of whole rows)",
-                  op.loc);
+    if (!cast) throw Error(bitcast_not_whole(r.shape, op.attrs.get_dtype(AttrKey::DTypeAttr)), op.loc);
     return *cast;
   }
   PALLAS_INTERNAL_CHECK(op.code == OpCode::RefReshape, "not a Ref transform");
@@ -147,6 +141,13 @@ std::optional<RefValue> bitcast_view(const RefValue& r, DType to) {
     }
   }
   return out;
+}
+
+std::string bitcast_not_whole(const Shape& shape, DType to) {
+  return "ref_bitcast: a view of shape " + shape_to_string(shape) + " as " + std::string(dtype_name(to)) +
+         ": the last dim, which the wider dtype's elements take, must be contiguous, the view must start on a "
+         "multiple of the wider element's size, and the other strides must be whole elements of it (bitcast the "
+         "whole Ref, or a view of whole rows)";
 }
 
 std::string reshape_not_strided(const Shape& shape, std::span<const int64_t> strides, const Shape& new_shape) {

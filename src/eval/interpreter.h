@@ -128,6 +128,9 @@ RefValue transformed(const RefValue& r, const ir::Op& op);
 // wider dtype's elements would not be whole runs of the view (its last dim strided, or another
 // dim stepping by part of one).
 std::optional<RefValue> bitcast_view(const RefValue& r, DType to);
+// The message of a bitcast view bitcast_view refuses: shared by the interpreters and the GPU
+// kernels' run-time check of where the view starts.
+std::string bitcast_not_whole(const Shape& shape, DType to);
 // The message of a reshape of a view whose merged dims are not evenly spaced: shared by the
 // interpreters and the GPU code generator.
 std::string reshape_not_strided(const Shape& shape, std::span<const int64_t> strides, const Shape& new_shape);

@@ -1425,6 +1425,7 @@ void throw_kernel_error(const TracedCall& call, const GeneratedKernel& k, const 
                 site.loc);
   if (site.kind == ErrorSite::Kind::DebugCheck)
     throw Error("debug_check failed: " + site.op_name + eval::at_grid_point(point), site.loc);
+  if (site.kind == ErrorSite::Kind::BitcastAlignment) throw Error(site.op_name + eval::at_grid_point(point), site.loc);
   // RefIndex: {program ids..., start}
   const int64_t start = v[k.num_grid_dims];
   throw Error(site.op_name + ": " +

@@ -118,9 +118,10 @@ struct ErrorSite {
   // SlotAlignment: the swizzled ring slots do not start on a 1024-byte boundary (both faults of
   // the backend, reported as internal errors).
   // ScopeMeeting: not every Pallas thread of the CTA reached a shared run_scoped's entry or exit
-  // within the wait limit.
+  // within the wait limit. BitcastAlignment: a view bitcast to a wider dtype does not start on a
+  // multiple of its size (op_name holds the message; a misaligned access would fault the GPU).
   enum class Kind { BlockIndex, RefIndex, DebugCheck, BarrierWait, SemaphoreWait, SemaphoreValue, PipelineWait, SlotAlignment,
-                    ScopeMeeting, ClusterIndex };
+                    ScopeMeeting, ClusterIndex, BitcastAlignment };
   Kind kind = Kind::BlockIndex;
   int operand = -1;      // BlockIndex: the block mapping (inputs, then outputs)
   std::string op_name;   // RefIndex, BarrierWait, SemaphoreWait: the op; DebugCheck: the message

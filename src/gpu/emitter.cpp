@@ -901,6 +901,17 @@ void Emitter::emit_ref_transform(const ir::Op& op) {
   if (op.code == OpCode::RefBitcast) {
     // (swizzled_smem_tiles keeps a bitcast tile row-major: its swizzle is in elements of its dtype.)
     PALLAS_INTERNAL_CHECK(base.swizzled.empty(), "a bitcast view of a swizzled tile");
+    // A wider element must start on a multiple of its size, as the interpreters check (a
+    // misaligned load or store would fault the GPU: "misaligned address", the context lost).
+    if (const int64_t size = itemsize(t.dtype); size > itemsize(base.dtype)) {
+      ErrorSite site;
+      site.kind = ErrorSite::Kind::BitcastAlignment;
+      site.op_name = eval::bitcast_not_whole(base.shape, t.dtype);
+      site.loc = op.loc;
+      ctx_.error_sites->push_back(site);
+      line("if (((pl_u64)(" + base.ptr + ") & " + std::to_string(size - 1) + "u) != 0) " +
+           record_failure(static_cast<int>(ctx_.error_sites->size()) - 1, {}));
+    }
     out.ptr = "((" + ctype(t.dtype) + "*)(" + base.ptr + "))";
     out.operand = -1, out.operand_shape.clear();  // (the operand's TMA boxes count its own elements)
   }
