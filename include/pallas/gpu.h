@@ -195,11 +195,13 @@ void barrier_arrive(const Ref& barrier, Loc loc = Loc::current());
 void barrier_wait(const Ref& barrier, Loc loc = Loc::current());
 
 // ---- Semaphores (gpu::Semaphore: scratch_shapes, run_scoped, pl::get_global) -----------------------
-// Mosaic GPU's async_prefetch (without collective_axes): asks the GPU to bring `ref`, a GMEM Ref
-// or a view of one, into the L2 cache ahead of the copies that will read it — `prefetch.global.L2`
-// of each 128-byte line, spread over the Pallas thread's CUDA threads. No value changes; the
-// interpreter does nothing.
-void async_prefetch(const Ref& ref, Loc loc = Loc::current());
+// Mosaic GPU's async_prefetch: asks the GPU to bring `ref`, a GMEM Ref or a view of one, into the
+// L2 cache ahead of the copies that will read it — `prefetch.global.L2` of each 128-byte line,
+// spread over the Pallas thread's CUDA threads. With `collective_axes` (cluster axes) the CTAs
+// that differ only along them split the lines: each prefetches its share (line l by the CTA of
+// rank l mod their number along those axes), as when they will multicast-copy the Ref. No value
+// changes; the interpreter does nothing.
+void async_prefetch(const Ref& ref, std::vector<std::string> collective_axes = {}, Loc loc = Loc::current());
 // Mosaic GPU's cluster_ref: the SMEM array `ref` (scratch, or a view of it) in another CTA of the
 // cluster — distributed shared memory: the CTA at `index` (an int or an i32 scalar, in [0, the
 // axis's size)) along the cluster axis `axis`, at this CTA's place along the others. Loads and

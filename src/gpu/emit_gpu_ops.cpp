@@ -724,18 +724,42 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
     case OpCode::GpuAsyncPrefetch: {
       // Each 128-byte line of the view, the group's threads in turn: rows of consecutive
       // elements by their lines, any other view element by element (each element's line).
+      // With collective_axes, the CTAs differing only along those cluster axes split them: the
+      // CTA whose index among them is `share` takes lines share, share + peers, ...
       const RefInfo& g = ref_operand(*this, op, 0);
       const int64_t item = itemsize(g.dtype);
+      int64_t peers = 1;
+      std::string share = "0";
+      if (op.attrs.has(ir::AttrKey::Axes)) {
+        share.clear();
+        for (int64_t axis : op.attrs.get_ints(ir::AttrKey::Axes)) {
+          const size_t a = static_cast<size_t>(axis - ctx_.first_cluster_axis);
+          PALLAS_INTERNAL_CHECK(a < ctx_.cluster_shape.size(), "async_prefetch's axis is not a cluster axis");
+          int64_t stride = 1;
+          for (size_t d = a + 1; d < ctx_.cluster_shape.size(); ++d) stride *= ctx_.cluster_shape[d];
+          share = (share.empty() ? "" : "(" + share + ") * " + std::to_string(ctx_.cluster_shape[a]) + " + ") +
+                  "pl_cluster_rank() / " + std::to_string(stride) + " % " + std::to_string(ctx_.cluster_shape[a]);
+          peers *= ctx_.cluster_shape[a];
+        }
+      }
+      auto open_share_loop = [&](int64_t n) {
+        if (peers == 1) return open_thread_loop(n);
+        const std::string P = std::to_string(peers);
+        line("#pragma unroll 1");
+        line("for (pl_i64 e = (" + share + ") + pl_tid() * " + P + "LL; e < " + std::to_string(n) + "; e += pl_nthreads() * " +
+             P + "LL) {");
+        ++indent_;
+      };
       const std::optional<int64_t> row_stride = uniform_row_stride(g);
       if (row_stride && !g.shape.empty()) {
         const int64_t row = g.shape.back(), rows = num_elements(g.shape) / std::max<int64_t>(row, 1);
         const int64_t per_line = std::max<int64_t>(1, 128 / item), lines = (row + per_line - 1) / per_line;
-        open_thread_loop(rows * lines);
+        open_share_loop(rows * lines);
         line("pl_prefetch_l2(" + g.ptr + " + (e / " + std::to_string(lines) + ") * " + std::to_string(*row_stride) +
              "LL + (e % " + std::to_string(lines) + ") * " + std::to_string(per_line) + "LL);");
         close_loop();
       } else {
-        open_thread_loop(num_elements(g.shape));
+        open_share_loop(num_elements(g.shape));
         line("pl_prefetch_l2(&" + g.elem("e") + ");");
         close_loop();
       }

@@ -389,12 +389,20 @@ Ref cluster_ref(const Ref& ref, const std::string& axis, Operand index, Loc loc)
                             std::move(a), loc));
 }
 
-void async_prefetch(const Ref& ref, Loc loc) {
+void async_prefetch(const Ref& ref, std::vector<std::string> collective_axes, Loc loc) {
   const core::TraceEnv* env = core::current_trace_env();
+  const SourceLoc at = trace::src(loc);
   if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
     throw Error("async_prefetch: only a gpu::kernel's body prefetches (a pallas_call's pipeline copies its blocks itself)",
-                trace::src(loc));
-  trace::add_op(OpCode::GpuAsyncPrefetch, {ref.handle()}, {}, loc);
+                at);
+  Attrs a;
+  if (!collective_axes.empty()) {
+    std::string names;
+    for (const std::string& name : collective_axes) names += (names.empty() ? "" : ",") + name;
+    a.set(AttrKey::Axes, mesh_cluster_axes(*env, collective_axes, "async_prefetch", at));
+    a.set(AttrKey::AxisNames, names);
+  }
+  trace::add_op(OpCode::GpuAsyncPrefetch, {ref.handle()}, std::move(a), loc);
 }
 
 void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {

@@ -101,6 +101,30 @@ TEST_P(GpuKernelBoth, AsyncPrefetchChangesNoValue) {
   EXPECT_CONTAINS(std::string(ptx.image.begin(), ptx.image.end()), "prefetch.global.L2");
 }
 
+// With collective_axes the cluster's CTAs split the lines (Mosaic GPU's async_prefetch with
+// collective_axes): CTA r of the 2-CTA cluster prefetches lines r, r + 2, ... of the whole x,
+// which both then read. Values unchanged; compiled, the loop starts at the CTA's rank along "c".
+TEST_P(GpuKernelBoth, AsyncPrefetchWithCollectiveAxesSplitsTheLines) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out) {
+        plgpu::async_prefetch(x, {"c"});
+        const pl::Value r = plgpu::axis_index("g") * 2 + plgpu::axis_index("c");
+        out.at(pl::ds(r * 4, 4), pl::all)[pl::all] = x.at(pl::ds(r * 4, 4), pl::all)[pl::all] * 2.0f;
+      },
+      {pl::ShapeDtype({16, 64}, pl::f32)},
+      plgpu::Mesh{.grid = {2}, .grid_names = {"g"}, .cluster = {2}, .cluster_names = {"c"}}, run_on(GetParam(), {}));
+  const pl::Array x = random_f32({16, 64}, 43);
+  const pl::Array out = call(x).at(0);
+  for (int64_t e = 0; e < x.size(); ++e) EXPECT_EQ(out.data<float>()[e], 2.0f * x.data<float>()[e]) << e;
+  if (GetParam() != "gpu_emulate") return;
+  std::shared_ptr<const pl::TracedCall> tc = call.trace({x.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  // 16 rows of 2 lines (64 f32 = 256 bytes), every other line from this CTA's rank on.
+  EXPECT_CONTAINS(k.source, "for (pl_i64 e = (pl_cluster_rank() / 1 % 2) + pl_tid() * 2LL; e < 32; e += pl_nthreads() * 2LL) {");
+  if (!plgpu::Nvrtc::unavailable_reason().empty()) return;
+  EXPECT_TRUE(plgpu::Nvrtc::get().compile(k.source, "prefetch.cu", "sm_90a").is_cubin);
+}
+
 TEST(GpuKernelErrors, AsyncPrefetchTakesGmemInAGpuKernel) {
   int line = __LINE__ + 2;
   std::string e = test_util::error_of([] {
@@ -112,6 +136,13 @@ TEST(GpuKernelErrors, AsyncPrefetchTakesGmemInAGpuKernel) {
   line = __LINE__ + 1;
   e = test_util::error_of([] { pl::pallas_call([](pl::Ref x, pl::Ref) { plgpu::async_prefetch(x); }, pl::ShapeDtype({8}, pl::f32), {.interpret = true})(random_f32({8}, 1)); });
   EXPECT_CONTAINS(e, "async_prefetch: only a gpu::kernel's body prefetches");
+  EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(line));
+  line = __LINE__ + 2;
+  e = test_util::error_of([] {
+    plgpu::kernel([](pl::Ref x, pl::Ref out) { plgpu::async_prefetch(x, {"b"}), (void)out; }, {pl::ShapeDtype({8}, pl::f32)},
+                  plgpu::Mesh{.grid = {1}, .grid_names = {"b"}}, interpreted({}))(random_f32({8}, 1));
+  });
+  EXPECT_CONTAINS(e, "async_prefetch: the collective axis 'b' is not a cluster axis of the mesh (cluster axes: none)");
   EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(line));
 }
 
