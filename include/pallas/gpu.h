@@ -102,7 +102,8 @@ struct Union {
 // wrote before the signal is visible to the waiting one after the wait. Two scopes, as Mosaic GPU
 // has them:
 //  * in scratch_shapes (or a run_scoped collective over the thread axis): the CTA's own counters,
-//    0 when the CTA starts (at each entry of the scope), for its Pallas threads (warpgroups) to
+//    0 when the CTA starts (at each entry of the scope, and due back at 0 when it ends: Mosaic GPU
+//    hands them to the next scope uncleared), for its Pallas threads (warpgroups) to
 //    order each other; another CTA's are out of reach. (Compiled: in the CTA's shared memory.)
 //  * pl::get_global(gpu::Semaphore{...}) in the body (Mosaic GPU's pl.get_global): counters of the
 //    whole grid, 0 at the start of every call — one CTA signals, another waits. A wait for another
@@ -132,8 +133,8 @@ struct Mesh {
 // The largest shared-memory scratch a CTA may use: 227 KiB (Hopper's opt-in maximum per block).
 inline constexpr int64_t kMaxSharedMemoryBytes = 227 * 1024;
 // The bytes of shared memory a scratch list takes (arrays, then 8 bytes per barrier, each
-// barrier aligned to 8 bytes; a Union its largest member, starting 16-byte aligned); ACC scratch
-// (registers) and Semaphores (GMEM) are not counted.
+// barrier aligned to 8 bytes; a Union its largest member, starting 16-byte aligned; 4 bytes per
+// gpu::Semaphore counter, the CTA's); ACC scratch (registers) is not counted.
 int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch);
 // The shared memory a CTA may use on this machine's GPU (the driver's opt-in limit per block:
 // 227 KiB on an H100, 163 KiB on an A100); nullopt without a usable GPU. For kernels that size

@@ -569,10 +569,10 @@ struct ScopedOptions {
 // Calls fn(refs) with fresh buffers that live until fn returns; returns what fn returns (values,
 // not refs). fn takes a std::vector<Ref>. In a gpu::kernel the buffers may be gpu::SMEM arrays,
 // gpu::Barrier / gpu::TMABarrier barriers (a fresh barrier: no phase completed) and gpu::Semaphore
-// counters (0 at each entry; the CTA's, so collective over the thread axis when the mesh has
-// one). One signature,
-// so that `run_scoped(allocs, fn, {})` means the options (a Loc overload made `{}` ambiguous); a
-// helper forwarding its caller's line writes `run_scoped(allocs, fn, {}, loc)`.
+// counters (0 at each entry and due back at 0 at the exit; the CTA's, so collective over the
+// thread axis when the mesh has one). One signature, so that `run_scoped(allocs, fn, {})` means
+// the options (a Loc overload made `{}` ambiguous); a helper forwarding its caller's line writes
+// `run_scoped(allocs, fn, {}, loc)`.
 std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
                               const std::function<std::vector<Value>(std::vector<Ref>)>& fn,
                               const ScopedOptions& options = {}, Loc loc = Loc::current());

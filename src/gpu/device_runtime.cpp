@@ -94,7 +94,7 @@ struct pl_bf16 { pl_u16 bits; };
 #define PL_CLUSTER_CTAS 1
 #endif
 // Host emulation runs PL_HOST_CTAS CTAs at once: one cluster, or every CTA of the grid for a
-// gpu::kernel with semaphores (a wait may need any other CTA to go on).
+// gpu::kernel with semaphores of the grid (pl::get_global: a wait may need any other CTA).
 #ifndef PL_HOST_CTAS
 #define PL_HOST_CTAS PL_CLUSTER_CTAS
 #endif
@@ -2264,12 +2264,14 @@ template <int NC, int ROUNDS> PL_DEV bool pl_acc_fill(PlAccRegs<NC, ROUNDS>& f, 
   return true;
 }
 // Sets every element of the accumulator to value(e, old), e = row * N + column and old its
-// current value, in its registers (newer than the scratch) where the products run on them;
-// false, having done nothing, where they do not: the caller stores to the scratch.
+// current value, in its registers (newer than the scratch) where the products run on them and
+// the registers hold its value; false, having done nothing, where not: the caller stores to the
+// scratch (then current), and the next product reloads the registers.
 // (`acc[...] = acc[...] * alpha`, attention's rescaling of its output accumulator, in place.)
 template <int NC, int ROUNDS, class F> PL_DEV bool pl_acc_assign(PlAccRegs<NC, ROUNDS>& f, int M, int N, F value) {
   if (!pl_acc_in_registers<NC, ROUNDS>(M, N)) return false;
   pl_acc_drain(f);
+  if (!f.dirty) return false;  // the scratch is newer (a part of it was written): it takes the store
   const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
 #pragma unroll
   for (int q = 0; q < ROUNDS; ++q) {

@@ -346,19 +346,28 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
   for (ValueId c : candidates)
     if (shape_of(c).size() == 2 && num_groups == 1) matrix_of[c] = c;  // the CTA's only thread's
   // The thread's index, or it plus or minus a constant (`acc.at(wg - 1)` where the producer is
-  // thread 0): a different matrix for every thread.
-  std::function<bool(ValueId, bool)> thread_index = [&](ValueId v, bool shifted_ok) {
-    if (thread_axis.empty() || !producer[static_cast<size_t>(v)]) return false;
+  // thread 0): a different matrix for every thread. Returns the constant (0 for the index).
+  std::function<std::optional<int64_t>(ValueId, bool)> thread_index = [&](ValueId v,
+                                                                         bool shifted_ok) -> std::optional<int64_t> {
+    if (thread_axis.empty() || !producer[static_cast<size_t>(v)]) return std::nullopt;
     const ir::Op& op = *producer[static_cast<size_t>(v)];
-    if (op.code == OpCode::AxisIndex) return op.attrs.get_string(ir::AttrKey::AxisNames) == thread_axis;
-    const auto constant = [&](ValueId c) {
+    if (op.code == OpCode::AxisIndex)
+      return op.attrs.get_string(ir::AttrKey::AxisNames) == thread_axis ? std::optional<int64_t>(0) : std::nullopt;
+    const auto constant = [&](ValueId c) -> std::optional<int64_t> {
       const ir::Op* p = producer[static_cast<size_t>(c)];
-      return p && p->code == OpCode::Constant;
+      if (!p || p->code != OpCode::Constant) return std::nullopt;
+      return p->attrs.get_scalar(ir::AttrKey::Value).as_int64();
     };
-    if (!shifted_ok || (op.code != OpCode::Add && op.code != OpCode::Sub)) return false;
-    return (thread_index(op.operands[0], false) && constant(op.operands[1])) ||
-           (op.code == OpCode::Add && constant(op.operands[0]) && thread_index(op.operands[1], false));
+    if (!shifted_ok || (op.code != OpCode::Add && op.code != OpCode::Sub)) return std::nullopt;
+    if (thread_index(op.operands[0], false))
+      if (const std::optional<int64_t> c = constant(op.operands[1])) return op.code == OpCode::Add ? *c : -*c;
+    if (op.code == OpCode::Add && thread_index(op.operands[1], false)) return constant(op.operands[0]);
+    return std::nullopt;
   };
+  // Each (threads, M, N) candidate's shift: all its views must name the same matrix of a thread
+  // (`acc.at(wg)` and `acc.at(wg - 1)` together would be two threads' matrices in one thread's
+  // registers).
+  std::map<ValueId, int64_t> shift_of;
   // A bf16 / f16 product of wgmma's shapes into the M x N matrix acc.
   const auto wgmma_product = [&](const ir::Op& op) {
     const ir::Type& a = k.type(op.operands[1]);
@@ -379,8 +388,11 @@ std::map<ValueId, AccumulatorRegisters> register_accumulators(const ir::Kernel& 
         // (threads, M, N): the thread's own matrix, acc.at(thread index).
         const std::vector<ir::IndexEntry>& e = op.attrs.get_indexer(ir::AttrKey::Index).entries;
         const Shape& shape = shape_of(op.operands[0]);
-        bool own = !e.empty() && !e[0].is_slice && e[0].dynamic >= 0 &&
-                   thread_index(op.operands.at(static_cast<size_t>(e[0].dynamic)), true);
+        const std::optional<int64_t> shift =
+            !e.empty() && !e[0].is_slice && e[0].dynamic >= 0
+                ? thread_index(op.operands.at(static_cast<size_t>(e[0].dynamic)), true)
+                : std::nullopt;
+        bool own = shift.has_value() && shift_of.emplace(op.operands[0], shift.value_or(0)).first->second == *shift;
         for (size_t d = 1; d < e.size() && own; ++d) own = whole_dim(e[d], shape[d]);
         if (own)
           matrix_of[op.results[0]] = op.operands[0];
@@ -865,6 +877,7 @@ void Emitter::emit_semaphore_op(const ir::Op& op) {
     throw NotSupportedError("semaphore_signal to another core or device on the GPU backend", op.loc);
   const std::string counter = "(" + sem.ptr + ")";
   if (op.code == OpCode::SemaphoreRead) {
+    before_mem_read();  // (the group's writes of the counters before, a scope's zeroing among them)
     std::string slot = scalar_slot_begin(op.results[0]);
     line("if (pl_tid() == 0) " + slot + "[0] = pl_sem_read(" + counter + ");");
     scalar_slot_end(op.results[0], slot);

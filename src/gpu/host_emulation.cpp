@@ -262,10 +262,13 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   const int groups = std::max(1, k.num_groups);
   const int per_cta = (std::max(1, threads) + groups - 1) / groups * groups;
   if (k.host_ctas * per_cta > kMaxHostEmulationThreads)
-    throw Error("host emulation runs all " + std::to_string(k.host_ctas) +
-                    " CTAs of a gpu::kernel with pl::get_global semaphores at once, here with " + std::to_string(per_cta) +
-                    " host threads each: more than " + std::to_string(kMaxHostEmulationThreads) +
-                    " threads (use a smaller grid, or fewer threads per CTA)",
+    throw Error("host emulation runs " +
+                    (k.co_resident() ? "all " + std::to_string(k.host_ctas) +
+                                           " CTAs of a gpu::kernel with pl::get_global semaphores at once"
+                                     : "the " + std::to_string(k.host_ctas) + " CTAs of a cluster at once") +
+                    ", here with " + std::to_string(per_cta) + " host threads each: more than " +
+                    std::to_string(kMaxHostEmulationThreads) + " threads (use a smaller " +
+                    (k.co_resident() ? "grid" : "cluster") + ", or fewer threads per CTA)",
                 call.kernel.loc);
   // (From a 128-byte boundary, as dynamic shared memory is: TMA copies check their addresses.)
   std::vector<uint64_t> arena_words(

@@ -519,7 +519,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
       int64_t bytes = 0;
       for (ir::ValueId a : body.args) {
         const ir::Type& t = kernel().type(a);
-        if (t.space == MemorySpace::GpuShared) bytes += t.size() * itemsize(t.dtype);
+        if (t.space == MemorySpace::GpuShared || t.dtype == DType::Semaphore) bytes += t.size() * itemsize(t.dtype);
       }
       const int64_t shared = wave_->shared_scope_smem_bytes[cta], own = wave_->own_scope_smem_bytes[index_];
       const int64_t per_thread = wave_->threads_per_cta;
@@ -549,13 +549,15 @@ class GpuThreadInterpreter : public eval::Interpreter {
             st.name = name + (a.size() > 1 ? "[" + std::to_string(k) + "]" : std::string()) + of_whom;
             wave_->barriers[base + 8 * k] = st;
           }
-        } else if (t.dtype == DType::Semaphore) {  // counters at 0, the CTA's (collective: trace checked)
+        } else if (t.dtype == DType::Semaphore && t.space == MemorySpace::Gmem) {  // the CTA's counters, at 0
           a = Array::zeros(t.shape, DType::I32);
           base = static_cast<std::byte*>(a.raw_data());
           std::vector<int64_t> at;
           for (int64_t k = 0; k < a.size(); ++k) {
             core::unravel_row_major(k, t.shape, at);
-            wave_->semaphores[base + 4 * k].name = name + (t.shape.empty() ? std::string() : shape_to_string(at)) + of_whom;
+            wave_->semaphores[base + 4 * k].name = "run_scoped[" + std::to_string(i) + "]" +
+                                                   (t.shape.empty() ? std::string() : shape_to_string(at)) + " at " +
+                                                   where + of_whom;  // "run_scoped[1][0] at f.cpp:9 of CTA (2,)"
           }
         } else {
           eval::fill_uninitialized(a);
@@ -620,7 +622,19 @@ class GpuThreadInterpreter : public eval::Interpreter {
       if (a.dtype() == DType::GpuBarrier) continue;
       const auto* base = static_cast<const std::byte*>(a.raw_data());
       if (wave_->semaphores.count(base)) {  // a gpu::Semaphore (i32 counters)
-        for (int64_t k = 0; k < a.size(); ++k) wave_->semaphores.erase(base + 4 * k);
+        // Mosaic GPU gives a scope's semaphores to the next scope as they are (it clears them once
+        // per call): a kernel must leave them at 0. (Compiled here they are zeroed at each entry,
+        // so the kernel would run — and differ on Mosaic GPU.)
+        for (int64_t k = 0; k < a.size(); ++k) {
+          const int32_t count = reinterpret_cast<const int32_t*>(base)[k];
+          if (count != 0)
+            throw Error("run_scoped: semaphore " + wave_->semaphores.at(base + 4 * k).name + " is " +
+                            std::to_string(count) + " when the scope ends; a scope's semaphores must be back at 0 "
+                            "by then (take every signal with a decrementing semaphore_wait: Mosaic GPU hands their "
+                            "memory to the next scope without clearing it)",
+                        op.loc);
+          wave_->semaphores.erase(base + 4 * k);
+        }
         continue;
       }
       // The memory is given back (compiled: refilled at the next entry, or another tile's) — a
@@ -1053,7 +1067,9 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
     for (size_t s = 0; s < gm.scratch_types.size(); ++s) {
       const ir::Type& t = gm.scratch_types[s];
       const ScratchUnionSlot& slot = gm.scratch_unions[s];
-      if (t.space != MemorySpace::GpuShared) continue;
+      // (The CTA's gpu::Semaphore counters are in its shared memory when compiled.)
+      const bool cta_semaphore = t.dtype == DType::Semaphore && !gm.scratch_grid_wide[s];
+      if (t.space != MemorySpace::GpuShared && !cta_semaphore) continue;
       if (slot.union_index >= 0) {
         if (unions_counted.insert(slot.union_index).second) wave.scratch_smem_bytes += slot.union_bytes;
         continue;

@@ -109,7 +109,8 @@ Union::operator ScratchShape() const {
 int64_t shared_memory_bytes(const std::vector<ScratchShape>& scratch) {
   int64_t bytes = 0;
   for (const ScratchShape& s : scratch) {
-    if (s.space != MemorySpace::GpuShared) continue;
+    // (gpu::Semaphore counters are the CTA's, in its shared memory when compiled.)
+    if (s.space != MemorySpace::GpuShared && s.dtype != DType::Semaphore) continue;
     if (s.union_members) {
       bytes = align_up(bytes, kUnionAlignment) + union_bytes(s);
       continue;
@@ -184,7 +185,7 @@ int64_t cluster_peers(const Mesh& mesh, const ScratchShape& s, size_t index, con
 std::string describe_scratch(const std::vector<ScratchShape>& scratch) {
   std::string s;
   for (size_t i = 0; i < scratch.size(); ++i) {
-    if (scratch[i].space != MemorySpace::GpuShared) continue;
+    if (scratch[i].space != MemorySpace::GpuShared && scratch[i].dtype != DType::Semaphore) continue;
     if (scratch[i].union_members) {
       s += (s.empty() ? "" : ", ") + std::string("scratch[") + std::to_string(i) + "] Union of " +
            std::to_string(scratch[i].union_members->size()) + " members = " +

@@ -450,6 +450,11 @@ std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
     const std::string which = "run_scoped: allocation " + std::to_string(i);
     if (s.union_members)
       throw NotSupportedError(which + " is a gpu::Union in run_scoped (declare it in scratch_shapes)", at);
+    if (in_gpu_kernel && (s.space == MemorySpace::Semaphore || (is_semaphore(s.dtype) && s.dtype != DType::GpuBarrier &&
+                                                                 !(s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem))))
+      throw NotSupportedError(which + " is a TPU semaphore in a gpu::kernel's run_scoped (a gpu::kernel's semaphores are "
+                                      "gpu::Semaphore{...})",
+                              at);
     if (s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem) {
       // The CTA's counters, as gpu::Semaphore scratch is (Mosaic GPU: thread-collective only).
       if (!in_gpu_kernel) throw Error(which + " is a gpu::Semaphore, which only a gpu::kernel's body can allocate", at);

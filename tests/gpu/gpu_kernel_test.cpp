@@ -2147,6 +2147,78 @@ TEST(GpuKernel, AccRegistersGoToAndFromValuesWithoutTheirMemory) {
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "acc.cu", arch)) << arch;
 }
 
+// After a store to part of an ACC in registers (which goes to its memory: the memory is then the
+// newer copy), `acc = acc * 2` must double what the memory holds, not the registers from before.
+// Two Pallas threads each read acc.at(t) and, after a meeting, thread 1 reads acc.at(t - 1),
+// thread 0's matrix: that buffer is viewed at two places of the thread index, so it stays in
+// memory (one thread's registers cannot hold another's matrix). Interpreter against host
+// emulation on wgmma (warpgroups) and against C++.
+TEST(GpuKernel, AccRegistersFollowTheirMemoryAndOneMatrixPerThread) {
+  pl::Array a = random_f32({64, 32}, 71).astype(pl::bf16), b = random_f32({32, 32}, 72).astype(pl::bf16);
+  std::vector<double> s(64 * 32, 0.0);
+  for (int64_t i = 0; i < 64; ++i)
+    for (int64_t j = 0; j < 32; ++j)
+      for (int64_t q = 0; q < 32; ++q) s[i * 32 + j] += a.get({i, q}) * b.get({q, j});
+  auto run_both = [&](const std::function<pl::PallasCall(const std::string&)>& make, int threads,
+                      const std::function<double(int64_t, int64_t)>& want, bool registers) {
+    auto check = [&](const pl::Array& out) {
+      for (int64_t i = 0; i < 64; ++i)
+        for (int64_t j = 0; j < 32; ++j)
+          EXPECT_NEAR(out.get({i, j}), want(i, j), 1e-3 * (1 + std::abs(want(i, j)))) << i << "," << j;
+    };
+    check(make("interpret")(a, b)[0]);
+    std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    EXPECT_EQ(k.accumulators_in_registers.empty(), !registers);
+    check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, threads, nullptr)[0]);
+  };
+  // (1) acc = a b; acc[0:32] = 1 (to memory); acc = acc * 2: rows 0..31 are 2, the rest 2 s.
+  run_both(
+      [](const std::string& how) {
+        return plgpu::kernel(
+            [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+              plgpu::copy_gmem_to_smem(a, a_s, bar);
+              plgpu::copy_gmem_to_smem(b, b_s, bar);
+              plgpu::barrier_wait(bar);
+              acc[pl::all] = pl::zeros({64, 32}, pl::f32);
+              plgpu::wgmma(acc, a_s, b_s);
+              plgpu::wgmma_wait(0);
+              acc[pl::ds(0, 32)] = pl::full({32, 32}, pl::f32, 1.0);
+              acc[pl::all] = acc[pl::all] * 2.0f;
+              out[pl::all] = acc[pl::all];
+            },
+            {pl::ShapeDtype({64, 32}, pl::f32)}, plgpu::Mesh{},
+            run_on(how, {plgpu::SMEM({64, 32}, pl::bf16), plgpu::SMEM({32, 32}, pl::bf16), plgpu::ACC({64, 32}),
+                         plgpu::Barrier{.num_arrivals = 2}}));
+      },
+      128, [&](int64_t i, int64_t j) { return i < 32 ? 2.0 : 2.0 * s[i * 32 + j]; }, true);
+  // (2) thread t's matrix is (t + 1) a b; thread 1 stores thread 0's: a b.
+  run_both(
+      [](const std::string& how) {
+        return plgpu::kernel(
+            [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar, pl::Ref meet) {
+              pl::Value t = plgpu::axis_index("t");
+              pl::when(t == 0, [&] {
+                plgpu::copy_gmem_to_smem(a, a_s, bar);
+                plgpu::copy_gmem_to_smem(b, b_s, bar);
+              });
+              plgpu::barrier_wait(bar);
+              pl::Ref mine = acc.at(t);
+              mine[pl::all] = pl::zeros({64, 32}, pl::f32);
+              plgpu::wgmma(mine, a_s, b_s);
+              plgpu::wgmma_wait(0);
+              mine[pl::all] = mine[pl::all] * (t + 1).astype(pl::f32);
+              plgpu::barrier_arrive(meet);
+              plgpu::barrier_wait(meet);
+              pl::when(t == 1, [&] { out[pl::all] = acc.at(t - 1)[pl::all]; });
+            },
+            {pl::ShapeDtype({64, 32}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "t"},
+            run_on(how, {plgpu::SMEM({64, 32}, pl::bf16), plgpu::SMEM({32, 32}, pl::bf16), plgpu::ACC({2, 64, 32}),
+                         plgpu::Barrier{.num_arrivals = 2}, plgpu::Barrier{.num_arrivals = 2}}));
+      },
+      256, [&](int64_t i, int64_t j) { return s[i * 32 + j]; }, false);
+}
+
 // A wgmma into registers runs until wgmma_wait: here the program refills b's tile (a second copy)
 // while the wgmma reading it may still run — a race, which the interpreter reports. Host
 // emulation retires the wgmma at the wgmma_wait, after the copy landed, so its product is a c: the

@@ -152,39 +152,76 @@ TEST_P(GpuSemaphore, ScratchSemaphoresOrderTheCtasOwnThreads) {
 }
 
 // A run_scoped's semaphores (Mosaic GPU's run_scoped with a SemaphoreType.REGULAR, collective over
-// the thread axis): the CTA's, 0 at each entry. Each of two threads signals the scope's semaphore
-// once and waits for 2 without taking them (a meeting of the CTA's threads), in two scopes one
-// after the other: the second sees 2 again, not 4. Beside the scopes a semaphore of the grid
-// (get_global) counts every thread's signal: 2 x kCtas.
-TEST_P(GpuSemaphore, RunScopedSemaphoresAreTheCtasFromZeroAtEachEntry) {
-  constexpr int kThreads = 2;
+// the thread axis): the CTA's, 0 at each entry, and due back at 0 when the scope ends. In each of
+// two scopes one after the other, thread 0 writes (round + 1) x its CTA's chunk of x into the
+// scope's buffer and signals; thread 1 takes the signal (a decrementing wait: the count is 0
+// again) and copies the buffer out. Beside the scopes a semaphore of the grid (get_global) counts
+// every thread's signal: 2 x kCtas. A scope whose semaphore is left at 2 is an error naming it.
+TEST_P(GpuSemaphore, RunScopedSemaphoresHandOverInsideTheScope) {
+  constexpr int kThreads = 2, kN = 32;
   pl::PallasCall call = plgpu::kernel(
-      [](pl::Ref out) {
+      [](pl::Ref x, pl::Ref out, pl::Ref count) {
         pl::Ref all = pl::get_global(plgpu::Semaphore{});
-        pl::Value me = plgpu::axis_index("c") * kThreads + plgpu::axis_index("t");
+        pl::Value c = plgpu::axis_index("c"), t = plgpu::axis_index("t");
         for (int round = 0; round < 2; ++round)
           pl::run_scoped(
-              {plgpu::Semaphore{}},
+              {plgpu::SMEM({kN}, pl::f32), plgpu::Semaphore{}},
               [&](std::vector<pl::Ref> s) {
-                plgpu::semaphore_signal(s[0]);
-                plgpu::semaphore_wait(s[0], kThreads, /*decrement=*/false);
-                out[me * 3 + round] = plgpu::semaphore_read(s[0]);
+                pl::when(t == 0, [&] {
+                  s[0][pl::all] = x[pl::ds(c * kN, kN)] * static_cast<float>(round + 1);
+                  plgpu::semaphore_signal(s[1]);
+                });
+                pl::when(t == 1, [&] {
+                  plgpu::semaphore_wait(s[1]);
+                  out.at(round)[pl::ds(c * kN, kN)] = s[0][pl::all];
+                });
                 return std::vector<pl::Value>{};
               },
               {.collective_axes = {"t"}});
         plgpu::semaphore_signal(all);
         plgpu::semaphore_wait(all, kCtas * kThreads, /*decrement=*/false);
-        out[me * 3 + 2] = plgpu::semaphore_read(all);
+        count[c * kThreads + t] = plgpu::semaphore_read(all);
       },
-      {pl::ShapeDtype({kCtas * kThreads * 3}, pl::i32)},
+      {pl::ShapeDtype({2, kCtas * kN}, pl::f32), pl::ShapeDtype({kCtas * kThreads}, pl::i32)},
       plgpu::Mesh{.grid = {kCtas}, .grid_names = {"c"}, .num_threads = kThreads, .thread_name = "t"},
       run_on(GetParam(), {}));
-  pl::Array out = call()[0];
-  for (int me = 0; me < kCtas * kThreads; ++me) {
-    EXPECT_EQ(out.data<int32_t>()[me * 3], kThreads) << me;
-    EXPECT_EQ(out.data<int32_t>()[me * 3 + 1], kThreads) << me;
-    EXPECT_EQ(out.data<int32_t>()[me * 3 + 2], kCtas * kThreads) << me;
-  }
+  const pl::Array x = random_f32({kCtas * kN}, 17);
+  std::vector<pl::Array> r = call(x);
+  for (int round = 0; round < 2; ++round)
+    for (int e = 0; e < kCtas * kN; ++e)
+      EXPECT_EQ(r[0].data<float>()[round * kCtas * kN + e], x.data<float>()[e] * static_cast<float>(round + 1)) << e;
+  for (int k = 0; k < kCtas * kThreads; ++k) EXPECT_EQ(r[1].data<int32_t>()[k], kCtas * kThreads) << k;
+}
+
+TEST(GpuSemaphoreErrors, AScopesSemaphoreLeftAboveZeroIsAnError) {
+  const int line = __LINE__ + 4;
+  std::string e = error_of([] {
+    plgpu::kernel(
+        [](pl::Ref out) {
+          pl::run_scoped(
+              {plgpu::Semaphore{.shape = {2}}},
+              [&](std::vector<pl::Ref> s) {
+                plgpu::semaphore_signal(s[0].at(1));
+                out[plgpu::axis_index("t")] = plgpu::semaphore_read(s[0].at(0));
+                return std::vector<pl::Value>{};
+              },
+              {.collective_axes = {"t"}});
+        },
+        {pl::ShapeDtype({2}, pl::i32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "t"}, run_on("interpret", {}))();
+  });
+  EXPECT_CONTAINS(e, "run_scoped: semaphore run_scoped[0][1] at semaphore_test.cpp:" + std::to_string(line) +
+                         " of the CTA is 2 when the scope ends; a scope's semaphores must be back at 0");
+  // A TPU semaphore is not a gpu::kernel's, in a scope as in scratch_shapes.
+  e = error_of([] {
+    plgpu::kernel(
+        [](pl::Ref out) {
+          pl::run_scoped({pl::tpu::semaphores(pl::tpu::SemaphoreType::REGULAR)},
+                         [&](std::vector<pl::Ref>) { return std::vector<pl::Value>{}; });
+          out[0] = 1;
+        },
+        {pl::ShapeDtype({1}, pl::i32)}, plgpu::Mesh{}, run_on("interpret", {}))();
+  });
+  EXPECT_CONTAINS(e, "not supported yet: run_scoped: allocation 0 is a TPU semaphore in a gpu::kernel's run_scoped");
 }
 
 // Every Pallas thread (2 per CTA) writes its slot of `mid`, signals, and waits without
