@@ -532,6 +532,14 @@ template <class T> T rmw(const std::string& kind, T cur, T v) {
 
 }  // namespace
 
+void atomic_combine(const std::string& kind, Array& cur, const Array& value) {
+  visit_dtype(cur.dtype(), [&]<class T>() {
+    T* c = cur.data<T>();
+    const T* v = value.data<T>();
+    for (int64_t i = 0; i < cur.size(); ++i) c[i] = rmw<T>(kind, c[i], v[i]);
+  });
+}
+
 void Interpreter::out_of_bounds(const ir::Op& op, const RefValue&, std::span<const int64_t>,
                                 const Error& e) {
   throw Error(std::string(op.info().name) + ": " + e.what() + at_grid_point(grid_->program_ids), op.loc);
@@ -597,8 +605,7 @@ void Interpreter::eval_ref_op(const ir::Op& op) {
       visit_dtype(v.dtype, [&]<class T>() {
         T* cur = updated.data<T>();
         if (op.code == OpCode::AtomicRmw) {
-          const T* val = array(op.operands[next]).data<T>();
-          for (int64_t i = 0; i < updated.size(); ++i) cur[i] = rmw<T>(kind, cur[i], val[i]);
+          atomic_combine(kind, updated, array(op.operands[next]));
         } else {
           const T* expected = array(op.operands[next]).data<T>();
           const T* desired = array(op.operands[next + 1]).data<T>();

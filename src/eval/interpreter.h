@@ -128,6 +128,9 @@ RefValue transformed(const RefValue& r, const ir::Op& op);
 // wider dtype's elements would not be whole runs of the view (its last dim strided, or another
 // dim stepping by part of one).
 std::optional<RefValue> bitcast_view(const RefValue& r, DType to);
+// `cur` op= `value` elementwise by atomic_rmw's rule for `kind` (add, min, max, and, or, xor,
+// xchg): in place. (A reduction of a copy to GMEM too.)
+void atomic_combine(const std::string& kind, Array& cur, const Array& value);
 // The message of a bitcast view bitcast_view refuses: shared by the interpreters and the GPU
 // kernels' run-time check of where the view starts.
 std::string bitcast_not_whole(const Shape& shape, DType to);

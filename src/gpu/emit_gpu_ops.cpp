@@ -539,6 +539,28 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // places; bulk rows cannot permute their chunks.
       const RefInfo& gmem = to_gmem ? dst : src;
       const RefInfo& smem = to_gmem ? src : dst;
+      if (to_gmem && op.attrs.has(ir::AttrKey::Kind)) {
+        // A reduction (reduction_op): each element an atomic update of the destination by the
+        // group's threads — done when issued, one valid timing of the asynchronous copy — and an
+        // empty bulk group, so that wait_smem_to_gmem(n) still counts copies. (cp.reduce.async.bulk
+        // would do it in one instruction where the rows allow: not yet.)
+        const std::string kind = op.attrs.get_string(ir::AttrKey::Kind), T = ctype(dst.dtype);
+        const std::string fn = atomic_new_value(dst.dtype, kind);
+        if (fn.empty())
+          throw NotSupportedError("copy_smem_to_gmem with reduction_op '" + kind + "' on " +
+                                      std::string(dtype_name(dst.dtype)),
+                                  op.loc);
+        before_mem_read();
+        before_mem_write();
+        open_thread_loop(num_elements(src.shape));
+        line("pl_atomic_update(&" + dst.elem("e") + ", [&](" + T + " c) -> " + T + " { " + T + " x = " + src.elem("e") +
+             "; return " + fn + "; });");
+        close_loop();
+        after_mem_read();
+        after_mem_write();
+        line("if (pl_tid() == 0) pl_bulk_store_commit();");
+        return;
+      }
       const std::string& swizzled = smem.swizzled;
       const std::optional<BulkRows> bulk = swizzled.empty() ? bulk_rows(src, dst) : std::nullopt;
       // A swizzled tile is read in place by wgmma (the async proxy), which does not fence for

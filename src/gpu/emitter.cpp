@@ -1106,23 +1106,9 @@ void Emitter::emit_ref_op_in_memory(const ir::Op& op) {
     case OpCode::AtomicRmw:
     case OpCode::AtomicCas: {
       before_mem_write();
-      const std::string C = ccompute(v.dtype);
-      std::string fn;
       const std::string kind = op.code == OpCode::AtomicRmw ? op.attrs.get_string(ir::AttrKey::Kind) : "cas";
-      // The new value from the current one `c` and the operand `x` (the interpreters' rules).
-      std::string wc = widen(v.dtype, "c"), wx = widen(v.dtype, "x");
-      bool is_f = is_float(v.dtype), is_b = v.dtype == DType::Bool;
-      if (kind == "xchg") fn = "x";
-      else if (kind == "cas") fn = "(pl_same_bytes(&c, &x, (int)sizeof c) ? y : c)";
-      else if (is_b && (kind == "add" || kind == "or" || kind == "max")) fn = "(c || x)";
-      else if (is_b && (kind == "and" || kind == "min")) fn = "(c && x)";
-      else if (is_b && kind == "xor") fn = "(c != x)";
-      else if (kind == "add") fn = is_f ? narrow(v.dtype, wc + " + " + wx) : "pl_iadd<" + T + ">(c, x)";
-      else if (kind == "max") fn = is_f ? "((pl_isnan(" + wc + ") || " + wc + " >= " + wx + ") ? c : x)" : "(c >= x ? c : x)";
-      else if (kind == "min") fn = is_f ? "((pl_isnan(" + wc + ") || " + wc + " <= " + wx + ") ? c : x)" : "(c <= x ? c : x)";
-      else if (!is_f && (kind == "and" || kind == "or" || kind == "xor"))
-        fn = "(" + T + ")(c " + std::string(kind == "and" ? "&" : kind == "or" ? "|" : "^") + " x)";
-      else
+      const std::string fn = atomic_new_value(v.dtype, kind);
+      if (fn.empty())
         throw NotSupportedError("atomic_rmw kind '" + kind + "' on " + std::string(dtype_name(v.dtype)), op.loc);
       auto emit_one = [&](const std::string& target, const std::string& x, const std::string& y) {
         std::string lambda = "[&](" + T + " c) -> " + T + " { " + T + " x = " + x + ";" +
@@ -1496,6 +1482,22 @@ void Emitter::fill_uninitialized(const std::string& ptr, DType t, int64_t n) {
   close_loop();
   after_tile_write();
   mem_written_ = true;
+}
+
+std::string atomic_new_value(DType t, const std::string& kind) {
+  const std::string T = ctype(t), wc = widen(t, "c"), wx = widen(t, "x");
+  const bool is_f = is_float(t), is_b = t == DType::Bool;
+  if (kind == "xchg") return "x";
+  if (kind == "cas") return "(pl_same_bytes(&c, &x, (int)sizeof c) ? y : c)";
+  if (is_b && (kind == "add" || kind == "or" || kind == "max")) return "(c || x)";
+  if (is_b && (kind == "and" || kind == "min")) return "(c && x)";
+  if (is_b && kind == "xor") return "(c != x)";
+  if (kind == "add") return is_f ? narrow(t, wc + " + " + wx) : "pl_iadd<" + T + ">(c, x)";
+  if (kind == "max") return is_f ? "((pl_isnan(" + wc + ") || " + wc + " >= " + wx + ") ? c : x)" : "(c >= x ? c : x)";
+  if (kind == "min") return is_f ? "((pl_isnan(" + wc + ") || " + wc + " <= " + wx + ") ? c : x)" : "(c <= x ? c : x)";
+  if (!is_f && (kind == "and" || kind == "or" || kind == "xor"))
+    return "(" + T + ")(c " + std::string(kind == "and" ? "&" : kind == "or" ? "|" : "^") + " x)";
+  return "";
 }
 
 std::string uninitialized_literal(DType t) {

@@ -26,6 +26,9 @@ std::string literal(const Scalar& s, DType t);
 // `e` (an expression of storage type t) as its compute type, and back.
 std::string widen(DType t, const std::string& e);
 std::string narrow(DType t, const std::string& compute_expr);
+// atomic_rmw's new value of an element of dtype t from its current value `c` and the operand `x`
+// (the interpreters' rules) for `kind` ("cas": `y` when c's bytes are x's); "" where there is none.
+std::string atomic_new_value(DType t, const std::string& kind);
 // Row-major multi-index expressions of flat index `flat` over `shape`.
 std::vector<std::string> index_exprs(const Shape& shape, const std::string& flat);
 // sum(idx[d] * strides[d]), skipping zero terms.

@@ -415,11 +415,20 @@ class GpuThreadInterpreter : public eval::Interpreter {
       case OpCode::GpuCopySmemToGmem: {
         // Its reads of SMEM and its writes to GMEM complete separately (wait_smem_to_gmem's
         // read_only waits for the reads only).
+        // A reduction (reduction_op) updates each element atomically: it races with plain accesses
+        // of the destination only.
+        const bool reduce = op.attrs.has(AttrKey::Kind);
         const Actor reads = new_actor(clock_, "the copy to GMEM (its reads)");
-        const Actor writes = new_actor(clock_, "the copy to GMEM (its writes)");
+        const Actor writes = new_actor(clock_, reduce ? "the reducing copy to GMEM (its updates)" : "the copy to GMEM (its writes)");
         record(op, ref(op.operands[0]), false, reads);
-        record(op, ref(op.operands[1]), true, writes);
-        eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
+        record(op, ref(op.operands[1]), true, writes.id, writes.name, writes.clock, reduce);
+        if (reduce) {
+          Array cur = eval::read(ref(op.operands[1]));
+          eval::atomic_combine(op.attrs.get_string(AttrKey::Kind), cur, eval::read(ref(op.operands[0])));
+          eval::write(ref(op.operands[1]), cur);
+        } else {
+          eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
+        }
         copies_read_.push_back(reads.clock);
         copies_written_.push_back(writes.clock);
         return true;

@@ -144,6 +144,15 @@ std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
         c.fail("the source " + src.to_string() + " and the destination " + dst.to_string() +
                " need the same shape and dtype");
       if (to_smem) expect_gpu_barrier(c, 2);
+      if (!to_smem && c.attrs.has(AttrKey::Kind)) {  // a reduction into the destination
+        const std::string& kind = c.string_attr(AttrKey::Kind);
+        static const std::set<std::string> kinds = {"add", "max", "min", "and", "or", "xor"};
+        if (!kinds.count(kind))
+          c.fail("unknown reduction_op '" + kind + "' (add, min, max, and, or, xor)");
+        if ((kind == "and" || kind == "or" || kind == "xor") && !is_integer(dst.dtype))
+          c.fail("reduction_op '" + kind + "' needs an integer destination, got " + dst.to_string());
+        if (dst.dtype == DType::Bool) c.fail("a reduction into a bool destination");
+      }
       return {};
     }
     case OpCode::GpuWaitSmemToGmem:

@@ -410,6 +410,12 @@ void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {
   trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, {}, loc);
 }
 
+void copy_smem_to_gmem(const Ref& src, const Ref& dst, const std::string& reduction_op, Loc loc) {
+  Attrs a;
+  a.set(AttrKey::Kind, reduction_op);
+  trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, std::move(a), loc);
+}
+
 void wait_smem_to_gmem(int n, bool wait_read_only, Loc loc) {
   Attrs a;
   a.set(AttrKey::N, int64_t{n});

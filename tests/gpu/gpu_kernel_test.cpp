@@ -817,6 +817,89 @@ TEST_P(GpuKernelBoth, AtomicAddsFromEveryThreadSum) {
   EXPECT_EQ(out.data<int32_t>()[0], want);
 }
 
+// copy_smem_to_gmem with reduction_op (Mosaic GPU's): every Pallas thread of every CTA reduces its
+// SMEM row into one GMEM block, aliased to an input holding the start values — a split-K sum
+// ("add", f32, against a C++ sum in double), an i32 "max" and an i32 "xor" (exact). The updates of
+// different copies never race with each other.
+TEST_P(GpuKernelBoth, ReducingCopiesToGmemCombineEveryCtasBlock) {
+  constexpr int kCtas = 4, kThreads = 2, kN = 64;
+  auto make = [&](const std::string& op, pl::DType t) {
+    pl::CallOptions o = run_on(GetParam(), {plgpu::SMEM({kThreads, kN}, t)});
+    o.input_output_aliases = {{1, 0}};
+    return plgpu::kernel(
+        [=](pl::Ref x, pl::Ref, pl::Ref out, pl::Ref s) {
+          pl::Value g = plgpu::axis_index("g"), w = plgpu::axis_index("wg");
+          pl::Ref mine = s.at(w);
+          mine[pl::all] = t == pl::f32 ? x.at(g * kThreads + w)[pl::all] * 2.0f : x.at(g * kThreads + w)[pl::all];
+          plgpu::commit_smem();
+          plgpu::copy_smem_to_gmem(mine, out, op);
+          plgpu::wait_smem_to_gmem(0);
+        },
+        {pl::ShapeDtype({kN}, t)},
+        plgpu::Mesh{.grid = {kCtas}, .grid_names = {"g"}, .num_threads = kThreads, .thread_name = "wg"}, o);
+  };
+  const pl::Array x = random_f32({kCtas * kThreads, kN}, 81), start = random_f32({kN}, 82);
+  const pl::Array sum = make("add", pl::f32)(x, start.clone()).at(0);
+  for (int j = 0; j < kN; ++j) {
+    double want = start.data<float>()[j];
+    for (int r = 0; r < kCtas * kThreads; ++r) want += 2.0 * x.data<float>()[r * kN + j];
+    EXPECT_NEAR(sum.data<float>()[j], want, 1e-4 * (1 + std::abs(want))) << j;
+  }
+  pl::Array xi({kCtas * kThreads, kN}, pl::i32), si({kN}, pl::i32);
+  for (int64_t e = 0; e < xi.size(); ++e) xi.data<int32_t>()[e] = static_cast<int32_t>((e * 7919) % 1000) - 500;
+  for (int64_t e = 0; e < si.size(); ++e) si.data<int32_t>()[e] = static_cast<int32_t>(e * 13) - 400;
+  const pl::Array mx = make("max", pl::i32)(xi, si.clone()).at(0);
+  const pl::Array xr = make("xor", pl::i32)(xi, si.clone()).at(0);
+  for (int j = 0; j < kN; ++j) {
+    int32_t want_max = si.data<int32_t>()[j], want_xor = si.data<int32_t>()[j];
+    for (int r = 0; r < kCtas * kThreads; ++r) {
+      want_max = std::max(want_max, xi.data<int32_t>()[r * kN + j]);
+      want_xor ^= xi.data<int32_t>()[r * kN + j];
+    }
+    EXPECT_EQ(mx.data<int32_t>()[j], want_max) << j;
+    EXPECT_EQ(xr.data<int32_t>()[j], want_xor) << j;
+  }
+  if (GetParam() != "gpu_emulate" || !plgpu::Nvrtc::unavailable_reason().empty()) return;
+  for (auto [op, t] : {std::pair{"add", pl::f32}, std::pair{"max", pl::i32}}) {
+    std::shared_ptr<const pl::TracedCall> tc = make(op, t).trace({pl::ShapeDtype({kCtas * kThreads, kN}, t), pl::ShapeDtype({kN}, t)});
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    EXPECT_CONTAINS(k.source, "pl_atomic_update(&");
+    for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_TRUE(plgpu::Nvrtc::get().compile(k.source, "reduce.cu", arch).is_cubin) << op << arch;
+  }
+}
+
+// A plain store to a block that a reducing copy updates, unordered with it, races; a reduction
+// that needs integers, and an unknown one, are errors naming the line.
+TEST(GpuKernelErrors, ReducingCopiesRaceWithPlainAccessesAndCheckTheirOp) {
+  pl::CallOptions o = interpreted({plgpu::SMEM({16}, pl::f32)});
+  o.input_output_aliases = {{0, 0}};
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref, pl::Ref out, pl::Ref s) {
+        pl::Value w = plgpu::axis_index("wg");
+        pl::when(w == 0, [&] {
+          s[pl::all] = pl::full({16}, pl::f32, 1.0);
+          plgpu::commit_smem();
+          plgpu::copy_smem_to_gmem(s, out, "add");
+          plgpu::wait_smem_to_gmem(0);
+        });
+        pl::when(w == 1, [&] { out[pl::all] = pl::full({16}, pl::f32, 5.0); });
+      },
+      {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"}, o);
+  std::string e = error_of([&] { call(pl::Array::zeros({16}, pl::f32)); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "the reducing copy to GMEM (its updates)");
+  for (const char* op : {"xor", "mul"}) {
+    const int line = __LINE__ + 2;
+    e = error_of([&] {
+      plgpu::kernel([op](pl::Ref out, pl::Ref s) { plgpu::copy_smem_to_gmem(s, out, op); }, {pl::ShapeDtype({16}, pl::f32)},
+                    plgpu::Mesh{}, interpreted({plgpu::SMEM({16}, pl::f32)}))();
+    });
+    EXPECT_CONTAINS(e, std::string(op) == "xor" ? "reduction_op 'xor' needs an integer destination"
+                                                : "unknown reduction_op 'mul' (add, min, max, and, or, xor)");
+    EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(line));
+  }
+}
+
 // ---- Races: asynchronous copies and wgmma may not be relied on before their waits --------------
 
 TEST(GpuKernelErrors, ReadingACopysDestinationBeforeItsBarrierIsARace) {
