@@ -181,12 +181,21 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::
 // Copies `src` (SMEM) to `dst` (GMEM) asynchronously. Call commit_smem() after writing `src`
 // with ordinary stores and before the copy; wait_smem_to_gmem before reusing `src` or ending.
 void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc = Loc::current());
-// Mosaic GPU's copy_smem_to_gmem with reduction_op: dst op= src element by element — "add",
-// "min", "max" (NaN wins, as atomic_rmw), or "and" / "or" / "xor" on integers — each element's
-// update atomic, so copies of several CTAs may reduce into one GMEM block (a split-K matmul's
-// partial sums) without ordering them; a plain access of the block unordered with one races.
-// Waited for as other copies to GMEM (wait_smem_to_gmem).
-void copy_smem_to_gmem(const Ref& src, const Ref& dst, const std::string& reduction_op, Loc loc = Loc::current());
+struct CopyToGmemOptions {
+  // Mosaic GPU's reduction_op: dst op= src element by element — "add", "min", "max" (NaN wins, as
+  // atomic_rmw), or "and" / "or" / "xor" on integers — each element's update atomic, so copies of
+  // several CTAs may reduce into one GMEM block (a split-K matmul's partial sums) without
+  // ordering them; a plain access of the block unordered with one races. "": a plain copy.
+  std::string reduction_op;
+  // Mosaic GPU's commit_group: true, this copy and the uncommitted ones before it become one
+  // group, which wait_smem_to_gmem counts; false, it stays uncommitted (no wait covers it) until a
+  // copy with commit_group or commit_smem_to_gmem_group().
+  bool commit_group = true;
+};
+void copy_smem_to_gmem(const Ref& src, const Ref& dst, const CopyToGmemOptions& options, Loc loc = Loc::current());
+// Makes this Pallas thread's uncommitted copies to GMEM one group (Mosaic GPU's
+// commit_smem_to_gmem_group).
+void commit_smem_to_gmem_group(Loc loc = Loc::current());
 // Waits until at most `n` of this thread's copy_smem_to_gmem copies are still in flight
 // (`wait_read_only`: only until they have read their source).
 void wait_smem_to_gmem(int n, bool wait_read_only = false, Loc loc = Loc::current());

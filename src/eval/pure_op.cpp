@@ -96,7 +96,7 @@ Array pure_op1(const ir::Op& op, std::span<const Array* const> p) {
     case OpCode::AxisIndex: case OpCode::ScLoadGather: case OpCode::ScStoreScatter:
     case OpCode::ScAddupdateScatter: case OpCode::ScLoadExpanded: case OpCode::ScStoreCompressed:
     case OpCode::ScAddupdate: case OpCode::ScAddupdateCompressed: case OpCode::ScFetchAndAdd:
-    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmemToGmemGroup:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
     case OpCode::GpuClusterRef: case OpCode::GpuAsyncPrefetch: case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:

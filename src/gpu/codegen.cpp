@@ -1289,7 +1289,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   // (Bulk copies to global memory still reading the scratch are waited for first.)
   // (After a failed point, copies may still be landing on the barriers: pl_mbar_settle.)
   src << "PL_DEV void pl_end_scratch([[maybe_unused]] const PlParams& p) {\n"
-      << (out.bulk_stores > 0 ? "  if (pl_tid() == 0) pl_bulk_store_wait<0, false>();\n" : "") << "  "
+      << (out.bulk_stores > 0 ? "  if (pl_tid() == 0) { pl_bulk_store_commit(); pl_bulk_store_wait<0, false>(); }\n" : "") << "  "
       << (out.cluster_ctas > 1 ? "pl_cluster_sync" : "pl_cta_sync") << "();\n";
   if (out.num_barriers > 0)
     src << "  if (pl_cta_tid() == 0) {\n    pl_mbar_settle(pl_mbar, " << out.num_barriers << ", p.err);\n"

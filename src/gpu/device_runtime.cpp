@@ -1222,7 +1222,9 @@ PL_DEV void pl_bulk_copy_rows(void* dst, pl_i64 dst_row_stride, const void* src,
 // commits them as one bulk group; pl_bulk_store_wait<N, READ_ONLY> (wait_smem_to_gmem) returns
 // once at most N of the thread's newest groups are pending — with READ_ONLY, pending their reads
 // of shared memory only. Every copy_smem_to_gmem commits one group (an empty one when the group
-// copied the elements itself), so N counts copies. Host emulation takes both ends of a copy's
+// copied the elements itself) unless made with commit_group = false, which leaves it to the next
+// commit (pl_bulk_store_commit: commit_smem_to_gmem_group), so N counts groups as the interpreter
+// does. A CTA's point ends by committing and waiting for them all. Host emulation takes both ends of a copy's
 // window, as for cp.async: at the issue the destination rows become all ones (NaN for floats),
 // and the rows are copied when a wait retires the group, reading the source then.
 PL_DEV void pl_bulk_store_commit() {
@@ -1233,7 +1235,7 @@ PL_DEV void pl_bulk_store_commit() {
 #endif
 }
 PL_DEV void pl_bulk_store_rows(void* dst, pl_i64 dst_row_stride, const void* src, pl_i64 src_row_stride, pl_i64 rows,
-                               pl_u32 row_bytes) {
+                               pl_u32 row_bytes, bool commit) {
 #if PL_HOST_EMULATION
   for (pl_i64 r = 0; r < rows; ++r) memset((pl_u8*)dst + r * dst_row_stride, 0xFF, row_bytes);
   pl_host_bulk_stores[(size_t)pl_host_tid()].push({(pl_u8*)dst, (const pl_u8*)src, dst_row_stride, src_row_stride, rows, row_bytes});
@@ -1243,7 +1245,7 @@ PL_DEV void pl_bulk_store_rows(void* dst, pl_i64 dst_row_stride, const void* src
                  "r"(pl_smem_u32((const pl_u8*)src + r * src_row_stride)), "r"(row_bytes)
                  : "memory");
 #endif
-  pl_bulk_store_commit();
+  if (commit) pl_bulk_store_commit();
 }
 template <int N, bool READ_ONLY> PL_DEV void pl_bulk_store_wait() {
 #if PL_HOST_EMULATION

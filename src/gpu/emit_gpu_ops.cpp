@@ -539,6 +539,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // places; bulk rows cannot permute their chunks.
       const RefInfo& gmem = to_gmem ? dst : src;
       const RefInfo& smem = to_gmem ? src : dst;
+      // (commit_group = false: the copy joins the thread's uncommitted bulk copies, no group yet.)
+      const bool commit = op.attrs.get_int_or(ir::AttrKey::CommitGroup, 1) != 0;
       if (to_gmem && op.attrs.has(ir::AttrKey::Kind)) {
         // A reduction (reduction_op): each element an atomic update of the destination by the
         // group's threads — done when issued, one valid timing of the asynchronous copy — and an
@@ -558,7 +560,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         close_loop();
         after_mem_read();
         after_mem_write();
-        line("if (pl_tid() == 0) pl_bulk_store_commit();");
+        if (commit) line("if (pl_tid() == 0) pl_bulk_store_commit();");
         return;
       }
       const std::string& swizzled = smem.swizzled;
@@ -575,7 +577,8 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // transactions when bulk). To GMEM, it is one group of thread 0's bulk groups, which
       // wait_smem_to_gmem awaits; a copy the group makes itself commits an empty one, so
       // wait_smem_to_gmem(n) counts copies.
-      const std::string done = to_gmem ? "pl_bulk_store_commit()" : "pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ")";
+      const std::string done = to_gmem ? (commit ? "pl_bulk_store_commit()" : "(void)0")
+                                       : "pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ")";
       // On sm_90 a box of an operand goes by TMA when its map was encoded and the shared memory is
       // 128-byte aligned (checked when running), as one box; else as bulk rows or elements.
       // A tile of several panels (rows wider than 128 bytes) takes a box per panel, a matrix at a
@@ -665,7 +668,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
             each_box([&](const std::string& at, const std::string& c) {
               return "pl_tma_store<" + R + ">(" + map_ptr + ", " + c + ", " + at + ");";
             });
-            line("    pl_bulk_store_commit();");
+            if (commit) line("    pl_bulk_store_commit();");
           } else {
             const std::string b = ref_operand(*this, op, 2).ptr;
             int64_t bytes = tma->elem_bytes * panels * (multicast ? peers.count : 1);  // (every peer's share)
@@ -698,7 +701,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
                                  std::to_string(bulk->src_stride) + ", " + std::to_string(bulk->rows) + ", " +
                                  std::to_string(bulk->row_bytes) + "u";
         line("if (pl_bulk_ok(" + src.ptr + ", " + dst.ptr + ")) {");
-        line(to_gmem ? "  if (pl_tid() == 0) pl_bulk_store_rows(" + dst.ptr + ", " + rows + ");"
+        line(to_gmem ? "  if (pl_tid() == 0) pl_bulk_store_rows(" + dst.ptr + ", " + rows + ", " + (commit ? "true" : "false") + ");"
                      : "  if (pl_tid() == 0) pl_bulk_copy_rows(" + dst.ptr + ", " + rows + ", " +
                            ref_operand(*this, op, 2).ptr + ");");
         line("} else {");
@@ -799,6 +802,12 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       }
       return;
     }
+    case OpCode::GpuCommitSmemToGmemGroup:
+      // Thread 0 issued the group's bulk copies: it commits them (an empty group when there are
+      // none: wait_smem_to_gmem counts it, as the interpreter does). The group's element copies
+      // and its earlier writes are ordered before a later copy's reads by that copy's own sync.
+      line("if (pl_tid() == 0) pl_bulk_store_commit();");
+      return;
     case OpCode::GpuWaitSmemToGmem: {
       // Thread 0 issued the group's bulk copies; it waits, then the group syncs.
       const std::string n = std::to_string(op.attrs.get_int(ir::AttrKey::N));

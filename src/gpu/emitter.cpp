@@ -726,7 +726,7 @@ void Emitter::emit_op(const ir::Op& op) {
                                   " on the GPU backend (a TPU operation: run the kernel with "
                                   ".interpret = pltpu::InterpretParams{})",
                               op.loc);
-    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
+    case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmemToGmemGroup:
     case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters: case OpCode::GpuAsyncPrefetch:
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd: case OpCode::SemaphoreSignal:

@@ -376,6 +376,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
     last_wgmma_.clear();
     copies_read_.clear();
     copies_written_.clear();
+    uncommitted_read_.clear();
+    uncommitted_written_.clear();
     wgmmas_.clear();
   }
 
@@ -429,10 +431,15 @@ class GpuThreadInterpreter : public eval::Interpreter {
         } else {
           eval::write(ref(op.operands[1]), eval::read(ref(op.operands[0])));
         }
-        copies_read_.push_back(reads.clock);
-        copies_written_.push_back(writes.clock);
+        // One group with the uncommitted copies before it (commit_group), else uncommitted.
+        tpu_interpret::merge_into(uncommitted_read_, reads.clock);
+        tpu_interpret::merge_into(uncommitted_written_, writes.clock);
+        if (op.attrs.get_int_or(AttrKey::CommitGroup, 1) != 0) commit_copies_to_gmem();
         return true;
       }
+      case OpCode::GpuCommitSmemToGmemGroup:
+        commit_copies_to_gmem();  // (with none uncommitted, an empty group: it counts, as on the GPU)
+        return true;
       case OpCode::GpuWaitSmemToGmem: {
         const size_t n = static_cast<size_t>(op.attrs.get_int(AttrKey::N));
         acquire_all_but(copies_read_, n);
@@ -959,6 +966,12 @@ class GpuThreadInterpreter : public eval::Interpreter {
   VectorClock clock_;
   VectorClock last_wgmma_;
   std::deque<VectorClock> copies_read_, copies_written_, wgmmas_;  // in flight, oldest first
+  // The copies to GMEM made with commit_group = false since the last group: no wait covers them.
+  VectorClock uncommitted_read_, uncommitted_written_;
+  void commit_copies_to_gmem() {
+    copies_read_.push_back(std::exchange(uncommitted_read_, {}));
+    copies_written_.push_back(std::exchange(uncommitted_written_, {}));
+  }
 };
 
 // The most Pallas threads the interpreter runs at once (a wave; each is an OS thread).

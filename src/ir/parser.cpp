@@ -76,6 +76,7 @@ AttrKind attr_kind(AttrKey k) {
     case AttrKey::Reduce:
     case AttrKey::Masked:
     case AttrKey::HasCoreIndex:
+    case AttrKey::CommitGroup:
     case AttrKey::Indirect:
     case AttrKey::AddAttr:
     case AttrKey::ReadOnly:

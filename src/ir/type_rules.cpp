@@ -155,6 +155,9 @@ std::vector<Type> gpu_kernel_rule(const RuleContext& c) {
       }
       return {};
     }
+    case OpCode::GpuCommitSmemToGmemGroup:
+      c.expect_num_operands(0);
+      return {};
     case OpCode::GpuWaitSmemToGmem:
       c.expect_num_operands(0);
       if (c.int_attr(AttrKey::N) < 0)
@@ -1082,7 +1085,7 @@ std::vector<Type> rule(const RuleContext& c) {
       c.expect_num_operands(0);
       return {};
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: case OpCode::GpuWaitSmemToGmem:
-    case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
+    case OpCode::GpuCommitSmemToGmemGroup: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive: case OpCode::GpuBarrierWait:
     case OpCode::GpuClusterRef: case OpCode::GpuAsyncPrefetch: case OpCode::GpuWgmma: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
       return gpu_kernel_rule(c);
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:

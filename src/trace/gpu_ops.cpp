@@ -410,11 +410,14 @@ void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {
   trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, {}, loc);
 }
 
-void copy_smem_to_gmem(const Ref& src, const Ref& dst, const std::string& reduction_op, Loc loc) {
+void copy_smem_to_gmem(const Ref& src, const Ref& dst, const CopyToGmemOptions& options, Loc loc) {
   Attrs a;
-  a.set(AttrKey::Kind, reduction_op);
+  if (!options.reduction_op.empty()) a.set(AttrKey::Kind, options.reduction_op);
+  if (!options.commit_group) a.set(AttrKey::CommitGroup, int64_t{0});
   trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, std::move(a), loc);
 }
+
+void commit_smem_to_gmem_group(Loc loc) { trace::add_op(OpCode::GpuCommitSmemToGmemGroup, {}, {}, loc); }
 
 void wait_smem_to_gmem(int n, bool wait_read_only, Loc loc) {
   Attrs a;

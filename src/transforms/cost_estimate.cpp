@@ -111,7 +111,7 @@ CostRule cost_rule(ir::OpCode code) {
     // synchronisation is free.
     case OpCode::GpuCopyGmemToSmem: case OpCode::GpuCopySmemToGmem: return CostRule::Dma;
     case OpCode::GpuWgmma: return CostRule::Wgmma;
-    case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
+    case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmemToGmemGroup: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
     case OpCode::GpuBarrierWait: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters: case OpCode::GpuClusterRef:
     case OpCode::GpuAsyncPrefetch:
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd:

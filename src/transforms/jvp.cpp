@@ -65,7 +65,7 @@ JvpRule jvp_rule(ir::OpCode code) {
     case OpCode::DebugPrint: case OpCode::DebugCheck:
     case OpCode::SemaphoreSignal: case OpCode::SemaphoreWait: case OpCode::SemaphoreRead:
     case OpCode::GetBarrierSemaphore: case OpCode::SubcoreBarrier:
-    case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
+    case OpCode::GpuWaitSmemToGmem: case OpCode::GpuCommitSmemToGmemGroup: case OpCode::GpuCommitSmem: case OpCode::GpuBarrierArrive:
     case OpCode::GpuBarrierWait: case OpCode::GpuWgmmaWait: case OpCode::GpuSetMaxRegisters:
     case OpCode::NamedRegionBegin: case OpCode::NamedRegionEnd: case OpCode::GpuAsyncPrefetch:
       return JvpRule::kZeroTangent;

@@ -832,7 +832,7 @@ TEST_P(GpuKernelBoth, ReducingCopiesToGmemCombineEveryCtasBlock) {
           pl::Ref mine = s.at(w);
           mine[pl::all] = t == pl::f32 ? x.at(g * kThreads + w)[pl::all] * 2.0f : x.at(g * kThreads + w)[pl::all];
           plgpu::commit_smem();
-          plgpu::copy_smem_to_gmem(mine, out, op);
+          plgpu::copy_smem_to_gmem(mine, out, {.reduction_op = op});
           plgpu::wait_smem_to_gmem(0);
         },
         {pl::ShapeDtype({kN}, t)},
@@ -879,7 +879,7 @@ TEST(GpuKernelErrors, ReducingCopiesRaceWithPlainAccessesAndCheckTheirOp) {
         pl::when(w == 0, [&] {
           s[pl::all] = pl::full({16}, pl::f32, 1.0);
           plgpu::commit_smem();
-          plgpu::copy_smem_to_gmem(s, out, "add");
+          plgpu::copy_smem_to_gmem(s, out, {.reduction_op = "add"});
           plgpu::wait_smem_to_gmem(0);
         });
         pl::when(w == 1, [&] { out[pl::all] = pl::full({16}, pl::f32, 5.0); });
@@ -891,13 +891,58 @@ TEST(GpuKernelErrors, ReducingCopiesRaceWithPlainAccessesAndCheckTheirOp) {
   for (const char* op : {"xor", "mul"}) {
     const int line = __LINE__ + 2;
     e = error_of([&] {
-      plgpu::kernel([op](pl::Ref out, pl::Ref s) { plgpu::copy_smem_to_gmem(s, out, op); }, {pl::ShapeDtype({16}, pl::f32)},
+      plgpu::kernel([op](pl::Ref out, pl::Ref s) { plgpu::copy_smem_to_gmem(s, out, {.reduction_op = op}); }, {pl::ShapeDtype({16}, pl::f32)},
                     plgpu::Mesh{}, interpreted({plgpu::SMEM({16}, pl::f32)}))();
     });
     EXPECT_CONTAINS(e, std::string(op) == "xor" ? "reduction_op 'xor' needs an integer destination"
                                                 : "unknown reduction_op 'mul' (add, min, max, and, or, xor)");
     EXPECT_CONTAINS(e, "gpu_kernel_test.cpp:" + std::to_string(line));
   }
+}
+
+// Copies to GMEM with commit_group = false join one group at commit_smem_to_gmem_group (Mosaic
+// GPU's): wait_smem_to_gmem(1) then covers both, not the copy after them — out1 and out2 are read
+// back after it. (Host emulation lands a bulk copy only when a wait retires its group.)
+TEST_P(GpuKernelBoth, CopiesToGmemCommittedAsOneGroup) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref x, pl::Ref out1, pl::Ref out2, pl::Ref out3, pl::Ref sums, pl::Ref x_s, pl::Ref bar) {
+        plgpu::copy_gmem_to_smem(x, x_s, bar);
+        plgpu::barrier_wait(bar);
+        plgpu::copy_smem_to_gmem(x_s.at(0), out1, {.commit_group = false});
+        plgpu::copy_smem_to_gmem(x_s.at(1), out2, {.commit_group = false});
+        plgpu::commit_smem_to_gmem_group();
+        plgpu::copy_smem_to_gmem(x_s.at(2), out3);
+        plgpu::wait_smem_to_gmem(1);
+        sums[pl::all] = out1[pl::all] + out2[pl::all];
+        plgpu::wait_smem_to_gmem(0);
+      },
+      {pl::ShapeDtype({8, 64}, pl::f32), pl::ShapeDtype({8, 64}, pl::f32), pl::ShapeDtype({8, 64}, pl::f32),
+       pl::ShapeDtype({8, 64}, pl::f32)},
+      plgpu::Mesh{}, run_on(GetParam(), {plgpu::SMEM({3, 8, 64}, pl::f32), plgpu::Barrier{}}));
+  const pl::Array x = random_f32({3, 8, 64}, 91);
+  const std::vector<pl::Array> r = call(x);
+  for (int64_t e = 0; e < 8 * 64; ++e) {
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(r[static_cast<size_t>(k)].data<float>()[e], x.data<float>()[k * 512 + e]) << k << "," << e;
+    EXPECT_EQ(r[3].data<float>()[e], x.data<float>()[e] + x.data<float>()[512 + e]) << e;
+  }
+}
+
+// A copy left uncommitted is covered by no wait: reading its destination after
+// wait_smem_to_gmem(0) races with it.
+TEST(GpuKernelErrors, AnUncommittedCopyToGmemIsNotWaitedFor) {
+  pl::PallasCall call = plgpu::kernel(
+      [](pl::Ref out, pl::Ref back, pl::Ref s) {
+        s[pl::all] = pl::full({16}, pl::f32, 2.0);
+        plgpu::commit_smem();
+        plgpu::copy_smem_to_gmem(s, out, {.commit_group = false});
+        plgpu::wait_smem_to_gmem(0);
+        back[pl::all] = out[pl::all];
+      },
+      {pl::ShapeDtype({16}, pl::f32), pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{},
+      interpreted({plgpu::SMEM({16}, pl::f32)}));
+  const std::string e = error_of([&] { call(); });
+  EXPECT_CONTAINS(e, "gpu::kernel data race");
+  EXPECT_CONTAINS(e, "the copy to GMEM (its writes)");
 }
 
 // ---- Races: asynchronous copies and wgmma may not be relied on before their waits --------------

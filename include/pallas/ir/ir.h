@@ -188,7 +188,8 @@ struct Indexer {
   X(ReadOnly, "read_only")               \
   X(Decrement, "decrement")              \
   X(Name, "name")                        \
-  X(Arrivals, "arrivals")
+  X(Arrivals, "arrivals")                \
+  X(CommitGroup, "commit_group")
 
 enum class AttrKey : uint8_t {
 #define PALLAS_X(name, str) name,
