@@ -180,7 +180,6 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::
                        Loc loc = Loc::current());
 // Copies `src` (SMEM) to `dst` (GMEM) asynchronously. Call commit_smem() after writing `src`
 // with ordinary stores and before the copy; wait_smem_to_gmem before reusing `src` or ending.
-void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc = Loc::current());
 struct CopyToGmemOptions {
   // Mosaic GPU's reduction_op: dst op= src element by element — "add", "min", "max" (NaN wins, as
   // atomic_rmw), or "and" / "or" / "xor" on integers — each element's update atomic, so copies of
@@ -192,12 +191,14 @@ struct CopyToGmemOptions {
   // copy with commit_group or commit_smem_to_gmem_group().
   bool commit_group = true;
 };
-void copy_smem_to_gmem(const Ref& src, const Ref& dst, const CopyToGmemOptions& options, Loc loc = Loc::current());
+void copy_smem_to_gmem(const Ref& src, const Ref& dst, const CopyToGmemOptions& options = {}, Loc loc = Loc::current());
 // Makes this Pallas thread's uncommitted copies to GMEM one group (Mosaic GPU's
 // commit_smem_to_gmem_group).
 void commit_smem_to_gmem_group(Loc loc = Loc::current());
-// Waits until at most `n` of this thread's copy_smem_to_gmem copies are still in flight
-// (`wait_read_only`: only until they have read their source).
+// Waits until at most `n` of this thread's groups of copy_smem_to_gmem copies are still in flight
+// (`wait_read_only`: only until they have read their source). A copy with commit_group (the
+// default) is one group with the uncommitted copies before it; an uncommitted copy is covered by
+// no wait.
 void wait_smem_to_gmem(int n, bool wait_read_only = false, Loc loc = Loc::current());
 // Makes this thread's ordinary shared-memory stores visible to the asynchronous engines (copies
 // to GMEM, wgmma) and waits for the warpgroup.
@@ -215,7 +216,8 @@ void barrier_wait(const Ref& barrier, Loc loc = Loc::current());
 // L2 cache ahead of the copies that will read it — `prefetch.global.L2` of each 128-byte line,
 // spread over the Pallas thread's CUDA threads. With `collective_axes` (cluster axes) the CTAs
 // that differ only along them split the lines: each prefetches its share (line l by the CTA of
-// rank l mod their number along those axes), as when they will multicast-copy the Ref. No value
+// rank l mod their number along those axes), as when they will multicast-copy the Ref — so they
+// must all pass the same Ref (a CTA prefetching a block of its own gets only its share). No value
 // changes; the interpreter does nothing.
 void async_prefetch(const Ref& ref, std::vector<std::string> collective_axes = {}, Loc loc = Loc::current());
 // Mosaic GPU's cluster_ref: the SMEM array `ref` (scratch, or a view of it) in another CTA of the

@@ -406,10 +406,6 @@ void async_prefetch(const Ref& ref, std::vector<std::string> collective_axes, Lo
   trace::add_op(OpCode::GpuAsyncPrefetch, {ref.handle()}, std::move(a), loc);
 }
 
-void copy_smem_to_gmem(const Ref& src, const Ref& dst, Loc loc) {
-  trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, {}, loc);
-}
-
 void copy_smem_to_gmem(const Ref& src, const Ref& dst, const CopyToGmemOptions& options, Loc loc) {
   Attrs a;
   if (!options.reduction_op.empty()) a.set(AttrKey::Kind, options.reduction_op);
@@ -417,7 +413,12 @@ void copy_smem_to_gmem(const Ref& src, const Ref& dst, const CopyToGmemOptions& 
   trace::add_op(OpCode::GpuCopySmemToGmem, {src.handle(), dst.handle()}, std::move(a), loc);
 }
 
-void commit_smem_to_gmem_group(Loc loc) { trace::add_op(OpCode::GpuCommitSmemToGmemGroup, {}, {}, loc); }
+void commit_smem_to_gmem_group(Loc loc) {
+  const core::TraceEnv* env = core::current_trace_env();
+  if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
+    throw Error("commit_smem_to_gmem_group: only a gpu::kernel's body copies to GMEM in groups", trace::src(loc));
+  trace::add_op(OpCode::GpuCommitSmemToGmemGroup, {}, {}, loc);
+}
 
 void wait_smem_to_gmem(int n, bool wait_read_only, Loc loc) {
   Attrs a;

@@ -275,7 +275,7 @@ class PipelineSteps {
       if (!ops_[i].staged) continue;
       const std::vector<Value> here = block_indices(ops_[i], idx);
       when(last || differ(here, block_indices(ops_[i], next)),
-           [&] { copy_smem_to_gmem(buffer_of_[i], gmem_block(ops_[i], here), loc_); }, loc_);
+           [&] { copy_smem_to_gmem(buffer_of_[i], gmem_block(ops_[i], here), {}, loc_); }, loc_);
     }
   }
   // After the last step: every output copy has landed.

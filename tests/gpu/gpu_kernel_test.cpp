@@ -326,7 +326,7 @@ TEST(GpuKernel, CopiesToGmemOfWhole16ByteRowsCompileToBulkCopies) {
   EXPECT_EQ(k.bulk_stores, 2);  // the 12-byte rows are never bulk copies
   EXPECT_CONTAINS(k.source, ", 48, (");  // destination rows 48 bytes apart (out_b)
   EXPECT_CONTAINS(k.source, "pl_bulk_store_wait<2, true>()");
-  EXPECT_CONTAINS(k.source, "if (pl_tid() == 0) pl_bulk_store_wait<0, false>();\n  pl_cta_sync();");  // the CTA's end
+  EXPECT_CONTAINS(k.source, "if (pl_tid() == 0) { pl_bulk_store_commit(); pl_bulk_store_wait<0, false>(); }\n  pl_cta_sync();");  // the CTA's end
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   const pl::gpu::CompiledKernel ptx = pl::gpu::Nvrtc::get().compile(k.source, "bulk.cu", "compute_90a");
   const std::string text(ptx.image.begin(), ptx.image.end());
@@ -943,6 +943,56 @@ TEST(GpuKernelErrors, AnUncommittedCopyToGmemIsNotWaitedFor) {
   const std::string e = error_of([&] { call(); });
   EXPECT_CONTAINS(e, "gpu::kernel data race");
   EXPECT_CONTAINS(e, "the copy to GMEM (its writes)");
+}
+
+// The groups are what waits count: two uncommitted copies and their commit make one group, so
+// wait_smem_to_gmem(1) leaves it in flight (were each copy its own group, it would retire both):
+// reading out1 then races (interpreter) and, in host emulation, reads what a pending bulk copy's
+// destination holds (all ones: NaN). A reducing copy is one group too (done when issued): a copy,
+// then a reduction, then wait_smem_to_gmem(1) retires the copy, whose destination reads back.
+TEST(GpuKernel, WaitsCountGroupsOfCopiesToGmem) {
+  auto pending = [](const std::string& how) {
+    return plgpu::kernel(
+        [](pl::Ref x, pl::Ref out1, pl::Ref out2, pl::Ref back, pl::Ref x_s, pl::Ref bar) {
+          plgpu::copy_gmem_to_smem(x, x_s, bar);
+          plgpu::barrier_wait(bar);
+          plgpu::copy_smem_to_gmem(x_s.at(0), out1, {.commit_group = false});
+          plgpu::copy_smem_to_gmem(x_s.at(1), out2, {.commit_group = false});
+          plgpu::commit_smem_to_gmem_group();
+          plgpu::wait_smem_to_gmem(1);
+          back[pl::all] = out1[pl::all];
+          plgpu::wait_smem_to_gmem(0);
+        },
+        {pl::ShapeDtype({8, 64}, pl::f32), pl::ShapeDtype({8, 64}, pl::f32), pl::ShapeDtype({8, 64}, pl::f32)},
+        plgpu::Mesh{}, run_on(how, {plgpu::SMEM({2, 8, 64}, pl::f32), plgpu::Barrier{}}));
+  };
+  const pl::Array x = random_f32({2, 8, 64}, 93);
+  EXPECT_CONTAINS(error_of([&] { pending("interpret")(x); }), "gpu::kernel data race");
+  const pl::Array early = pending("gpu_emulate")(x).at(2);
+  for (int64_t e = 0; e < early.size(); ++e) EXPECT_TRUE(std::isnan(early.data<float>()[e])) << e;
+  auto reduced = [](const std::string& how) {
+    pl::CallOptions o = run_on(how, {plgpu::SMEM({2, 8, 64}, pl::f32), plgpu::Barrier{}});
+    o.input_output_aliases = {{1, 1}};
+    return plgpu::kernel(
+        [](pl::Ref x, pl::Ref, pl::Ref out1, pl::Ref sum, pl::Ref back, pl::Ref x_s, pl::Ref bar) {
+          plgpu::copy_gmem_to_smem(x, x_s, bar);
+          plgpu::barrier_wait(bar);
+          plgpu::copy_smem_to_gmem(x_s.at(0), out1);
+          plgpu::copy_smem_to_gmem(x_s.at(1), sum, {.reduction_op = "add"});
+          plgpu::wait_smem_to_gmem(1);
+          back[pl::all] = out1[pl::all];
+          plgpu::wait_smem_to_gmem(0);
+        },
+        {pl::ShapeDtype({8, 64}, pl::f32), pl::ShapeDtype({8, 64}, pl::f32), pl::ShapeDtype({8, 64}, pl::f32)},
+        plgpu::Mesh{}, o);
+  };
+  for (const char* how : {"interpret", "gpu_emulate"}) {
+    const std::vector<pl::Array> r = reduced(how)(x, pl::Array::zeros({8, 64}, pl::f32));
+    for (int64_t e = 0; e < 8 * 64; ++e) {
+      EXPECT_EQ(r[2].data<float>()[e], x.data<float>()[e]) << how << " " << e;
+      EXPECT_EQ(r[1].data<float>()[e], x.data<float>()[512 + e]) << how << " " << e;
+    }
+  }
 }
 
 // ---- Races: asynchronous copies and wgmma may not be relied on before their waits --------------

@@ -353,7 +353,9 @@ ir::Kernel cluster_ref_kernel() {
       [](pl::Ref out, pl::Ref buf) {
         const pl::Value c = plgpu::axis_index("c");
         out[pl::ds(c * 8, 8)] = plgpu::cluster_ref(buf, "c", 1 - c)[pl::all];
-        plgpu::async_prefetch(out);
+        plgpu::async_prefetch(out, {"c"});
+        plgpu::copy_smem_to_gmem(buf, out.at(pl::ds(c * 8, 8)), {.reduction_op = "add", .commit_group = false});
+        plgpu::commit_smem_to_gmem_group();
       },
       {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.grid = {1}, .grid_names = {"g"}, .cluster = {2}, .cluster_names = {"c"}},
       {.scratch_shapes = {plgpu::SMEM({8}, pl::f32)}, .interpret = true});
