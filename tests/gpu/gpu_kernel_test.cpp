@@ -947,8 +947,8 @@ TEST(GpuKernelErrors, AnUncommittedCopyToGmemIsNotWaitedFor) {
 
 // The groups are what waits count: two uncommitted copies and their commit make one group, so
 // wait_smem_to_gmem(1) leaves it in flight (were each copy its own group, it would retire both):
-// reading out1 then races (interpreter) and, in host emulation, reads what a pending bulk copy's
-// destination holds (all ones: NaN). A reducing copy is one group too (done when issued): a copy,
+// reading out1 then races (the interpreter says so). A reducing copy is one group too (done when
+// issued): a copy,
 // then a reduction, then wait_smem_to_gmem(1) retires the copy, whose destination reads back.
 TEST(GpuKernel, WaitsCountGroupsOfCopiesToGmem) {
   auto pending = [](const std::string& how) {
@@ -967,9 +967,9 @@ TEST(GpuKernel, WaitsCountGroupsOfCopiesToGmem) {
         plgpu::Mesh{}, run_on(how, {plgpu::SMEM({2, 8, 64}, pl::f32), plgpu::Barrier{}}));
   };
   const pl::Array x = random_f32({2, 8, 64}, 93);
+  // (Host emulation's result is timing-dependent here, as a GPU's would be: thread 0 may retire
+  // the group at the next wait while other threads still read.)
   EXPECT_CONTAINS(error_of([&] { pending("interpret")(x); }), "gpu::kernel data race");
-  const pl::Array early = pending("gpu_emulate")(x).at(2);
-  for (int64_t e = 0; e < early.size(); ++e) EXPECT_TRUE(std::isnan(early.data<float>()[e])) << e;
   auto reduced = [](const std::string& how) {
     pl::CallOptions o = run_on(how, {plgpu::SMEM({2, 8, 64}, pl::f32), plgpu::Barrier{}});
     o.input_output_aliases = {{1, 1}};
