@@ -193,10 +193,10 @@ class Turns {
 };
 
 // Races between waves (clusters of a kernel without semaphores): per element of each operand,
-// the access (and so the wave) of its last plain write and of a plain read (kSeveral: read by
-// more than one wave, so a write of any wave conflicts with one of them) — 8 bytes an element.
-// Atomic accesses are left out (they never race with each other; against plain ones this may
-// miss a race, never report a false one). The waves run one at a time and a wave's threads take
+// the access (and so the wave) of its last plain write, of a plain read and of an atomic update
+// (atomic_rmw, a reducing copy; kSeveral: by more than one wave, so a conflicting access of any
+// wave conflicts with one of them) — 12 bytes an element. Atomic updates never race with each
+// other, only with plain reads and writes. The waves run one at a time and a wave's threads take
 // turns, so no lock.
 class CrossWaveAccesses {
  public:
@@ -210,7 +210,7 @@ class CrossWaveAccesses {
   }
   // The accesses of `view` (inside the operand at `base`) by wave `wave`; a conflict with another
   // wave's is a pallas::Error at `loc`.
-  void access(const std::byte* base, const eval::RefValue& view, bool is_write, int32_t wave,
+  void access(const std::byte* base, const eval::RefValue& view, bool is_write, bool atomic, int32_t wave,
               const tpu_interpret::AccessInfo& who, const SourceLoc& loc) {
     auto it = operands_.find(base);
     if (it == operands_.end() || view.size() == 0) return;
@@ -235,9 +235,13 @@ class CrossWaveAccesses {
       for (int64_t i = off / o.item; i <= (off + view_item - 1) / o.item; ++i) {
         Elem& e = o.elems[static_cast<size_t>(i)];
         if (other_wave(e.write)) report(o, i, e.write, true, who, is_write, loc);
-        if (is_write && e.read != kNone && (e.read == kSeveral || other_wave(e.read)))
+        if ((is_write || atomic) && e.read != kNone && (e.read == kSeveral || other_wave(e.read)))
           report(o, i, e.read == kSeveral ? kSeveral : e.read, false, who, is_write, loc);
-        if (is_write)
+        if (!atomic && e.atomic != kNone && (e.atomic == kSeveral || other_wave(e.atomic)))
+          report(o, i, e.atomic, true, who, is_write, loc);
+        if (atomic)
+          e.atomic = e.atomic == kNone || (e.atomic != kSeveral && !other_wave(e.atomic)) ? site_of() : kSeveral;
+        else if (is_write)
           e.write = site_of();
         else if (e.read == kNone)
           e.read = site_of();
@@ -253,7 +257,7 @@ class CrossWaveAccesses {
  private:
   static constexpr int32_t kNone = -1, kSeveral = -2;
   struct Elem {
-    int32_t write = kNone, read = kNone;  // sites_ indices
+    int32_t write = kNone, read = kNone, atomic = kNone;  // sites_ indices
   };
   struct Operand {
     std::vector<Elem> elems;
@@ -274,7 +278,7 @@ class CrossWaveAccesses {
           "semaphores of the grid, pl::get_global, order them): RACE DETECTED on "
        << o.name << " " << shape_to_string(o.shape) << ", element " << shape_to_string(index) << "\n";
     if (first == kSeveral)
-      os << "  read by CTAs of several clusters\n";
+      os << "  " << (first_wrote ? "updated atomically" : "read") << " by CTAs of several clusters\n";
     else
       os << "  " << (first_wrote ? "write" : "read") << " by " << sites_[static_cast<size_t>(first)].who.actor_name
          << " (" << sites_[static_cast<size_t>(first)].who.what << ") at "
@@ -910,7 +914,7 @@ class GpuThreadInterpreter : public eval::Interpreter {
     const Buffer& b = std::prev(it)->second;
     if (view.data >= b.base + b.bytes) return;
     const tpu_interpret::AccessInfo who{actor, actor_name, std::string(op.info().name), op.loc};
-    if (wave_->cross_wave && !atomic) wave_->cross_wave->access(b.base, view, is_write, wave_->index, who, op.loc);
+    if (wave_->cross_wave) wave_->cross_wave->access(b.base, view, is_write, atomic, wave_->index, who, op.loc);
     int found = 0;
     if (b.by_bytes) {
       for (const tpu_interpret::Region& bytes : byte_regions(view, b.base))

@@ -888,6 +888,23 @@ TEST(GpuKernelErrors, ReducingCopiesRaceWithPlainAccessesAndCheckTheirOp) {
   std::string e = error_of([&] { call(pl::Array::zeros({16}, pl::f32)); });
   EXPECT_CONTAINS(e, "gpu::kernel data race");
   EXPECT_CONTAINS(e, "the reducing copy to GMEM (its updates)");
+  // Across clusters (each its own wave here) too: CTA 0 zeroes the block that both CTAs reduce
+  // into, which nothing orders (a split-K kernel must clear its output before the launch).
+  pl::CallOptions waves = interpreted({plgpu::SMEM({16}, pl::f32)});
+  waves.input_output_aliases = {{0, 0}};
+  e = error_of([&] {
+    plgpu::kernel(
+        [](pl::Ref, pl::Ref out, pl::Ref s) {
+          pl::when(plgpu::axis_index("g") == 0, [&] { out[pl::all] = pl::zeros({16}, pl::f32); });
+          s[pl::all] = pl::full({16}, pl::f32, 1.0);
+          plgpu::commit_smem();
+          plgpu::copy_smem_to_gmem(s, out, {.reduction_op = "add"});
+          plgpu::wait_smem_to_gmem(0);
+        },
+        {pl::ShapeDtype({16}, pl::f32)}, plgpu::Mesh{.grid = {2}, .grid_names = {"g"}}, waves)(pl::Array::zeros({16}, pl::f32));
+  });
+  EXPECT_CONTAINS(e, "gpu::kernel data race between clusters");
+  EXPECT_CONTAINS(e, "the reducing copy to GMEM (its updates)");
   for (const char* op : {"xor", "mul"}) {
     const int line = __LINE__ + 2;
     e = error_of([&] {
