@@ -11,6 +11,9 @@ namespace {
 thread_local const TraceEnv* g_env = nullptr;
 }
 const TraceEnv* current_trace_env() { return g_env; }
+const TraceEnv* gpu_kernel_body_env() {
+  return g_env && g_env->kind == TraceEnv::Kind::Kernel && g_env->gpu_kernel ? g_env : nullptr;
+}
 ScopedTraceEnv::ScopedTraceEnv(const TraceEnv* env) : saved_(g_env) { g_env = env; }
 ScopedTraceEnv::~ScopedTraceEnv() { g_env = saved_; }
 }  // namespace core

@@ -23,6 +23,8 @@ struct TraceEnv {
 
 // The innermost active environment, or nullptr outside pallas_call tracing.
 const TraceEnv* current_trace_env();
+// It, where it is a gpu::kernel's body being traced (not an index map); else nullptr.
+const TraceEnv* gpu_kernel_body_env();
 
 class ScopedTraceEnv {
  public:

@@ -544,7 +544,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       if (to_gmem && op.attrs.has(ir::AttrKey::Kind)) {
         // A reduction (reduction_op): each element an atomic update of the destination by the
         // group's threads — done when issued, one valid timing of the asynchronous copy — and an
-        // empty bulk group, so that wait_smem_to_gmem(n) still counts copies. (cp.reduce.async.bulk
+        // empty bulk group (with commit_group), which wait_smem_to_gmem(n) counts. (cp.reduce.async.bulk
         // would do it in one instruction where the rows allow: not yet.)
         const std::string kind = op.attrs.get_string(ir::AttrKey::Kind), T = ctype(dst.dtype);
         const std::string fn = atomic_new_value(dst.dtype, kind);
@@ -576,7 +576,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       // To SMEM, a copy completes on its barrier: thread 0 arrives (with the bytes as expected
       // transactions when bulk). To GMEM, it is one group of thread 0's bulk groups, which
       // wait_smem_to_gmem awaits; a copy the group makes itself commits an empty one, so
-      // wait_smem_to_gmem(n) counts copies.
+      // wait_smem_to_gmem(n) counts copies — groups of them, with commit_group = false.
       const std::string done = to_gmem ? (commit ? "pl_bulk_store_commit()" : "(void)0")
                                        : "pl_mbar_arrive(" + ref_operand(*this, op, 2).ptr + ")";
       // On sm_90 a box of an operand goes by TMA when its map was encoded and the shared memory is
@@ -769,14 +769,10 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       std::string share = "0";
       if (op.attrs.has(ir::AttrKey::Axes)) {
         share.clear();
-        for (int64_t axis : op.attrs.get_ints(ir::AttrKey::Axes)) {
-          const size_t a = static_cast<size_t>(axis - ctx_.first_cluster_axis);
-          PALLAS_INTERNAL_CHECK(a < ctx_.cluster_shape.size(), "async_prefetch's axis is not a cluster axis");
-          int64_t stride = 1;
-          for (size_t d = a + 1; d < ctx_.cluster_shape.size(); ++d) stride *= ctx_.cluster_shape[d];
-          share = (share.empty() ? "" : "(" + share + ") * " + std::to_string(ctx_.cluster_shape[a]) + " + ") +
-                  "pl_cluster_rank() / " + std::to_string(stride) + " % " + std::to_string(ctx_.cluster_shape[a]);
-          peers *= ctx_.cluster_shape[a];
+        for (int64_t mesh_axis : op.attrs.get_ints(ir::AttrKey::Axes)) {
+          const ClusterAxis axis = cluster_axis(mesh_axis);
+          share = (share.empty() ? "" : "(" + share + ") * " + std::to_string(axis.size) + " + ") + axis.coordinate;
+          peers *= axis.size;
         }
       }
       auto open_share_loop = [&](int64_t n) {

@@ -918,6 +918,16 @@ void Emitter::emit_ref_transform(const ir::Op& op) {
   bind_ref(op.results[0], std::move(out));
 }
 
+Emitter::ClusterAxis Emitter::cluster_axis(int64_t mesh_axis) const {
+  const size_t a = static_cast<size_t>(mesh_axis - ctx_.first_cluster_axis);
+  PALLAS_INTERNAL_CHECK(a < ctx_.cluster_shape.size(), "not a cluster axis");
+  ClusterAxis out;
+  out.size = ctx_.cluster_shape[a];
+  for (size_t d = a + 1; d < ctx_.cluster_shape.size(); ++d) out.stride *= ctx_.cluster_shape[d];
+  out.coordinate = "pl_cluster_rank() / " + std::to_string(out.stride) + " % " + std::to_string(out.size);
+  return out;
+}
+
 void Emitter::emit_cluster_ref(const ir::Op& op) {
   // The CTA at `index` along the axis, at this one's place along the others: its rank in the
   // row-major cluster is this CTA's plus (index - this CTA's coordinate) times the axis's stride.
@@ -925,11 +935,8 @@ void Emitter::emit_cluster_ref(const ir::Op& op) {
   // pointer, swizzled tiles by their offset, as every CTA lays its shared memory out alike.)
   const RefInfo& base = info(op.operands[0]).ref;
   RefInfo out = base;
-  const size_t axis = static_cast<size_t>(op.attrs.get_ints(ir::AttrKey::Axes).at(0) - ctx_.first_cluster_axis);
-  PALLAS_INTERNAL_CHECK(axis < ctx_.cluster_shape.size(), "cluster_ref's axis is not a cluster axis");
-  int64_t stride = 1;
-  for (size_t d = axis + 1; d < ctx_.cluster_shape.size(); ++d) stride *= ctx_.cluster_shape[d];
-  const int64_t size = ctx_.cluster_shape[axis];
+  const ClusterAxis axis = cluster_axis(op.attrs.get_ints(ir::AttrKey::Axes).at(0));
+  const int64_t size = axis.size;
   ErrorSite site;
   site.kind = ErrorSite::Kind::ClusterIndex;
   site.op_name = op.attrs.get_string(ir::AttrKey::AxisNames);
@@ -940,8 +947,8 @@ void Emitter::emit_cluster_ref(const ir::Op& op) {
   const std::string index = "(int)" + info(op.operands[1]).name, rank = fresh("rank");
   line("if (" + index + " < 0 || " + index + " >= " + std::to_string(size) + ") " +
        record_failure(site_no, {"(pl_i64)" + index}));
-  line("const int " + rank + " = pl_cluster_rank() + (" + index + " - pl_cluster_rank() / " + std::to_string(stride) +
-       " % " + std::to_string(size) + ") * " + std::to_string(stride) + ";");
+  line("const int " + rank + " = pl_cluster_rank() + (" + index + " - " + axis.coordinate + ") * " +
+       std::to_string(axis.stride) + ";");
   out.ptr = fresh("r");
   line(ctype(base.dtype) + "* " + out.ptr + " = pl_cluster_peer(" + base.ptr + ", " + rank + ");");
   if (!base.tile.empty()) {  // (a swizzled tile: its elements by their offset from the peer's tile start)
@@ -963,18 +970,18 @@ void Emitter::emit_ref_op(const ir::Op& op) {
   const ir::Indexer& idx = op.attrs.get_indexer(ir::AttrKey::Index);
   const bool ring_acc = acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref;
   const AccumulatorRegisters* kacc = ring_acc ? &acc_regs_.regs : kernel_acc(op.operands[0]);
-  const bool whole = op.code == OpCode::Store && kacc &&
-                     op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0 && whole_view(idx, type(op.operands[0]).shape);
+  const bool whole_acc = kacc && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0 &&
+                         whole_view(idx, type(op.operands[0]).shape);
+  const bool store_value = op.code == OpCode::Store && op.operands.size() == 2;  // (no dynamic index)
   // A whole load of a gpu::kernel ACC in registers (`s = acc[...]`, attention's scores) takes
   // them straight into the value's tile, and a whole store (`acc[...] = acc[...] * alpha`) sets
   // them from the value: no trip through the ACC's memory (in global memory), which the
   // registers stay newer than.
-  const bool whole_kernel_acc = !ring_acc && kacc && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0 &&
-                                whole_view(idx, type(op.operands[0]).shape) && type(op.operands[0]).shape.size() == 2;
-  if (whole_kernel_acc && op.code == OpCode::Load) return emit_load_from_registers(op, *kacc);
-  if (whole_kernel_acc && op.code == OpCode::Store && op.operands.size() == 2 && !is_uniform(op.operands[1]))
-    return emit_store_into_registers(op, *kacc);
-  if (whole && op.operands.size() == 2 && is_uniform(op.operands[1])) {
+  if (whole_acc && !ring_acc && type(op.operands[0]).shape.size() == 2) {
+    if (op.code == OpCode::Load) return emit_load_from_registers(op, *kacc);
+    if (store_value && !is_uniform(op.operands[1])) return emit_store_into_registers(op, *kacc);
+  }
+  if (whole_acc && store_value && is_uniform(op.operands[1])) {
     line("if (!pl_acc_fill(" + kacc->var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(kacc->m) +
          ", " + std::to_string(kacc->n) + ")) {");
     ++indent_;

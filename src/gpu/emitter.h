@@ -358,6 +358,14 @@ class Emitter {
   void emit_ref_transform(const ir::Op& op);
   // gpu_cluster_ref: the same array in a peer CTA (pl_cluster_peer, the index checked at run time).
   void emit_cluster_ref(const ir::Op& op);
+  // A cluster axis of the mesh (its index among the mesh axes): this CTA's place along it (an
+  // expression of pl_cluster_rank(), the row-major rank in the cluster), its size, and its stride
+  // in that rank.
+  struct ClusterAxis {
+    std::string coordinate;
+    int64_t size = 1, stride = 1;
+  };
+  ClusterAxis cluster_axis(int64_t mesh_axis) const;
   // stores_from_registers_: whether `load` is one (emitted as nothing), and its store.
   bool is_stored_from_registers(const ir::Op& load) const;
   void emit_store_from_registers(const ir::Op& store, const ir::Op& load);

@@ -337,6 +337,16 @@ struct SharedScope {
 struct Wave {
   std::map<const std::byte*, BarrierState> barriers;  // by the barrier's address
   std::map<const std::byte*, SemaphoreState> semaphores;  // by the counter's address
+  // Registers the counters of the semaphore array `a` of `shape`: counter [i, j] is named
+  // prefix + "[i, j]" + suffix ("scratch[1][2] of CTA (3,)"; a single counter prefix + suffix).
+  void add_semaphores(const Array& a, const Shape& shape, const std::string& prefix, const std::string& suffix) {
+    std::vector<int64_t> at;
+    for (int64_t k = 0; k < a.size(); ++k) {
+      core::unravel_row_major(k, shape, at);
+      semaphores[static_cast<const std::byte*>(a.raw_data()) + 4 * k].name =
+          prefix + (shape.empty() ? std::string() : shape_to_string(at)) + suffix;
+    }
+  }
   Turns* turns = nullptr;
   std::map<const std::byte*, Buffer> buffers;  // by base address
   tpu_interpret::RaceDetector races;
@@ -571,14 +581,8 @@ class GpuThreadInterpreter : public eval::Interpreter {
           }
         } else if (t.dtype == DType::Semaphore && t.space == MemorySpace::Gmem) {  // the CTA's counters, at 0
           a = Array::zeros(t.shape, DType::I32);
-          base = static_cast<std::byte*>(a.raw_data());
-          std::vector<int64_t> at;
-          for (int64_t k = 0; k < a.size(); ++k) {
-            core::unravel_row_major(k, t.shape, at);
-            wave_->semaphores[base + 4 * k].name = "run_scoped[" + std::to_string(i) + "]" +
-                                                   (t.shape.empty() ? std::string() : shape_to_string(at)) + " at " +
-                                                   where + of_whom;  // "run_scoped[1][0] at f.cpp:9 of CTA (2,)"
-          }
+          // "run_scoped[1][0] at f.cpp:9 of CTA (2,)"
+          wave_->add_semaphores(a, t.shape, "run_scoped[" + std::to_string(i) + "]", " at " + where + of_whom);
         } else {
           eval::fill_uninitialized(a);
           if (a.size() > 0) wave_->buffers[base] = {base, a.size() * itemsize(t.dtype), t.shape, name + of_whom};
@@ -1030,6 +1034,8 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
   // start. A wait may need any other CTA to go on, so with them the whole grid is one wave;
   // without, each cluster is. (gpu::Semaphore scratch is one array per CTA, made with its scratch.)
   std::vector<Array> grid_semaphores(gm.scratch_types.size());
+  const size_t first_global = static_cast<size_t>(
+      std::find(gm.scratch_grid_wide.begin(), gm.scratch_grid_wide.end(), true) - gm.scratch_grid_wide.begin());
   bool whole_grid = false;
   for (size_t s = 0; s < gm.scratch_types.size(); ++s)
     if (gm.scratch_types[s].dtype == DType::Semaphore && gm.scratch_grid_wide[s]) {
@@ -1137,19 +1143,13 @@ std::vector<Array> run_gpu_kernel(const TracedCall& call, const std::vector<Arra
           }
         } else if (t.dtype == DType::Semaphore) {
           // "scratch[1][2] of CTA (3,)" (one per CTA), "get_global[0]" (the grid's, in the order
-          // the body asked for them).
+          // the body asked for them: the last scratch entries).
           const bool grid_wide = gm.scratch_grid_wide[s];
-          const size_t first_global = static_cast<size_t>(
-              std::find(gm.scratch_grid_wide.begin(), gm.scratch_grid_wide.end(), true) - gm.scratch_grid_wide.begin());
-          const std::string name = grid_wide ? "get_global[" + std::to_string(s - first_global) + "]"
-                                             : "scratch[" + std::to_string(s) + "]";
           const std::string of_cta = !grid_wide && (ctas.size() > 1 || !grid_dims.empty()) ? " of " + cta_name : "";
-          std::vector<int64_t> at;  // the counter's index in the array, "[1, 2]" in its name
-          for (int64_t k = 0; k < a.size(); ++k) {
-            core::unravel_row_major(k, t.shape, at);
-            wave.semaphores[static_cast<std::byte*>(a.raw_data()) + 4 * k].name =
-                name + (t.shape.empty() ? std::string() : shape_to_string(at)) + of_cta;
-          }
+          wave.add_semaphores(a, t.shape,
+                              grid_wide ? "get_global[" + std::to_string(s - first_global) + "]"
+                                        : "scratch[" + std::to_string(s) + "]",
+                              of_cta);
         } else {
           eval::fill_uninitialized(a);
         }

@@ -320,16 +320,20 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, Loc l
 }
 
 namespace {
-// The mesh axes (grid..., cluster..., thread) of the named cluster axes of the kernel being traced
-// (collective_cluster_axes' errors for unknown or repeated names).
-ir::Ints mesh_cluster_axes(const core::TraceEnv& env, const std::vector<std::string>& names, const std::string& what,
-                           const SourceLoc& at) {
+// Sets `a`'s Axes to the mesh axes (grid..., cluster..., thread) of the named cluster axes of the
+// kernel being traced (collective_cluster_axes' errors for unknown or repeated names), and its
+// AxisNames to the names, comma-separated.
+void set_cluster_axes(Attrs& a, const core::TraceEnv& env, const std::vector<std::string>& names, const std::string& what,
+                      const SourceLoc& at) {
   const std::vector<std::string> cluster_names(env.grid_names.begin() + env.cluster_axes_begin,
                                                env.grid_names.begin() + env.cluster_axes_end);
   ir::Ints axes;
   for (int position : detail::collective_cluster_axes(names, cluster_names, what, at))
     axes.push_back(env.cluster_axes_begin + position);
-  return axes;
+  std::string joined;
+  for (const std::string& name : names) joined += (joined.empty() ? "" : ",") + name;
+  a.set(AttrKey::Axes, axes);
+  a.set(AttrKey::AxisNames, joined);
 }
 }  // namespace
 
@@ -343,11 +347,8 @@ void copy_gmem_to_smem(const Ref& src, const Ref& dst, const Ref& barrier, std::
                 at);
   if (collective_axes.empty())
     throw Error("copy_gmem_to_smem: collective_axes is empty (name cluster axes, or make a plain copy)", at);
-  std::string names;
-  for (const std::string& name : collective_axes) names += (names.empty() ? "" : ",") + name;
   Attrs a;
-  a.set(AttrKey::Axes, mesh_cluster_axes(*env, collective_axes, "copy_gmem_to_smem", at));
-  a.set(AttrKey::AxisNames, names);
+  set_cluster_axes(a, *env, collective_axes, "copy_gmem_to_smem", at);
   trace::add_op(OpCode::GpuCopyGmemToSmem, {src.handle(), dst.handle(), barrier.handle()}, std::move(a), loc);
 }
 
@@ -384,25 +385,19 @@ Ref cluster_ref(const Ref& ref, const std::string& axis, Operand index, Loc loc)
   if (!env || env->cluster_axes_begin == env->cluster_axes_end)
     throw Error("cluster_ref: only a gpu::kernel whose mesh has cluster axes has peer CTAs", at);
   Attrs a;
-  a.set(AttrKey::Axes, mesh_cluster_axes(*env, {axis}, "cluster_ref", at));
-  a.set(AttrKey::AxisNames, axis);
+  set_cluster_axes(a, *env, {axis}, "cluster_ref", at);
   return Ref(trace::add_op1(OpCode::GpuClusterRef, {ref.handle(), trace::index_scalar(index, "the cluster_ref index", loc)},
                             std::move(a), loc));
 }
 
 void async_prefetch(const Ref& ref, std::vector<std::string> collective_axes, Loc loc) {
-  const core::TraceEnv* env = core::current_trace_env();
+  const core::TraceEnv* env = core::gpu_kernel_body_env();
   const SourceLoc at = trace::src(loc);
-  if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
+  if (!env)
     throw Error("async_prefetch: only a gpu::kernel's body prefetches (a pallas_call's pipeline copies its blocks itself)",
                 at);
   Attrs a;
-  if (!collective_axes.empty()) {
-    std::string names;
-    for (const std::string& name : collective_axes) names += (names.empty() ? "" : ",") + name;
-    a.set(AttrKey::Axes, mesh_cluster_axes(*env, collective_axes, "async_prefetch", at));
-    a.set(AttrKey::AxisNames, names);
-  }
+  if (!collective_axes.empty()) set_cluster_axes(a, *env, collective_axes, "async_prefetch", at);
   trace::add_op(OpCode::GpuAsyncPrefetch, {ref.handle()}, std::move(a), loc);
 }
 
@@ -414,8 +409,7 @@ void copy_smem_to_gmem(const Ref& src, const Ref& dst, const CopyToGmemOptions& 
 }
 
 void commit_smem_to_gmem_group(Loc loc) {
-  const core::TraceEnv* env = core::current_trace_env();
-  if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
+  if (!core::gpu_kernel_body_env())
     throw Error("commit_smem_to_gmem_group: only a gpu::kernel's body copies to GMEM in groups", trace::src(loc));
   trace::add_op(OpCode::GpuCommitSmemToGmemGroup, {}, {}, loc);
 }

@@ -98,8 +98,7 @@ class PipelineSteps {
   PipelineSteps(const char* who, const std::vector<Operand>& grid, const std::vector<BlockSpec>& in_specs,
                 const std::vector<BlockSpec>& out_specs, int max_concurrent_steps, const std::vector<Ref>& operands, Loc loc)
       : num_in_(in_specs.size()), loc_(loc), where_(trace::src(loc)) {
-    const core::TraceEnv* env = core::current_trace_env();
-    if (!env || env->kind != core::TraceEnv::Kind::Kernel || !env->gpu_kernel)
+    if (!core::gpu_kernel_body_env())
       throw Error(std::string(who) + " runs in a gpu::kernel's body (its copies and barriers are gpu::kernel "
                                      "primitives); a pallas_call pipelines its grid's sequential axis through its BlockSpecs",
                   where_);

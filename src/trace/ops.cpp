@@ -441,7 +441,7 @@ std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
                               const ScopedOptions& options, Loc loc) {
   const SourceLoc at = trace::src(loc);
   const core::TraceEnv* env = core::current_trace_env();
-  const bool in_gpu_kernel = env && env->kind == core::TraceEnv::Kind::Kernel && env->gpu_kernel;
+  const bool in_gpu_kernel = core::gpu_kernel_body_env() != nullptr;
   std::vector<ir::Type> types;
   ir::Ints arrivals;
   bool any_barrier = false;
@@ -450,12 +450,13 @@ std::vector<Value> run_scoped(const std::vector<ScopedAlloc>& allocs,
     const std::string which = "run_scoped: allocation " + std::to_string(i);
     if (s.union_members)
       throw NotSupportedError(which + " is a gpu::Union in run_scoped (declare it in scratch_shapes)", at);
-    if (in_gpu_kernel && (s.space == MemorySpace::Semaphore || (is_semaphore(s.dtype) && s.dtype != DType::GpuBarrier &&
-                                                                 !(s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem))))
+    const bool gpu_semaphore = s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem;
+    if (in_gpu_kernel && !gpu_semaphore && s.dtype != DType::GpuBarrier &&
+        (s.space == MemorySpace::Semaphore || is_semaphore(s.dtype)))
       throw NotSupportedError(which + " is a TPU semaphore in a gpu::kernel's run_scoped (a gpu::kernel's semaphores are "
                                       "gpu::Semaphore{...})",
                               at);
-    if (s.dtype == DType::Semaphore && s.space == MemorySpace::Gmem) {
+    if (gpu_semaphore) {
       // The CTA's counters, as gpu::Semaphore scratch is (Mosaic GPU: thread-collective only).
       if (!in_gpu_kernel) throw Error(which + " is a gpu::Semaphore, which only a gpu::kernel's body can allocate", at);
       if (env->thread_axis >= 0 && options.collective_axes.empty())
