@@ -91,6 +91,17 @@ int emulation_threads(const GeneratedKernel& k) {
   // A co-resident kernel runs all its CTAs at once: two threads per group when warps would be
   // too many.
   const int fewest = k.num_groups > 1 ? 2 * k.num_groups : 4;
+  // Register tiles are laid out over whole warpgroups: nothing else computes them.
+  if (k.register_tiles > 0) {
+    const int threads = 128 * std::max(1, k.num_groups);
+    if (k.host_ctas * threads > kMaxHostEmulationThreads)
+      throw Error("host emulation: this gpu::kernel keeps arrays in registers in wgmma's layout (register tiles), "
+                  "which takes 128 host threads per Pallas thread, " + std::to_string(k.host_ctas * threads) +
+                  " for the " + std::to_string(k.host_ctas) + " CTAs it runs at once: more than " +
+                  std::to_string(kMaxHostEmulationThreads) + " (use a smaller cluster, or set "
+                  "PALLAS_GPU_NO_REGISTER_TILES=1)");
+    return threads;
+  }
   // A warpgroup per group where they run on wgmma (its accumulator in registers, as on the GPU).
   if (k.uses_wgmma && k.host_ctas * 128 * std::max(1, k.num_groups) <= kMaxHostEmulationThreads)
     return 128 * std::max(1, k.num_groups);

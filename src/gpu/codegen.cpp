@@ -196,6 +196,7 @@ CodegenOptions codegen_options(const CompilerParamsMap& params) {
   if (const char* v = std::getenv("PALLAS_GPU_NO_TMA"); v && std::string(v) == "1") o.tma = false;
   if (const char* v = std::getenv("PALLAS_GPU_NO_SWIZZLE"); v && std::string(v) == "1") o.swizzle = false;
   if (const char* v = std::getenv("PALLAS_GPU_NO_MULTICAST"); v && std::string(v) == "1") o.multicast = false;
+  if (const char* v = std::getenv("PALLAS_GPU_NO_REGISTER_TILES"); v && std::string(v) == "1") o.register_tiles = false;
   return o;
 }
 
@@ -799,6 +800,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (gpu_kernel) {
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;
+    ctx.register_tiles = opts.register_tiles;
+    ctx.register_tile_count = &out.register_tiles;
   }
   Emitter em(k, ctx, 1);
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");

@@ -88,6 +88,10 @@ struct CodegenOptions {
   // multicast, each peer copying its share for all, where the shares are boxes. false (or
   // PALLAS_GPU_NO_MULTICAST=1): each CTA copies the whole block itself.
   bool multicast = true;
+  // A gpu::kernel keeps array values in its warpgroups' registers in wgmma's layout where every use
+  // allows (register tiles: an ACC's scores and the softmax on them; emit_fragments.cpp). false (or
+  // PALLAS_GPU_NO_REGISTER_TILES=1): every array value is a tile in the arena (shared memory).
+  bool register_tiles = true;
 };
 
 // A TMA tensor map the kernel's ring copies through (sm_90; the device runtime's pl_tma_load):
@@ -179,6 +183,9 @@ struct GeneratedKernel {
   // Whether sm_90a runs tensor-core dots on wgmma (PL_HAS_WGMMA): they exist, the CTA is whole
   // warpgroups, and the staging they need fits beside the arena; else sm_90a runs mma.sync too.
   bool uses_wgmma = false;
+  // Array values kept in registers in wgmma's layout (register tiles, emit_fragments.cpp): their
+  // layout assumes whole warpgroups, so host emulation runs 128 threads per Pallas thread.
+  int register_tiles = 0;
   // The gpu::kernel's set_max_registers are setmaxnreg (register_reallocation in emitter.h), and
   // the kernel is declared with __launch_bounds__(threads_per_cta, 1).
   bool reallocates_registers = false;

@@ -1927,6 +1927,16 @@ PL_DEV bool pl_acc_store(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, 
   }
   return true;
 }
+// Copies f's registers into r, a register tile of their layout (the emitter's FragmentLayout),
+// where they hold the ACC's value (newer than its memory); false, having copied nothing, where
+// its memory does.
+template <int NC, int ROUNDS> PL_DEV bool pl_acc_to_fragment(PlAccRegs<NC, ROUNDS>& f, float* r, int M, int N) {
+  (void)M, (void)N;
+  pl_acc_drain(f);
+  if (!f.dirty) return false;
+  for (int i = 0; i < ROUNDS * NC / 2; ++i) r[i] = f.r[i];
+  return true;
+}
 template <int NC, int ROUNDS> PL_DEV void pl_acc_flush(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, int N) {
   if (!pl_acc_store(f, d, ldd, M, N)) return;
 #if PL_HOST_EMULATION

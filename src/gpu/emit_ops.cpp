@@ -289,6 +289,9 @@ void Emitter::emit_pure(const ir::Op& op) {
       define_scalar(res, elementwise_expr(op, ""));
       return;
     }
+    bool across = false;
+    if (const std::optional<FragmentLayout> l = fragment_loop_of(op, across))
+      return emit_fragment_elementwise(op, *l, across);
     for (ValueId o : op.operands)
       if (reads_across(o)) before_cross_read();
     std::string out = define_tile(res);
@@ -299,8 +302,9 @@ void Emitter::emit_pure(const ir::Op& op) {
     return;
   }
 
-  // Everything below reads its operands' elements in another order than it writes its own.
-  before_cross_read();
+  // Everything below reads its operands' elements in another order than it writes its own (but a
+  // reduction of a register tile's rows reads the thread's own registers).
+  if (op.operands.empty() || info(op.operands[0]).kind != ValueInfo::Kind::Fragment) before_cross_read();
   // The result's storage: a tile, or a one-element slot broadcast to a register at the end.
   std::string out, slot;
   auto begin_result = [&](ValueId v) {
@@ -440,6 +444,12 @@ void Emitter::emit_pure(const ir::Op& op) {
       t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
       t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
       out = begin_result(res);
+      if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) {  // its rows (plan_fragments)
+        emit_fragment_reduction(op, out, t);
+        end_result(res);
+        barrier();  // a quad's first lane wrote each result
+        return;
+      }
       const bool team = emit_team_reduction(op.operands[0], reduced, out, t);
       end_result(res);
       if (team && !rt.shape.empty()) barrier();  // a team's first thread wrote its result

@@ -236,6 +236,12 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
     if (i.producer->code == OpCode::BroadcastInDim) return broadcast_element(*i.producer, flat);
     return "(" + elementwise_expr(*i.producer, flat) + ")";
   }
+  if (i.kind == ValueInfo::Kind::Fragment) {
+    // Only a loop over the registers of its layout reads it, each element at its own index.
+    PALLAS_INTERNAL_CHECK(fragment_loop_ && *fragment_loop_ == i.frag && flat == "e",
+                          "gpu emitter: register tile %" + std::to_string(v) + " read outside its layout's loop");
+    return i.name + "[pl_k]";
+  }
   throw InternalError("gpu emitter: value %" + std::to_string(v) + " is not an array value");
 }
 
@@ -597,6 +603,7 @@ void Emitter::plan_fusion(const ir::Region& r) {
       continue;
     stores_from_registers_[&store] = &load;
   }
+  plan_fragments(r, acc_of);
 }
 
 Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Region& body,
@@ -978,8 +985,14 @@ void Emitter::emit_ref_op(const ir::Op& op) {
   // them from the value: no trip through the ACC's memory (in global memory), which the
   // registers stay newer than.
   if (whole_acc && !ring_acc && type(op.operands[0]).shape.size() == 2) {
-    if (op.code == OpCode::Load) return emit_load_from_registers(op, *kacc);
+    if (op.code == OpCode::Load)
+      return fragments_.count(op.results[0]) ? emit_fragment_load(op, *kacc) : emit_load_from_registers(op, *kacc);
     if (store_value && !is_uniform(op.operands[1])) return emit_store_into_registers(op, *kacc);
+  }
+  // A store of register tiles (or of elementwise ops of them) writes each thread's registers.
+  if (!kacc && op.code == OpCode::Store) {
+    bool across = false;
+    if (const std::optional<FragmentLayout> l = fragment_loop_of(op, across)) return emit_fragment_store(op, *l, across);
   }
   if (whole_acc && store_value && is_uniform(op.operands[1])) {
     line("if (!pl_acc_fill(" + kacc->var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(kacc->m) +

@@ -163,17 +163,33 @@ struct RefInfo {
   std::string at_offset(const std::string& offset) const;
 };
 
-// An SSA value: a scalar register, a tile in the arena, a Ref, or a fused array value — one
-// that has no storage of its own: its single user computes each element where it needs it
-// (Emitter::plan_fusion).
+// A register tile's layout (Mosaic GPU's WGMMA layout): an m x n array spread over the
+// registers of the Pallas thread's warpgroups as wgmma's accumulator is — blocks of 64 rows x nc
+// columns, block b taken by warpgroup b % warpgroups in round b / warpgroups, and in a block
+// thread (warp w, lane l) holding rows 16 w + l / 4 and + 8, columns 2 (l % 4) + 8 j and + 1
+// (register i of the round at pl_wgmma_acc_base + pl_wgmma_acc_off(i)). So a row's elements lie
+// with the four lanes of a quad, and an ACC's registers are such a tile.
+struct FragmentLayout {
+  int64_t m = 0, n = 0;
+  int nc = 0, rounds = 0, warpgroups = 1;
+  int registers() const { return rounds * nc / 2; }  // per thread
+  int64_t blocks_n() const { return n / nc; }
+  int64_t blocks() const { return m / 64 * blocks_n(); }
+  bool operator==(const FragmentLayout&) const = default;
+};
+
+// An SSA value: a scalar register, a tile in the arena, a Ref, a register tile (an array in the
+// group's registers, FragmentLayout), or a fused array value — one that has no storage of its
+// own: its single user computes each element where it needs it (Emitter::plan_fusion).
 struct ValueInfo {
-  enum class Kind { None, Scalar, Tile, Ref, Fused } kind = Kind::None;
+  enum class Kind { None, Scalar, Tile, Ref, Fused, Fragment } kind = Kind::None;
   std::string name;         // scalar: the variable; tile: the T* variable
   int64_t offset = -1;      // tile: arena offset (owned when owns_slot)
   int64_t bytes = 0;
   bool owns_slot = false;
   RefInfo ref;              // a Ref; a fused load: the view it reads
   const ir::Op* producer = nullptr;  // fused: the elementwise op or load computing an element
+  FragmentLayout frag;      // a register tile: its layout (name: the thread's register array)
 };
 
 // Makes `ref` (a whole SMEM tile at ref.ptr) the swizzled tile that the macro `macro` describes
@@ -247,6 +263,10 @@ struct EmitContext {
   // its tile arena on a 1024-byte boundary, named by PL_SMEM_SWIZZLED_V<value> (own_scoped_array).
   const std::set<ir::ValueId>* swizzled_own_scoped = nullptr;
   RegisterReallocation registers;  // (set_max_registers)
+  // Arrays may live in registers in wgmma's layout (plan_fragments; CodegenOptions::register_tiles):
+  // a gpu::kernel whose Pallas threads are whole warpgroups. Counts them (GeneratedKernel::register_tiles).
+  bool register_tiles = false;
+  int* register_tile_count = nullptr;
 };
 
 class Emitter {
@@ -408,6 +428,36 @@ class Emitter {
   void emit_load_from_registers(const ir::Op& load, const AccumulatorRegisters& a);
   void emit_store_into_registers(const ir::Op& store, const AccumulatorRegisters& a);
   void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
+  // ---- Register tiles (emit_fragments.cpp). Chooses the array values of r kept in the group's
+  // registers in wgmma's layout (fragments_): a whole load of an ACC in registers, and elementwise
+  // ops of such values, where every use of the value reads it in that layout — in r itself, by an
+  // elementwise op of its shape (whose loop then runs over the thread's registers), a reduction of
+  // its rows, or a whole store (into memory that is not an ACC in registers).
+  void plan_fragments(const ir::Region& r, const std::function<const AccumulatorRegisters*(ir::ValueId)>& acc_of);
+  // The layout of the register tiles that element e of v reads at e (through its fused ops;
+  // `layout_of` says which values are register tiles), nullopt where none; `conflict`: two
+  // different layouts, or one under a broadcast (read at other indices). `across`: the element
+  // also reads a tile or a broadcast (elements other threads wrote).
+  std::optional<FragmentLayout> fragment_read(ir::ValueId v, const std::function<const FragmentLayout*(ir::ValueId)>& layout_of,
+                                              bool& conflict, bool& across) const;
+  // The layout an op's loop runs in when it reads register tiles at its own index (nullopt: none).
+  std::optional<FragmentLayout> fragment_loop_of(const ir::Op& op, bool& across) const;
+  // `for` this thread's elements of a register tile's layout: pl_k its register, e the element's
+  // row-major index (each with its own #pragma unroll, so pl_k is a constant and the registers stay
+  // registers); at() reads a register tile as its register pl_k.
+  void open_fragment_loop(const FragmentLayout& l);
+  void close_fragment_loop();
+  void emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a);
+  // An elementwise op (or a store of value `stored`) whose loop reads register tiles.
+  void emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& l, bool across);
+  void emit_fragment_store(const ir::Op& store, const FragmentLayout& l, bool across);
+  // A reduction of a register tile's rows (reduction rule t) into out: each thread combines its
+  // registers of each of its two rows per block, the quad by two shuffles, a lane per quad writes.
+  void emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t);
+  std::map<ir::ValueId, FragmentLayout> fragments_;  // the planned register tiles
+  std::optional<FragmentLayout> fragment_loop_;      // the layout of the loop being emitted
+  // Declares v's registers (a register tile of layout l); returns their name.
+  std::string define_fragment(ir::ValueId v, const FragmentLayout& l);
   // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can
   // compute the product (f32 accumulation of bf16 or f16 inputs into an f32, bf16 or f16 result,
   // m % 16 == n % 8 == k % 16 == 0), and counts it; the caller closes it when this returned true.

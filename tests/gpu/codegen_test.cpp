@@ -75,8 +75,10 @@ TEST(GpuCodegen, EveryGpuExampleRunsUnderHostEmulation) {
       std::vector<Array> inputs;
       for (const Array& a : p.inputs) inputs.push_back(a.clone());
       std::vector<Array> expected = p.reference(inputs);
-      // Four threads per CTA: the barriers the emitter placed are exercised too.
-      std::vector<Array> outs = gpu::run_host_emulation(*tc, k, inputs, static_grid(*tc), 4);
+      // Four threads per CTA: the barriers the emitter placed are exercised too (register tiles
+      // take whole warpgroups).
+      const int threads = k.register_tiles > 0 ? 128 * std::max(1, k.num_groups) : 4;
+      std::vector<Array> outs = gpu::run_host_emulation(*tc, k, inputs, static_grid(*tc), threads);
       ex::Outcome o = ex::compare(p, inputs, outs, expected);
       EXPECT_TRUE(o.ok) << o.message;
     }

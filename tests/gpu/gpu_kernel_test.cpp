@@ -2337,9 +2337,110 @@ TEST(GpuKernel, AccRegistersGoToAndFromValuesWithoutTheirMemory) {
   check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
   EXPECT_EQ(stats.wgmma_instructions, 2 * 2);  // two products of K 32
   EXPECT_EQ(stats.acc_flushes, 0);
-  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr));
+  EXPECT_EQ(k.register_tiles, 1);  // (acc + 1, stored to out3; register tiles take whole warpgroups)
+  const plgpu::GeneratedKernel arena = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.register_tiles = false});
+  check(plgpu::run_host_emulation(*tc, arena, {a, b}, tc->grid_mapping.grid, 2, nullptr));
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   for (const char* arch : {"sm_90a", "sm_80"}) EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "acc.cu", arch)) << arch;
+}
+
+// Register tiles: `s = acc[...]` of an ACC in registers and the elementwise ops on it stay in the
+// warpgroup's registers in wgmma's layout, a row reduction of them is a quad's shuffles, and a
+// store writes each thread's registers: attention's softmax without shared memory. u is stored
+// transposed (not a register tile's use): it is a tile, computed in the registers' layout. Three
+// layouts: 64 x 64 (one block), 128 x 64 (two blocks, a row band each), 64 x 256 (two 128-column
+// blocks of one row band, which the reduction combines across rounds). Against C++ from a b: on
+// the interpreter; host emulated with the ACC in registers (nothing flushed) and, the unit built
+// as for a target without wgmma (no PL_WGMMA_STAGES: the ACC in memory, read in the registers'
+// layout), and without register tiles; NVRTC for sm_90a and sm_80.
+TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
+  for (const auto& [M, N] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 256}}) {
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N));
+    constexpr int64_t K = 32;
+    auto make = [M = M, N = N](const std::string& how) {
+      return plgpu::kernel(
+          [=](pl::Ref a, pl::Ref b, pl::Ref probs, pl::Ref row_max, pl::Ref u_t, pl::Ref a_s, pl::Ref b_s, pl::Ref acc,
+              pl::Ref bar) {
+            plgpu::copy_gmem_to_smem(a, a_s, bar);
+            plgpu::copy_gmem_to_smem(b, b_s, bar);
+            plgpu::barrier_wait(bar);
+            acc[pl::all] = pl::zeros({M, N}, pl::f32);
+            plgpu::wgmma(acc, a_s, b_s);
+            plgpu::wgmma_wait(0);
+            const pl::Value s = acc[pl::all];
+            const pl::Value t = s * 0.5f + 1.0f;
+            const pl::Value m = pl::max(t, {1}, /*keepdims=*/true);
+            const pl::Value p = pl::exp(t - m);
+            probs[pl::all] = p / pl::sum(p, {1}, /*keepdims=*/true);
+            row_max[pl::all] = m;
+            u_t[pl::all] = pl::transpose(s + 2.0f, {1, 0});
+          },
+          {pl::ShapeDtype({M, N}, pl::f32), pl::ShapeDtype({M, 1}, pl::f32), pl::ShapeDtype({N, M}, pl::f32)},
+          plgpu::Mesh{},
+          run_on(how, {plgpu::SMEM({M, K}, pl::bf16), plgpu::SMEM({K, N}, pl::bf16), plgpu::ACC({M, N}),
+                       plgpu::Barrier{.num_arrivals = 2}}));
+    };
+    pl::Array a = random_f32({M, K}, 71).astype(pl::bf16), b = random_f32({K, N}, 72).astype(pl::bf16);
+    auto check = [&, M = M, N = N](const std::vector<pl::Array>& out) {
+      for (int64_t i = 0; i < M; ++i) {
+        std::vector<double> t(static_cast<size_t>(N));
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0;
+          for (int64_t q = 0; q < K; ++q) s += a.get({i, q}) * b.get({q, j});
+          EXPECT_NEAR(out.at(2).get({j, i}), s + 2, 1e-4 * (1 + std::abs(s))) << i << "," << j;
+          t[static_cast<size_t>(j)] = s * 0.5 + 1;
+          mx = std::max(mx, t[static_cast<size_t>(j)]);
+        }
+        EXPECT_NEAR(out.at(1).get({i, 0}), mx, 1e-4 * (1 + std::abs(mx))) << i;
+        for (double x : t) sum += std::exp(x - mx);
+        for (int64_t j = 0; j < N; ++j) {
+          const double want = std::exp(t[static_cast<size_t>(j)] - mx) / sum;
+          EXPECT_NEAR(out.at(0).get({i, j}), want, 1e-5 + 1e-4 * want) << i << "," << j;
+        }
+      }
+    };
+    check(make("interpret")(a, b));
+    std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    // s, t and p; exp's and the store's operand t - m and p / sum are fused into their loops.
+    EXPECT_EQ(k.register_tiles, 3);
+    EXPECT_CONTAINS(k.source, "pl_acc_to_fragment(pl_acc_");
+    EXPECT_CONTAINS(k.source, "pl_team_combine<false>(pl_r0, 4, pl_comb");
+    plgpu::HostEmulationStats stats;
+    check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
+    EXPECT_EQ(stats.acc_flushes, 0);
+    EXPECT_GT(stats.shuffles, 0);
+    // Register tiles take whole warpgroups: another count is refused, not computed in part.
+    try {
+      plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr);
+      ADD_FAILURE() << "two host threads ran a kernel with register tiles";
+    } catch (const pl::Error& e) {
+      EXPECT_CONTAINS(e.what(), "register tiles");
+    }
+    plgpu::GeneratedKernel no_wgmma = k;
+    const std::string stages = "#define PL_WGMMA_STAGES ";
+    ASSERT_NE(no_wgmma.source.find(stages), std::string::npos);
+    no_wgmma.source.replace(no_wgmma.source.find(stages), stages.size(), "#define PL_NO_WGMMA_STAGES ");
+    check(plgpu::run_host_emulation(*tc, no_wgmma, {a, b}, tc->grid_mapping.grid, 128, nullptr));
+    const plgpu::GeneratedKernel arena = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.register_tiles = false});
+    EXPECT_EQ(arena.register_tiles, 0);
+    check(plgpu::run_host_emulation(*tc, arena, {a, b}, tc->grid_mapping.grid, 2, nullptr));
+    // A row reduction that took the registers of the row 8 below (registers 4 j + 2, + 3) for its
+    // own gives other maxima (the test can fail).
+    plgpu::GeneratedKernel wrong = k;
+    const std::string rows = "if ((pl_i >> 1) & 1) pl_r1";
+    ASSERT_NE(wrong.source.find(rows), std::string::npos);
+    wrong.source.replace(wrong.source.find(rows), rows.size(), "if (pl_i & 1) pl_r1");
+    const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {a, b}, tc->grid_mapping.grid, 128, nullptr).at(1);
+    const pl::Array good = make("interpret")(a, b).at(1);
+    double diff = 0;
+    for (int64_t i = 0; i < M; ++i) diff = std::max(diff, std::abs(bad.get({i, 0}) - good.get({i, 0})));
+    EXPECT_GT(diff, 0.1);
+    if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    for (const char* arch : {"sm_90a", "sm_80"})
+      EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "frag.cu", arch)) << arch;
+  }
 }
 
 // After a store to part of an ACC in registers (which goes to its memory: the memory is then the

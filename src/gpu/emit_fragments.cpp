@@ -1,0 +1,315 @@
+// Register tiles: array values that a gpu::kernel keeps in its warpgroups' registers, in wgmma's
+// accumulator layout (Mosaic GPU's WGMMA layout; FragmentLayout in emitter.h), instead of in the
+// arena in shared memory.
+//
+// Where they come from: a whole load of an ACC whose wgmma run in registers (`s = acc[...]`,
+// attention's scores) copies the registers, and an elementwise op reading such values at its own
+// index runs its loop over the thread's registers (each thread computes the elements it holds).
+// What keeps a value in registers (plan_fragments): every use reads it in that layout — an
+// elementwise op of its shape, a reduction of its rows (the quad of lanes holding a row combine by
+// two shuffles), or a whole store to memory — in its own region (not a loop carry, not yielded).
+// A value with any other use is a tile in the arena as before; an elementwise op reading register
+// tiles but writing such a tile still runs in the registers' layout, then syncs the group (its
+// threads wrote elements other threads own in the arena's loops).
+//
+// So attention's softmax runs in registers: its scores never go through shared memory, the row
+// maxima and sums are shuffles, and the output accumulator goes from its registers to global
+// memory in the epilogue. The layout is the same on every target (it is just an assignment of
+// elements to threads): only the copy from an ACC's registers needs wgmma; where the ACC is in
+// memory, the load reads it there in the registers' layout.
+#include "gpu/emitter.h"
+
+namespace pallas::gpu::detail {
+
+using ir::OpCode;
+using ir::ValueId;
+
+namespace {
+bool reshapes(OpCode c) { return c == OpCode::Reshape || c == OpCode::Squeeze || c == OpCode::ExpandDims; }
+bool row_reduction(OpCode c) {
+  return c == OpCode::ReduceSum || c == OpCode::ReduceMax || c == OpCode::ReduceMin || c == OpCode::ReduceProd;
+}
+}  // namespace
+
+std::optional<FragmentLayout> Emitter::fragment_read(ValueId v,
+                                                     const std::function<const FragmentLayout*(ValueId)>& layout_of,
+                                                     bool& conflict, bool& across) const {
+  if (const FragmentLayout* l = layout_of(v)) return *l;
+  const auto it = fused_producers_.find(v);
+  if (it == fused_producers_.end()) {
+    if (!type(v).shape.empty()) across = true;  // a tile: written in another layout
+    return std::nullopt;
+  }
+  const ir::Op& p = *it->second;
+  if (p.code == OpCode::Load || p.code == OpCode::Constant) return std::nullopt;  // memory at the element's index
+  if (p.code == OpCode::BroadcastInDim || reshapes(p.code)) {
+    // Reads its operand at other indices: a register tile there is not the loop's register.
+    across = true;
+    bool c = false, a = false;
+    if (fragment_read(p.operands[0], layout_of, c, a)) conflict = true;
+    return std::nullopt;
+  }
+  std::optional<FragmentLayout> layout;
+  for (ValueId o : p.operands) {
+    const std::optional<FragmentLayout> l = fragment_read(o, layout_of, conflict, across);
+    if (l && layout && !(*l == *layout)) conflict = true;
+    if (l) layout = l;
+  }
+  return layout;
+}
+
+std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& across) const {
+  auto layout_of = [this](ValueId v) -> const FragmentLayout* {
+    const ValueInfo& i = info(v);
+    return i.kind == ValueInfo::Kind::Fragment ? &i.frag : nullptr;
+  };
+  const bool store = op.code == OpCode::Store;
+  if (store && (op.operands.size() != 2 || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0)) return std::nullopt;
+  std::optional<FragmentLayout> layout;
+  bool conflict = false;
+  for (size_t i = store ? 1 : 0; i < op.operands.size(); ++i) {
+    const std::optional<FragmentLayout> l = fragment_read(op.operands[i], layout_of, conflict, across);
+    if (l && layout && !(*l == *layout)) conflict = true;
+    if (l) layout = l;
+  }
+  PALLAS_INTERNAL_CHECK(!conflict, "gpu emitter: an op reads register tiles of two layouts");
+  return layout;
+}
+
+void Emitter::plan_fragments(const ir::Region& r, const std::function<const AccumulatorRegisters*(ValueId)>& acc_of) {
+  if (!ctx_.register_tiles || ctx_.group_threads <= 0 || ctx_.group_threads % 128 != 0) return;
+  const int warpgroups = ctx_.group_threads / 128;
+  // The ops of r using each value; values used in a nested region or yielded escape r.
+  std::map<ValueId, std::vector<size_t>> users;
+  std::set<ValueId> escapes;
+  std::function<void(const ir::Region&)> nested = [&](const ir::Region& sub) {
+    for (const ir::Op& o : sub.ops) {
+      escapes.insert(o.operands.begin(), o.operands.end());
+      for (const ir::Region& s : o.regions) nested(s);
+    }
+  };
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const ir::Op& op = r.ops[i];
+    if (op.code == OpCode::Yield) escapes.insert(op.operands.begin(), op.operands.end());
+    else
+      for (ValueId v : op.operands) users[v].push_back(i);
+    for (const ir::Region& s : op.regions) nested(s);
+  }
+  auto fused = [&](const ir::Op& op) { return op.results.size() == 1 && fused_producers_.count(op.results[0]); };
+  // The roots: whole loads of an ACC in registers that nothing else takes.
+  std::map<ValueId, FragmentLayout> roots;
+  for (const ir::Op& op : r.ops) {
+    if (op.code != OpCode::Load || op.results.size() != 1 || fused(op) || register_updates_.count(&op) ||
+        is_stored_from_registers(op) || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0)
+      continue;
+    const AccumulatorRegisters* a = acc_of(op.operands[0]);
+    const Shape& shape = type(op.operands[0]).shape;
+    if (!a || shape.size() != 2 || !whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape)) continue;
+    const FragmentLayout l{a->m, a->n, a->nc, a->rounds, warpgroups};
+    if (l.rounds * warpgroups >= l.blocks() && type(op.results[0]).shape == Shape{a->m, a->n}) roots[op.results[0]] = l;
+  }
+  if (roots.empty()) return;
+  std::set<ValueId> banned;
+  std::map<ValueId, FragmentLayout> chosen;
+  auto layout_of = [&](ValueId v) -> const FragmentLayout* {
+    const auto it = chosen.find(v);
+    return it == chosen.end() ? nullptr : &it->second;
+  };
+  // Whether op's loop (an elementwise op's, a store's) reads register tiles in layout l only.
+  auto loop_in = [&](const ir::Op& op, const FragmentLayout& l) {
+    const bool store = op.code == OpCode::Store;
+    if (store) {
+      if (op.operands.size() != 2 || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0 || acc_of(op.operands[0]))
+        return false;
+    } else if (op.results.size() != 1 || !is_elementwise(op) || reshapes(op.code) ||
+               type(op.results[0]).shape != Shape{l.m, l.n}) {
+      return false;
+    }
+    bool conflict = false, across = false;
+    for (size_t i = store ? 1 : 0; i < op.operands.size(); ++i) {
+      const std::optional<FragmentLayout> x = fragment_read(op.operands[i], layout_of, conflict, across);
+      if (x && !(*x == l)) conflict = true;
+    }
+    return !conflict;
+  };
+  // Whether every use of v reads it in its layout l.
+  auto uses_fit = [&](ValueId v, const FragmentLayout& l) {
+    if (escapes.count(v)) return false;
+    for (size_t u : users[v]) {
+      const ir::Op* op = &r.ops[u];
+      // A fused op is computed in its user's loop: follow it there.
+      while (fused(*op)) {
+        if (op->code == OpCode::BroadcastInDim || reshapes(op->code) || op->code == OpCode::Load) return false;
+        const std::vector<size_t>& next = users[op->results[0]];
+        if (next.size() != 1 || escapes.count(op->results[0])) return false;
+        op = &r.ops[next[0]];
+      }
+      if (op->code == OpCode::Store || (is_elementwise(*op) && op->code != OpCode::Constant)) {
+        if (!loop_in(*op, l)) return false;
+        continue;
+      }
+      const bool rows = row_reduction(op->code) && op->operands.size() == 1 && op->operands[0] == v &&
+                        op->attrs.get_ints(ir::AttrKey::Axes) == ir::Ints{1} &&
+                        (warpgroups == 1 || l.blocks_n() == 1);
+      if (!rows) return false;
+    }
+    return true;
+  };
+  // Grow the register tiles from the roots through the elementwise ops, drop those with a use
+  // that reads them otherwise, and again until none drops (a dropped value may have made its
+  // users register tiles).
+  for (;;) {
+    chosen.clear();
+    for (const ir::Op& op : r.ops) {
+      if (op.results.size() != 1 || banned.count(op.results[0])) continue;
+      const ValueId res = op.results[0];
+      if (const auto it = roots.find(res); it != roots.end()) {
+        chosen[res] = it->second;
+        continue;
+      }
+      if (fused(op) || !is_elementwise(op) || reshapes(op.code) || op.code == OpCode::Constant) continue;
+      bool conflict = false, across = false;
+      std::optional<FragmentLayout> layout;
+      for (ValueId o : op.operands) {
+        const std::optional<FragmentLayout> l = fragment_read(o, layout_of, conflict, across);
+        if (l && layout && !(*l == *layout)) conflict = true;
+        if (l) layout = l;
+      }
+      if (layout && !conflict && type(res).shape == Shape{layout->m, layout->n}) chosen[res] = *layout;
+    }
+    bool dropped = false;
+    for (const auto& [v, l] : chosen)
+      if (!uses_fit(v, l)) banned.insert(v), dropped = true;
+    if (!dropped) break;
+  }
+  for (const auto& [v, l] : chosen) fragments_[v] = l;
+}
+
+void Emitter::open_fragment_loop(const FragmentLayout& l) {
+  const std::string half = std::to_string(l.nc / 2);
+  line("#pragma unroll");
+  line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
+  ++indent_;
+  line("const int pl_blk = " + std::string(l.warpgroups == 1 ? "pl_q" : "pl_q * " + std::to_string(l.warpgroups) + " + pl_tid() / 128") + ";");
+  if (l.rounds * l.warpgroups > l.blocks()) line("if (pl_blk >= " + std::to_string(l.blocks()) + ") continue;");
+  const std::string bn = std::to_string(l.blocks_n());
+  line("const pl_i64 pl_base = pl_wgmma_acc_base(pl_blk / " + bn + " * 64, pl_blk % " + bn + " * " + std::to_string(l.nc) +
+       ", " + std::to_string(l.n) + ");");
+  line("#pragma unroll");
+  line("for (int pl_i = 0; pl_i < " + half + "; ++pl_i) {");
+  ++indent_;
+  line("const int pl_k = pl_q * " + half + " + pl_i;");
+  line("const pl_i64 e = pl_base + pl_wgmma_acc_off(pl_i, " + std::to_string(l.n) + ");");
+  fragment_loop_ = l;
+}
+
+void Emitter::close_fragment_loop() {
+  fragment_loop_.reset();
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+}
+
+std::string Emitter::define_fragment(ValueId v, const FragmentLayout& l) {
+  ValueInfo& i = values_[static_cast<size_t>(v)];
+  i.kind = ValueInfo::Kind::Fragment;
+  i.frag = l;
+  i.name = "v" + std::to_string(v);
+  line(ctype(type(v).dtype) + " " + i.name + "[" + std::to_string(l.registers()) + "];  // a register tile");
+  if (ctx_.register_tile_count) ++*ctx_.register_tile_count;
+  return i.name;
+}
+
+void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a) {
+  const FragmentLayout& l = fragments_.at(load.results[0]);
+  const std::string regs = define_fragment(load.results[0], l);
+  line("if (!pl_acc_to_fragment(" + a.var + ", " + regs + ", " + std::to_string(a.m) + ", " + std::to_string(a.n) + ")) {");
+  ++indent_;
+  ++conditional_depth_;
+  // The ACC's memory is current (its registers hold nothing newer): read it in their layout.
+  before_mem_read();
+  open_fragment_loop(l);
+  line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
+  close_fragment_loop();
+  --conditional_depth_;
+  --indent_;
+  line("}");
+  after_mem_read();
+}
+
+void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& l, bool across) {
+  if (across) before_cross_read();
+  const ValueId res = op.results[0];
+  const bool in_registers = fragments_.count(res) > 0;
+  const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
+  open_fragment_loop(l);
+  line(out + (in_registers ? "[pl_k]" : "[e]") + " = " + elementwise_expr(op, "e") + ";");
+  close_fragment_loop();
+  if (in_registers) return;
+  // The tile's elements were written by the threads holding them in registers, not by those the
+  // arena's loops give them to.
+  after_tile_write();
+  barrier();
+}
+
+void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, bool across) {
+  before_mem_write();
+  if (across) before_cross_read();
+  const RefInfo v = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
+  open_fragment_loop(l);
+  line(v.elem("e") + " = " + at(store.operands[1], "e") + ";");
+  close_fragment_loop();
+  if (!v.swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads it through the async proxy)
+  after_mem_write();
+  after_mem_read();
+}
+
+void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t) {
+  const ValueInfo& x = info(op.operands[0]);
+  const FragmentLayout& l = x.frag;
+  const std::string A = t.acc_type, half = std::to_string(l.nc / 2), bn = std::to_string(l.blocks_n());
+  line("{");
+  ++indent_;
+  line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+  // The thread's two rows of a block: 16 warp + lane / 4 (registers 4 j, 4 j + 1) and 8 below.
+  line(A + " pl_r0 = " + t.identity + ", pl_r1 = " + t.identity + ";");
+  line("#pragma unroll");
+  line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
+  ++indent_;
+  line("const int pl_blk = " + std::string(l.warpgroups == 1 ? "pl_q" : "pl_q * " + std::to_string(l.warpgroups) + " + pl_tid() / 128") + ";");
+  line("if (pl_blk < " + std::to_string(l.blocks()) + ") {");
+  ++indent_;
+  line("#pragma unroll");
+  line("for (int pl_i = 0; pl_i < " + half + "; ++pl_i) {");
+  ++indent_;
+  line("const " + A + " pl_x = " + t.element(x.name + "[pl_q * " + half + " + pl_i]", "") + ";");
+  line("if ((pl_i >> 1) & 1) pl_r1 = pl_comb(pl_r1, pl_x); else pl_r0 = pl_comb(pl_r0, pl_x);");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+  // A row's blocks are this thread's consecutive rounds (one warpgroup), or its one block (a block
+  // per row band): its last ends the row. Every thread of the group shuffles alike (host
+  // emulation's shuffles sync the group).
+  line("if (pl_q % " + bn + " == " + bn + " - 1) {");
+  ++indent_;
+  line("pl_r0 = pl_team_combine<false>(pl_r0, 4, pl_comb, (" + A + "*)0);");
+  line("pl_r1 = pl_team_combine<false>(pl_r1, 4, pl_comb, (" + A + "*)0);");
+  line("if (pl_blk < " + std::to_string(l.blocks()) + " && (pl_tid() & 3) == 0) {");
+  ++indent_;
+  line("const int pl_row = pl_blk / " + bn + " * 64 + 16 * ((pl_tid() & 127) >> 5) + ((pl_tid() & 31) >> 2);");
+  line(out + "[pl_row] = " + t.result("pl_r0") + ";");
+  line(out + "[pl_row + 8] = " + t.result("pl_r1") + ";");
+  --indent_;
+  line("}");
+  line("pl_r0 = pl_r1 = " + t.identity + ";");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+}
+
+}  // namespace pallas::gpu::detail
