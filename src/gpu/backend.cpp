@@ -81,7 +81,16 @@ std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const Trace
 std::shared_ptr<const GeneratedKernel> emulated_kernel(PallasCallImpl& c, const TracedCall& tc,
                                                        const std::vector<int64_t>& grid) {
   return kept_by_call<GeneratedKernel>(c, tc, grid, [&] {
-    return std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, codegen_options(c.compiler_params)));
+    CodegenOptions options = codegen_options(c.compiler_params);
+    auto k = std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, options));
+    // Register tiles take 128 host threads per Pallas thread (emulation_threads): past the
+    // emulation's thread limit (a large cluster, a co-resident grid), the kernel without them
+    // runs with fewer threads instead, computing the same values.
+    if (k->register_tiles > 0 && k->host_ctas * 128 * std::max(1, k->num_groups) > kMaxHostEmulationThreads) {
+      options.register_tiles = false;
+      k = std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, options));
+    }
+    return k;
   });
 }
 
@@ -91,17 +100,9 @@ int emulation_threads(const GeneratedKernel& k) {
   // A co-resident kernel runs all its CTAs at once: two threads per group when warps would be
   // too many.
   const int fewest = k.num_groups > 1 ? 2 * k.num_groups : 4;
-  // Register tiles are laid out over whole warpgroups: nothing else computes them.
-  if (k.register_tiles > 0) {
-    const int threads = 128 * std::max(1, k.num_groups);
-    if (k.host_ctas * threads > kMaxHostEmulationThreads)
-      throw Error("host emulation: this gpu::kernel keeps arrays in registers in wgmma's layout (register tiles), "
-                  "which takes 128 host threads per Pallas thread, " + std::to_string(k.host_ctas * threads) +
-                  " for the " + std::to_string(k.host_ctas) + " CTAs it runs at once: more than " +
-                  std::to_string(kMaxHostEmulationThreads) + " (use a smaller cluster, or set "
-                  "PALLAS_GPU_NO_REGISTER_TILES=1)");
-    return threads;
-  }
+  // Register tiles are laid out over whole warpgroups: nothing else computes them (emulated_kernel
+  // leaves them out where that many threads are too many).
+  if (k.register_tiles > 0) return 128 * std::max(1, k.num_groups);
   // A warpgroup per group where they run on wgmma (its accumulator in registers, as on the GPU).
   if (k.uses_wgmma && k.host_ctas * 128 * std::max(1, k.num_groups) <= kMaxHostEmulationThreads)
     return 128 * std::max(1, k.num_groups);

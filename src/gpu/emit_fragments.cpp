@@ -228,6 +228,8 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
   ++indent_;
   ++conditional_depth_;
   // The ACC's memory is current (its registers hold nothing newer): read it in their layout.
+  // A barrier here syncs this branch only: what was pending before it still is after the `if`.
+  const bool tile_written = tile_written_, mem_written = mem_written_, mem_read = mem_read_;
   before_mem_read();
   open_fragment_loop(l);
   line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
@@ -235,6 +237,8 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
   --conditional_depth_;
   --indent_;
   line("}");
+  tile_written_ = tile_written_ || tile_written, mem_written_ = mem_written_ || mem_written;
+  mem_read_ = mem_read_ || mem_read;
   after_mem_read();
 }
 

@@ -2347,15 +2347,23 @@ TEST(GpuKernel, AccRegistersGoToAndFromValuesWithoutTheirMemory) {
 // Register tiles: `s = acc[...]` of an ACC in registers and the elementwise ops on it stay in the
 // warpgroup's registers in wgmma's layout, a row reduction of them is a quad's shuffles, and a
 // store writes each thread's registers: attention's softmax without shared memory. u is stored
-// transposed (not a register tile's use): it is a tile, computed in the registers' layout. Three
-// layouts: 64 x 64 (one block), 128 x 64 (two blocks, a row band each), 64 x 256 (two 128-column
-// blocks of one row band, which the reduction combines across rounds). Against C++ from a b: on
+// transposed (not a register tile's use): it is a tile, computed in the registers' layout. Four
+// layouts: 64 x 64 (one block), 128 x 64 (two blocks, a row band each), 64 x 256 (one block of
+// 256 columns: both operands read in place) and, unswizzled (b staged), two 128-column blocks
+// of one row band, which the reduction combines across rounds. Against C++ from a b: on
 // the interpreter; host emulated with the ACC in registers (nothing flushed) and, the unit built
 // as for a target without wgmma (no PL_WGMMA_STAGES: the ACC in memory, read in the registers'
 // layout), and without register tiles; NVRTC for sm_90a and sm_80.
 TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
-  for (const auto& [M, N] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 256}}) {
-    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N));
+  struct Case {
+    int64_t M, N;
+    bool swizzle;
+    const char* registers;  // the ACC's
+  };
+  for (const Case& c : {Case{64, 64, true, "PlAccRegs<64, 1>"}, Case{128, 64, true, "PlAccRegs<64, 2>"},
+                        Case{64, 256, true, "PlAccRegs<256, 1>"}, Case{64, 256, false, "PlAccRegs<128, 2>"}}) {
+    const int64_t M = c.M, N = c.N;
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + (c.swizzle ? "" : " unswizzled"));
     constexpr int64_t K = 32;
     auto make = [M = M, N = N](const std::string& how) {
       return plgpu::kernel(
@@ -2402,7 +2410,8 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     };
     check(make("interpret")(a, b));
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
-    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
+    EXPECT_CONTAINS(k.source, c.registers);
     // s, t and p; exp's and the store's operand t - m and p / sum are fused into their loops.
     EXPECT_EQ(k.register_tiles, 3);
     EXPECT_CONTAINS(k.source, "pl_acc_to_fragment(pl_acc_");
@@ -2422,8 +2431,11 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     const std::string stages = "#define PL_WGMMA_STAGES ";
     ASSERT_NE(no_wgmma.source.find(stages), std::string::npos);
     no_wgmma.source.replace(no_wgmma.source.find(stages), stages.size(), "#define PL_NO_WGMMA_STAGES ");
-    check(plgpu::run_host_emulation(*tc, no_wgmma, {a, b}, tc->grid_mapping.grid, 128, nullptr));
-    const plgpu::GeneratedKernel arena = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.register_tiles = false});
+    plgpu::HostEmulationStats in_memory;
+    check(plgpu::run_host_emulation(*tc, no_wgmma, {a, b}, tc->grid_mapping.grid, 128, &in_memory));
+    EXPECT_EQ(in_memory.wgmma_instructions, 0);  // (the products in memory: the loads read it there)
+    const plgpu::GeneratedKernel arena =
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tiles = false});
     EXPECT_EQ(arena.register_tiles, 0);
     check(plgpu::run_host_emulation(*tc, arena, {a, b}, tc->grid_mapping.grid, 2, nullptr));
     // A row reduction that took the registers of the row 8 below (registers 4 j + 2, + 3) for its
@@ -2441,6 +2453,55 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     for (const char* arch : {"sm_90a", "sm_80"})
       EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "frag.cu", arch)) << arch;
   }
+}
+
+// A register tile's loop that reads a tile the arena's loops wrote (other threads' elements) waits
+// for them, also after a load of an ACC whose memory-path branch has a barrier of its own (that
+// one syncs only where the ACC is in memory). y = a b + c^T, with c^T transposed before the load.
+TEST(GpuKernel, RegisterTilesWaitForTilesWrittenBeforeTheAccLoad) {
+  auto make = [](const std::string& how) {
+    return plgpu::kernel(
+        [](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref out1, pl::Ref out2, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+          plgpu::copy_gmem_to_smem(a, a_s, bar);
+          plgpu::copy_gmem_to_smem(b, b_s, bar);
+          plgpu::barrier_wait(bar);
+          acc[pl::all] = pl::zeros({64, 64}, pl::f32);
+          plgpu::wgmma(acc, a_s, b_s);
+          const pl::Value ct = pl::transpose(c[pl::all], {1, 0});
+          plgpu::wgmma_wait(0);
+          const pl::Value y = acc[pl::all] + ct;
+          out1[pl::all] = y;
+          out2[pl::all] = y * 2.0f;
+        },
+        {pl::ShapeDtype({64, 64}, pl::f32), pl::ShapeDtype({64, 64}, pl::f32)}, plgpu::Mesh{},
+        run_on(how, {plgpu::SMEM({64, 32}, pl::bf16), plgpu::SMEM({32, 64}, pl::bf16), plgpu::ACC({64, 64}),
+                     plgpu::Barrier{.num_arrivals = 2}}));
+  };
+  pl::Array a = random_f32({64, 32}, 81).astype(pl::bf16), b = random_f32({32, 64}, 82).astype(pl::bf16);
+  pl::Array c = random_f32({64, 64}, 83);
+  auto check = [&](const std::vector<pl::Array>& out) {
+    for (int64_t i = 0; i < 64; ++i)
+      for (int64_t j = 0; j < 64; ++j) {
+        double y = c.get({j, i});
+        for (int64_t q = 0; q < 32; ++q) y += a.get({i, q}) * b.get({q, j});
+        EXPECT_NEAR(out.at(0).get({i, j}), y, 1e-4 * (1 + std::abs(y))) << i << "," << j;
+        EXPECT_NEAR(out.at(1).get({i, j}), 2 * y, 2e-4 * (1 + std::abs(y))) << i << "," << j;
+      }
+  };
+  check(make("interpret")(a, b, c));
+  std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype(), c.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.register_tiles, 2);  // the load and y
+  // Between the load and y's loop: the barrier of the memory path, and then the one every path takes.
+  const size_t load = k.source.find("if (!pl_acc_to_fragment(");
+  ASSERT_NE(load, std::string::npos);
+  const size_t y = k.source.find("// a register tile", load);
+  ASSERT_NE(y, std::string::npos);
+  const std::string between = k.source.substr(load, y - load);
+  size_t syncs = 0;
+  for (size_t at = between.find("pl_sync();"); at != std::string::npos; at = between.find("pl_sync();", at + 1)) ++syncs;
+  EXPECT_EQ(syncs, 2u) << between;
+  for (int run = 0; run < 3; ++run) check(plgpu::run_host_emulation(*tc, k, {a, b, c}, tc->grid_mapping.grid, 128, nullptr));
 }
 
 // After a store to part of an ACC in registers (which goes to its memory: the memory is then the
