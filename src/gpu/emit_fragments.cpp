@@ -229,7 +229,7 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
   ++conditional_depth_;
   // The ACC's memory is current (its registers hold nothing newer): read it in their layout.
   // A barrier here syncs this branch only: what was pending before it still is after the `if`.
-  const bool tile_written = tile_written_, mem_written = mem_written_, mem_read = mem_read_;
+  const PendingSyncs pending = pending_syncs();
   before_mem_read();
   open_fragment_loop(l);
   line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
@@ -237,8 +237,7 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
   --conditional_depth_;
   --indent_;
   line("}");
-  tile_written_ = tile_written_ || tile_written, mem_written_ = mem_written_ || mem_written;
-  mem_read_ = mem_read_ || mem_read;
+  restore_pending(pending);
   after_mem_read();
 }
 

@@ -999,14 +999,16 @@ void Emitter::emit_ref_op(const ir::Op& op) {
          ", " + std::to_string(kacc->n) + ")) {");
     ++indent_;
     ++conditional_depth_;  // (barriers in here may not run: the arena frees nothing at them)
+    const PendingSyncs pending = pending_syncs();  // (what the registers' path leaves pending)
     emit_ref_op_in_memory(op);
     // Only this branch wrote memory: its barrier here, so that where the registers took the
-    // value (the tensor cores' path) what follows needs none. (pl_acc_fill's answer is the same
-    // for the whole group.)
+    // value (the tensor cores' path) what follows needs none for it. (pl_acc_fill's answer is
+    // the same for the whole group.)
     barrier();
     --conditional_depth_;
     --indent_;
     line("}");
+    restore_pending(pending);
     return;
   }
   emit_ref_op_in_memory(op);

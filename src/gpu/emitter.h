@@ -363,6 +363,18 @@ class Emitter {
   void before_cross_read();
   void before_mem_read();
   void before_mem_write();
+  // What the next barrier must order (tile and memory writes, memory reads). A branch that only
+  // some paths take (the memory path beside an ACC's registers) may sync on its own: after it,
+  // restore_pending(saved) keeps what was pending before it, which the other paths did not sync.
+  struct PendingSyncs {
+    bool tile_written = false, mem_written = false, mem_read = false;
+  };
+  PendingSyncs pending_syncs() const { return {tile_written_, mem_written_, mem_read_}; }
+  void restore_pending(const PendingSyncs& p) {
+    tile_written_ = tile_written_ || p.tile_written;
+    mem_written_ = mem_written_ || p.mem_written;
+    mem_read_ = mem_read_ || p.mem_read;
+  }
   void after_tile_write() { tile_written_ = true; }
   void after_mem_write() { mem_written_ = true; }
   void after_mem_read() { mem_read_ = true; }
