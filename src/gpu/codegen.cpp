@@ -802,6 +802,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     out.reallocates_registers = ctx.registers.emit;
     ctx.register_tiles = opts.register_tiles;
     ctx.register_tile_count = &out.register_tiles;
+    ctx.register_a_products = &out.register_a_products;
   }
   Emitter em(k, ctx, 1);
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");
@@ -1129,6 +1130,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     src << "#define PL_HOST_CTAS " << out.host_ctas << "\n";
   }
   if (!opts.async_wgmma) src << "#define PL_WGMMA_ASYNC 0\n";
+  if (out.register_a_products > 0) src << "#define PL_WGMMA_RS 1\n";  // (wgmma with a in registers)
   for (const auto& [ref, a] : register_accs)
     if (a.nc > 128) {
       src << "#define PL_WGMMA_WIDE 1\n";  // (m64n256k16: the runtime's widest wgmma, parsed only then)

@@ -186,6 +186,8 @@ struct GeneratedKernel {
   // Array values kept in registers in wgmma's layout (register tiles, emit_fragments.cpp): their
   // layout assumes whole warpgroups, so host emulation runs 128 threads per Pallas thread.
   int register_tiles = 0;
+  // wgmma products whose a is a register tile (the unit defines PL_WGMMA_RS for their instructions).
+  int register_a_products = 0;
   // The gpu::kernel's set_max_registers are setmaxnreg (register_reallocation in emitter.h), and
   // the kernel is declared with __launch_bounds__(threads_per_cta, 1).
   bool reallocates_registers = false;

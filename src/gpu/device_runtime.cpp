@@ -35,6 +35,26 @@ std::string wgmma_instructions() {
     }
     if (n == 256) s += "#endif\n";
   }
+  // With a in registers (a register tile, four 32-bit registers of two elements each per 16
+  // columns: rows 16 w + l / 4 and + 8, columns 2 (l % 4) and + 8, as wgmma's accumulator holds
+  // them), only where the unit has such products (PL_WGMMA_RS).
+  s += "#ifdef PL_WGMMA_RS\n";
+  for (int n : {8, 16, 32, 64, 128, 256}) {
+    for (const char* ty : {"bf16", "f16"}) {
+      const int regs = n / 2;
+      auto reg = [](int i) { return "%" + std::to_string(i); };
+      s += "template <> struct PlWgmmaRs<" + std::to_string(n) + ", pl_" + ty +
+           "> {\n  template <int TB> static PL_MEMBER void run(float* d, const pl_u32* a, pl_u64 db) {\n"
+           "  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " + reg(regs + 5) +
+           ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + ty + "." + ty + " {";
+      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + reg(i);
+      s += "}, {" + reg(regs) + ", " + reg(regs + 1) + ", " + reg(regs + 2) + ", " + reg(regs + 3) + "}, " + reg(regs + 4) +
+           ", p, 1, 1, " + reg(regs + 6) + "; }\"\n               : ";
+      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
+      s += "\n               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), \"r\"(1), \"n\"(TB));\n  }\n};\n";
+    }
+  }
+  s += "#endif\n";
   return s;
 }
 
@@ -181,6 +201,9 @@ struct PlHostWgmmaOp {
   void (*run)(float*, pl_u64, pl_u64);
   float* d;
   pl_u64 da, db;
+  // With a in registers (run null): the thread's two rows of a, gathered from its quad when issued.
+  void (*run_rows)(float*, const float (*)[16], pl_u64);
+  float a[2][16];
 };
 // Copies n bytes from src to dst; with `swizzle` 32, 64 or 128, each byte to its swizzled address
 // (pl_swizzle of the host address: the emulated shared memory starts on a 1024-byte boundary),
@@ -243,7 +266,10 @@ static std::map<pl_u64*, PlHostTx> pl_host_tx;
 static std::atomic<int> pl_host_bulk_loads_pending{0};
 // Computes the thread's wgmma of every group but the newest `pending`.
 PL_DEV void pl_host_wgmma_retire(long pending) {
-  pl_host_wgmmas[(size_t)pl_host_tid()].retire(pending, [](const PlHostWgmmaOp& op) { op.run(op.d, op.da, op.db); });
+  pl_host_wgmmas[(size_t)pl_host_tid()].retire(pending, [](const PlHostWgmmaOp& op) {
+    if (op.run) op.run(op.d, op.da, op.db);
+    else op.run_rows(op.d, op.a, op.db);
+  });
 }
 PL_DEV bool pl_host_failed() { return pl_host_err && __atomic_load_n(pl_host_err, __ATOMIC_ACQUIRE) != 0; }
 PL_DEV void pl_host_wait(pl_host_barrier_t& b) {
@@ -1990,12 +2016,10 @@ template <class In> PL_DEV float pl_wgmma_operand(pl_u64 desc, int r, int k, boo
 // (pl_wgmma_dot_n loads and stores the registers by the inverse map, written independently.)
 // Each thread visits only its own elements — solving the map for it: rows 16 (me / 32) + (me % 32) / 4
 // and 8 below, columns 2 (me % 4) and the next in every 8 — and reads its two rows of a once.
-template <int NC, class In, int TB> PL_DEV void pl_host_wgmma_run(float* d, pl_u64 da, pl_u64 db) {
+template <int NC, class In, int TB> PL_DEV void pl_host_wgmma_rows(float* d, const float (*a)[16], pl_u64 db) {
   const int me = pl_tid() & 127;
   const int rows[2] = {16 * (me / 32) + (me % 32) / 4, 16 * (me / 32) + (me % 32) / 4 + 8};
-  float a[2][16], b[16];
-  for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) a[h][k] = pl_wgmma_operand<In>(da, rows[h], k, false);
+  float b[16];
   for (int c = 2 * (me % 4); c < NC; c += (c % 2 == 0 ? 1 : 7)) {
     for (int k = 0; k < 16; ++k) b[k] = pl_wgmma_operand<In>(db, c, k, TB != 0);
     for (int h = 0; h < 2; ++h) {
@@ -2007,9 +2031,38 @@ template <int NC, class In, int TB> PL_DEV void pl_host_wgmma_run(float* d, pl_u
     }
   }
 }
+template <int NC, class In, int TB> PL_DEV void pl_host_wgmma_run(float* d, pl_u64 da, pl_u64 db) {
+  const int me = pl_tid() & 127;
+  float a[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) a[h][k] = pl_wgmma_operand<In>(da, 16 * (me / 32) + (me % 32) / 4 + 8 * h, k, false);
+  pl_host_wgmma_rows<NC, In, TB>(d, a, db);
+}
 template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
   if ((pl_tid() & 127) == 0) pl_host_wgmma_count.fetch_add(1);
-  pl_host_wgmmas[(size_t)pl_host_tid()].push({&pl_host_wgmma_run<NC, In, TB>, d, da, db});
+  PlHostWgmmaOp op{};
+  op.run = &pl_host_wgmma_run<NC, In, TB>, op.d = d, op.da = da, op.db = db;
+  pl_host_wgmmas[(size_t)pl_host_tid()].push(op);
+}
+// With a in registers: each thread's 4 registers (8 elements) of the 64 x 16 slice go to the
+// warpgroup's rows in host memory, and each takes its two whole rows from there into the op.
+static float pl_host_rs_rows[PL_HOST_CTAS][16][64][16];
+template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async_rs(float* d, const pl_u32* a, pl_u64 db) {
+  const int me = pl_tid() & 127, row = 16 * (me / 32) + (me % 32) / 4;
+  float (*rows)[16] = pl_host_rs_rows[pl_host_cta()][pl_cta_tid() >> 7];
+  pl_sync();  // (every thread took its rows of the warpgroup's previous one)
+  for (int w = 0; w < 4; ++w) {
+    In lo, hi;
+    lo.bits = (pl_u16)(a[w] & 0xFFFFu), hi.bits = (pl_u16)(a[w] >> 16);
+    const int r = row + 8 * (w & 1), c = 2 * (me % 4) + 8 * (w >> 1);
+    rows[r][c] = pl_widen(lo), rows[r][c + 1] = pl_widen(hi);
+  }
+  pl_sync();
+  if (me == 0) pl_host_wgmma_count.fetch_add(1);
+  PlHostWgmmaOp op{};
+  op.run_rows = &pl_host_wgmma_rows<NC, In, TB>, op.d = d, op.db = db;
+  for (int k = 0; k < 16; ++k) op.a[0][k] = rows[row][k], op.a[1][k] = rows[row + 8][k];
+  pl_host_wgmmas[(size_t)pl_host_tid()].push(op);
 }
 #else
 // After the arena and the ring in the dynamic shared memory (launches on other GPUs leave it out).
@@ -2027,9 +2080,13 @@ template <int PENDING = 0> PL_DEV void pl_wgmma_commit_and_wait() {
 // visible to wgmma's (async proxy) reads.
 PL_DEV void pl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 template <int NC, class In> struct PlWgmma;
+template <int NC, class In> struct PlWgmmaRs;
 // @@WGMMA_INSTRUCTIONS@@
 template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_u64 da, pl_u64 db) {
   PlWgmma<NC, In>::template run<TB>(d, da, db);
+}
+template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async_rs(float* d, const pl_u32* a, pl_u64 db) {
+  PlWgmmaRs<NC, In>::template run<TB>(d, a, db);
 }
 #endif
 // The descriptor of an operand at p (16-byte aligned, in shared memory). No swizzle: core
@@ -2082,10 +2139,13 @@ PL_DEV void pl_wgmma_stage(pl_u8* dst, const In* src, pl_i64 ld, bool transposed
 // ring, which keeps these slots one step longer (GeneratedKernel::pipeline_slots), so they are
 // refilled only after the next step's wait has retired the group; -1 (a gpu::kernel, whose
 // wgmma_wait waits): all. Whatever reads the registers first drains them (pl_acc_flush).
-template <int NC, bool BNK, int LA, int LB, int PENDING = 0, class In>
+// NCA > 0: a is a register tile of the warpgroup (the emitter's FragmentLayout, blocks NCA columns
+// wide) and lda its first register of the block's rows: each 16 columns are four of its 32-bit
+// pairs, in the accumulator's layout that wgmma takes a in registers in (wgmma_instructions).
+template <int NC, bool BNK, int LA, int LB, int PENDING = 0, int NCA = 0, class In>
 PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int m0, int n0, int M, int N,
                            int K) {
-  constexpr bool staged = LA == 0 || LB == 0;
+  constexpr bool staged = (LA == 0 && NCA == 0) || LB == 0;
   static_assert(NC <= 128 || !staged, "the staging holds 128 columns of b: wider products read both operands in place");
   const int t = pl_tid() & 127, step = staged ? PL_WG_KC : K;
   pl_u8* stage_a = pl_wgmma_staging + (pl_cta_tid() >> 7) * PL_WG_STAGE_BYTES;
@@ -2097,10 +2157,20 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
     const int kc = K - k0 < step ? K - k0 : step;
     if (staged) {
       pl_sync();  // the previous step's wgmma have read the staging
-      if (LA == 0) pl_wgmma_stage(stage_a, a, lda, false, m0, 64, k0, kc, t);
+      if (LA == 0 && NCA == 0) pl_wgmma_stage(stage_a, a, lda, false, m0, 64, k0, kc, t);
       if (LB == 0) pl_wgmma_stage(stage_b, b, ldb, !BNK, n0, NC, k0, kc, t);
       pl_fence_proxy_async();
       pl_sync();
+    }
+    // a's registers as wgmma takes them (NCA > 0; at most 256 columns), packed before the fence:
+    // packed between the wgmma, ptxas would make each wait for the one before (its C7519 note).
+    pl_u32 aw[NCA > 0 ? 64 : 1];
+    if constexpr (NCA > 0) {
+#pragma unroll
+      for (int ks = 0; ks < kc; ks += 16) {
+        const pl_i64 r = lda + (k0 + ks) / NCA * (NCA / 2) + (k0 + ks) % NCA / 8 * 4;
+        for (int j = 0; j < 4; ++j) aw[ks / 16 * 4 + j] = (pl_u32)a[r + 2 * j].bits | (pl_u32)a[r + 2 * j + 1].bits << 16;
+      }
     }
     pl_wgmma_fence();
     // Unrolled (K is a constant here), ptxas sees the registers untouched between the wgmma and
@@ -2121,15 +2191,19 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
       constexpr int WA = pl_layout_swizzle(LA), WB = pl_layout_swizzle(LB);
       constexpr int PA = WA ? WA / 2 : 1, PB = WB ? WB / 2 : 1;
       constexpr bool b_mn_major = LB != 0 && LB % 2 == 0;  // (wgmma's transpose-b flag)
-      const pl_u64 da = WA        ? pl_wgmma_desc(a + k / PA * PA * M + PA * m0 + k % PA, 16, 8 * WA, WA)
-                        : LA      ? pl_wgmma_desc(a + k * M + 8 * m0, 16 * (pl_u64)M, 128)
-                                  : pl_wgmma_desc(stage_a + ks * 16, 128, 16 * PL_WG_KC);
       const pl_u64 db = WB && b_mn_major ? pl_wgmma_desc(b + n0 / PB * PB * K + PB * k + n0 % PB, (pl_u64)WB * K, 8 * WB, WB)
                         : WB             ? pl_wgmma_desc(b + k / PB * PB * N + PB * n0 + k % PB, 16, 8 * WB, WB)
                         : LB == 2        ? pl_wgmma_desc(b + (pl_i64)n0 * K + 8 * k, 128, 16 * (pl_u64)K)
                         : LB == 1        ? pl_wgmma_desc(b + k * N + 8 * n0, 16 * (pl_u64)N, 128)
                                          : pl_wgmma_desc(stage_b + ks * 16, 128, 16 * PL_WG_KC);
-      pl_wgmma_async<NC, In, b_mn_major>(acc, da, db);
+      if constexpr (NCA > 0) {
+        pl_wgmma_async_rs<NC, In, b_mn_major>(acc, aw + ks / 16 * 4, db);
+      } else {
+        const pl_u64 da = WA   ? pl_wgmma_desc(a + k / PA * PA * M + PA * m0 + k % PA, 16, 8 * WA, WA)
+                          : LA ? pl_wgmma_desc(a + k * M + 8 * m0, 16 * (pl_u64)M, 128)
+                               : pl_wgmma_desc(stage_a + ks * 16, 128, 16 * PL_WG_KC);
+        pl_wgmma_async<NC, In, b_mn_major>(acc, da, db);
+      }
     }
     if constexpr (PENDING < 0 && !staged) {
       pl_wgmma_commit();
@@ -2178,7 +2252,8 @@ PL_DEV bool pl_wgmma_dot(Out* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* 
 }
 // d += a . b into the register accumulator f (d: its scratch), loading it first when the scratch
 // is newer. The rounds are constants, so the registers stay registers across the calls.
-template <int NC, bool BNK, int LA, int LB, int PENDING, int ROUNDS, class In>
+// NCA > 0: a is a register tile (pl_wgmma_block) and the group one warpgroup, so block q is round q.
+template <int NC, bool BNK, int LA, int LB, int PENDING, int NCA, int ROUNDS, class In>
 PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
                               pl_i64 ldb, int M, int N, int K) {
   const int wg = pl_tid() >> 7, wgs = pl_nthreads() >> 7, blocks_n = N / NC, blocks = (M / 64) * blocks_n;
@@ -2193,7 +2268,8 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
     if (!f.dirty)
 #pragma unroll
       for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? dq[pl_wgmma_acc_off(i, ldd)] : 0.0f;
-    pl_wgmma_block<NC, BNK, LA, LB, PENDING>(acc, a, lda, b, ldb, m0, n0, M, N, K);
+    const pl_i64 a_first = NCA > 0 ? (pl_i64)(q / blocks_n) * (K / NCA) * (NCA / 2) : lda;  // (the band's registers)
+    pl_wgmma_block<NC, BNK, LA, LB, PENDING, NCA>(acc, a, a_first, b, ldb, m0, n0, M, N, K);
   }
   f.dirty = 1;
 }
@@ -2300,17 +2376,24 @@ template <int NC, int ROUNDS, class F> PL_DEV bool pl_acc_assign(PlAccRegs<NC, R
 // d += a . b where d is the scratch of register accumulator f: on wgmma into the registers when
 // the group's warpgroups cover the blocks in ROUNDS rounds, leaving PENDING groups running
 // (pl_wgmma_block), else (flushed first) as pl_tc_dot.
-template <bool BNK, int NC, int LA, int LB, int ROUNDS, int PENDING = PL_RING_WGMMA_PENDING, class In>
+// NCA > 0: a is a register tile of one warpgroup (pl_wgmma_block): wgmma takes it from the
+// registers where the accumulator is in them; false, having done nothing, where not (the caller
+// writes the tile to memory for the other paths).
+template <bool BNK, int NC, int LA, int LB, int ROUNDS, int PENDING = PL_RING_WGMMA_PENDING, int NCA = 0, class In>
 PL_DEV bool pl_tc_dot_acc(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const In* a, pl_i64 lda, const In* b,
                           pl_i64 ldb, int M, int N, int K) {
 #if PL_HAS_WGMMA
-  if (pl_acc_in_registers<NC, ROUNDS>(M, N)) {
-    pl_wgmma_dot_regs<NC, BNK, LA, LB, PENDING>(f, d, ldd, a, lda, b, ldb, M, N, K);
+  if (pl_acc_in_registers<NC, ROUNDS>(M, N) && (NCA == 0 || pl_nthreads() == 128)) {
+    pl_wgmma_dot_regs<NC, BNK, LA, LB, PENDING, NCA>(f, d, ldd, a, lda, b, ldb, M, N, K);
     return true;
   }
 #endif
-  pl_acc_flush(f, d, ldd, M, N);
-  return pl_tc_dot<BNK, NC, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, true);
+  if constexpr (NCA > 0) {
+    return false;
+  } else {
+    pl_acc_flush(f, d, ldd, M, N);
+    return pl_tc_dot<BNK, NC, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, true);
+  }
 }
 // ---- The on-device profiler (gpu::named_region) ---------------------------------------------------
 // Each Pallas thread has a slot per parallel point (when profiling): word 0 counts the events its

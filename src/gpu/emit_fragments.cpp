@@ -148,6 +148,16 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
         if (!loop_in(*op, l)) return false;
         continue;
       }
+      // wgmma's a, into an ACC in registers of the same rows (one warpgroup): from the registers.
+      if (op->code == OpCode::GpuWgmma && op->operands.size() == 3 && op->operands[1] == v && op->operands[0] != v &&
+          op->operands[2] != v) {
+        const AccumulatorRegisters* acc = acc_of(op->operands[0]);
+        const DType t = type(v).dtype;
+        if (!acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) || l.n % 16 != 0 || l.n > 256 ||
+            l.nc % 16 != 0 || type(op->operands[2]).dtype != t)
+          return false;
+        continue;
+      }
       const bool rows = row_reduction(op->code) && op->operands.size() == 1 && op->operands[0] == v &&
                         op->attrs.get_ints(ir::AttrKey::Axes) == ir::Ints{1} &&
                         (warpgroups == 1 || l.blocks_n() == 1);
@@ -313,6 +323,52 @@ void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, 
   line("}");
   --indent_;
   line("}");
+}
+
+void Emitter::emit_wgmma_from_registers(const ir::Op& op) {
+  const ValueInfo& av = info(op.operands[1]);
+  const FragmentLayout& l = av.frag;
+  const RefInfo& acc = info(op.operands[0]).ref;
+  const RefInfo& b = info(op.operands[2]).ref;
+  const AccumulatorRegisters* kacc = kernel_acc(op.operands[0]);
+  PALLAS_INTERNAL_CHECK(kacc && av.kind == ValueInfo::Kind::Fragment, "gpu emitter: wgmma of a register tile");
+  before_mem_read();  // (b: what other threads wrote)
+  before_mem_write();
+  const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
+  const bool in_registers = acc.strides.at(1) == 1 && (b_kn || b_nk);
+  if (in_registers) {
+    auto s = [](int64_t v) { return std::to_string(v); };
+    const std::string lb =
+        b.swizzled.empty() ? "0" : "pl_swizzled_layout(" + b.swizzled + ", " + (b_nk ? "false" : "true") + ")";
+    line("if (!pl_tc_dot_acc<" + std::string(b_nk ? "true" : "false") + ", " + s(kacc->nc) + ", 0, " + lb + ", " +
+         s(kacc->rounds) + ", PL_KERNEL_WGMMA_PENDING, " + s(l.nc) + ">(" + kacc->var + ", " + acc.ptr + ", " +
+         s(acc.strides[0]) + ", " + av.name + ", 0, " + b.ptr + ", " + s(b_nk ? b.strides[1] : b.strides[0]) + ", " +
+         s(l.m) + ", " + s(acc.shape.at(1)) + ", " + s(l.n) + ")) {");
+    ++indent_;
+    ++conditional_depth_;
+    if (ctx_.register_a_products) ++*ctx_.register_a_products;
+  }
+  // Elsewhere (the ACC in memory, a layout wgmma cannot take): a written to the arena, and the
+  // product as any other.
+  const PendingSyncs pending = pending_syncs();
+  const ir::Type& at = type(op.operands[1]);
+  const int64_t bytes = at.size() * itemsize(at.dtype), offset = ctx_.arena->alloc(bytes);
+  const std::string tile = fresh("a");
+  line(ctype(at.dtype) + "* " + tile + " = (" + ctype(at.dtype) + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
+  open_fragment_loop(l);
+  line(tile + "[e] = " + av.name + "[pl_k];");
+  close_fragment_loop();
+  after_tile_write();
+  barrier();  // (written in the registers' layout, read by the product's)
+  emit_wgmma(op, RefInfo{tile, at.dtype, at.shape, contiguous_strides(at.shape)});
+  ctx_.arena->release(offset, bytes);
+  if (!in_registers) return;
+  --conditional_depth_;
+  --indent_;
+  line("}");
+  restore_pending(pending);
+  after_mem_read();  // (b, and the ACC's memory on the other path)
+  after_mem_write();
 }
 
 }  // namespace pallas::gpu::detail

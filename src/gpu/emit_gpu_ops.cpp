@@ -832,63 +832,67 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
       return;
     }
     case OpCode::GpuWgmma: {
-      const RefInfo& acc = ref_operand(*this, op, 0);
-      const RefInfo& b = ref_operand(*this, op, 2);
-      // a in registers: its tile (row-major in the group's arena; not swizzled, so staged for
-      // wgmma, which copies it before the instruction is issued: nothing reads the tile after).
+      // a in registers: a register tile (emit_wgmma_from_registers), else its tile (row-major in
+      // the group's arena; not swizzled, so staged for wgmma, which copies it before the
+      // instruction is issued: nothing reads the tile after).
       const ValueInfo& av = info(op.operands[1]);
+      if (av.kind == ValueInfo::Kind::Fragment) return emit_wgmma_from_registers(op);
       PALLAS_INTERNAL_CHECK(av.kind == ValueInfo::Kind::Ref || av.kind == ValueInfo::Kind::Tile,
                             "wgmma's a is neither a Ref nor a tile");
       const ir::Type& at = type(op.operands[1]);
-      const RefInfo a = av.kind == ValueInfo::Kind::Ref ? av.ref : RefInfo{av.name, at.dtype, at.shape, contiguous_strides(at.shape)};
-      const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
-      const AccumulatorRegisters* kacc = kernel_acc(op.operands[0]);
-      before_mem_read();
-      before_mem_write();
-      // On tensor cores (wgmma / mma.sync) when the layouts allow: row-major a and acc, b
-      // row-major or (n, k) strides; else (and for a group that is not whole warps) the loop below.
-      bool on_tensor_cores = false;
-      const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
-      if (a.strides.at(1) == 1 && acc.strides.at(1) == 1 && (b_kn || b_nk)) {
-        MmaProduct p;
-        p.d = acc.ptr, p.a = a.ptr, p.b = b.ptr;
-        p.ldd = acc.strides[0], p.lda = a.strides[0], p.ldb = b_nk ? b.strides[1] : b.strides[0];
-        p.b_nk = b_nk;
-        p.d_dtype = acc.dtype, p.a_dtype = a.dtype, p.b_dtype = b.dtype;
-        p.m = m, p.n = n, p.k = k;
-        p.accumulate = true;
-        // A swizzled tile (one panel: k or n is its row) is read in place: a K-major, b (k x n)
-        // MN-major — wgmma's swizzled layouts, which store a single panel alike.
-        // A transposed (n, k) tile (b.T()) is b K-major, as a is.
-        if (!a.swizzled.empty()) p.a_layout = "pl_swizzled_layout(" + a.swizzled + ", false)";
-        if (!b.swizzled.empty()) p.b_layout = "pl_swizzled_layout(" + b.swizzled + ", " + (b_nk ? "false" : "true") + ")";
-        // Into an ACC in registers: left running until the kernel's wgmma_wait.
-        if (kacc && tensor_core_shape(p))
-          p.acc_rounds = kacc->rounds, p.acc_nc = kacc->nc, p.acc_var = kacc->var, p.acc_pending = "PL_KERNEL_WGMMA_PENDING";
-        on_tensor_cores = open_tensor_core_product(p);
-      }
-      // The loop below reads and writes the ACC's memory: the registers go there first.
-      if (kacc && !on_tensor_cores)
-        line(kacc->flush(acc.ptr, acc.strides[0]));
-      // The group's loop (where the tensor cores do not run), reading swizzled tiles where they are.
-      auto element = [&](const RefInfo& r, const std::string& offset) { return widen(r.dtype, r.at_offset(offset)); };
-      open_thread_loop(m * n);
-      line("const pl_i64 i = e / " + std::to_string(n) + ", j = e % " + std::to_string(n) + ";");
-      line("float s = 0;");
-      line("for (pl_i64 k = 0; k < " + std::to_string(k) + "; ++k) s += (float)" +
-           element(a, "i * " + std::to_string(a.strides[0]) + " + k * " + std::to_string(a.strides[1])) + " * (float)" +
-           element(b, "k * " + std::to_string(b.strides[0]) + " + j * " + std::to_string(b.strides[1])) + ";");
-      const std::string c = acc.ptr + "[i * " + std::to_string(acc.strides[0]) + " + j * " + std::to_string(acc.strides[1]) + "]";
-      line(c + " = " + narrow(acc.dtype, "(float)" + widen(acc.dtype, c) + " + s") + ";");
-      close_loop();
-      if (on_tensor_cores) close_loop();
-      after_mem_read();
-      after_mem_write();
-      return;
+      return emit_wgmma(op, av.kind == ValueInfo::Kind::Ref ? av.ref : RefInfo{av.name, at.dtype, at.shape, contiguous_strides(at.shape)});
     }
     default: break;
   }
   throw InternalError("gpu emitter: " + std::string(op.info().name) + " is not a gpu::kernel primitive");
+}
+
+void Emitter::emit_wgmma(const ir::Op& op, const RefInfo& a) {
+  const RefInfo& acc = ref_operand(*this, op, 0);
+  const RefInfo& b = ref_operand(*this, op, 2);
+  const int64_t m = acc.shape.at(0), n = acc.shape.at(1), k = a.shape.at(1);
+  const AccumulatorRegisters* kacc = kernel_acc(op.operands[0]);
+  before_mem_read();
+  before_mem_write();
+  // On tensor cores (wgmma / mma.sync) when the layouts allow: row-major a and acc, b
+  // row-major or (n, k) strides; else (and for a group that is not whole warps) the loop below.
+  bool on_tensor_cores = false;
+  const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
+  if (a.strides.at(1) == 1 && acc.strides.at(1) == 1 && (b_kn || b_nk)) {
+    MmaProduct p;
+    p.d = acc.ptr, p.a = a.ptr, p.b = b.ptr;
+    p.ldd = acc.strides[0], p.lda = a.strides[0], p.ldb = b_nk ? b.strides[1] : b.strides[0];
+    p.b_nk = b_nk;
+    p.d_dtype = acc.dtype, p.a_dtype = a.dtype, p.b_dtype = b.dtype;
+    p.m = m, p.n = n, p.k = k;
+    p.accumulate = true;
+    // A swizzled tile (one panel: k or n is its row) is read in place: a K-major, b (k x n)
+    // MN-major — wgmma's swizzled layouts, which store a single panel alike.
+    // A transposed (n, k) tile (b.T()) is b K-major, as a is.
+    if (!a.swizzled.empty()) p.a_layout = "pl_swizzled_layout(" + a.swizzled + ", false)";
+    if (!b.swizzled.empty()) p.b_layout = "pl_swizzled_layout(" + b.swizzled + ", " + (b_nk ? "false" : "true") + ")";
+    // Into an ACC in registers: left running until the kernel's wgmma_wait.
+    if (kacc && tensor_core_shape(p))
+      p.acc_rounds = kacc->rounds, p.acc_nc = kacc->nc, p.acc_var = kacc->var, p.acc_pending = "PL_KERNEL_WGMMA_PENDING";
+    on_tensor_cores = open_tensor_core_product(p);
+  }
+  // The loop below reads and writes the ACC's memory: the registers go there first.
+  if (kacc && !on_tensor_cores)
+    line(kacc->flush(acc.ptr, acc.strides[0]));
+  // The group's loop (where the tensor cores do not run), reading swizzled tiles where they are.
+  auto element = [&](const RefInfo& r, const std::string& offset) { return widen(r.dtype, r.at_offset(offset)); };
+  open_thread_loop(m * n);
+  line("const pl_i64 i = e / " + std::to_string(n) + ", j = e % " + std::to_string(n) + ";");
+  line("float s = 0;");
+  line("for (pl_i64 k = 0; k < " + std::to_string(k) + "; ++k) s += (float)" +
+       element(a, "i * " + std::to_string(a.strides[0]) + " + k * " + std::to_string(a.strides[1])) + " * (float)" +
+       element(b, "k * " + std::to_string(b.strides[0]) + " + j * " + std::to_string(b.strides[1])) + ";");
+  const std::string c = acc.ptr + "[i * " + std::to_string(acc.strides[0]) + " + j * " + std::to_string(acc.strides[1]) + "]";
+  line(c + " = " + narrow(acc.dtype, "(float)" + widen(acc.dtype, c) + " + s") + ";");
+  close_loop();
+  if (on_tensor_cores) close_loop();
+  after_mem_read();
+  after_mem_write();
 }
 
 void Emitter::emit_semaphore_op(const ir::Op& op) {

@@ -267,6 +267,7 @@ struct EmitContext {
   // a gpu::kernel whose Pallas threads are whole warpgroups. Counts them (GeneratedKernel::register_tiles).
   bool register_tiles = false;
   int* register_tile_count = nullptr;
+  int* register_a_products = nullptr;  // wgmma taking a from registers (GeneratedKernel::register_a_products)
 };
 
 class Emitter {
@@ -431,6 +432,11 @@ class Emitter {
   void with_team_scratch(bool wide, const std::string& A, int64_t acc_bytes,
                          const std::function<void(const std::string& scratch)>& use);
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
+  // wgmma into acc (operand 0) of a (a Ref, or a tile as a row-major Ref) and b (operand 2).
+  void emit_wgmma(const ir::Op& op, const RefInfo& a);  // emit_gpu_ops.cpp
+  // wgmma whose a is a register tile: taken from the registers where the ACC is in registers
+  // (pl_tc_dot_acc's NCA), else written to the arena for emit_wgmma (emit_fragments.cpp).
+  void emit_wgmma_from_registers(const ir::Op& op);
   // A Pallas thread's own scoped array: (offset, bytes) in its tile arena, released at the end.
   std::pair<int64_t, int64_t> own_scoped_array(ir::ValueId a, RefInfo& r, const ir::Op& scope);
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,

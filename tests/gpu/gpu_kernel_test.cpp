@@ -2504,6 +2504,88 @@ TEST(GpuKernel, RegisterTilesWaitForTilesWrittenBeforeTheAccLoad) {
   for (int run = 0; run < 3; ++run) check(plgpu::run_host_emulation(*tc, k, {a, b, c}, tc->grid_mapping.grid, 128, nullptr));
 }
 
+// wgmma whose a is a register tile (attention's p v): taken from the registers (wgmma's a in
+// registers: four 32-bit pairs per 16 columns, the accumulator's layout), where the ACC is in
+// registers; written to the arena for the product otherwise. out = bf16(exp(a b / 4)) c, against
+// C++, for c 64 and 128 columns wide: host emulated with the ACCs in registers, the unit built as
+// for a target without wgmma (the fallback), and with a's registers taken in the wrong order (the
+// test can fail); NVRTC for sm_90a (the SASS has wgmma with a in registers) and sm_80.
+TEST(GpuKernel, RegisterTilesFeedWgmmaFromTheirRegisters) {
+  for (const int64_t N : {64, 128}) {
+    SCOPED_TRACE(N);
+    auto make = [N](const std::string& how) {
+      return plgpu::kernel(
+          [N](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref c_s, pl::Ref s_acc,
+              pl::Ref o_acc, pl::Ref bar) {
+            plgpu::copy_gmem_to_smem(a, a_s, bar);
+            plgpu::copy_gmem_to_smem(b, b_s, bar);
+            plgpu::copy_gmem_to_smem(c, c_s, bar);
+            plgpu::barrier_wait(bar);
+            s_acc[pl::all] = pl::zeros({64, 64}, pl::f32);
+            plgpu::wgmma(s_acc, a_s, b_s);
+            plgpu::wgmma_wait(0);
+            const pl::Value p = pl::exp(s_acc[pl::all] * 0.25f);
+            o_acc[pl::all] = pl::zeros({64, N}, pl::f32);
+            plgpu::wgmma(o_acc, p.astype(pl::bf16), c_s);
+            plgpu::wgmma_wait(0);
+            out[pl::all] = o_acc[pl::all];
+          },
+          {pl::ShapeDtype({64, N}, pl::f32)}, plgpu::Mesh{},
+          run_on(how, {plgpu::SMEM({64, 32}, pl::bf16), plgpu::SMEM({32, 64}, pl::bf16), plgpu::SMEM({64, N}, pl::bf16),
+                       plgpu::ACC({64, 64}), plgpu::ACC({64, N}), plgpu::Barrier{.num_arrivals = 3}}));
+    };
+    pl::Array a = random_f32({64, 32}, 91).astype(pl::bf16), b = random_f32({32, 64}, 92).astype(pl::bf16);
+    pl::Array c = random_f32({64, N}, 93).astype(pl::bf16);
+    // p rounded to bf16 as the kernel rounds it (from f32 exp).
+    pl::Array p = pl::Array::zeros({64, 64}, pl::f32);
+    for (int64_t i = 0; i < 64; ++i)
+      for (int64_t j = 0; j < 64; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < 32; ++q) s += a.get({i, q}) * b.get({q, j});
+        p.set({i, j}, std::exp(static_cast<float>(s) * 0.25f));
+      }
+    p = p.astype(pl::bf16);
+    auto error = [&](const pl::Array& out) {
+      double worst = 0;
+      for (int64_t i = 0; i < 64; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double want = 0, size = 0;
+          for (int64_t q = 0; q < 64; ++q) want += p.get({i, q}) * c.get({q, j}), size += std::abs(p.get({i, q}) * c.get({q, j}));
+          worst = std::max(worst, std::abs(out.get({i, j}) - want) / (1 + size));
+        }
+      return worst;
+    };
+    EXPECT_LT(error(make("interpret")(a, b, c).at(0)), 1e-2);
+    std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype(), c.shape_dtype()});
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    EXPECT_EQ(k.register_a_products, 1);
+    EXPECT_CONTAINS(k.source, "PL_KERNEL_WGMMA_PENDING, 64>(pl_acc_");
+    plgpu::HostEmulationStats stats;
+    EXPECT_LT(error(plgpu::run_host_emulation(*tc, k, {a, b, c}, tc->grid_mapping.grid, 128, &stats).at(0)), 1e-2);
+    EXPECT_EQ(stats.wgmma_instructions, 32 / 16 + 64 / 16);
+    EXPECT_EQ(stats.acc_flushes, 0);
+    plgpu::GeneratedKernel no_wgmma = k;
+    const std::string stages = "#define PL_WGMMA_STAGES ";
+    ASSERT_NE(no_wgmma.source.find(stages), std::string::npos);
+    no_wgmma.source.replace(no_wgmma.source.find(stages), stages.size(), "#define PL_NO_WGMMA_STAGES ");
+    EXPECT_LT(error(plgpu::run_host_emulation(*tc, no_wgmma, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0)), 1e-2);
+    // a's pairs for rows r and r + 8 exchanged: other products.
+    plgpu::GeneratedKernel wrong = k;
+    const std::string pack = "aw[ks / 16 * 4 + j] = (pl_u32)a[r + 2 * j].bits";
+    ASSERT_NE(wrong.source.find(pack), std::string::npos);
+    wrong.source.replace(wrong.source.find(pack), pack.size(), "aw[ks / 16 * 4 + (j ^ 1)] = (pl_u32)a[r + 2 * j].bits");
+    EXPECT_GT(error(plgpu::run_host_emulation(*tc, wrong, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0)), 0.1);
+    if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    for (const char* arch : {"sm_90a", "sm_80"})
+      EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "rs.cu", arch)) << arch;
+    if (test_util::find_cuobjdump().empty()) GTEST_SKIP() << "no cuobjdump (run scripts/get_cuda_tools.sh)";
+    const std::string sass = test_util::sass_of(k.source, "sm_90a");
+    // `HGMMA.64xNx16.F32.BF16 Rd, Ra, gdesc[..]`: a in registers (from shared memory: Rd, gdesc, gdesc).
+    EXPECT_TRUE(std::regex_search(sass, std::regex("HGMMA\\.64x" + std::to_string(N) + "x16\\.F32\\.BF16 R[0-9]+, R[0-9]+, gdesc")))
+        << sass;
+  }
+}
+
 // After a store to part of an ACC in registers (which goes to its memory: the memory is then the
 // newer copy), `acc = acc * 2` must double what the memory holds, not the registers from before.
 // Two Pallas threads each read acc.at(t) and, after a meeting, thread 1 reads acc.at(t - 1),
