@@ -39,7 +39,7 @@ std::string wgmma_instructions() {
   // columns: rows 16 w + l / 4 and + 8, columns 2 (l % 4) and + 8, as wgmma's accumulator holds
   // them), only where the unit has such products (PL_WGMMA_RS).
   s += "#ifdef PL_WGMMA_RS\n";
-  for (int n : {8, 16, 32, 64, 128, 256}) {
+  for (int n : {8, 16, 32, 64, 128}) {  // (an ACC 256 wide reads both operands in place)
     for (const char* ty : {"bf16", "f16"}) {
       const int regs = n / 2;
       auto reg = [](int i) { return "%" + std::to_string(i); };
@@ -2046,8 +2046,14 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async(float* d, pl_
 }
 // With a in registers: each thread's 4 registers (8 elements) of the 64 x 16 slice go to the
 // warpgroup's rows in host memory, and each takes its two whole rows from there into the op.
+#ifdef PL_WGMMA_RS
 static float pl_host_rs_rows[PL_HOST_CTAS][16][64][16];
+#endif
 template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async_rs(float* d, const pl_u32* a, pl_u64 db) {
+#ifndef PL_WGMMA_RS
+  (void)d, (void)a, (void)db;
+  __builtin_trap();  // (only units with such products call it)
+#else
   const int me = pl_tid() & 127, row = 16 * (me / 32) + (me % 32) / 4;
   float (*rows)[16] = pl_host_rs_rows[pl_host_cta()][pl_cta_tid() >> 7];
   pl_sync();  // (every thread took its rows of the warpgroup's previous one)
@@ -2063,6 +2069,7 @@ template <int NC, class In, int TB = 0> PL_DEV void pl_wgmma_async_rs(float* d, 
   op.run_rows = &pl_host_wgmma_rows<NC, In, TB>, op.d = d, op.db = db;
   for (int k = 0; k < 16; ++k) op.a[0][k] = rows[row][k], op.a[1][k] = rows[row + 8][k];
   pl_host_wgmmas[(size_t)pl_host_tid()].push(op);
+#endif
 }
 #else
 // After the arena and the ring in the dynamic shared memory (launches on other GPUs leave it out).
@@ -2164,7 +2171,7 @@ PL_DEV void pl_wgmma_block(float* acc, const In* a, pl_i64 lda, const In* b, pl_
     }
     // a's registers as wgmma takes them (NCA > 0; at most 256 columns), packed before the fence:
     // packed between the wgmma, ptxas would make each wait for the one before (its C7519 note).
-    pl_u32 aw[NCA > 0 ? 64 : 1];
+    [[maybe_unused]] pl_u32 aw[NCA > 0 ? 64 : 1];
     if constexpr (NCA > 0) {
 #pragma unroll
       for (int ks = 0; ks < kc; ks += 16) {

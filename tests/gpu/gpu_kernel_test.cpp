@@ -2506,40 +2506,48 @@ TEST(GpuKernel, RegisterTilesWaitForTilesWrittenBeforeTheAccLoad) {
 
 // wgmma whose a is a register tile (attention's p v): taken from the registers (wgmma's a in
 // registers: four 32-bit pairs per 16 columns, the accumulator's layout), where the ACC is in
-// registers; written to the arena for the product otherwise. out = bf16(exp(a b / 4)) c, against
-// C++, for c 64 and 128 columns wide: host emulated with the ACCs in registers, the unit built as
-// for a target without wgmma (the fallback), and with a's registers taken in the wrong order (the
-// test can fail); NVRTC for sm_90a (the SASS has wgmma with a in registers) and sm_80.
+// registers; written to the arena for the product otherwise. out = bf16(exp(a b / 4)) c (a M x 32,
+// b 32 x K, c K x N), against C++: M x K x N 64 x 64 x 64, 64 x 64 x 128, 128 x 128 x 64 (two row
+// bands, a's blocks 128 wide), 64 x 192 x 64 (three blocks of a), and c staged (unswizzled: K
+// in two steps). Host emulated with the ACCs in registers, the unit built as for a target without
+// wgmma (the fallback), and with a's registers taken in the wrong order (the test can fail);
+// NVRTC for sm_90a (the SASS has wgmma with a in registers) and sm_80.
 TEST(GpuKernel, RegisterTilesFeedWgmmaFromTheirRegisters) {
-  for (const int64_t N : {64, 128}) {
-    SCOPED_TRACE(N);
-    auto make = [N](const std::string& how) {
+  struct Case {
+    int64_t M, K, N;
+    bool swizzle;
+  };
+  for (const Case& cs : {Case{64, 64, 64, true}, Case{64, 64, 128, true}, Case{128, 128, 64, true},
+                         Case{64, 192, 64, true}, Case{64, 64, 64, false}}) {
+    const int64_t M = cs.M, K = cs.K, N = cs.N;
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + (cs.swizzle ? "" : " unswizzled"));
+    auto make = [M, K, N](const std::string& how) {
       return plgpu::kernel(
-          [N](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref c_s, pl::Ref s_acc,
+          [M, K, N](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref c_s, pl::Ref s_acc,
               pl::Ref o_acc, pl::Ref bar) {
             plgpu::copy_gmem_to_smem(a, a_s, bar);
             plgpu::copy_gmem_to_smem(b, b_s, bar);
             plgpu::copy_gmem_to_smem(c, c_s, bar);
             plgpu::barrier_wait(bar);
-            s_acc[pl::all] = pl::zeros({64, 64}, pl::f32);
+            s_acc[pl::all] = pl::zeros({M, K}, pl::f32);
             plgpu::wgmma(s_acc, a_s, b_s);
             plgpu::wgmma_wait(0);
             const pl::Value p = pl::exp(s_acc[pl::all] * 0.25f);
-            o_acc[pl::all] = pl::zeros({64, N}, pl::f32);
+            o_acc[pl::all] = pl::zeros({M, N}, pl::f32);
             plgpu::wgmma(o_acc, p.astype(pl::bf16), c_s);
             plgpu::wgmma_wait(0);
             out[pl::all] = o_acc[pl::all];
           },
-          {pl::ShapeDtype({64, N}, pl::f32)}, plgpu::Mesh{},
-          run_on(how, {plgpu::SMEM({64, 32}, pl::bf16), plgpu::SMEM({32, 64}, pl::bf16), plgpu::SMEM({64, N}, pl::bf16),
-                       plgpu::ACC({64, 64}), plgpu::ACC({64, N}), plgpu::Barrier{.num_arrivals = 3}}));
+          {pl::ShapeDtype({M, N}, pl::f32)}, plgpu::Mesh{},
+          run_on(how, {plgpu::SMEM({M, 32}, pl::bf16), plgpu::SMEM({32, K}, pl::bf16), plgpu::SMEM({K, N}, pl::bf16),
+                       plgpu::ACC({M, K}), plgpu::ACC({M, N}), plgpu::Barrier{.num_arrivals = 3}}));
     };
-    pl::Array a = random_f32({64, 32}, 91).astype(pl::bf16), b = random_f32({32, 64}, 92).astype(pl::bf16);
-    pl::Array c = random_f32({64, N}, 93).astype(pl::bf16);
+    pl::Array a = random_f32({M, 32}, 91).astype(pl::bf16), b = random_f32({32, K}, 92).astype(pl::bf16);
+    pl::Array c = random_f32({K, N}, 93).astype(pl::bf16);
     // p rounded to bf16 as the kernel rounds it (from f32 exp).
-    pl::Array p = pl::Array::zeros({64, 64}, pl::f32);
-    for (int64_t i = 0; i < 64; ++i)
-      for (int64_t j = 0; j < 64; ++j) {
+    pl::Array p = pl::Array::zeros({M, K}, pl::f32);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < K; ++j) {
         double s = 0;
         for (int64_t q = 0; q < 32; ++q) s += a.get({i, q}) * b.get({q, j});
         p.set({i, j}, std::exp(static_cast<float>(s) * 0.25f));
@@ -2547,22 +2555,27 @@ TEST(GpuKernel, RegisterTilesFeedWgmmaFromTheirRegisters) {
     p = p.astype(pl::bf16);
     auto error = [&](const pl::Array& out) {
       double worst = 0;
-      for (int64_t i = 0; i < 64; ++i)
+      for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
           double want = 0, size = 0;
-          for (int64_t q = 0; q < 64; ++q) want += p.get({i, q}) * c.get({q, j}), size += std::abs(p.get({i, q}) * c.get({q, j}));
+          for (int64_t q = 0; q < K; ++q) want += p.get({i, q}) * c.get({q, j}), size += std::abs(p.get({i, q}) * c.get({q, j}));
           worst = std::max(worst, std::abs(out.get({i, j}) - want) / (1 + size));
         }
       return worst;
     };
     EXPECT_LT(error(make("interpret")(a, b, c).at(0)), 1e-2);
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype(), c.shape_dtype()});
-    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = cs.swizzle});
     EXPECT_EQ(k.register_a_products, 1);
-    EXPECT_CONTAINS(k.source, "PL_KERNEL_WGMMA_PENDING, 64>(pl_acc_");
+    EXPECT_CONTAINS(k.source, "PL_KERNEL_WGMMA_PENDING, " + std::string(K == 128 ? "128" : "64") + ">(pl_acc_");
     plgpu::HostEmulationStats stats;
     EXPECT_LT(error(plgpu::run_host_emulation(*tc, k, {a, b, c}, tc->grid_mapping.grid, 128, &stats).at(0)), 1e-2);
-    EXPECT_EQ(stats.wgmma_instructions, 32 / 16 + 64 / 16);
+    auto width = [](int64_t n) {  // wgmma's instruction width: the widest of 128, 64, ... dividing n
+      int64_t w = 128;
+      while (n % w != 0) w /= 2;
+      return w;
+    };
+    EXPECT_EQ(stats.wgmma_instructions, M / 64 * (K / width(K) * 32 / 16 + N / width(N) * K / 16));
     EXPECT_EQ(stats.acc_flushes, 0);
     plgpu::GeneratedKernel no_wgmma = k;
     const std::string stages = "#define PL_WGMMA_STAGES ";
@@ -2570,6 +2583,7 @@ TEST(GpuKernel, RegisterTilesFeedWgmmaFromTheirRegisters) {
     no_wgmma.source.replace(no_wgmma.source.find(stages), stages.size(), "#define PL_NO_WGMMA_STAGES ");
     EXPECT_LT(error(plgpu::run_host_emulation(*tc, no_wgmma, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0)), 1e-2);
     // a's pairs for rows r and r + 8 exchanged: other products.
+    if (M != 64 || K != 64 || N != 64 || !cs.swizzle) continue;
     plgpu::GeneratedKernel wrong = k;
     const std::string pack = "aw[ks / 16 * 4 + j] = (pl_u32)a[r + 2 * j].bits";
     ASSERT_NE(wrong.source.find(pack), std::string::npos);
