@@ -1416,7 +1416,7 @@ PL_DEV void pl_slot_chunk(pl_i64 c, pl_i64 rows, pl_i64 chunks_per_row, pl_i64& 
 // The element index in the slot of the block's element (r, col) (8 elements per chunk).
 template <int L>
 PL_DEV pl_i64 pl_slot_elem(pl_i64 r, pl_i64 col, pl_i64 rows, pl_i64 chunks_per_row) {
-  if (L >= 3) {
+  if constexpr (L >= 3) {  // (constexpr: no division by a zero W where L is not swizzled)
     constexpr int W = pl_layout_swizzle(L), P = W / 2;  // a panel's row: bytes, elements
     return (col / P * rows * W + pl_swizzle<W>(r * W + col % P * 2)) / 2;
   }
@@ -1952,6 +1952,21 @@ PL_DEV bool pl_acc_store(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, int M, 
     for (int i = 0; i < NC / 2; ++i) dq[pl_wgmma_acc_off(i, ldd)] = r[i];
   }
   return true;
+}
+// Two neighbouring elements (a register tile's registers 2 j and 2 j + 1: columns c and c + 1)
+// stored as one access where p is aligned for it: half the store instructions of an epilogue
+// writing its registers to global memory, each warp's accesses in half as many pieces.
+template <class T> struct alignas(2 * sizeof(T)) PlPair {
+  T lo, hi;
+};
+template <class T> PL_DEV void pl_store_pair(T* p, T lo, T hi) {
+#if !PL_HOST_EMULATION
+  if (((pl_u64)p & (2 * sizeof(T) - 1)) == 0) {
+    *(PlPair<T>*)p = PlPair<T>{lo, hi};
+    return;
+  }
+#endif
+  p[0] = lo, p[1] = hi;
 }
 // Copies f's registers into r, a register tile of their layout (the emitter's FragmentLayout),
 // where they hold the ACC's value (newer than its memory); false, having copied nothing, where

@@ -195,7 +195,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   for (const auto& [v, l] : chosen) fragments_[v] = l;
 }
 
-void Emitter::open_fragment_loop(const FragmentLayout& l) {
+void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   const std::string half = std::to_string(l.nc / 2);
   line("#pragma unroll");
   line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
@@ -206,10 +206,11 @@ void Emitter::open_fragment_loop(const FragmentLayout& l) {
   line("const pl_i64 pl_base = pl_wgmma_acc_base(pl_blk / " + bn + " * 64, pl_blk % " + bn + " * " + std::to_string(l.nc) +
        ", " + std::to_string(l.n) + ");");
   line("#pragma unroll");
-  line("for (int pl_i = 0; pl_i < " + half + "; ++pl_i) {");
+  line("for (int pl_i = 0; pl_i < " + half + "; " + (pairs ? "pl_i += 2" : "++pl_i") + ") {");
   ++indent_;
-  line("const int pl_k = pl_q * " + half + " + pl_i;");
-  line("const pl_i64 e = pl_base + pl_wgmma_acc_off(pl_i, " + std::to_string(l.n) + ");");
+  const std::string k = pairs ? "pl_k0" : "pl_k", e = pairs ? "pl_e0" : "e";
+  line("const int " + k + " = pl_q * " + half + " + pl_i;");
+  line("const pl_i64 " + e + " = pl_base + pl_wgmma_acc_off(pl_i, " + std::to_string(l.n) + ");");
   fragment_loop_ = l;
 }
 
@@ -270,9 +271,26 @@ void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, 
   before_mem_write();
   if (across) before_cross_read();
   const RefInfo v = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
-  open_fragment_loop(l);
-  line(v.elem("e") + " = " + at(store.operands[1], "e") + ";");
-  close_fragment_loop();
+  if (v.swizzled.empty() && !v.strides.empty() && v.strides.back() == 1 && itemsize(v.dtype) <= 4) {
+    // Registers 2 j and 2 j + 1 are columns c and c + 1 of a row: stored as a pair.
+    const std::string T = ctype(v.dtype);
+    open_fragment_loop(l, /*pairs=*/true);
+    line(T + " pl_pair[2];");
+    line("#pragma unroll");
+    line("for (int pl_h = 0; pl_h < 2; ++pl_h) {");
+    ++indent_;
+    line("const int pl_k = pl_k0 + pl_h;");
+    line("const pl_i64 e = pl_e0 + pl_h;");
+    line("pl_pair[pl_h] = " + at(store.operands[1], "e") + ";");
+    --indent_;
+    line("}");
+    line("pl_store_pair(&" + v.elem("pl_e0") + ", pl_pair[0], pl_pair[1]);");
+    close_fragment_loop();
+  } else {
+    open_fragment_loop(l);
+    line(v.elem("e") + " = " + at(store.operands[1], "e") + ";");
+    close_fragment_loop();
+  }
   if (!v.swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads it through the async proxy)
   after_mem_write();
   after_mem_read();

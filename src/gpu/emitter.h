@@ -462,8 +462,10 @@ class Emitter {
   std::optional<FragmentLayout> fragment_loop_of(const ir::Op& op, bool& across) const;
   // `for` this thread's elements of a register tile's layout: pl_k its register, e the element's
   // row-major index (each with its own #pragma unroll, so pl_k is a constant and the registers stay
-  // registers); at() reads a register tile as its register pl_k.
-  void open_fragment_loop(const FragmentLayout& l);
+  // registers); at() reads a register tile as its register pl_k. `pairs`: for each even register
+  // pl_k0 and its element pl_e0, whose neighbours pl_k0 + 1 and pl_e0 + 1 are the next column (the
+  // caller defines pl_k and e for each).
+  void open_fragment_loop(const FragmentLayout& l, bool pairs = false);
   void close_fragment_loop();
   void emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a);
   // An elementwise op (or a store of value `stored`) whose loop reads register tiles.

@@ -2452,6 +2452,9 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     for (const char* arch : {"sm_90a", "sm_80"})
       EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "frag.cu", arch)) << arch;
+    // probs' store writes each thread's neighbouring registers (columns c, c + 1) as one 8-byte
+    // access where aligned (pl_store_pair; host emulation stores them one by one).
+    EXPECT_CONTAINS(k.source, "pl_store_pair(&");
   }
 }
 
