@@ -15,46 +15,48 @@ namespace {
 
 // The wgmma.mma_async wrappers for each instruction width the runtime uses: an m64nNk16 operation
 // names all N/2 accumulator registers of the thread, too many to write out by hand. TB is the
-// instruction's transpose-b immediate (1: b is MN-major in shared memory). The widest, 256, only
-// where the unit uses it (PL_WGMMA_WIDE): its 128 operands cost NVRTC time to parse.
+// instruction's transpose-b immediate (1: b is MN-major in shared memory). PlWgmma reads a from
+// shared memory through a descriptor; PlWgmmaRs from registers (a register tile: per 16 columns
+// four 32-bit registers of two elements each — rows 16 w + l / 4 and + 8, columns 2 (l % 4) and
+// + 8 —, as wgmma's accumulator holds them), only in units with such products (PL_WGMMA_RS).
+// The widest, 256, only where the unit uses it (PL_WGMMA_WIDE; never with a in registers, which an
+// ACC that wide does not take): its 128 operands cost NVRTC time to parse.
+std::string wgmma_wrapper(int n, const char* ty, bool a_in_registers) {
+  const int regs = n / 2;
+  auto reg = [](int i) { return "%" + std::to_string(i); };
+  // Operands: the accumulator's registers, then a (a descriptor, or 4 registers), b's descriptor,
+  // scale-d (1: accumulate) and TB.
+  const int a_regs = a_in_registers ? 4 : 1, scale = regs + a_regs + 1;
+  std::string s = std::string("template <> struct ") + (a_in_registers ? "PlWgmmaRs<" : "PlWgmma<") + std::to_string(n) +
+                  ", pl_" + ty + "> {\n  template <int TB> static PL_MEMBER void run(float* d, " +
+                  (a_in_registers ? "const pl_u32* a" : "pl_u64 da") + ", pl_u64 db) {\n" +
+                  "  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " + reg(scale) + ", 0; wgmma.mma_async.sync.aligned.m64n" +
+                  std::to_string(n) + "k16.f32." + ty + "." + ty + " {";
+  for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + reg(i);
+  s += "}, ";
+  if (a_in_registers) s += "{" + reg(regs) + ", " + reg(regs + 1) + ", " + reg(regs + 2) + ", " + reg(regs + 3) + "}";
+  else s += reg(regs);
+  // (With a in registers there is no transpose-a immediate.)
+  s += ", " + reg(regs + a_regs) + ", p, 1, 1, " + (a_in_registers ? "" : "0, ") + reg(scale + 1) + "; }\"\n               : ";
+  for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
+  s += std::string("\n               : ") +
+       (a_in_registers ? "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3])" : "\"l\"(da)") +
+       ", \"l\"(db), \"r\"(1), \"n\"(TB));\n  }\n};\n";
+  return s;
+}
+
 std::string wgmma_instructions() {
   std::string s;
-  for (int n : {8, 16, 32, 64, 128, 256}) {
-    if (n == 256) s += "#ifdef PL_WGMMA_WIDE\n";
-    for (const char* ty : {"bf16", "f16"}) {
-      const int regs = n / 2;
-      auto reg = [](int i) { return "%" + std::to_string(i); };
-      s += "template <> struct PlWgmma<" + std::to_string(n) + ", pl_" + ty +
-           "> {\n  template <int TB> static PL_MEMBER void run(float* d, pl_u64 da, pl_u64 db) {\n"
-           "  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " + reg(regs + 2) +
-           ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + ty + "." + ty + " {";
-      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + reg(i);
-      s += "}, " + reg(regs) + ", " + reg(regs + 1) + ", p, 1, 1, 0, " + reg(regs + 3) + "; }\"\n               : ";
-      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
-      s += "\n               : \"l\"(da), \"l\"(db), \"r\"(1), \"n\"(TB));\n  }\n};\n";
+  for (bool a_in_registers : {false, true}) {
+    if (a_in_registers) s += "#ifdef PL_WGMMA_RS\n";
+    for (int n : {8, 16, 32, 64, 128, 256}) {
+      if (n == 256 && a_in_registers) continue;
+      if (n == 256) s += "#ifdef PL_WGMMA_WIDE\n";
+      for (const char* ty : {"bf16", "f16"}) s += wgmma_wrapper(n, ty, a_in_registers);
+      if (n == 256) s += "#endif\n";
     }
-    if (n == 256) s += "#endif\n";
+    if (a_in_registers) s += "#endif\n";
   }
-  // With a in registers (a register tile, four 32-bit registers of two elements each per 16
-  // columns: rows 16 w + l / 4 and + 8, columns 2 (l % 4) and + 8, as wgmma's accumulator holds
-  // them), only where the unit has such products (PL_WGMMA_RS).
-  s += "#ifdef PL_WGMMA_RS\n";
-  for (int n : {8, 16, 32, 64, 128}) {  // (an ACC 256 wide reads both operands in place)
-    for (const char* ty : {"bf16", "f16"}) {
-      const int regs = n / 2;
-      auto reg = [](int i) { return "%" + std::to_string(i); };
-      s += "template <> struct PlWgmmaRs<" + std::to_string(n) + ", pl_" + ty +
-           "> {\n  template <int TB> static PL_MEMBER void run(float* d, const pl_u32* a, pl_u64 db) {\n"
-           "  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " + reg(regs + 5) +
-           ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + ty + "." + ty + " {";
-      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + reg(i);
-      s += "}, {" + reg(regs) + ", " + reg(regs + 1) + ", " + reg(regs + 2) + ", " + reg(regs + 3) + "}, " + reg(regs + 4) +
-           ", p, 1, 1, " + reg(regs + 6) + "; }\"\n               : ";
-      for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
-      s += "\n               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), \"r\"(1), \"n\"(TB));\n  }\n};\n";
-    }
-  }
-  s += "#endif\n";
   return s;
 }
 
