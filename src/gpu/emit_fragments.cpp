@@ -350,8 +350,9 @@ void Emitter::emit_wgmma_from_registers(const ir::Op& op) {
   const RefInfo& b = info(op.operands[2]).ref;
   const AccumulatorRegisters* kacc = kernel_acc(op.operands[0]);
   PALLAS_INTERNAL_CHECK(kacc && av.kind == ValueInfo::Kind::Fragment, "gpu emitter: wgmma of a register tile");
-  before_mem_read();  // (b: what other threads wrote)
-  before_mem_write();
+  // b: what other threads wrote. (The product into the registers writes no memory: the other
+  // path's product orders its writes after earlier reads itself, emit_wgmma.)
+  before_mem_read();
   const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
   const bool in_registers = acc.strides.at(1) == 1 && (b_kn || b_nk);
   if (in_registers) {

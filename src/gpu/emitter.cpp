@@ -1043,13 +1043,17 @@ void Emitter::emit_store_into_registers(const ir::Op& store, const AccumulatorRe
        ", [&](pl_i64 e, [[maybe_unused]] float pl_old) { return (float)(" + value + "); })) {");
   ++indent_;
   ++conditional_depth_;  // (barriers in here may not run: the arena frees nothing at them)
+  const PendingSyncs pending = pending_syncs();
   emit_ref_op_in_memory(store);
+  barrier();  // (this path wrote the ACC's memory: synced here, so the registers' path needs none)
   --conditional_depth_;
   --indent_;
   line("}");
-  // Every thread has read its part of the value before anything writes over it (a loop carry's
-  // holder is written in place at the iteration's end).
-  barrier();
+  // The registers' path has no barrier of its own: what the value read (other threads' tiles,
+  // memory) is written over only after one — a loop carry's holder at the iteration's end
+  // (assign_carries syncs before its copies), memory by before_mem_write (the ACC's fused load
+  // counts as a read, emit_region), the arena's ranges after the next barrier.
+  restore_pending(pending);
 }
 
 void Emitter::emit_ref_op_in_memory(const ir::Op& op) {
