@@ -2603,6 +2603,53 @@ TEST(GpuKernel, RegisterTilesFeedWgmmaFromTheirRegisters) {
   }
 }
 
+// Register tiles of two Pallas threads (warpgroups), each its own ACC matrix (acc.at(wg)): each
+// thread's softmax of its 64 rows of a b runs in its warpgroup's registers, against C++.
+TEST(GpuKernel, RegisterTilesOfEachPallasThreadAreItsOwn) {
+  auto make = [](const std::string& how) {
+    return plgpu::kernel(
+        [](pl::Ref a, pl::Ref b, pl::Ref probs, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+          const pl::Value wg = plgpu::axis_index("wg");
+          plgpu::copy_gmem_to_smem(a.at(pl::ds(wg * 64, 64), pl::all), a_s.at(wg), bar.at(wg));
+          plgpu::copy_gmem_to_smem(b, b_s.at(wg), bar.at(wg));
+          plgpu::barrier_wait(bar.at(wg));
+          pl::Ref my_acc = acc.at(wg);
+          my_acc[pl::all] = pl::zeros({64, 64}, pl::f32);
+          plgpu::wgmma(my_acc, a_s.at(wg), b_s.at(wg));
+          plgpu::wgmma_wait(0);
+          const pl::Value s = my_acc[pl::all];
+          const pl::Value p = pl::exp(s - pl::max(s, {1}, /*keepdims=*/true));
+          probs.at(pl::ds(wg * 64, 64), pl::all)[pl::all] = p / pl::sum(p, {1}, /*keepdims=*/true);
+        },
+        {pl::ShapeDtype({128, 64}, pl::f32)}, plgpu::Mesh{.num_threads = 2, .thread_name = "wg"},
+        run_on(how, {plgpu::SMEM({2, 64, 32}, pl::bf16), plgpu::SMEM({2, 32, 64}, pl::bf16), plgpu::ACC({2, 64, 64}),
+                     plgpu::Barrier{.num_arrivals = 2, .num_barriers = 2}}));
+  };
+  pl::Array a = random_f32({128, 32}, 101).astype(pl::bf16), b = random_f32({32, 64}, 102).astype(pl::bf16);
+  auto check = [&](const std::vector<pl::Array>& out) {
+    for (int64_t i = 0; i < 128; ++i) {
+      std::vector<double> s(64);
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < 64; ++j) {
+        for (int64_t q = 0; q < 32; ++q) s[static_cast<size_t>(j)] += a.get({i, q}) * b.get({q, j});
+        mx = std::max(mx, s[static_cast<size_t>(j)]);
+      }
+      for (double x : s) sum += std::exp(x - mx);
+      for (int64_t j = 0; j < 64; ++j) {
+        const double want = std::exp(s[static_cast<size_t>(j)] - mx) / sum;
+        EXPECT_NEAR(out.at(0).get({i, j}), want, 1e-5 + 1e-4 * want) << i << "," << j;
+      }
+    }
+  };
+  check(make("interpret")(a, b));
+  std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  EXPECT_EQ(k.register_tiles, 2);  // s and p
+  plgpu::HostEmulationStats stats;
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2 * 128, &stats));
+  EXPECT_EQ(stats.acc_flushes, 0);
+}
+
 // After a store to part of an ACC in registers (which goes to its memory: the memory is then the
 // newer copy), `acc = acc * 2` must double what the memory holds, not the registers from before.
 // Two Pallas threads each read acc.at(t) and, after a meeting, thread 1 reads acc.at(t - 1),
