@@ -1973,8 +1973,7 @@ template <class T> PL_DEV void pl_store_pair(T* p, T lo, T hi) {
 // Copies f's registers into r, a register tile of their layout (the emitter's FragmentLayout),
 // where they hold the ACC's value (newer than its memory); false, having copied nothing, where
 // its memory does.
-template <int NC, int ROUNDS> PL_DEV bool pl_acc_to_fragment(PlAccRegs<NC, ROUNDS>& f, float* r, int M, int N) {
-  (void)M, (void)N;
+template <int NC, int ROUNDS> PL_DEV bool pl_acc_to_fragment(PlAccRegs<NC, ROUNDS>& f, float* r) {
   pl_acc_drain(f);
   if (!f.dirty) return false;
   for (int i = 0; i < ROUNDS * NC / 2; ++i) r[i] = f.r[i];

@@ -25,6 +25,10 @@ using ir::OpCode;
 using ir::ValueId;
 
 namespace {
+// A store of a value (operand 1) through a static view, unmasked: its loop can be the value's.
+bool whole_value_store(const ir::Op& op) {
+  return op.code == OpCode::Store && op.operands.size() == 2 && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
+}
 bool reshapes(OpCode c) { return c == OpCode::Reshape || c == OpCode::Squeeze || c == OpCode::ExpandDims; }
 bool row_reduction(OpCode c) {
   return c == OpCode::ReduceSum || c == OpCode::ReduceMax || c == OpCode::ReduceMin || c == OpCode::ReduceProd;
@@ -49,9 +53,15 @@ std::optional<FragmentLayout> Emitter::fragment_read(ValueId v,
     if (fragment_read(p.operands[0], layout_of, c, a)) conflict = true;
     return std::nullopt;
   }
+  return fragment_reads(p, 0, layout_of, conflict, across);
+}
+
+std::optional<FragmentLayout> Emitter::fragment_reads(const ir::Op& op, size_t first,
+                                                      const std::function<const FragmentLayout*(ValueId)>& layout_of,
+                                                      bool& conflict, bool& across) const {
   std::optional<FragmentLayout> layout;
-  for (ValueId o : p.operands) {
-    const std::optional<FragmentLayout> l = fragment_read(o, layout_of, conflict, across);
+  for (size_t i = first; i < op.operands.size(); ++i) {
+    const std::optional<FragmentLayout> l = fragment_read(op.operands[i], layout_of, conflict, across);
     if (l && layout && !(*l == *layout)) conflict = true;
     if (l) layout = l;
   }
@@ -64,14 +74,9 @@ std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& 
     return i.kind == ValueInfo::Kind::Fragment ? &i.frag : nullptr;
   };
   const bool store = op.code == OpCode::Store;
-  if (store && (op.operands.size() != 2 || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0)) return std::nullopt;
-  std::optional<FragmentLayout> layout;
+  if (store && !whole_value_store(op)) return std::nullopt;
   bool conflict = false;
-  for (size_t i = store ? 1 : 0; i < op.operands.size(); ++i) {
-    const std::optional<FragmentLayout> l = fragment_read(op.operands[i], layout_of, conflict, across);
-    if (l && layout && !(*l == *layout)) conflict = true;
-    if (l) layout = l;
-  }
+  const std::optional<FragmentLayout> layout = fragment_reads(op, store ? 1 : 0, layout_of, conflict, across);
   PALLAS_INTERNAL_CHECK(!conflict, "gpu emitter: an op reads register tiles of two layouts");
   return layout;
 }
@@ -119,18 +124,14 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   auto loop_in = [&](const ir::Op& op, const FragmentLayout& l) {
     const bool store = op.code == OpCode::Store;
     if (store) {
-      if (op.operands.size() != 2 || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0 || acc_of(op.operands[0]))
-        return false;
+      if (!whole_value_store(op) || acc_of(op.operands[0])) return false;
     } else if (op.results.size() != 1 || !is_elementwise(op) || reshapes(op.code) ||
                type(op.results[0]).shape != Shape{l.m, l.n}) {
       return false;
     }
     bool conflict = false, across = false;
-    for (size_t i = store ? 1 : 0; i < op.operands.size(); ++i) {
-      const std::optional<FragmentLayout> x = fragment_read(op.operands[i], layout_of, conflict, across);
-      if (x && !(*x == l)) conflict = true;
-    }
-    return !conflict;
+    const std::optional<FragmentLayout> x = fragment_reads(op, store ? 1 : 0, layout_of, conflict, across);
+    return !conflict && (!x || *x == l);
   };
   // Whether every use of v reads it in its layout l.
   auto uses_fit = [&](ValueId v, const FragmentLayout& l) {
@@ -179,12 +180,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       }
       if (fused(op) || !is_elementwise(op) || reshapes(op.code) || op.code == OpCode::Constant) continue;
       bool conflict = false, across = false;
-      std::optional<FragmentLayout> layout;
-      for (ValueId o : op.operands) {
-        const std::optional<FragmentLayout> l = fragment_read(o, layout_of, conflict, across);
-        if (l && layout && !(*l == *layout)) conflict = true;
-        if (l) layout = l;
-      }
+      const std::optional<FragmentLayout> layout = fragment_reads(op, 0, layout_of, conflict, across);
       if (layout && !conflict && type(res).shape == Shape{layout->m, layout->n}) chosen[res] = *layout;
     }
     bool dropped = false;
@@ -195,12 +191,19 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   for (const auto& [v, l] : chosen) fragments_[v] = l;
 }
 
+namespace {
+// The block of a register tile that round pl_q of the thread's warpgroup takes.
+std::string fragment_block(const FragmentLayout& l) {
+  return l.warpgroups == 1 ? "pl_q" : "pl_q * " + std::to_string(l.warpgroups) + " + pl_tid() / 128";
+}
+}  // namespace
+
 void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   const std::string half = std::to_string(l.nc / 2);
   line("#pragma unroll");
   line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
   ++indent_;
-  line("const int pl_blk = " + std::string(l.warpgroups == 1 ? "pl_q" : "pl_q * " + std::to_string(l.warpgroups) + " + pl_tid() / 128") + ";");
+  line("const int pl_blk = " + fragment_block(l) + ";");
   if (l.rounds * l.warpgroups > l.blocks()) line("if (pl_blk >= " + std::to_string(l.blocks()) + ") continue;");
   const std::string bn = std::to_string(l.blocks_n());
   line("const pl_i64 pl_base = pl_wgmma_acc_base(pl_blk / " + bn + " * 64, pl_blk % " + bn + " * " + std::to_string(l.nc) +
@@ -235,20 +238,14 @@ std::string Emitter::define_fragment(ValueId v, const FragmentLayout& l) {
 void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a) {
   const FragmentLayout& l = fragments_.at(load.results[0]);
   const std::string regs = define_fragment(load.results[0], l);
-  line("if (!pl_acc_to_fragment(" + a.var + ", " + regs + ", " + std::to_string(a.m) + ", " + std::to_string(a.n) + ")) {");
-  ++indent_;
-  ++conditional_depth_;
-  // The ACC's memory is current (its registers hold nothing newer): read it in their layout.
-  // A barrier here syncs this branch only: what was pending before it still is after the `if`.
-  const PendingSyncs pending = pending_syncs();
-  before_mem_read();
-  open_fragment_loop(l);
-  line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
-  close_fragment_loop();
-  --conditional_depth_;
-  --indent_;
-  line("}");
-  restore_pending(pending);
+  // Where the ACC's memory is current (its registers hold nothing newer): read it in their layout.
+  emit_other_path("if (!pl_acc_to_fragment(" + a.var + ", " + regs + "))",
+                  [&] {
+                    before_mem_read();
+                    open_fragment_loop(l);
+                    line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
+                    close_fragment_loop();
+                  });
   after_mem_read();
 }
 
@@ -308,7 +305,7 @@ void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, 
   line("#pragma unroll");
   line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
   ++indent_;
-  line("const int pl_blk = " + std::string(l.warpgroups == 1 ? "pl_q" : "pl_q * " + std::to_string(l.warpgroups) + " + pl_tid() / 128") + ";");
+  line("const int pl_blk = " + fragment_block(l) + ";");
   line("if (pl_blk < " + std::to_string(l.blocks()) + ") {");
   ++indent_;
   line("#pragma unroll");
@@ -354,38 +351,31 @@ void Emitter::emit_wgmma_from_registers(const ir::Op& op) {
   // path's product orders its writes after earlier reads itself, emit_wgmma.)
   before_mem_read();
   const bool b_kn = b.strides.at(1) == 1, b_nk = !b_kn && b.strides.at(0) == 1;
-  const bool in_registers = acc.strides.at(1) == 1 && (b_kn || b_nk);
-  if (in_registers) {
-    auto s = [](int64_t v) { return std::to_string(v); };
-    const std::string lb =
-        b.swizzled.empty() ? "0" : "pl_swizzled_layout(" + b.swizzled + ", " + (b_nk ? "false" : "true") + ")";
-    line("if (!pl_tc_dot_acc<" + std::string(b_nk ? "true" : "false") + ", " + s(kacc->nc) + ", 0, " + lb + ", " +
-         s(kacc->rounds) + ", PL_KERNEL_WGMMA_PENDING, " + s(l.nc) + ">(" + kacc->var + ", " + acc.ptr + ", " +
-         s(acc.strides[0]) + ", " + av.name + ", 0, " + b.ptr + ", " + s(b_nk ? b.strides[1] : b.strides[0]) + ", " +
-         s(l.m) + ", " + s(acc.shape.at(1)) + ", " + s(l.n) + ")) {");
-    ++indent_;
-    ++conditional_depth_;
-    if (ctx_.register_a_products) ++*ctx_.register_a_products;
-  }
   // Elsewhere (the ACC in memory, a layout wgmma cannot take): a written to the arena, and the
   // product as any other.
-  const PendingSyncs pending = pending_syncs();
-  const ir::Type& at = type(op.operands[1]);
-  const int64_t bytes = at.size() * itemsize(at.dtype), offset = ctx_.arena->alloc(bytes);
-  const std::string tile = fresh("a");
-  line(ctype(at.dtype) + "* " + tile + " = (" + ctype(at.dtype) + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
-  open_fragment_loop(l);
-  line(tile + "[e] = " + av.name + "[pl_k];");
-  close_fragment_loop();
-  after_tile_write();
-  barrier();  // (written in the registers' layout, read by the product's)
-  emit_wgmma(op, RefInfo{tile, at.dtype, at.shape, contiguous_strides(at.shape)});
-  ctx_.arena->release(offset, bytes);
-  if (!in_registers) return;
-  --conditional_depth_;
-  --indent_;
-  line("}");
-  restore_pending(pending);
+  auto through_the_arena = [&] {
+    const ir::Type& at = type(op.operands[1]);
+    const int64_t bytes = at.size() * itemsize(at.dtype), offset = ctx_.arena->alloc(bytes);
+    const std::string tile = fresh("a");
+    line(ctype(at.dtype) + "* " + tile + " = (" + ctype(at.dtype) + "*)(" + ctx_.arena_base + " + " +
+         std::to_string(offset) + ");");
+    open_fragment_loop(l);
+    line(tile + "[e] = " + av.name + "[pl_k];");
+    close_fragment_loop();
+    after_tile_write();
+    barrier();  // (written in the registers' layout, read by the product's)
+    emit_wgmma(op, RefInfo{tile, at.dtype, at.shape, contiguous_strides(at.shape)});
+    ctx_.arena->release(offset, bytes);
+  };
+  if (acc.strides.at(1) != 1 || !(b_kn || b_nk)) return through_the_arena();
+  auto s = [](int64_t v) { return std::to_string(v); };
+  const std::string lb = b.swizzled.empty() ? "0" : "pl_swizzled_layout(" + b.swizzled + ", " + (b_nk ? "false" : "true") + ")";
+  if (ctx_.register_a_products) ++*ctx_.register_a_products;
+  emit_other_path("if (!pl_tc_dot_acc<" + std::string(b_nk ? "true" : "false") + ", " + s(kacc->nc) + ", 0, " + lb + ", " +
+                      s(kacc->rounds) + ", PL_KERNEL_WGMMA_PENDING, " + s(l.nc) + ">(" + kacc->var + ", " + acc.ptr +
+                      ", " + s(acc.strides[0]) + ", " + av.name + ", 0, " + b.ptr + ", " +
+                      s(b_nk ? b.strides[1] : b.strides[0]) + ", " + s(l.m) + ", " + s(acc.shape.at(1)) + ", " + s(l.n) + "))",
+                  through_the_arena);
   after_mem_read();  // (b, and the ACC's memory on the other path)
   after_mem_write();
 }

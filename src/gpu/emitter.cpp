@@ -995,21 +995,15 @@ void Emitter::emit_ref_op(const ir::Op& op) {
     if (const std::optional<FragmentLayout> l = fragment_loop_of(op, across)) return emit_fragment_store(op, *l, across);
   }
   if (whole_acc && store_value && is_uniform(op.operands[1])) {
-    line("if (!pl_acc_fill(" + kacc->var + ", (float)(" + at(op.operands[1], "0") + "), " + std::to_string(kacc->m) +
-         ", " + std::to_string(kacc->n) + ")) {");
-    ++indent_;
-    ++conditional_depth_;  // (barriers in here may not run: the arena frees nothing at them)
-    const PendingSyncs pending = pending_syncs();  // (what the registers' path leaves pending)
-    emit_ref_op_in_memory(op);
-    // Only this branch wrote memory: its barrier here, so that where the registers took the
+    // Only this branch writes memory: its barrier there, so that where the registers took the
     // value (the tensor cores' path) what follows needs none for it. (pl_acc_fill's answer is
     // the same for the whole group.)
-    barrier();
-    --conditional_depth_;
-    --indent_;
-    line("}");
-    restore_pending(pending);
-    return;
+    return emit_other_path("if (!pl_acc_fill(" + kacc->var + ", (float)(" + at(op.operands[1], "0") + "), " +
+                               std::to_string(kacc->m) + ", " + std::to_string(kacc->n) + "))",
+                           [&] {
+                             emit_ref_op_in_memory(op);
+                             barrier();
+                           });
   }
   emit_ref_op_in_memory(op);
 }
@@ -1018,17 +1012,13 @@ void Emitter::emit_load_from_registers(const ir::Op& load, const AccumulatorRegi
   const RefInfo& acc = info(load.operands[0]).ref;  // the thread's matrix (its memory)
   const std::string out = define_tile(load.results[0]);
   const std::string n = std::to_string(a.n);
-  line("if (!pl_acc_store(" + a.var + ", " + out + ", " + n + ", " + std::to_string(a.m) + ", " + n + ")) {");
-  ++indent_;
-  ++conditional_depth_;
-  // The ACC's memory is current (nothing in the registers is newer): load it.
-  before_mem_read();
-  open_thread_loop(a.m * a.n);
-  line(out + "[e] = " + acc.ptr + "[" + offset_of(acc.shape, acc.strides, "e") + "];");
-  close_loop();
-  --conditional_depth_;
-  --indent_;
-  line("}");
+  // Where the ACC's memory is current (nothing in the registers is newer): load it.
+  emit_other_path("if (!pl_acc_store(" + a.var + ", " + out + ", " + n + ", " + std::to_string(a.m) + ", " + n + "))", [&] {
+    before_mem_read();
+    open_thread_loop(a.m * a.n);
+    line(out + "[e] = " + acc.ptr + "[" + offset_of(acc.shape, acc.strides, "e") + "];");
+    close_loop();
+  });
   // Each thread wrote its registers' elements, which other threads read next.
   barrier();
 }
@@ -1039,20 +1029,27 @@ void Emitter::emit_store_into_registers(const ir::Op& store, const AccumulatorRe
   reading_old_registers_ = true;
   const std::string value = at(store.operands[1], "e");
   reading_old_registers_ = false;
-  line("if (!pl_acc_assign(" + a.var + ", " + std::to_string(a.m) + ", " + std::to_string(a.n) +
-       ", [&](pl_i64 e, [[maybe_unused]] float pl_old) { return (float)(" + value + "); })) {");
-  ++indent_;
-  ++conditional_depth_;  // (barriers in here may not run: the arena frees nothing at them)
-  const PendingSyncs pending = pending_syncs();
-  emit_ref_op_in_memory(store);
-  barrier();  // (this path wrote the ACC's memory: synced here, so the registers' path needs none)
-  --conditional_depth_;
-  --indent_;
-  line("}");
+  emit_other_path("if (!pl_acc_assign(" + a.var + ", " + std::to_string(a.m) + ", " + std::to_string(a.n) +
+                      ", [&](pl_i64 e, [[maybe_unused]] float pl_old) { return (float)(" + value + "); }))",
+                  [&] {
+                    emit_ref_op_in_memory(store);
+                    barrier();  // (this path wrote the ACC's memory: synced here, so the registers' path needs none)
+                  });
   // The registers' path has no barrier of its own: what the value read (other threads' tiles,
   // memory) is written over only after one — a loop carry's holder at the iteration's end
   // (assign_carries syncs before its copies), memory by before_mem_write (the ACC's fused load
   // counts as a read, emit_region), the arena's ranges after the next barrier.
+}
+
+void Emitter::emit_other_path(const std::string& header, const std::function<void()>& body) {
+  line(header + " {");
+  ++indent_;
+  ++conditional_depth_;
+  const PendingSyncs pending = pending_syncs();
+  body();
+  --conditional_depth_;
+  --indent_;
+  line("}");
   restore_pending(pending);
 }
 

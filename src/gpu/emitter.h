@@ -376,6 +376,10 @@ class Emitter {
     mem_written_ = mem_written_ || p.mem_written;
     mem_read_ = mem_read_ || p.mem_read;
   }
+  // `header {` body `}`: such a branch (every thread of the group takes it alike). Its barriers
+  // sync only its path: the arena frees nothing at them, and what was pending before it still is
+  // after it.
+  void emit_other_path(const std::string& header, const std::function<void()>& body);
   void after_tile_write() { tile_written_ = true; }
   void after_mem_write() { mem_written_ = true; }
   void after_mem_read() { mem_read_ = true; }
@@ -458,6 +462,10 @@ class Emitter {
   // also reads a tile or a broadcast (elements other threads wrote).
   std::optional<FragmentLayout> fragment_read(ir::ValueId v, const std::function<const FragmentLayout*(ir::ValueId)>& layout_of,
                                               bool& conflict, bool& across) const;
+  // fragment_read of op's operands from `first` on, merged (`conflict`: two layouts).
+  std::optional<FragmentLayout> fragment_reads(const ir::Op& op, size_t first,
+                                               const std::function<const FragmentLayout*(ir::ValueId)>& layout_of,
+                                               bool& conflict, bool& across) const;
   // The layout an op's loop runs in when it reads register tiles at its own index (nullopt: none).
   std::optional<FragmentLayout> fragment_loop_of(const ir::Op& op, bool& across) const;
   // `for` this thread's elements of a register tile's layout: pl_k its register, e the element's

@@ -70,6 +70,27 @@ pl::CallOptions interpreted(std::vector<pl::ScratchShape> scratch) {
 // none; scripts/gpu_validate.sh).
 using test_util::run_on;
 
+// A copy of k whose source has `from` (which it must contain) replaced by `to` once: a test's
+// deliberately broken or differently built unit.
+plgpu::GeneratedKernel with_source_edit(const plgpu::GeneratedKernel& k, const std::string& from, const std::string& to) {
+  plgpu::GeneratedKernel edited = k;
+  const size_t at = edited.source.find(from);
+  EXPECT_NE(at, std::string::npos) << "missing '" << from << "'";
+  if (at != std::string::npos) edited.source.replace(at, from.size(), to);
+  return edited;
+}
+
+// The opening of the ACC tests' kernels: a and b copied into a_s and b_s on `bar` and awaited,
+// then acc = 0 and a wgmma of acc += a_s b_s, left running.
+void zeroed_product(const pl::Ref& a, const pl::Ref& b, const pl::Ref& a_s, const pl::Ref& b_s, const pl::Ref& acc,
+                    const pl::Ref& bar) {
+  plgpu::copy_gmem_to_smem(a, a_s, bar);
+  plgpu::copy_gmem_to_smem(b, b_s, bar);
+  plgpu::barrier_wait(bar);
+  acc[pl::all] = pl::zeros(acc.shape(), pl::f32);
+  plgpu::wgmma(acc, a_s, b_s);
+}
+
 class GpuKernelBoth : public test_util::OnGpuBackends {};
 INSTANTIATE_TEST_SUITE_P(Backends, GpuKernelBoth, testing::Values("interpret", "gpu_emulate", "mosaic_gpu"),
                          test_util::backend_name);
@@ -1067,11 +1088,7 @@ TEST(GpuKernelErrors, ReadingTheAccumulatorBeforeWgmmaWaitIsARace) {
   auto make = [](bool wait) {
     return plgpu::kernel(
         [wait](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
-          plgpu::copy_gmem_to_smem(a, a_s, bar);
-          plgpu::copy_gmem_to_smem(b, b_s, bar);
-          plgpu::barrier_wait(bar);
-          acc[pl::all] = pl::zeros({64, 8}, pl::f32);
-          plgpu::wgmma(acc, a_s, b_s);
+          zeroed_product(a, b, a_s, b_s, acc, bar);
           if (wait) plgpu::wgmma_wait(0);
           out[pl::all] = acc[pl::all];
         },
@@ -2159,10 +2176,7 @@ TEST(GpuKernel, SwizzledTilesAreStoredLoadedAndCopiedOutInPlace) {
     check(plgpu::run_host_emulation(*tc, no_maps, {a, b}, tc->grid_mapping.grid, 128, nullptr));
     check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2, nullptr));
     // Stored row-major, the tile wgmma reads swizzled gives other numbers (the test can fail).
-    plgpu::GeneratedKernel wrong = k;
-    const std::string store = "[pl_smem_elem<PL_SMEM_SWIZZLED_0, pl_bf16>(e)] = (pl_to_bf16";
-    ASSERT_NE(wrong.source.find(store), std::string::npos);
-    wrong.source.replace(wrong.source.find(store), store.size(), "[e] = (pl_to_bf16");
+    const plgpu::GeneratedKernel wrong = with_source_edit(k, "[pl_smem_elem<PL_SMEM_SWIZZLED_0, pl_bf16>(e)] = (pl_to_bf16", "[e] = (pl_to_bf16");
     const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {a, b}, tc->grid_mapping.grid, 128, nullptr).at(0);
     double diff = 0;
     for (int64_t i = 0; i < M; ++i)
@@ -2295,11 +2309,7 @@ TEST(GpuKernel, AccRegistersGoToAndFromValuesWithoutTheirMemory) {
     return plgpu::kernel(
         [](pl::Ref a, pl::Ref b, pl::Ref out1, pl::Ref out2, pl::Ref out3, pl::Ref a_s, pl::Ref b_s, pl::Ref acc,
            pl::Ref bar) {
-          plgpu::copy_gmem_to_smem(a, a_s, bar);
-          plgpu::copy_gmem_to_smem(b, b_s, bar);
-          plgpu::barrier_wait(bar);
-          acc[pl::all] = pl::zeros({64, 32}, pl::f32);
-          plgpu::wgmma(acc, a_s, b_s);
+          zeroed_product(a, b, a_s, b_s, acc, bar);
           plgpu::wgmma_wait(0);
           pl::Value s = acc[pl::all];
           out1[pl::all] = s * 3.0f;
@@ -2369,11 +2379,7 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
       return plgpu::kernel(
           [=](pl::Ref a, pl::Ref b, pl::Ref probs, pl::Ref row_max, pl::Ref u_t, pl::Ref a_s, pl::Ref b_s, pl::Ref acc,
               pl::Ref bar) {
-            plgpu::copy_gmem_to_smem(a, a_s, bar);
-            plgpu::copy_gmem_to_smem(b, b_s, bar);
-            plgpu::barrier_wait(bar);
-            acc[pl::all] = pl::zeros({M, N}, pl::f32);
-            plgpu::wgmma(acc, a_s, b_s);
+            zeroed_product(a, b, a_s, b_s, acc, bar);
             plgpu::wgmma_wait(0);
             const pl::Value s = acc[pl::all];
             const pl::Value t = s * 0.5f + 1.0f;
@@ -2427,10 +2433,7 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     } catch (const pl::Error& e) {
       EXPECT_CONTAINS(e.what(), "register tiles");
     }
-    plgpu::GeneratedKernel no_wgmma = k;
-    const std::string stages = "#define PL_WGMMA_STAGES ";
-    ASSERT_NE(no_wgmma.source.find(stages), std::string::npos);
-    no_wgmma.source.replace(no_wgmma.source.find(stages), stages.size(), "#define PL_NO_WGMMA_STAGES ");
+    const plgpu::GeneratedKernel no_wgmma = with_source_edit(k, "#define PL_WGMMA_STAGES ", "#define PL_NO_WGMMA_STAGES ");
     plgpu::HostEmulationStats in_memory;
     check(plgpu::run_host_emulation(*tc, no_wgmma, {a, b}, tc->grid_mapping.grid, 128, &in_memory));
     EXPECT_EQ(in_memory.wgmma_instructions, 0);  // (the products in memory: the loads read it there)
@@ -2440,10 +2443,7 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     check(plgpu::run_host_emulation(*tc, arena, {a, b}, tc->grid_mapping.grid, 2, nullptr));
     // A row reduction that took the registers of the row 8 below (registers 4 j + 2, + 3) for its
     // own gives other maxima (the test can fail).
-    plgpu::GeneratedKernel wrong = k;
-    const std::string rows = "if ((pl_i >> 1) & 1) pl_r1";
-    ASSERT_NE(wrong.source.find(rows), std::string::npos);
-    wrong.source.replace(wrong.source.find(rows), rows.size(), "if (pl_i & 1) pl_r1");
+    const plgpu::GeneratedKernel wrong = with_source_edit(k, "if ((pl_i >> 1) & 1) pl_r1", "if (pl_i & 1) pl_r1");
     const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {a, b}, tc->grid_mapping.grid, 128, nullptr).at(1);
     const pl::Array good = make("interpret")(a, b).at(1);
     double diff = 0;
@@ -2465,11 +2465,7 @@ TEST(GpuKernel, RegisterTilesWaitForTilesWrittenBeforeTheAccLoad) {
   auto make = [](const std::string& how) {
     return plgpu::kernel(
         [](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref out1, pl::Ref out2, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
-          plgpu::copy_gmem_to_smem(a, a_s, bar);
-          plgpu::copy_gmem_to_smem(b, b_s, bar);
-          plgpu::barrier_wait(bar);
-          acc[pl::all] = pl::zeros({64, 64}, pl::f32);
-          plgpu::wgmma(acc, a_s, b_s);
+          zeroed_product(a, b, a_s, b_s, acc, bar);
           const pl::Value ct = pl::transpose(c[pl::all], {1, 0});
           plgpu::wgmma_wait(0);
           const pl::Value y = acc[pl::all] + ct;
@@ -2580,17 +2576,12 @@ TEST(GpuKernel, RegisterTilesFeedWgmmaFromTheirRegisters) {
     };
     EXPECT_EQ(stats.wgmma_instructions, M / 64 * (K / width(K) * 32 / 16 + N / width(N) * K / 16));
     EXPECT_EQ(stats.acc_flushes, 0);
-    plgpu::GeneratedKernel no_wgmma = k;
-    const std::string stages = "#define PL_WGMMA_STAGES ";
-    ASSERT_NE(no_wgmma.source.find(stages), std::string::npos);
-    no_wgmma.source.replace(no_wgmma.source.find(stages), stages.size(), "#define PL_NO_WGMMA_STAGES ");
+    const plgpu::GeneratedKernel no_wgmma = with_source_edit(k, "#define PL_WGMMA_STAGES ", "#define PL_NO_WGMMA_STAGES ");
     EXPECT_LT(error(plgpu::run_host_emulation(*tc, no_wgmma, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0)), 1e-2);
     // a's pairs for rows r and r + 8 exchanged: other products.
     if (M != 64 || K != 64 || N != 64 || !cs.swizzle) continue;
-    plgpu::GeneratedKernel wrong = k;
-    const std::string pack = "aw[ks / 16 * 4 + j] = (pl_u32)a[r + 2 * j].bits";
-    ASSERT_NE(wrong.source.find(pack), std::string::npos);
-    wrong.source.replace(wrong.source.find(pack), pack.size(), "aw[ks / 16 * 4 + (j ^ 1)] = (pl_u32)a[r + 2 * j].bits");
+    const plgpu::GeneratedKernel wrong = with_source_edit(
+        k, "aw[ks / 16 * 4 + j] = (pl_u32)a[r + 2 * j].bits", "aw[ks / 16 * 4 + (j ^ 1)] = (pl_u32)a[r + 2 * j].bits");
     EXPECT_GT(error(plgpu::run_host_emulation(*tc, wrong, {a, b, c}, tc->grid_mapping.grid, 128, nullptr).at(0)), 0.1);
     if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     for (const char* arch : {"sm_90a", "sm_80"})
@@ -2680,11 +2671,7 @@ TEST(GpuKernel, AccRegistersFollowTheirMemoryAndOneMatrixPerThread) {
       [](const std::string& how) {
         return plgpu::kernel(
             [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
-              plgpu::copy_gmem_to_smem(a, a_s, bar);
-              plgpu::copy_gmem_to_smem(b, b_s, bar);
-              plgpu::barrier_wait(bar);
-              acc[pl::all] = pl::zeros({64, 32}, pl::f32);
-              plgpu::wgmma(acc, a_s, b_s);
+              zeroed_product(a, b, a_s, b_s, acc, bar);
               plgpu::wgmma_wait(0);
               acc[pl::ds(0, 32)] = pl::full({32, 32}, pl::f32, 1.0);
               acc[pl::all] = acc[pl::all] * 2.0f;
@@ -2734,11 +2721,7 @@ TEST(GpuKernel, AWgmmaIntoRegistersRunsUntilWgmmaWait) {
     return plgpu::kernel(
         [](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref both,
            pl::Ref one) {
-          plgpu::copy_gmem_to_smem(a, a_s, both);
-          plgpu::copy_gmem_to_smem(b, b_s, both);
-          plgpu::barrier_wait(both);
-          acc[pl::all] = pl::zeros({64, 16}, pl::f32);
-          plgpu::wgmma(acc, a_s, b_s);
+          zeroed_product(a, b, a_s, b_s, acc, both);
           plgpu::wgmma_wait(1);
           plgpu::copy_gmem_to_smem(c, b_s, one);
           plgpu::barrier_wait(one);
