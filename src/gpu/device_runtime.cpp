@@ -2374,8 +2374,8 @@ template <int NC, int ROUNDS> PL_DEV bool pl_acc_fill(PlAccRegs<NC, ROUNDS>& f, 
   f.dirty = 1;
   return true;
 }
-// Sets every element of the accumulator to value(e, old), e = row * N + column and old its
-// current value, in its registers (newer than the scratch) where the products run on them and
+// Sets every element of the accumulator to value(e, old, k), e = row * N + column, old its
+// current value and k its register (the emitter's register tiles of its layout), in its registers (newer than the scratch) where the products run on them and
 // the registers hold its value; false, having done nothing, where not: the caller stores to the
 // scratch (then current), and the next product reloads the registers.
 // (`acc[...] = acc[...] * alpha`, attention's rescaling of its output accumulator, in place.)
@@ -2391,7 +2391,7 @@ template <int NC, int ROUNDS, class F> PL_DEV bool pl_acc_assign(PlAccRegs<NC, R
     const pl_i64 base = pl_wgmma_acc_base(blk / blocks_n * 64, blk % blocks_n * NC, N);
     float* r = f.r + q * NC / 2;
 #pragma unroll
-    for (int i = 0; i < NC / 2; ++i) r[i] = value(base + pl_wgmma_acc_off(i, N), r[i]);
+    for (int i = 0; i < NC / 2; ++i) r[i] = value(base + pl_wgmma_acc_off(i, N), r[i], q * NC / 2 + i);
   }
   f.dirty = 1;
   return true;

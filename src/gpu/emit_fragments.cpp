@@ -30,61 +30,124 @@ bool whole_value_store(const ir::Op& op) {
   return op.code == OpCode::Store && op.operands.size() == 2 && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
 }
 bool reshapes(OpCode c) { return c == OpCode::Reshape || c == OpCode::Squeeze || c == OpCode::ExpandDims; }
+// An op whose results are what its (first) region yields, which may be register tiles: a loop's
+// carries, a run_scoped's results (its body runs once, in line).
+bool carries_region_values(const ir::Op& op) {
+  return (op.code == OpCode::For || op.code == OpCode::RunScoped) && op.regions.size() == 1 && !op.results.empty();
+}
 bool row_reduction(OpCode c) {
   return c == OpCode::ReduceSum || c == OpCode::ReduceMax || c == OpCode::ReduceMin || c == OpCode::ReduceProd;
 }
 }  // namespace
 
-std::optional<FragmentLayout> Emitter::fragment_read(ValueId v,
-                                                     const std::function<const FragmentLayout*(ValueId)>& layout_of,
-                                                     bool& conflict, bool& across) const {
-  if (const FragmentLayout* l = layout_of(v)) return *l;
+std::optional<FragmentLayout> rows_of(const FragmentLayout& t) {
+  if (t.rows || t.m % 64 != 0 || (t.warpgroups != 1 && t.blocks_n() != 1)) return std::nullopt;
+  FragmentLayout r{t.m, 1, 0, t.warpgroups == 1 ? static_cast<int>(t.m / 64) : t.rounds, t.warpgroups, /*rows=*/true};
+  return r;
+}
+
+bool fits_layout(const FragmentLayout& l, const Shape& s) {
+  return l.rows ? s == Shape{l.m} || s == Shape{l.m, 1} : s == Shape{l.m, l.n};
+}
+
+void Emitter::FragmentReads::add_layout(const FragmentLayout& l) {
+  if (layout && !(*layout == l)) conflict = true;
+  layout = l;
+}
+
+FragmentLayout Emitter::acc_layout(const AccumulatorRegisters& a) const {
+  return FragmentLayout{a.m, a.n, a.nc, a.rounds, std::max(1, ctx_.group_threads / 128)};
+}
+
+void Emitter::fragment_read(ValueId v, const std::function<const FragmentLayout*(ValueId)>& layout_of,
+                            FragmentReads& reads) const {
+  if (const FragmentLayout* l = layout_of(v)) return reads.add_layout(*l);
   const auto it = fused_producers_.find(v);
   if (it == fused_producers_.end()) {
-    if (!type(v).shape.empty()) across = true;  // a tile: written in another layout
-    return std::nullopt;
+    if (!type(v).shape.empty()) reads.across = true;  // a tile: written in another layout
+    return;
   }
   const ir::Op& p = *it->second;
-  if (p.code == OpCode::Load || p.code == OpCode::Constant) return std::nullopt;  // memory at the element's index
+  if (p.code == OpCode::Load || p.code == OpCode::Constant) return;  // memory at the element's index
+  // A rows value seen through reshapes between (m) and (m, 1): the same element at the same index.
+  auto rows_through_reshapes = [&](ValueId x) -> const FragmentLayout* {
+    for (;;) {
+      if (const FragmentLayout* l = layout_of(x)) return l->rows && fits_layout(*l, type(x).shape) ? l : nullptr;
+      const auto f = fused_producers_.find(x);
+      if (f == fused_producers_.end() || !reshapes(f->second->code)) return nullptr;
+      x = f->second->operands[0];
+    }
+  };
+  if (reshapes(p.code)) {
+    if (const FragmentLayout* r = rows_through_reshapes(p.operands[0]); r && fits_layout(*r, type(v).shape))
+      return reads.add_layout(*r);
+  }
+  if (p.code == OpCode::BroadcastInDim) {
+    // A rows value along the rows of an (m, n) tile: in a loop of that tile, its register of the
+    // element's row (rows_register).
+    const ValueId x = p.operands[0];
+    const Shape& xs = type(x).shape;
+    const Shape& rs = type(v).shape;
+    const ir::Ints& dims = p.attrs.get_ints(ir::AttrKey::Dims);
+    const bool along_rows = rs.size() == 2 && !dims.empty() && dims[0] == 0 && (xs.size() == 1 || (xs.size() == 2 && xs[1] == 1));
+    if (const FragmentLayout* r = rows_through_reshapes(x); r && along_rows && rs[0] == r->m) {
+      if (reads.rows && !(*reads.rows == *r)) reads.conflict = true;
+      reads.rows = *r;
+      return;
+    }
+  }
   if (p.code == OpCode::BroadcastInDim || reshapes(p.code)) {
     // Reads its operand at other indices: a register tile there is not the loop's register.
-    across = true;
-    bool c = false, a = false;
-    if (fragment_read(p.operands[0], layout_of, c, a)) conflict = true;
-    return std::nullopt;
+    reads.across = true;
+    FragmentReads under;
+    fragment_read(p.operands[0], layout_of, under);
+    if (under.layout || under.rows) reads.conflict = true;
+    return;
   }
-  return fragment_reads(p, 0, layout_of, conflict, across);
+  for (ValueId o : p.operands) fragment_read(o, layout_of, reads);
 }
 
-std::optional<FragmentLayout> Emitter::fragment_reads(const ir::Op& op, size_t first,
-                                                      const std::function<const FragmentLayout*(ValueId)>& layout_of,
-                                                      bool& conflict, bool& across) const {
-  std::optional<FragmentLayout> layout;
-  for (size_t i = first; i < op.operands.size(); ++i) {
-    const std::optional<FragmentLayout> l = fragment_read(op.operands[i], layout_of, conflict, across);
-    if (l && layout && !(*l == *layout)) conflict = true;
-    if (l) layout = l;
+Emitter::FragmentReads Emitter::fragment_reads(const ir::Op& op, size_t first,
+                                               const std::function<const FragmentLayout*(ValueId)>& layout_of,
+                                               const FragmentLayout* loop) const {
+  FragmentReads reads;
+  if (loop) reads.add_layout(*loop);
+  for (size_t i = first; i < op.operands.size(); ++i) fragment_read(op.operands[i], layout_of, reads);
+  if (reads.rows && !reads.layout) {
+    // Rows broadcast along an (m, n) value that reads no register tile: its loop runs in a tile
+    // layout of those rows (one block of n columns per row band), the compiler's choice.
+    const Shape& shape = type(op.code == OpCode::Store ? op.operands.back() : op.results.at(0)).shape;
+    if (shape.size() == 2 && shape[0] == reads.rows->m && shape[1] % 8 == 0 && shape[1] <= 256)
+      reads.layout = FragmentLayout{reads.rows->m, shape[1], static_cast<int>(shape[1]), reads.rows->rounds, reads.rows->warpgroups};
   }
-  return layout;
+  if (reads.rows && (!reads.layout || rows_of(*reads.layout) != reads.rows)) reads.conflict = true;
+  return reads;
 }
 
-std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& across) const {
+std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& across, const FragmentLayout* loop) const {
   auto layout_of = [this](ValueId v) -> const FragmentLayout* {
     const ValueInfo& i = info(v);
     return i.kind == ValueInfo::Kind::Fragment ? &i.frag : nullptr;
   };
   const bool store = op.code == OpCode::Store;
   if (store && !whole_value_store(op)) return std::nullopt;
-  bool conflict = false;
-  const std::optional<FragmentLayout> layout = fragment_reads(op, store ? 1 : 0, layout_of, conflict, across);
-  PALLAS_INTERNAL_CHECK(!conflict, "gpu emitter: an op reads register tiles of two layouts");
-  return layout;
+  const FragmentReads reads = fragment_reads(op, store ? 1 : 0, layout_of, loop);
+  PALLAS_INTERNAL_CHECK(!reads.conflict, "gpu emitter: an op reads register tiles of two layouts");
+  across = reads.across;
+  if (!loop) return reads.layout;
+  // In the given loop only where it reads register tiles.
+  const FragmentReads own = fragment_reads(op, store ? 1 : 0, layout_of);
+  return own.layout || own.rows ? reads.layout : std::nullopt;
 }
 
 void Emitter::plan_fragments(const ir::Region& r, const std::function<const AccumulatorRegisters*(ValueId)>& acc_of) {
+  // Forget an earlier plan of r (a loop's body is planned again for each try of its carries).
+  for (ValueId a : r.args) fragments_.erase(a);
+  for (const ir::Op& op : r.ops)
+    for (ValueId v : op.results) fragments_.erase(v);
   if (!ctx_.register_tiles || ctx_.group_threads <= 0 || ctx_.group_threads % 128 != 0) return;
   const int warpgroups = ctx_.group_threads / 128;
-  // The ops of r using each value; values used in a nested region or yielded escape r.
+  // The ops of r using each value; values used in a nested region escape r.
   std::map<ValueId, std::vector<size_t>> users;
   std::set<ValueId> escapes;
   std::function<void(const ir::Region&)> nested = [&](const ir::Region& sub) {
@@ -95,14 +158,17 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   };
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
-    if (op.code == OpCode::Yield) escapes.insert(op.operands.begin(), op.operands.end());
-    else
-      for (ValueId v : op.operands) users[v].push_back(i);
+    for (ValueId v : op.operands) users[v].push_back(i);
     for (const ir::Region& s : op.regions) nested(s);
   }
+  const auto yields_it = fragment_yields_.find(&r);
+  const bool discovery = fragment_discovery_.count(&r) > 0;
   auto fused = [&](const ir::Op& op) { return op.results.size() == 1 && fused_producers_.count(op.results[0]); };
-  // The roots: whole loads of an ACC in registers that nothing else takes.
+  // The roots: whole loads of an ACC in registers that nothing else takes, r's args that its loop
+  // carries in registers, and the results of r's loops whose carries may be.
   std::map<ValueId, FragmentLayout> roots;
+  for (ValueId a : r.args)
+    if (const auto it = fragment_args_.find(a); it != fragment_args_.end()) roots[a] = it->second;
   for (const ir::Op& op : r.ops) {
     if (op.code != OpCode::Load || op.results.size() != 1 || fused(op) || register_updates_.count(&op) ||
         is_stored_from_registers(op) || op.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0)
@@ -110,28 +176,57 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     const AccumulatorRegisters* a = acc_of(op.operands[0]);
     const Shape& shape = type(op.operands[0]).shape;
     if (!a || shape.size() != 2 || !whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape)) continue;
-    const FragmentLayout l{a->m, a->n, a->nc, a->rounds, warpgroups};
+    const FragmentLayout l = acc_layout(*a);
     if (l.rounds * warpgroups >= l.blocks() && type(op.results[0]).shape == Shape{a->m, a->n}) roots[op.results[0]] = l;
   }
-  if (roots.empty()) return;
+  // A loop's carries: first the layouts its body yields when free to (discovery), then those the
+  // body keeps with its args in registers too (plan_loop_carries).
+  std::map<const ir::Op*, std::vector<std::optional<FragmentLayout>>> carries;
+  for (const ir::Op& op : r.ops) {
+    if (!carries_region_values(op)) continue;
+    const ir::Region& body = op.regions[0];
+    std::vector<std::optional<FragmentLayout>>& c = carries[&op];
+    c.assign(op.results.size(), std::nullopt);
+    // Free to yield anything, with the args found so far in registers, until no new one is
+    // (a yield of another carry's arg is found once that carry is).
+    const ir::Op& yield = body.ops.back();
+    fragment_discovery_.insert(&body);
+    fragment_yields_.erase(&body);
+    for (bool found = true; found && yield.code == OpCode::Yield;) {
+      for (size_t i = 0; i < c.size() && op.code == OpCode::For; ++i) {
+        if (c[i]) fragment_args_[body.args[1 + i]] = *c[i];
+        else fragment_args_.erase(body.args[1 + i]);
+      }
+      plan_fusion(body);
+      found = false;
+      for (size_t i = 0; i < c.size(); ++i)
+        if (const auto it = fragments_.find(yield.operands[i]); !c[i] && it != fragments_.end()) c[i] = it->second, found = true;
+    }
+    fragment_discovery_.erase(&body);
+    for (bool dropped = true; dropped;) dropped = plan_loop_carries(op, c);
+  }
   std::set<ValueId> banned;
   std::map<ValueId, FragmentLayout> chosen;
   auto layout_of = [&](ValueId v) -> const FragmentLayout* {
     const auto it = chosen.find(v);
     return it == chosen.end() ? nullptr : &it->second;
   };
-  // Whether op's loop (an elementwise op's, a store's) reads register tiles in layout l only.
-  auto loop_in = [&](const ir::Op& op, const FragmentLayout& l) {
-    const bool store = op.code == OpCode::Store;
-    if (store) {
-      if (!whole_value_store(op) || acc_of(op.operands[0])) return false;
-    } else if (op.results.size() != 1 || !is_elementwise(op) || reshapes(op.code) ||
-               type(op.results[0]).shape != Shape{l.m, l.n}) {
-      return false;
+  // Whether op's loop (an elementwise op's, a store's) reads register tiles consistently.
+  auto loop_fits = [&](const ir::Op& op) {
+    if (op.code == OpCode::Store) {
+      if (!whole_value_store(op)) return false;
+      const AccumulatorRegisters* a = acc_of(op.operands[0]);
+      if (!a) return !fragment_reads(op, 1, layout_of).conflict;
+      // Into an ACC in registers (emit_store_into_registers): in its registers' layout.
+      const Shape& shape = type(op.operands[0]).shape;
+      if (shape.size() != 2 || !whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape) || is_uniform(op.operands[1]))
+        return false;
+      const FragmentLayout l = acc_layout(*a);
+      return l.rounds * warpgroups >= l.blocks() && !fragment_reads(op, 1, layout_of, &l).conflict;
     }
-    bool conflict = false, across = false;
-    const std::optional<FragmentLayout> x = fragment_reads(op, store ? 1 : 0, layout_of, conflict, across);
-    return !conflict && (!x || *x == l);
+    if (op.results.size() != 1 || !is_elementwise(op)) return false;
+    const FragmentReads reads = fragment_reads(op, 0, layout_of);
+    return !reads.conflict && (!reads.layout || fits_layout(*reads.layout, type(op.results[0]).shape));
   };
   // Whether every use of v reads it in its layout l.
   auto uses_fit = [&](ValueId v, const FragmentLayout& l) {
@@ -140,13 +235,28 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       const ir::Op* op = &r.ops[u];
       // A fused op is computed in its user's loop: follow it there.
       while (fused(*op)) {
-        if (op->code == OpCode::BroadcastInDim || reshapes(op->code) || op->code == OpCode::Load) return false;
+        if (op->code == OpCode::Load) return false;
         const std::vector<size_t>& next = users[op->results[0]];
         if (next.size() != 1 || escapes.count(op->results[0])) return false;
         op = &r.ops[next[0]];
       }
       if (op->code == OpCode::Store || (is_elementwise(*op) && op->code != OpCode::Constant)) {
-        if (!loop_in(*op, l)) return false;
+        if (!loop_fits(*op)) return false;
+        continue;
+      }
+      if (op->code == OpCode::Yield) {  // r's loop carries it: in this layout
+        for (size_t i = 0; i < op->operands.size(); ++i) {
+          if (op->operands[i] != v) continue;
+          const bool carried = yields_it != fragment_yields_.end() && i < yields_it->second.size() &&
+                               yields_it->second[i] && *yields_it->second[i] == l;
+          if (!discovery && !carried) return false;
+        }
+        continue;
+      }
+      if (op->code == OpCode::For && carries.count(op)) {  // an initial carry: copied in its layout
+        const std::vector<std::optional<FragmentLayout>>& c = carries[op];
+        for (size_t i = 2; i < op->operands.size(); ++i)
+          if (op->operands[i] == v && !(c[i - 2] && *c[i - 2] == l)) return false;
         continue;
       }
       // wgmma's a, into an ACC in registers of the same rows (one warpgroup): from the registers.
@@ -154,41 +264,97 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           op->operands[2] != v) {
         const AccumulatorRegisters* acc = acc_of(op->operands[0]);
         const DType t = type(v).dtype;
-        if (!acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) || l.n % 16 != 0 || l.n > 256 ||
-            l.nc % 16 != 0 || type(op->operands[2]).dtype != t)
+        if (l.rows || !acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) || l.n % 16 != 0 ||
+            l.n > 256 || l.nc % 16 != 0 || type(op->operands[2]).dtype != t)
           return false;
         continue;
       }
       const bool rows = row_reduction(op->code) && op->operands.size() == 1 && op->operands[0] == v &&
-                        op->attrs.get_ints(ir::AttrKey::Axes) == ir::Ints{1} &&
+                        op->attrs.get_ints(ir::AttrKey::Axes) == ir::Ints{1} && !l.rows &&
                         (warpgroups == 1 || l.blocks_n() == 1);
       if (!rows) return false;
     }
     return true;
   };
-  // Grow the register tiles from the roots through the elementwise ops, drop those with a use
-  // that reads them otherwise, and again until none drops (a dropped value may have made its
-  // users register tiles).
+  // Grow the register tiles from the roots through the elementwise ops and row reductions, drop
+  // those with a use that reads them otherwise, and again until none drops (a dropped value may
+  // have made its users register tiles); then drop the loop carries whose results or bodies do
+  // not keep them, and again.
   for (;;) {
-    chosen.clear();
-    for (const ir::Op& op : r.ops) {
-      if (op.results.size() != 1 || banned.count(op.results[0])) continue;
-      const ValueId res = op.results[0];
-      if (const auto it = roots.find(res); it != roots.end()) {
-        chosen[res] = it->second;
-        continue;
+    for (;;) {
+      chosen.clear();
+      for (ValueId a : r.args)
+        if (const auto it = roots.find(a); it != roots.end() && !banned.count(a)) chosen[a] = it->second;
+      for (const ir::Op& op : r.ops) {
+        if (carries.count(&op)) {
+          const std::vector<std::optional<FragmentLayout>>& c = carries[&op];
+          for (size_t i = 0; i < c.size(); ++i)
+            if (c[i] && !banned.count(op.results[i])) chosen[op.results[i]] = *c[i];
+          continue;
+        }
+        if (op.results.size() != 1 || banned.count(op.results[0])) continue;
+        const ValueId res = op.results[0];
+        if (const auto it = roots.find(res); it != roots.end()) {
+          chosen[res] = it->second;
+          continue;
+        }
+        if (fused(op) || op.code == OpCode::Constant) continue;
+        if (row_reduction(op.code) && op.operands.size() == 1 && op.attrs.get_ints(ir::AttrKey::Axes) == ir::Ints{1}) {
+          const FragmentLayout* x = layout_of(op.operands[0]);
+          const std::optional<FragmentLayout> rows = x ? rows_of(*x) : std::nullopt;
+          if (rows && fits_layout(*rows, type(res).shape)) chosen[res] = *rows;
+          continue;
+        }
+        if (!is_elementwise(op)) continue;
+        const FragmentReads reads = fragment_reads(op, 0, layout_of);
+        if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) chosen[res] = *reads.layout;
       }
-      if (fused(op) || !is_elementwise(op) || reshapes(op.code) || op.code == OpCode::Constant) continue;
-      bool conflict = false, across = false;
-      const std::optional<FragmentLayout> layout = fragment_reads(op, 0, layout_of, conflict, across);
-      if (layout && !conflict && type(res).shape == Shape{layout->m, layout->n}) chosen[res] = *layout;
+      bool dropped = false;
+      for (const auto& [v, l] : chosen)
+        if (!uses_fit(v, l)) banned.insert(v), dropped = true;
+      if (!dropped) break;
     }
     bool dropped = false;
-    for (const auto& [v, l] : chosen)
-      if (!uses_fit(v, l)) banned.insert(v), dropped = true;
+    for (auto& [loop, c] : carries) {
+      bool changed = false;
+      for (size_t i = 0; i < c.size(); ++i)
+        if (c[i] && !chosen.count(loop->results[i])) c[i].reset(), changed = true;
+      if (changed)
+        while (plan_loop_carries(*loop, c)) {
+        }
+      for (size_t i = 0; i < c.size(); ++i)
+        if (!c[i] && chosen.count(loop->results[i])) banned.insert(loop->results[i]), dropped = true;
+    }
     if (!dropped) break;
   }
   for (const auto& [v, l] : chosen) fragments_[v] = l;
+}
+
+bool Emitter::plan_loop_carries(const ir::Op& loop, std::vector<std::optional<FragmentLayout>>& carries) {
+  const ir::Region& body = loop.regions[0];
+  const bool args = loop.code == OpCode::For;  // (a run_scoped's body only yields its results)
+  for (size_t i = 0; i < carries.size() && args; ++i) {
+    const ValueId arg = body.args[1 + i];
+    if (carries[i]) fragment_args_[arg] = *carries[i];
+    else fragment_args_.erase(arg);
+  }
+  fragment_yields_[&body] = carries;
+  plan_fusion(body);
+  const ir::Op& yield = body.ops.back();
+  bool dropped = false;
+  for (size_t i = 0; i < carries.size(); ++i) {
+    if (!carries[i]) continue;
+    const auto y = yield.code == OpCode::Yield ? fragments_.find(yield.operands[i]) : fragments_.end();
+    // (an arg no use keeps in registers is dropped by its plan when it has a use)
+    const bool arg_kept = !args || fragments_.count(body.args[1 + i]);
+    if (y == fragments_.end() || !(y->second == *carries[i]) || !arg_kept) carries[i].reset(), dropped = true;
+  }
+  if (dropped) {
+    for (size_t i = 0; i < carries.size() && args; ++i)
+      if (!carries[i]) fragment_args_.erase(body.args[1 + i]);
+    fragment_yields_[&body] = carries;
+  }
+  return dropped;
 }
 
 namespace {
@@ -199,11 +365,23 @@ std::string fragment_block(const FragmentLayout& l) {
 }  // namespace
 
 void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
-  const std::string half = std::to_string(l.nc / 2);
   line("#pragma unroll");
   line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
   ++indent_;
   line("const int pl_blk = " + fragment_block(l) + ";");
+  if (l.rows) {
+    // pl_blk is the row band; the thread's rows in it are 16 w + l / 4 and + 8.
+    const int64_t bands = l.m / 64;
+    if (l.rounds * l.warpgroups > bands) line("if (pl_blk >= " + std::to_string(bands) + ") continue;");
+    line("#pragma unroll");
+    line("for (int pl_i = 0; pl_i < 2; ++pl_i) {");
+    ++indent_;
+    line("const int pl_k = pl_q * 2 + pl_i;");
+    line("const pl_i64 e = pl_blk * 64 + 16 * ((pl_tid() & 127) >> 5) + ((pl_tid() & 31) >> 2) + 8 * pl_i;");
+    fragment_loop_ = l;
+    return;
+  }
+  const std::string half = std::to_string(l.nc / 2);
   if (l.rounds * l.warpgroups > l.blocks()) line("if (pl_blk >= " + std::to_string(l.blocks()) + ") continue;");
   const std::string bn = std::to_string(l.blocks_n());
   line("const pl_i64 pl_base = pl_wgmma_acc_base(pl_blk / " + bn + " * 64, pl_blk % " + bn + " * " + std::to_string(l.nc) +
@@ -217,12 +395,38 @@ void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   fragment_loop_ = l;
 }
 
+std::string Emitter::rows_register(const FragmentLayout& l) {
+  // Register pl_k = round x nc / 2 + i of a tile holds row + 8 when bit 1 of i is set; the round's
+  // band is its round / blocks_n (one warpgroup) or its round (a block per band).
+  const std::string half = std::to_string(l.nc / 2), bn = std::to_string(l.blocks_n());
+  return "(pl_k / " + half + (l.blocks_n() == 1 ? "" : " / " + bn) + " * 2 + ((pl_k % " + half + ") >> 1 & 1))";
+}
+
 void Emitter::close_fragment_loop() {
   fragment_loop_.reset();
   --indent_;
   line("}");
   --indent_;
   line("}");
+}
+
+void Emitter::copy_fragments(const std::vector<std::pair<std::string, ValueId>>& copies) {
+  // (Through copies of their own: a value may be another carry's holder. They are registers, which
+  // the compiler renames away.)
+  std::vector<std::string> temps;
+  for (const auto& [holder, v] : copies) {
+    const ValueInfo& y = info(v);
+    const std::string n = std::to_string(y.frag.registers());
+    temps.push_back(fresh("f"));
+    line(ctype(type(v).dtype) + " " + temps.back() + "[" + n + "];");
+    line("#pragma unroll");
+    line("for (int pl_r = 0; pl_r < " + n + "; ++pl_r) " + temps.back() + "[pl_r] = " + y.name + "[pl_r];");
+  }
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const std::string n = std::to_string(info(copies[i].second).frag.registers());
+    line("#pragma unroll");
+    line("for (int pl_r = 0; pl_r < " + n + "; ++pl_r) " + copies[i].first + "[pl_r] = " + temps[i] + "[pl_r];");
+  }
 }
 
 std::string Emitter::define_fragment(ValueId v, const FragmentLayout& l) {
@@ -255,7 +459,9 @@ void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& 
   const bool in_registers = fragments_.count(res) > 0;
   const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
   open_fragment_loop(l);
-  line(out + (in_registers ? "[pl_k]" : "[e]") + " = " + elementwise_expr(op, "e") + ";");
+  // (A rows layout's value is each quad's four lanes': one of them writes the tile.)
+  line(std::string(!in_registers && l.rows ? "if ((pl_tid() & 3) == 0) " : "") + out + (in_registers ? "[pl_k]" : "[e]") +
+       " = " + elementwise_expr(op, "e") + ";");
   close_fragment_loop();
   if (in_registers) return;
   // The tile's elements were written by the threads holding them in registers, not by those the
@@ -268,7 +474,7 @@ void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, 
   before_mem_write();
   if (across) before_cross_read();
   const RefInfo v = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
-  if (v.swizzled.empty() && !v.strides.empty() && v.strides.back() == 1 && itemsize(v.dtype) <= 4) {
+  if (!l.rows && v.swizzled.empty() && !v.strides.empty() && v.strides.back() == 1 && itemsize(v.dtype) <= 4) {
     // Registers 2 j and 2 j + 1 are columns c and c + 1 of a row: stored as a pair.
     const std::string T = ctype(v.dtype);
     open_fragment_loop(l, /*pairs=*/true);
@@ -285,7 +491,7 @@ void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, 
     close_fragment_loop();
   } else {
     open_fragment_loop(l);
-    line(v.elem("e") + " = " + at(store.operands[1], "e") + ";");
+    line(std::string(l.rows ? "if ((pl_tid() & 3) == 0) " : "") + v.elem("e") + " = " + at(store.operands[1], "e") + ";");
     close_fragment_loop();
   }
   if (!v.swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads it through the async proxy)
@@ -293,7 +499,8 @@ void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, 
   after_mem_read();
 }
 
-void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t) {
+void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t,
+                                      bool into_registers) {
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
   const std::string A = t.acc_type, half = std::to_string(l.nc / 2), bn = std::to_string(l.blocks_n());
@@ -324,13 +531,20 @@ void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, 
   ++indent_;
   line("pl_r0 = pl_team_combine<false>(pl_r0, 4, pl_comb, (" + A + "*)0);");
   line("pl_r1 = pl_team_combine<false>(pl_r1, 4, pl_comb, (" + A + "*)0);");
-  line("if (pl_blk < " + std::to_string(l.blocks()) + " && (pl_tid() & 3) == 0) {");
-  ++indent_;
-  line("const int pl_row = pl_blk / " + bn + " * 64 + 16 * ((pl_tid() & 127) >> 5) + ((pl_tid() & 31) >> 2);");
-  line(out + "[pl_row] = " + t.result("pl_r0") + ";");
-  line(out + "[pl_row + 8] = " + t.result("pl_r1") + ";");
-  --indent_;
-  line("}");
+  if (into_registers) {
+    // (The quad's shuffles left its total with every lane.) Register 2 x band round + h.
+    const std::string k = "pl_q / " + bn + " * 2";
+    line(out + "[" + k + "] = " + t.result("pl_r0") + ";");
+    line(out + "[" + k + " + 1] = " + t.result("pl_r1") + ";");
+  } else {
+    line("if (pl_blk < " + std::to_string(l.blocks()) + " && (pl_tid() & 3) == 0) {");
+    ++indent_;
+    line("const int pl_row = pl_blk / " + bn + " * 64 + 16 * ((pl_tid() & 127) >> 5) + ((pl_tid() & 31) >> 2);");
+    line(out + "[pl_row] = " + t.result("pl_r0") + ";");
+    line(out + "[pl_row + 8] = " + t.result("pl_r1") + ";");
+    --indent_;
+    line("}");
+  }
   line("pl_r0 = pl_r1 = " + t.identity + ";");
   --indent_;
   line("}");

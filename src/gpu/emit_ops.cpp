@@ -443,13 +443,18 @@ void Emitter::emit_pure(const ir::Op& op) {
       t.combine = rule.combine("a", "b");
       t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
       t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
-      out = begin_result(res);
       if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) {  // its rows (plan_fragments)
-        emit_fragment_reduction(op, out, t);
+        if (const auto it = fragments_.find(res); it != fragments_.end()) {  // into registers: the quad's own
+          emit_fragment_reduction(op, define_fragment(res, it->second), t, /*into_registers=*/true);
+          return;
+        }
+        out = begin_result(res);
+        emit_fragment_reduction(op, out, t, /*into_registers=*/false);
         end_result(res);
         barrier();  // a quad's first lane wrote each result
         return;
       }
+      out = begin_result(res);
       const bool team = emit_team_reduction(op.operands[0], reduced, out, t);
       end_result(res);
       if (team && !rt.shape.empty()) barrier();  // a team's first thread wrote its result

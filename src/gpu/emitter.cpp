@@ -237,8 +237,15 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
     return "(" + elementwise_expr(*i.producer, flat) + ")";
   }
   if (i.kind == ValueInfo::Kind::Fragment) {
-    // Only a loop over the registers of its layout reads it, each element at its own index.
-    PALLAS_INTERNAL_CHECK(fragment_loop_ && *fragment_loop_ == i.frag && flat == "e",
+    // Only a loop over the registers of its layout reads it, each element at its own index; a rows
+    // value also a loop of its tile, at the element's row (a broadcast: plan_fragments).
+    PALLAS_INTERNAL_CHECK(fragment_loop_, "gpu emitter: register tile %" + std::to_string(v) + " read outside its layout's loop");
+    if (i.frag.rows && !fragment_loop_->rows) {
+      PALLAS_INTERNAL_CHECK(rows_of(*fragment_loop_) == i.frag,
+                            "gpu emitter: rows %" + std::to_string(v) + " read in a loop of another tile");
+      return i.name + "[" + rows_register(*fragment_loop_) + "]";
+    }
+    PALLAS_INTERNAL_CHECK(*fragment_loop_ == i.frag && flat == "e",
                           "gpu emitter: register tile %" + std::to_string(v) + " read outside its layout's loop");
     return i.name + "[pl_k]";
   }
@@ -673,12 +680,15 @@ void Emitter::emit_fused(const ir::Op& op) {
   ValueInfo fused;
   fused.kind = ValueInfo::Kind::Fused;
   fused.producer = &op;
-  if (op.code == OpCode::Load) {
+  if (op.code == OpCode::Load && register_updates_.count(&op)) {
+    // An ACC's registers updated in place are not flushed: the whole view is the ACC itself,
+    // read in its registers — its memory only on emit_store_into_registers' other path, which
+    // orders that read itself.
+    fused.ref = info(op.operands[0]).ref;
+  } else if (op.code == OpCode::Load) {
     before_mem_read();  // what other threads wrote before is visible to the user's loop
     fused_reads_pending_ = true;
-    // (An ACC's registers updated in place are not flushed: the whole view is the ACC itself.)
-    fused.ref = register_updates_.count(&op) ? info(op.operands[0]).ref
-                                              : view(op, info(op.operands[0]).ref, op.attrs.get_indexer(ir::AttrKey::Index));
+    fused.ref = view(op, info(op.operands[0]).ref, op.attrs.get_indexer(ir::AttrKey::Index));
   }
   values_[static_cast<size_t>(op.results[0])] = std::move(fused);
 }
@@ -1024,15 +1034,34 @@ void Emitter::emit_load_from_registers(const ir::Op& load, const AccumulatorRegi
 }
 
 void Emitter::emit_store_into_registers(const ir::Op& store, const AccumulatorRegisters& a) {
-  // Each thread reads the value's elements of its registers, which other threads computed.
-  before_cross_read();
+  // Each thread reads the value's elements of its registers, which other threads computed — or
+  // which it holds itself, where the value reads register tiles (of the ACC's layout).
+  const FragmentLayout layout = acc_layout(a);
+  bool across = true;
+  const std::optional<FragmentLayout> frag = fragment_loop_of(store, across, &layout);
+  if (!frag || across) before_cross_read();
+  fragment_loop_ = layout;  // (the callback's pl_k is the register)
   reading_old_registers_ = true;
   const std::string value = at(store.operands[1], "e");
   reading_old_registers_ = false;
+  fragment_loop_.reset();
   emit_other_path("if (!pl_acc_assign(" + a.var + ", " + std::to_string(a.m) + ", " + std::to_string(a.n) +
-                      ", [&](pl_i64 e, [[maybe_unused]] float pl_old) { return (float)(" + value + "); }))",
+                      ", [&](pl_i64 e, [[maybe_unused]] float pl_old, [[maybe_unused]] int pl_k) { return (float)(" +
+                      value + "); }))",
                   [&] {
-                    emit_ref_op_in_memory(store);
+                    before_mem_read();  // (the value's load of the ACC reads its memory here)
+                    if (frag) {
+                      // Register tiles are read in their loop: each thread writes its elements.
+                      before_mem_write();
+                      const RefInfo& acc = info(store.operands[0]).ref;
+                      open_fragment_loop(layout);
+                      line(acc.ptr + "[" + offset_of(acc.shape, acc.strides, "e") + "] = " + at(store.operands[1], "e") + ";");
+                      close_fragment_loop();
+                      after_mem_write();
+                      after_mem_read();
+                    } else {
+                      emit_ref_op_in_memory(store);
+                    }
                     barrier();  // (this path wrote the ACC's memory: synced here, so the registers' path needs none)
                   });
   // The registers' path has no barrier of its own: what the value read (other threads' tiles,
@@ -1174,6 +1203,7 @@ std::string Emitter::declare_result_holder(ValueId v) {
     i.name = name;
     return name;
   }
+  if (const auto it = fragments_.find(v); it != fragments_.end()) return define_fragment(v, it->second);  // a loop's carry
   return define_tile(v);
 }
 
@@ -1185,6 +1215,13 @@ void Emitter::copy_into(ValueId dst, const std::string& dst_name, ValueId src) {
     return;
   }
   if (s.name == dst_name) return;
+  if (info(dst).kind == ValueInfo::Kind::Fragment) {  // registers: each thread its own elements
+    if (s.kind != ValueInfo::Kind::Fragment) before_cross_read();
+    open_fragment_loop(info(dst).frag);
+    line(dst_name + "[pl_k] = " + at(src, "e") + ";");
+    close_fragment_loop();
+    return;
+  }
   open_thread_loop(std::max<int64_t>(1, type(dst).size()));
   line(dst_name + "[e] = " + s.name + "[e];");
   close_loop();
@@ -1444,6 +1481,16 @@ void Emitter::assign_carries(const std::vector<ValueId>& results, const std::vec
       temps.push_back("");
     }
   }
+  // Register tiles: each thread's own registers, no barrier.
+  std::vector<std::pair<std::string, ValueId>> fragment_copies;
+  for (size_t c = 0; c < ys.size(); ++c) {
+    if (info(results[c]).kind != ValueInfo::Kind::Fragment) continue;
+    const ValueInfo& y = info(ys[c]);
+    PALLAS_INTERNAL_CHECK(y.kind == ValueInfo::Kind::Fragment && y.frag == info(results[c]).frag,
+                          "gpu emitter: a loop carries register tiles its body does not yield");
+    if (y.name != holders[c]) fragment_copies.emplace_back(holders[c], ys[c]);
+  }
+  copy_fragments(fragment_copies);
   bool tiles = false, crossed = false;
   const std::set<std::string> holder_names(holders.begin(), holders.end());
   for (size_t c = 0; c < ys.size(); ++c) {

@@ -169,14 +169,24 @@ struct RefInfo {
 // thread (warp w, lane l) holding rows 16 w + l / 4 and + 8, columns 2 (l % 4) + 8 j and + 1
 // (register i of the round at pl_wgmma_acc_base + pl_wgmma_acc_off(i)). So a row's elements lie
 // with the four lanes of a quad, and an ACC's registers are such a tile.
+// `rows`: a column of m values, one per row (an (m) or (m, 1) array; Mosaic GPU's WGMMA_ROW
+// layout), as a reduction of such a tile's rows leaves it: each thread holds the values of its
+// rows, 16 w + l / 4 and + 8 of each 64-row band it takes (band warpgroup + warpgroups x round,
+// register 2 round + h), the same in the quad's four lanes. n is 1 and nc 0.
 struct FragmentLayout {
   int64_t m = 0, n = 0;
   int nc = 0, rounds = 0, warpgroups = 1;
-  int registers() const { return rounds * nc / 2; }  // per thread
+  bool rows = false;
+  int registers() const { return rows ? 2 * rounds : rounds * nc / 2; }  // per thread
   int64_t blocks_n() const { return n / nc; }
   int64_t blocks() const { return m / 64 * blocks_n(); }
   bool operator==(const FragmentLayout&) const = default;
 };
+// The rows layout of tile t's rows, where a thread's registers of a row band hold whole rows of it
+// (one warpgroup, or a block per band); nullopt elsewhere.
+std::optional<FragmentLayout> rows_of(const FragmentLayout& t);
+// Whether a register tile of shape `s` can have layout l.
+bool fits_layout(const FragmentLayout& l, const Shape& s);
 
 // An SSA value: a scalar register, a tile in the arena, a Ref, a register tile (an array in the
 // group's registers, FragmentLayout), or a fused array value — one that has no storage of its
@@ -451,23 +461,42 @@ class Emitter {
   void emit_store_into_registers(const ir::Op& store, const AccumulatorRegisters& a);
   void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
   // ---- Register tiles (emit_fragments.cpp). Chooses the array values of r kept in the group's
-  // registers in wgmma's layout (fragments_): a whole load of an ACC in registers, and elementwise
-  // ops of such values, where every use of the value reads it in that layout — in r itself, by an
-  // elementwise op of its shape (whose loop then runs over the thread's registers), a reduction of
-  // its rows, or a whole store (into memory that is not an ACC in registers).
+  // registers in wgmma's layout (fragments_): a whole load of an ACC in registers, the reductions
+  // of such a value's rows (a rows layout), elementwise ops of such values, and the carries of r's
+  // loops whose bodies yield such values, where every use of the value reads it in that layout —
+  // in r itself, by an elementwise op of its shape (whose loop then runs over the thread's
+  // registers; a rows value also broadcast along the rows of a tile), a reduction of its rows, a
+  // whole store (into memory, or into an ACC in registers), wgmma's a, a loop's initial carry in
+  // the same layout, or r's yield where r's loop carries it so (fragment_yields_).
   void plan_fragments(const ir::Region& r, const std::function<const AccumulatorRegisters*(ir::ValueId)>& acc_of);
-  // The layout of the register tiles that element e of v reads at e (through its fused ops;
-  // `layout_of` says which values are register tiles), nullopt where none; `conflict`: two
-  // different layouts, or one under a broadcast (read at other indices). `across`: the element
-  // also reads a tile or a broadcast (elements other threads wrote).
-  std::optional<FragmentLayout> fragment_read(ir::ValueId v, const std::function<const FragmentLayout*(ir::ValueId)>& layout_of,
-                                              bool& conflict, bool& across) const;
-  // fragment_read of op's operands from `first` on, merged (`conflict`: two layouts).
-  std::optional<FragmentLayout> fragment_reads(const ir::Op& op, size_t first,
-                                               const std::function<const FragmentLayout*(ir::ValueId)>& layout_of,
-                                               bool& conflict, bool& across) const;
-  // The layout an op's loop runs in when it reads register tiles at its own index (nullopt: none).
-  std::optional<FragmentLayout> fragment_loop_of(const ir::Op& op, bool& across) const;
+  // What computing an element of an op reads of register tiles, through its fused ops.
+  struct FragmentReads {
+    std::optional<FragmentLayout> layout;  // the tiles read at the element's own index
+    std::optional<FragmentLayout> rows;    // a rows value read through a broadcast along the rows
+    bool conflict = false;  // two layouts, a register tile read at other indices, rows of no tile
+    bool across = false;    // also reads a tile or broadcast (elements other threads wrote)
+    void add_layout(const FragmentLayout& l);
+  };
+  // Adds what element e of v reads (`layout_of` says which values are register tiles).
+  void fragment_read(ir::ValueId v, const std::function<const FragmentLayout*(ir::ValueId)>& layout_of,
+                     FragmentReads& reads) const;
+  // What op's loop reads: its operands from `first` on, in a loop of layout `loop` when given (a
+  // store into an ACC in registers); conflict where a rows value is not read in a loop of its tile.
+  FragmentReads fragment_reads(const ir::Op& op, size_t first, const std::function<const FragmentLayout*(ir::ValueId)>& layout_of,
+                               const FragmentLayout* loop = nullptr) const;
+  // The layout an op's loop runs in when it reads register tiles (nullopt: none).
+  std::optional<FragmentLayout> fragment_loop_of(const ir::Op& op, bool& across, const FragmentLayout* loop = nullptr) const;
+  // The register tile layout of an ACC in registers of the group.
+  FragmentLayout acc_layout(const AccumulatorRegisters& a) const;
+  // Plans the carries of loop op (in r) kept in registers: `carries` are the candidates' layouts,
+  // dropped (reset) where the body does not keep them so; true when it dropped one.
+  bool plan_loop_carries(const ir::Op& loop, std::vector<std::optional<FragmentLayout>>& carries);
+  // The layouts of the body args of loops planned in registers (the roots of the body's plan),
+  // and of a loop body's yields (nullopt: not in registers); a body in fragment_discovery_ may yield
+  // register tiles of any layout (the first try of a loop's carries).
+  std::map<ir::ValueId, FragmentLayout> fragment_args_;
+  std::map<const ir::Region*, std::vector<std::optional<FragmentLayout>>> fragment_yields_;
+  std::set<const ir::Region*> fragment_discovery_;
   // `for` this thread's elements of a register tile's layout: pl_k its register, e the element's
   // row-major index (each with its own #pragma unroll, so pl_k is a constant and the registers stay
   // registers); at() reads a register tile as its register pl_k. `pairs`: for each even register
@@ -480,8 +509,13 @@ class Emitter {
   void emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& l, bool across);
   void emit_fragment_store(const ir::Op& store, const FragmentLayout& l, bool across);
   // A reduction of a register tile's rows (reduction rule t) into out: each thread combines its
-  // registers of each of its two rows per block, the quad by two shuffles, a lane per quad writes.
-  void emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t);
+  // registers of each of its two rows per block, the quad by two shuffles; then a lane per quad
+  // writes the tile out, or (into_registers) every lane its rows layout registers out.
+  void emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
+  // The rows layout register of register pl_k of a loop of tile layout l.
+  static std::string rows_register(const FragmentLayout& l);
+  // Copies register tiles into holder registers (a loop's carries): all read, then all written.
+  void copy_fragments(const std::vector<std::pair<std::string, ir::ValueId>>& copies);
   std::map<ir::ValueId, FragmentLayout> fragments_;  // the planned register tiles
   std::optional<FragmentLayout> fragment_loop_;      // the layout of the loop being emitted
   // Declares v's registers (a register tile of layout l); returns their name.

@@ -2341,13 +2341,17 @@ TEST(GpuKernel, AccRegistersGoToAndFromValuesWithoutTheirMemory) {
   std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_EQ(k.accumulators_in_registers, std::vector<int>{2});
-  EXPECT_CONTAINS(k.source, "float pl_old) { return (float)(((float)((((float)((pl_old * (pl_f32_of_bits(0x3F000000u)))))");
-  EXPECT_CONTAINS(k.source, "if (!pl_acc_store(pl_acc_2, v");  // the load of s, into its tile
+  EXPECT_CONTAINS(k.source, "int pl_k) { return (float)(((float)((((float)((pl_old * (pl_f32_of_bits(0x3F000000u)))))");
+  EXPECT_CONTAINS(k.source, "if (!pl_acc_to_fragment(pl_acc_2, v");  // the load of s, into registers
   plgpu::HostEmulationStats stats;
   check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
   EXPECT_EQ(stats.wgmma_instructions, 2 * 2);  // two products of K 32
   EXPECT_EQ(stats.acc_flushes, 0);
-  EXPECT_EQ(k.register_tiles, 1);  // (acc + 1, stored to out3; register tiles take whole warpgroups)
+  EXPECT_EQ(k.register_tiles, 2);  // s, and acc + 1 (stored to out3); register tiles take whole warpgroups
+  // For a target without wgmma (the ACC in memory): the stores of values reading s write the
+  // ACC's memory in s's layout.
+  const plgpu::GeneratedKernel no_wgmma = with_source_edit(k, "#define PL_WGMMA_STAGES ", "#define PL_NO_WGMMA_STAGES ");
+  check(plgpu::run_host_emulation(*tc, no_wgmma, {a, b}, tc->grid_mapping.grid, 128, nullptr));
   const plgpu::GeneratedKernel arena = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.register_tiles = false});
   check(plgpu::run_host_emulation(*tc, arena, {a, b}, tc->grid_mapping.grid, 2, nullptr));
   if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
@@ -2418,8 +2422,9 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
     const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
     EXPECT_CONTAINS(k.source, c.registers);
-    // s, t and p; exp's and the store's operand t - m and p / sum are fused into their loops.
-    EXPECT_EQ(k.register_tiles, 3);
+    // s, t and p; exp's and the store's operand t - m and p / sum are fused into their loops. The
+    // rows: m's reduction and its expand_dims (stored and broadcast: a value of its own), p's sum.
+    EXPECT_EQ(k.register_tiles, 6);
     EXPECT_CONTAINS(k.source, "pl_acc_to_fragment(pl_acc_");
     EXPECT_CONTAINS(k.source, "pl_team_combine<false>(pl_r0, 4, pl_comb");
     plgpu::HostEmulationStats stats;
@@ -2635,10 +2640,138 @@ TEST(GpuKernel, RegisterTilesOfEachPallasThreadAreItsOwn) {
   check(make("interpret")(a, b));
   std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
   const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
-  EXPECT_EQ(k.register_tiles, 2);  // s and p
+  EXPECT_EQ(k.register_tiles, 4);  // s and p, the rows max(s) and sum(p)
   plgpu::HostEmulationStats stats;
   check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 2 * 128, &stats));
   EXPECT_EQ(stats.acc_flushes, 0);
+}
+
+// Rows in registers through a loop: attention's online softmax over J blocks of keys. Per block
+// s = a b_j (an ACC in registers), the carries m (running row max) and l (running row sum) and
+// the rows alpha = exp(m - m_new) stay in each thread's registers (Mosaic GPU's WGMMA_ROW layout:
+// its two rows per band, alike in a quad); o = o alpha rescales an ACC in its registers with
+// alpha's rows broadcast along them, then o += p v_j with p in registers. A third carry takes m's
+// previous value: a yield naming another carry's holder, read before any holder is written. After
+// the loop o / l is stored in a layout the compiler chose for l's rows (o's load is fused into the
+// store). Against C++ from a, b and v: on the interpreter; host emulated with the ACCs in
+// registers, with them in memory (a target without wgmma: the rescaling's memory path runs in the
+// registers' layout) and without register tiles; NVRTC for sm_90a and sm_80. Rows read from the
+// wrong one of a thread's two rows give other results (the test can fail).
+TEST(GpuKernel, RegisterTilesCarryRowsThroughALoop) {
+  struct Case {
+    int64_t M, N;
+    bool swizzle;
+    const char* registers;  // s's ACC
+  };
+  for (const Case& c : {Case{64, 64, true, "PlAccRegs<64, 1>"}, Case{128, 64, true, "PlAccRegs<64, 2>"},
+                        Case{64, 256, false, "PlAccRegs<128, 2>"}}) {
+    const int64_t M = c.M, N = c.N;
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + (c.swizzle ? "" : " unswizzled"));
+    constexpr int64_t K = 32, J = 3, D = 64;
+    auto make = [M = M, N = N](const std::string& how) {
+      return plgpu::kernel(
+          [=](pl::Ref a, pl::Ref b, pl::Ref v, pl::Ref out, pl::Ref m_out, pl::Ref l_out, pl::Ref prev_out, pl::Ref a_s,
+              pl::Ref b_s, pl::Ref v_s, pl::Ref s_acc, pl::Ref o_acc, pl::Ref bar) {
+            plgpu::copy_gmem_to_smem(a, a_s, bar);
+            plgpu::copy_gmem_to_smem(b, b_s, bar);
+            plgpu::copy_gmem_to_smem(v, v_s, bar);
+            plgpu::barrier_wait(bar);
+            o_acc[pl::all] = pl::zeros({M, D}, pl::f32);
+            const pl::Value minus_inf = pl::full({M, 1}, pl::f32, -INFINITY);
+            const std::vector<pl::Value> last = pl::fori_loop(
+                0, J, {minus_inf, pl::zeros({M, 1}, pl::f32), minus_inf},
+                [&](pl::Value j, const std::vector<pl::Value>& carry) {
+                  s_acc[pl::all] = pl::zeros({M, N}, pl::f32);
+                  plgpu::wgmma(s_acc, a_s, b_s.at(j));
+                  plgpu::wgmma_wait(0);
+                  const pl::Value s = s_acc[pl::all];
+                  const pl::Value m_new = pl::maximum(carry[0], pl::max(s, {1}, /*keepdims=*/true));
+                  const pl::Value alpha = pl::exp(carry[0] - m_new);
+                  const pl::Value p = pl::exp(s - m_new);
+                  o_acc[pl::all] = o_acc[pl::all] * alpha;
+                  plgpu::wgmma(o_acc, p.astype(pl::bf16), v_s.at(j));
+                  plgpu::wgmma_wait(0);
+                  return std::vector<pl::Value>{m_new, carry[1] * alpha + pl::sum(p, {1}, /*keepdims=*/true), carry[0]};
+                });
+            out[pl::all] = o_acc[pl::all] / last[1];
+            m_out[pl::all] = last[0];
+            l_out[pl::all] = last[1];
+            prev_out[pl::all] = last[2];
+          },
+          {pl::ShapeDtype({M, D}, pl::f32), pl::ShapeDtype({M, 1}, pl::f32), pl::ShapeDtype({M, 1}, pl::f32),
+           pl::ShapeDtype({M, 1}, pl::f32)},
+          plgpu::Mesh{},
+          run_on(how, {plgpu::SMEM({M, K}, pl::bf16), plgpu::SMEM({J, K, N}, pl::bf16), plgpu::SMEM({J, N, D}, pl::bf16),
+                       plgpu::ACC({M, N}), plgpu::ACC({M, D}), plgpu::Barrier{.num_arrivals = 3}}));
+    };
+    pl::Array a = random_f32({M, K}, 111).astype(pl::bf16), b = random_f32({J, K, N}, 112).astype(pl::bf16);
+    pl::Array v = random_f32({J, N, D}, 113).astype(pl::bf16);
+    // out = sum_j exp(s_j - m) v_j / l, with m the row max over every block and l the row sum of
+    // exp(s - m). p is rounded to bf16 for its product (2^-9 of each weight).
+    auto check = [&, M = M, N = N](const std::vector<pl::Array>& out) {
+      for (int64_t i = 0; i < M; ++i) {
+        std::vector<double> s(static_cast<size_t>(J * N));
+        std::vector<double> block_max(J, -INFINITY);
+        for (int64_t j = 0; j < J; ++j)
+          for (int64_t col = 0; col < N; ++col) {
+            double x = 0;
+            for (int64_t q = 0; q < K; ++q) x += a.get({i, q}) * b.get({j, q, col});
+            s[static_cast<size_t>(j * N + col)] = x;
+            block_max[static_cast<size_t>(j)] = std::max(block_max[static_cast<size_t>(j)], x);
+          }
+        const double mx = *std::max_element(block_max.begin(), block_max.end());
+        const double prev = std::max(block_max[0], block_max[1]);  // m before the last block
+        double l = 0;
+        for (double x : s) l += std::exp(x - mx);
+        EXPECT_NEAR(out.at(1).get({i, 0}), mx, 1e-4 * (1 + std::abs(mx))) << i;
+        EXPECT_NEAR(out.at(2).get({i, 0}), l, 1e-4 * l) << i;
+        EXPECT_NEAR(out.at(3).get({i, 0}), prev, 1e-4 * (1 + std::abs(prev))) << i;
+        for (int64_t d = 0; d < D; ++d) {
+          double want = 0, scale = 0;
+          for (int64_t j = 0; j < J; ++j)
+            for (int64_t col = 0; col < N; ++col) {
+              const double w = std::exp(s[static_cast<size_t>(j * N + col)] - mx) * v.get({j, col, d});
+              want += w, scale += std::abs(w);
+            }
+          EXPECT_NEAR(out.at(0).get({i, d}), want / l, 1e-5 + 4e-3 * scale / l) << i << "," << d;
+        }
+      }
+    };
+    check(make("interpret")(a, b, v));
+    std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype(), v.shape_dtype()});
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
+    EXPECT_CONTAINS(k.source, c.registers);
+    // The loop's three carries (holders), s, m's row max and m_new, alpha, p, p in bf16, p's row
+    // sum and the sum l_new; o's load after the loop.
+    EXPECT_EQ(k.register_tiles, 12);
+    // The rescaling reads alpha's register of each of the ACC's registers' rows.
+    EXPECT_CONTAINS(k.source, "int pl_k) { return (float)(((float)((pl_old * v");
+    plgpu::HostEmulationStats stats;
+    check(plgpu::run_host_emulation(*tc, k, {a, b, v}, tc->grid_mapping.grid, 128, &stats));
+    EXPECT_EQ(stats.acc_flushes, 0);
+    const plgpu::GeneratedKernel no_wgmma = with_source_edit(k, "#define PL_WGMMA_STAGES ", "#define PL_NO_WGMMA_STAGES ");
+    plgpu::HostEmulationStats in_memory;
+    check(plgpu::run_host_emulation(*tc, no_wgmma, {a, b, v}, tc->grid_mapping.grid, 128, &in_memory));
+    EXPECT_EQ(in_memory.wgmma_instructions, 0);
+    if (N <= 64) {  // (64 x 256: s, p and p in bf16 as tiles would outgrow shared memory)
+      const plgpu::GeneratedKernel arena =
+          plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tiles = false});
+      EXPECT_EQ(arena.register_tiles, 0);
+      check(plgpu::run_host_emulation(*tc, arena, {a, b, v}, tc->grid_mapping.grid, 2, nullptr));
+    }
+    // The rescaling's rows read from the other row of the thread's two (bit 1 of the register's
+    // index within its round flipped) rescale o wrongly.
+    const plgpu::GeneratedKernel wrong = with_source_edit(k, ">> 1 & 1))])))); }))", ">> 1 & 1 ^ 1))])))); }))");
+    const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {a, b, v}, tc->grid_mapping.grid, 128, nullptr).at(0);
+    const pl::Array good = make("interpret")(a, b, v).at(0);
+    double diff = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t d = 0; d < D; ++d) diff = std::max(diff, std::abs(bad.get({i, d}) - good.get({i, d})));
+    EXPECT_GT(diff, 0.05);
+    if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    for (const char* arch : {"sm_90a", "sm_80"})
+      EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "rows.cu", arch)) << arch;
+  }
 }
 
 // After a store to part of an ACC in registers (which goes to its memory: the memory is then the
