@@ -552,6 +552,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
           throw NotSupportedError("copy_smem_to_gmem with reduction_op '" + kind + "' on " +
                                       std::string(dtype_name(dst.dtype)),
                                   op.loc);
+        bulk_fenced_ = false;
         before_mem_read();
         before_mem_write();
         open_thread_loop(num_elements(src.shape));
@@ -620,9 +621,14 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         // The group's earlier accesses (a consumer's reads of the slot, writes of the source)
         // come before the copy: each thread fences its own, then the group syncs.
         if (to_gmem && ctx_.bulk_stores) ++*ctx_.bulk_stores;
-        line("pl_fence_before_bulk_copy();");
-        just_synced_ = false;
-        barrier();
+        // (Not again for the next copy where no access came in between: the pipeline's copies of
+        // a step's blocks.)
+        if (!bulk_fenced_ || tile_written_ || mem_written_ || mem_read_) {
+          line("pl_fence_before_bulk_copy();");
+          just_synced_ = false;
+          barrier();
+        }
+        bulk_fenced_ = true;
         if (tma) {
           // The box's start in the array, innermost dim first, from the view's element offset.
           const size_t rank = tma->dims.size();
@@ -708,6 +714,7 @@ void Emitter::emit_gpu_op(const ir::Op& op) {
         elements_branch();
         return;
       }
+      bulk_fenced_ = false;  // (generic accesses, unfenced)
       before_mem_read();
       before_mem_write();
       copy_elements();

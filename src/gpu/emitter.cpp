@@ -693,6 +693,21 @@ void Emitter::emit_fused(const ir::Op& op) {
   values_[static_cast<size_t>(op.results[0])] = std::move(fused);
 }
 
+bool Emitter::touches_no_memory(const ir::Op& op) const {
+  if (!op.regions.empty()) return false;
+  if (op.code == OpCode::RefView) return true;  // (its checks read indices only)
+  if (!is_elementwise(op)) return false;
+  for (ValueId v : op.operands)
+    if (type(v).is_ref || !type(v).shape.empty()) return false;
+  for (ValueId v : op.results)
+    if (type(v).is_ref || !type(v).shape.empty()) return false;
+  return true;
+}
+
+bool Emitter::is_bulk_copy(const ir::Op& op) {
+  return (op.code == OpCode::GpuCopyGmemToSmem || op.code == OpCode::GpuCopySmemToGmem) && !op.attrs.has(ir::AttrKey::Kind);
+}
+
 std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
   plan_fusion(r);
   compute_last_uses(r);
@@ -702,6 +717,7 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
       yielded = op.operands;
       continue;
     }
+    if (!is_bulk_copy(op) && !touches_no_memory(op)) bulk_fenced_ = false;
     if (absorbed_.count(&op)) {
       line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()) +
            "  (part of the dot's accumulation in place)");
@@ -712,6 +728,7 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
       emit_fused(op);
     } else {
       emit_op(op);
+      if (!op.regions.empty()) bulk_fenced_ = false;  // (a branch may not have run, or fenced)
       // The loop that read a fused load's memory has run.
       if (fused_reads_pending_) after_mem_read();
       fused_reads_pending_ = false;

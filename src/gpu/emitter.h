@@ -322,6 +322,9 @@ class Emitter {
   static int64_t wgmma_width(int64_t n, bool in_place = false);  // emit_ops.cpp
   // Emits the ops of `r` (not its yield); returns the yielded values.
   std::vector<ir::ValueId> emit_region(const ir::Region& r);
+  // A scalar op (or a ref view) that reads and writes no memory; a copy that may go by TMA or bulk.
+  bool touches_no_memory(const ir::Op& op) const;
+  static bool is_bulk_copy(const ir::Op& op);
   const ValueInfo& info(ir::ValueId v) const { return values_.at(static_cast<size_t>(v)); }
   // A barrier when writes (or reads, for a following write) may be pending.
   void barrier();
@@ -588,6 +591,9 @@ class Emitter {
     const auto it = kernel_accs_.find(v);
     return it == kernel_accs_.end() ? nullptr : &it->second;
   }
+  // The group fenced its accesses and synced for a bulk copy, and no op since has accessed
+  // memory (emit_region): the next bulk copy needs neither again.
+  bool bulk_fenced_ = false;
   bool fused_reads_pending_ = false;  // a fused load's memory is read by the next emitted loop
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   int conditional_depth_ = 0;
