@@ -2374,10 +2374,11 @@ template <int NC, int ROUNDS> PL_DEV bool pl_acc_fill(PlAccRegs<NC, ROUNDS>& f, 
   f.dirty = 1;
   return true;
 }
-// Sets every element of the accumulator to value(e, old, k), e = row * N + column, old its
-// current value and k its register (the emitter's register tiles of its layout), in its registers (newer than the scratch) where the products run on them and
-// the registers hold its value; false, having done nothing, where not: the caller stores to the
-// scratch (then current), and the next product reloads the registers.
+// Sets every element of the accumulator to value(e, old, k) — e = row * N + column, old its
+// current value, k its register (the emitter's register tiles of this layout read theirs) — in
+// its registers (newer than the scratch) where the products run on them and the registers hold
+// its value; false, having done nothing, where not: the caller stores to the scratch (then
+// current), and the next product reloads the registers.
 // (`acc[...] = acc[...] * alpha`, attention's rescaling of its output accumulator, in place.)
 template <int NC, int ROUNDS, class F> PL_DEV bool pl_acc_assign(PlAccRegs<NC, ROUNDS>& f, int M, int N, F value) {
   if (!pl_acc_in_registers<NC, ROUNDS>(M, N)) return false;
