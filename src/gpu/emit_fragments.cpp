@@ -117,7 +117,8 @@ Emitter::FragmentReads Emitter::fragment_reads(const ir::Op& op, size_t first,
     // Rows broadcast along an (m, n) value that reads no register tile: its loop runs in a tile
     // layout of those rows (one block of n columns per row band), the compiler's choice.
     const Shape& shape = type(op.code == OpCode::Store ? op.operands.back() : op.results.at(0)).shape;
-    if (shape.size() == 2 && shape[0] == reads.rows->m && shape[1] % 8 == 0 && shape[1] <= 256)
+    if (shape.size() == 2 && shape[0] == reads.rows->m && shape[1] % 8 == 0 && shape[1] <= 256 &&
+        reads.rows->rounds * shape[1] / 2 <= 128)  // (registers per thread: as an ACC's at most)
       reads.layout = FragmentLayout{reads.rows->m, shape[1], static_cast<int>(shape[1]), reads.rows->rounds, reads.rows->warpgroups};
   }
   if (reads.rows && (!reads.layout || rows_of(*reads.layout) != reads.rows)) reads.conflict = true;
@@ -182,8 +183,20 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // A loop's carries: first the layouts its body yields when free to (discovery), then those the
   // body keeps with its args in registers too (plan_loop_carries).
   std::map<const ir::Op*, std::vector<std::optional<FragmentLayout>>> carries;
+  // (Only a body that loads an ACC in registers somewhere can make register tiles to carry.)
+  std::set<ValueId> acc_views;  // (views of one made in the body)
+  std::function<bool(const ir::Region&)> loads_acc = [&](const ir::Region& sub) {
+    for (const ir::Op& o : sub.ops) {
+      const bool acc = !o.operands.empty() && (acc_of(o.operands[0]) || acc_views.count(o.operands[0]));
+      if (o.code == OpCode::RefView && acc) acc_views.insert(o.results[0]);
+      if (o.code == OpCode::Load && acc) return true;
+      for (const ir::Region& s : o.regions)
+        if (loads_acc(s)) return true;
+    }
+    return false;
+  };
   for (const ir::Op& op : r.ops) {
-    if (!carries_region_values(op)) continue;
+    if (!carries_region_values(op) || !loads_acc(op.regions[0])) continue;
     const ir::Region& body = op.regions[0];
     std::vector<std::optional<FragmentLayout>>& c = carries[&op];
     c.assign(op.results.size(), std::nullopt);
@@ -269,10 +282,8 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           return false;
         continue;
       }
-      const bool rows = row_reduction(op->code) && op->operands.size() == 1 && op->operands[0] == v &&
-                        op->attrs.get_ints(ir::AttrKey::Axes) == ir::Ints{1} && !l.rows &&
-                        (warpgroups == 1 || l.blocks_n() == 1);
-      if (!rows) return false;
+      if (!row_reduction(op->code) || op->operands.size() != 1 || op->operands[0] != v) return false;
+      if (fragment_reduction_kind(*op, l) == FragmentReduction::None) return false;
     }
     return true;
   };
@@ -299,10 +310,9 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           continue;
         }
         if (fused(op) || op.code == OpCode::Constant) continue;
-        if (row_reduction(op.code) && op.operands.size() == 1 && op.attrs.get_ints(ir::AttrKey::Axes) == ir::Ints{1}) {
+        if (row_reduction(op.code) && op.operands.size() == 1) {
           const FragmentLayout* x = layout_of(op.operands[0]);
-          const std::optional<FragmentLayout> rows = x ? rows_of(*x) : std::nullopt;
-          if (rows && fits_layout(*rows, type(res).shape)) chosen[res] = *rows;
+          if (x && fragment_reduction_kind(op, *x) == FragmentReduction::Rows) chosen[res] = *rows_of(*x);
           continue;
         }
         if (!is_elementwise(op)) continue;
@@ -319,15 +329,30 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       bool changed = false;
       for (size_t i = 0; i < c.size(); ++i)
         if (c[i] && !chosen.count(loop->results[i])) c[i].reset(), changed = true;
-      if (changed)
+      if (changed) {
         while (plan_loop_carries(*loop, c)) {
         }
+        dropped = true;  // (its initial values' uses changed: grow again)
+      }
       for (size_t i = 0; i < c.size(); ++i)
         if (!c[i] && chosen.count(loop->results[i])) banned.insert(loop->results[i]), dropped = true;
     }
     if (!dropped) break;
   }
   for (const auto& [v, l] : chosen) fragments_[v] = l;
+}
+
+Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const {
+  const ir::Ints& axes = op.attrs.get_ints(ir::AttrKey::Axes);
+  const Shape& shape = type(op.results.at(0)).shape;
+  // (The thread's registers of a block's column or row are in one round, or its rounds of one
+  // column of blocks: with one warpgroup, or a block per row band.)
+  const bool whole_rows = l.warpgroups == 1 || l.blocks_n() == 1;
+  if (shape.empty()) return FragmentReduction::Total;
+  if (l.rows || !whole_rows) return FragmentReduction::None;
+  if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
+  if (axes == ir::Ints{0} && shape == Shape{l.n}) return FragmentReduction::Columns;
+  return FragmentReduction::None;
 }
 
 bool Emitter::plan_loop_carries(const ir::Op& loop, std::vector<std::optional<FragmentLayout>>& carries) {
@@ -552,6 +577,71 @@ void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, 
   line("}");
   --indent_;
   line("}");
+}
+
+void Emitter::emit_fragment_total(const ir::Op& op, const TeamReduction& t) {
+  const ValueInfo& x = info(op.operands[0]);
+  const FragmentLayout& l = x.frag;
+  const std::string A = t.acc_type, total = fresh("total"), comb = fresh("comb");
+  line("auto " + comb + " = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+  line(A + " " + total + " = " + t.identity + ";");
+  open_fragment_loop(l);
+  // (A rows value is the same in a quad's four lanes: its first counts it.)
+  line(std::string(l.rows ? "if ((pl_tid() & 3) == 0) " : "") + total + " = " + comb + "(" + total + ", " +
+       t.element(x.name + "[pl_k]", "") + ");");
+  close_fragment_loop();
+  // The group's threads combine theirs (warps by shuffles, then through a word per warp): every
+  // thread has the total.
+  with_team_scratch(true, A, t.acc_bytes, [&](const std::string& scratch) {
+    line(total + " = pl_team_combine<true>(" + total + ", pl_nthreads(), " + comb + ", " + scratch + ");");
+  });
+  define_scalar(op.results[0], t.result(total));
+}
+
+void Emitter::emit_fragment_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t) {
+  const ValueInfo& x = info(op.operands[0]);
+  const FragmentLayout& l = x.frag;
+  const int64_t per_block = l.nc / 4, columns = l.n / 4;  // a thread's columns: of a block, of all
+  const std::string A = t.acc_type, C = std::to_string(columns), n = std::to_string(l.n);
+  const std::string B = std::to_string(per_block);
+  const int64_t warps = 4 * l.warpgroups, bytes = warps * l.n * t.acc_bytes, offset = ctx_.arena->alloc(bytes);
+  line("{");
+  ++indent_;
+  line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+  // Per column of the thread (of block column pl_q % blocks_n: one warpgroup, or the only one):
+  // its registers of both rows and every row band.
+  line(A + " pl_c[" + C + "];");
+  line("#pragma unroll");
+  line("for (int pl_j = 0; pl_j < " + C + "; ++pl_j) pl_c[pl_j] = " + t.identity + ";");
+  open_fragment_loop(l);
+  const std::string block_column = l.blocks_n() == 1 ? "" : "pl_q % " + std::to_string(l.blocks_n()) + " * " + B + " + ";
+  const std::string c = "pl_c[" + block_column + "(pl_i >> 2) * 2 + (pl_i & 1)]";
+  line(c + " = pl_comb(" + c + ", " + t.element(x.name + "[pl_k]", "") + ");");
+  close_fragment_loop();
+  // The warp's eight rows of a column (lanes l % 4 alike) by shuffles; lanes 0-3 write their
+  // columns' totals of the warp, and a thread per column combines the warps'.
+  line("#pragma unroll");
+  line("for (int pl_j = 0; pl_j < " + C + "; ++pl_j)");
+  line("  for (int pl_m = 4; pl_m < 32; pl_m <<= 1) pl_c[pl_j] = pl_comb(pl_c[pl_j], pl_shfl_xor(pl_c[pl_j], pl_m));");
+  const std::string scratch = fresh("cols");
+  line(A + "* " + scratch + " = (" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
+  line("if ((pl_tid() & 31) < 4) {");
+  line("  #pragma unroll");
+  line("  for (int pl_j = 0; pl_j < " + C + "; ++pl_j)");
+  line("    " + scratch + "[(pl_tid() >> 5) * " + n + " + pl_j / " + B + " * " + std::to_string(l.nc) + " + pl_j % " + B +
+       " / 2 * 8 + 2 * (pl_tid() & 3) + (pl_j & 1)] = pl_c[pl_j];");
+  line("}");
+  after_tile_write();
+  barrier();
+  open_thread_loop(l.n);
+  line(A + " pl_a = " + t.identity + ";");
+  line("for (int pl_w = 0; pl_w < " + std::to_string(warps) + "; ++pl_w) pl_a = pl_comb(pl_a, " + scratch + "[pl_w * " + n +
+       " + e]);");
+  line(out + "[e] = " + t.result("pl_a") + ";");
+  close_loop();
+  --indent_;
+  line("}");
+  ctx_.arena->release(offset, bytes);
 }
 
 void Emitter::emit_wgmma_from_registers(const ir::Op& op) {

@@ -443,7 +443,16 @@ void Emitter::emit_pure(const ir::Op& op) {
       t.combine = rule.combine("a", "b");
       t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
       t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
-      if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) {  // its rows (plan_fragments)
+      if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) {  // plan_fragments' kinds
+        const FragmentReduction kind = fragment_reduction_kind(op, info(op.operands[0]).frag);
+        PALLAS_INTERNAL_CHECK(kind != FragmentReduction::None, "gpu emitter: a reduction of a register tile it cannot take");
+        if (kind == FragmentReduction::Total) return emit_fragment_total(op, t);
+        if (kind == FragmentReduction::Columns) {
+          out = begin_result(res);
+          emit_fragment_column_reduction(op, out, t);
+          end_result(res);
+          return;
+        }
         if (const auto it = fragments_.find(res); it != fragments_.end()) {  // into registers: the quad's own
           emit_fragment_reduction(op, define_fragment(res, it->second), t, /*into_registers=*/true);
           return;

@@ -460,14 +460,20 @@ void Emitter::plan_fusion(const ir::Region& r) {
     return ga != memory_group_.end() && gb != memory_group_.end() && ga->second != gb->second;
   };
   // The gpu::kernel ACCs in registers that r's ops read: a view made in r (not emitted yet) of
-  // one has its registers.
-  std::map<ValueId, const AccumulatorRegisters*> acc_views;
+  // one has its registers — also for the loop bodies in r that plan_fragments plans before r is
+  // emitted (planned_acc_views_, r's views while r is planned), so that they plan as they will
+  // when emitted.
+  struct RestoreViews {
+    std::map<ValueId, const AccumulatorRegisters*>& views;
+    std::map<ValueId, const AccumulatorRegisters*> saved;
+    ~RestoreViews() { views = std::move(saved); }
+  } restore{planned_acc_views_, planned_acc_views_};
   auto acc_of = [&](ValueId v) -> const AccumulatorRegisters* {
-    const auto it = acc_views.find(v);
-    return it != acc_views.end() ? it->second : kernel_acc(v);
+    const auto it = planned_acc_views_.find(v);
+    return it != planned_acc_views_.end() ? it->second : kernel_acc(v);
   };
   for (const ir::Op& op : r.ops)
-    if (op.code == OpCode::RefView && acc_of(op.operands[0])) acc_views[op.results[0]] = acc_of(op.operands[0]);
+    if (op.code == OpCode::RefView && acc_of(op.operands[0])) planned_acc_views_[op.results[0]] = acc_of(op.operands[0]);
   auto whole = [&](const ir::Op& op) {
     return whole_view(op.attrs.get_indexer(ir::AttrKey::Index), type(op.operands[0]).shape) &&
            op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
@@ -709,6 +715,7 @@ bool Emitter::is_bulk_copy(const ir::Op& op) {
 }
 
 std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
+  bulk_fenced_ = false;  // (a Cond's other branch, the body emitted again: not after this one's copies)
   plan_fusion(r);
   compute_last_uses(r);
   std::vector<ValueId> yielded;

@@ -515,6 +515,17 @@ class Emitter {
   // registers of each of its two rows per block, the quad by two shuffles; then a lane per quad
   // writes the tile out, or (into_registers) every lane its rows layout registers out.
   void emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
+  // What a reduction (sum, max, min, prod) of a register tile of layout l computes in registers:
+  // its rows (axes {1}: rows in registers, or a tile), its columns (axes {0}), its total (every
+  // axis: a scalar), or None (the tile goes to the arena for it).
+  enum class FragmentReduction { None, Rows, Columns, Total };
+  FragmentReduction fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const;
+  // A reduction of every element of a register tile into its scalar result: each thread's
+  // registers, then the group's threads (pl_team_combine).
+  void emit_fragment_total(const ir::Op& op, const TeamReduction& t);
+  // A reduction of a register tile's columns into tile out: each thread's registers of a column,
+  // the warp's eight rows by shuffles, the warps' totals through the arena.
+  void emit_fragment_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t);
   // The rows layout register of register pl_k of a loop of tile layout l.
   static std::string rows_register(const FragmentLayout& l);
   // Copies register tiles into holder registers (a loop's carries): all read, then all written.
@@ -587,6 +598,8 @@ class Emitter {
   std::map<int, SlotUses> slot_uses_;
   RegisterAccumulator acc_regs_;
   std::map<ir::ValueId, AccumulatorRegisters> kernel_accs_;  // gpu::kernel ACC Refs (and views) in registers
+  // Views of them made in the regions being planned (plan_fusion), not emitted yet.
+  std::map<ir::ValueId, const AccumulatorRegisters*> planned_acc_views_;
   const AccumulatorRegisters* kernel_acc(ir::ValueId v) const {
     const auto it = kernel_accs_.find(v);
     return it == kernel_accs_.end() ? nullptr : &it->second;

@@ -2774,6 +2774,132 @@ TEST(GpuKernel, RegisterTilesCarryRowsThroughALoop) {
   }
 }
 
+// A loop whose carry cannot stay in registers (its result is transposed) starts from rows that
+// could: the initial value goes to the arena too, and the holder copies it from there (not from
+// the registers of another layout). out = transpose of the row max of max(s, 2 s), s = a b.
+TEST(GpuKernel, RegisterTilesLeaveALoopCarryTheArenaNeeds) {
+  auto make = [](const std::string& how) {
+    return plgpu::kernel(
+        [](pl::Ref a, pl::Ref b, pl::Ref out, pl::Ref a_s, pl::Ref b_s, pl::Ref acc, pl::Ref bar) {
+          zeroed_product(a, b, a_s, b_s, acc, bar);
+          plgpu::wgmma_wait(0);
+          const pl::Value m0 = pl::max(acc[pl::all], {1}, /*keepdims=*/true);
+          const pl::Value last = pl::fori_loop(1, 3, m0, [&](pl::Value j, pl::Value m) {
+            return pl::maximum(m, pl::max(acc[pl::all] * j.astype(pl::f32), {1}, /*keepdims=*/true));
+          });
+          out[pl::all] = pl::transpose(last, {1, 0});
+        },
+        {pl::ShapeDtype({1, 64}, pl::f32)}, plgpu::Mesh{},
+        run_on(how, {plgpu::SMEM({64, 32}, pl::bf16), plgpu::SMEM({32, 64}, pl::bf16), plgpu::ACC({64, 64}),
+                     plgpu::Barrier{.num_arrivals = 2}}));
+  };
+  pl::Array a = random_f32({64, 32}, 131).astype(pl::bf16), b = random_f32({32, 64}, 132).astype(pl::bf16);
+  auto check = [&](const std::vector<pl::Array>& out) {
+    for (int64_t i = 0; i < 64; ++i) {
+      double want = -INFINITY;
+      for (int64_t j = 0; j < 64; ++j) {
+        double x = 0;
+        for (int64_t q = 0; q < 32; ++q) x += a.get({i, q}) * b.get({q, j});
+        want = std::max({want, x, 2 * x});
+      }
+      EXPECT_NEAR(out.at(0).get({0, i}), want, 1e-4 * (1 + std::abs(want))) << i;
+    }
+  };
+  check(make("interpret")(a, b));
+  std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+  const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid);
+  // acc's load and its row max before the loop, the load, acc * j and its row max in it; not m0
+  // (its expand_dims) nor the carry.
+  EXPECT_EQ(k.register_tiles, 5);
+  check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, nullptr));
+}
+
+// Register tiles reduced along their columns and whole: s = a b in registers (an ACC's), its
+// column sums and maxima (each thread's registers of a column, the warp's rows by shuffles, the
+// warps' totals through shared memory), its total (every thread gets it: the group's shuffles and
+// a word per warp) and the total of its rows' maxima (rows in registers: a quad's lanes count
+// once). Three layouts: 64 x 64, 128 x 64 (two row bands), 64 x 256 unswizzled (two 128-column
+// blocks per band). Against C++ from a and b: on the interpreter, host emulated; columns mixed
+// up within a quad give other sums; NVRTC for sm_90a.
+TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
+  struct Case {
+    int64_t M, N;
+    bool swizzle;
+  };
+  for (const Case& c : {Case{64, 64, true}, Case{128, 64, true}, Case{64, 256, false}}) {
+    const int64_t M = c.M, N = c.N;
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + (c.swizzle ? "" : " unswizzled"));
+    constexpr int64_t K = 32;
+    auto make = [M = M, N = N](const std::string& how) {
+      return plgpu::kernel(
+          [=](pl::Ref a, pl::Ref b, pl::Ref col_sum, pl::Ref col_max, pl::Ref scaled, pl::Ref a_s, pl::Ref b_s, pl::Ref acc,
+              pl::Ref bar) {
+            zeroed_product(a, b, a_s, b_s, acc, bar);
+            plgpu::wgmma_wait(0);
+            const pl::Value s = acc[pl::all];
+            col_sum[pl::all] = pl::sum(s * 2.0f, {0});
+            col_max[pl::all] = pl::max(s, {0});
+            const pl::Value total = pl::sum(s, {0, 1});
+            const pl::Value max_total = pl::sum(pl::max(s, {1}), {0});
+            scaled[pl::all] = s / total + max_total;
+          },
+          {pl::ShapeDtype({N}, pl::f32), pl::ShapeDtype({N}, pl::f32), pl::ShapeDtype({M, N}, pl::f32)}, plgpu::Mesh{},
+          run_on(how, {plgpu::SMEM({M, K}, pl::bf16), plgpu::SMEM({K, N}, pl::bf16), plgpu::ACC({M, N}),
+                       plgpu::Barrier{.num_arrivals = 2}}));
+    };
+    pl::Array a = random_f32({M, K}, 121).astype(pl::bf16), b = random_f32({K, N}, 122).astype(pl::bf16);
+    auto check = [&, M = M, N = N](const std::vector<pl::Array>& out) {
+      std::vector<double> s(static_cast<size_t>(M * N));
+      double total = 0, max_total = 0, magnitude = 0;
+      for (int64_t i = 0; i < M; ++i) {
+        double row_max = -INFINITY;
+        for (int64_t j = 0; j < N; ++j) {
+          double x = 0;
+          for (int64_t q = 0; q < K; ++q) x += a.get({i, q}) * b.get({q, j});
+          s[static_cast<size_t>(i * N + j)] = x;
+          total += x, magnitude += std::abs(x);
+          row_max = std::max(row_max, x);
+        }
+        max_total += row_max;
+      }
+      for (int64_t j = 0; j < N; ++j) {
+        double sum = 0, mx = -INFINITY, mag = 0;
+        for (int64_t i = 0; i < M; ++i) {
+          const double x = s[static_cast<size_t>(i * N + j)];
+          sum += 2 * x, mx = std::max(mx, x), mag += 2 * std::abs(x);
+        }
+        EXPECT_NEAR(out.at(0).get({j}), sum, 1e-5 * (1 + mag)) << j;
+        EXPECT_NEAR(out.at(1).get({j}), mx, 1e-5 * (1 + std::abs(mx))) << j;
+      }
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          const double want = s[static_cast<size_t>(i * N + j)] / total + max_total;
+          EXPECT_NEAR(out.at(2).get({i, j}), want, 1e-4 * (1 + std::abs(want)) * (1 + magnitude / std::abs(total))) << i << "," << j;
+        }
+    };
+    check(make("interpret")(a, b));
+    std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
+    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
+    // s, s * 2 (its only use the column sums: in registers too), the rows max(s, 1).
+    EXPECT_EQ(k.register_tiles, 3);
+    EXPECT_CONTAINS(k.source, "= pl_team_combine<true>(total");
+    EXPECT_CONTAINS(k.source, "pl_shfl_xor(pl_c[pl_j], pl_m)");
+    plgpu::HostEmulationStats stats;
+    check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
+    EXPECT_EQ(stats.acc_flushes, 0);
+    // Columns mixed up across the quad (a lane's registers taken for its neighbour's columns) give
+    // other column sums.
+    const plgpu::GeneratedKernel wrong = with_source_edit(k, " + 2 * (pl_tid() & 3) + (pl_j & 1)]", " + (pl_j & 1)]");
+    const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {a, b}, tc->grid_mapping.grid, 128, nullptr).at(0);
+    const pl::Array good = make("interpret")(a, b).at(0);
+    double diff = 0;
+    for (int64_t j = 0; j < N; ++j) diff = std::max(diff, std::abs(bad.get({j}) - good.get({j})));
+    EXPECT_GT(diff, 0.1);
+    if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "cols.cu", "sm_90a"));
+  }
+}
+
 // After a store to part of an ACC in registers (which goes to its memory: the memory is then the
 // newer copy), `acc = acc * 2` must double what the memory holds, not the registers from before.
 // Two Pallas threads each read acc.at(t) and, after a meeting, thread 1 reads acc.at(t - 1),
