@@ -801,6 +801,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;
     ctx.register_tiles = opts.register_tiles;
+    ctx.register_tile_budget = opts.register_tile_budget;
     ctx.register_tile_count = &out.register_tiles;
     ctx.register_a_products = &out.register_a_products;
   }

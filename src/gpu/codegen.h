@@ -92,6 +92,10 @@ struct CodegenOptions {
   // allows (register tiles: an ACC's scores and the softmax on them; emit_fragments.cpp). false (or
   // PALLAS_GPU_NO_REGISTER_TILES=1): every array value is a tile in the arena (shared memory).
   bool register_tiles = true;
+  // The 32-bit registers per thread that register tiles may take at once, as the planner counts
+  // them (the tiles live at each op of a region); past it the largest live tile goes to the
+  // arena. ptxas has 255: the rest are for ACCs kept across, addresses and temporaries.
+  int register_tile_budget = 192;
 };
 
 // A TMA tensor map the kernel's ring copies through (sm_90; the device runtime's pl_tma_load):

@@ -291,6 +291,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // those with a use that reads them otherwise, and again until none drops (a dropped value may
   // have made its users register tiles); then drop the loop carries whose results or bodies do
   // not keep them, and again.
+  auto settle = [&] {
   for (;;) {
     for (;;) {
       chosen.clear();
@@ -338,6 +339,42 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
         if (!c[i] && chosen.count(loop->results[i])) banned.insert(loop->results[i]), dropped = true;
     }
     if (!dropped) break;
+  }
+  };
+  settle();
+  // The register budget: the 32-bit registers of the register tiles live at once in r (from the
+  // op making each to its last use in r; those of enclosing regions are not counted). Past it,
+  // the largest tile live at the peak (the longest lived of those) goes to the arena, and the plan
+  // settles again. (An ACC's registers are not counted: a load of one is a copy the compiler
+  // renames away where the ACC is not read again — attention's scores —, and an ACC kept across
+  // it is the minority. Measured with ptxas in PERFORMANCE.md, stop 47.)
+  std::map<ValueId, size_t> defined;
+  for (ValueId a : r.args) defined[a] = 0;
+  for (size_t i = 0; i < r.ops.size(); ++i)
+    for (ValueId v : r.ops[i].results) defined[v] = i;
+  for (;;) {
+    std::vector<int64_t> live(r.ops.size() + 1, 0);
+    std::map<ValueId, std::pair<size_t, size_t>> span;
+    for (const auto& [v, l] : chosen) {
+      const size_t from = defined.at(v);
+      size_t to = from;
+      for (size_t u : users[v]) to = std::max(to, u);
+      span[v] = {from, to};
+      const int64_t words = (l.registers() * itemsize(type(v).dtype) + 3) / 4;
+      for (size_t i = from; i <= to; ++i) live[i] += words;
+    }
+    const size_t peak = static_cast<size_t>(std::max_element(live.begin(), live.end()) - live.begin());
+    if (chosen.empty() || live[peak] <= ctx_.register_tile_budget) break;
+    ValueId victim = -1;
+    std::pair<int64_t, size_t> worst{-1, 0};
+    for (const auto& [v, l] : chosen) {
+      const auto [from, to] = span[v];
+      if (from > peak || to < peak) continue;
+      const std::pair<int64_t, size_t> size{l.registers() * itemsize(type(v).dtype), to - from};
+      if (size > worst) worst = size, victim = v;
+    }
+    banned.insert(victim);
+    settle();
   }
   for (const auto& [v, l] : chosen) fragments_[v] = l;
 }

@@ -276,6 +276,7 @@ struct EmitContext {
   // Arrays may live in registers in wgmma's layout (plan_fragments; CodegenOptions::register_tiles):
   // a gpu::kernel whose Pallas threads are whole warpgroups. Counts them (GeneratedKernel::register_tiles).
   bool register_tiles = false;
+  int register_tile_budget = 192;  // (CodegenOptions::register_tile_budget)
   int* register_tile_count = nullptr;
   int* register_a_products = nullptr;  // wgmma taking a from registers (GeneratedKernel::register_a_products)
 };

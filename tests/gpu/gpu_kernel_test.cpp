@@ -2420,8 +2420,17 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     };
     check(make("interpret")(a, b));
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
-    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
+    // (Past the register budget for 64 x 256: s, t and p would take 128 registers each. The
+    // budget's own check is below.)
+    const plgpu::GeneratedKernel k =
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = 1 << 20});
     EXPECT_CONTAINS(k.source, c.registers);
+    // Within the default budget (192 registers of tiles live at once) 64 x 256 keeps its tiles in
+    // the arena: with them in registers ptxas spilled (255 registers, 148 bytes of spill stores;
+    // within it 156 and none: PERFORMANCE.md, stop 47).
+    const plgpu::GeneratedKernel budgeted = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
+    EXPECT_EQ(budgeted.register_tiles, N == 256 ? 0 : k.register_tiles);
+    if (N == 256) check(plgpu::run_host_emulation(*tc, budgeted, {a, b}, tc->grid_mapping.grid, 128, nullptr));
     // s, t and p; exp's and the store's operand t - m and p / sum are fused into their loops. The
     // rows: m's reduction and its expand_dims (stored and broadcast: a value of its own), p's sum.
     EXPECT_EQ(k.register_tiles, 6);
@@ -2739,7 +2748,9 @@ TEST(GpuKernel, RegisterTilesCarryRowsThroughALoop) {
     };
     check(make("interpret")(a, b, v));
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype(), v.shape_dtype()});
-    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
+    // (64 x 256 is past the register budget: its tiles' layout is what this tests.)
+    const plgpu::GeneratedKernel k =
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = 1 << 20});
     EXPECT_CONTAINS(k.source, c.registers);
     // The loop's three carries (holders), s, m's row max and m_new, alpha, p, p in bf16, p's row
     // sum and the sum l_new; o's load after the loop.
@@ -2879,7 +2890,9 @@ TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
     };
     check(make("interpret")(a, b));
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
-    const plgpu::GeneratedKernel k = plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle});
+    // (64 x 256 is past the register budget: its tiles' layout is what this tests.)
+    const plgpu::GeneratedKernel k =
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = 1 << 20});
     // s, s * 2 (its only use the column sums: in registers too), the rows max(s, 1).
     EXPECT_EQ(k.register_tiles, 3);
     EXPECT_CONTAINS(k.source, "= pl_team_combine<true>(total");
