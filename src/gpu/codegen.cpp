@@ -1072,6 +1072,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   if (gpu_kernel) {
     // (Swizzled tiles: dynamic shared memory starts on a 1024-byte boundary after the barriers.)
     const int64_t barrier_bytes = swizzled_tiles.empty() ? static_shared_bytes(out.num_barriers) : static_shared_reserve(out.num_barriers);
+    if (out.arena_bytes + barrier_bytes > opts.max_shared_bytes && opts.register_tiles &&
+        opts.register_tile_budget < CodegenOptions::kNoRegisterBudget) {
+      // The tiles the register budget sent to the arena may be what does not fit: registers
+      // (spilling, maybe) rather than no kernel.
+      CodegenOptions unbudgeted = opts;
+      unbudgeted.register_tile_budget = CodegenOptions::kNoRegisterBudget;
+      return generate_cuda(call, grid, unbudgeted);
+    }
     if (out.arena_bytes + barrier_bytes > opts.max_shared_bytes && !swizzled_tiles.empty()) {
       // The swizzle's KiB alignment may be what does not fit: the kernel runs unswizzled then.
       CodegenOptions unswizzled = opts;

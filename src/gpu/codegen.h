@@ -94,7 +94,9 @@ struct CodegenOptions {
   bool register_tiles = true;
   // The 32-bit registers per thread that register tiles may take at once, as the planner counts
   // them (the tiles live at each op of a region); past it the largest live tile goes to the
-  // arena. ptxas has 255: the rest are for ACCs kept across, addresses and temporaries.
+  // arena. ptxas has 255: the rest are for ACCs kept across, addresses and temporaries. A
+  // gpu::kernel whose arena then outgrows shared memory is generated again without the budget.
+  static constexpr int kNoRegisterBudget = 1 << 30;
   int register_tile_budget = 192;
 };
 

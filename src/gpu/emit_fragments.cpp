@@ -342,12 +342,14 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   }
   };
   settle();
-  // The register budget: the 32-bit registers of the register tiles live at once in r (from the
-  // op making each to its last use in r; those of enclosing regions are not counted). Past it,
-  // the largest tile live at the peak (the longest lived of those) goes to the arena, and the plan
-  // settles again. (An ACC's registers are not counted: a load of one is a copy the compiler
-  // renames away where the ACC is not read again — attention's scores —, and an ACC kept across
-  // it is the minority. Measured with ptxas in PERFORMANCE.md, stop 47.)
+  // The register budget, a heuristic: the 32-bit registers of the register tiles live at once in
+  // r, from the op making each to its last use in r. Past it, the largest tile live at the peak
+  // (the longest lived of those) goes to the arena, and the plan settles again. Not counted: an
+  // ACC's registers (a load of one is a copy the compiler renames away where the ACC is not read
+  // again — attention's scores; an ACC kept across is the minority), the tiles of enclosing
+  // regions live across r (a loop's carries: counted at the loop's op in its parent), a column
+  // reduction's partials, and a fused use's own loop (the span ends at its user's op). Measured
+  // with ptxas in PERFORMANCE.md, stop 47.
   std::map<ValueId, size_t> defined;
   for (ValueId a : r.args) defined[a] = 0;
   for (size_t i = 0; i < r.ops.size(); ++i)
@@ -373,6 +375,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       const std::pair<int64_t, size_t> size{l.registers() * itemsize(type(v).dtype), to - from};
       if (size > worst) worst = size, victim = v;
     }
+    if (victim < 0) break;  // (some tile spans the peak: it has registers)
     banned.insert(victim);
     settle();
   }
@@ -628,7 +631,10 @@ void Emitter::emit_fragment_total(const ir::Op& op, const TeamReduction& t) {
        t.element(x.name + "[pl_k]", "") + ");");
   close_fragment_loop();
   // The group's threads combine theirs (warps by shuffles, then through a word per warp): every
-  // thread has the total.
+  // thread has the total. (pl_team_combine's warps are a power of two: today a gpu::kernel's
+  // Pallas thread is one warpgroup.)
+  PALLAS_INTERNAL_CHECK(ctx_.group_threads > 0 && ctx_.group_threads <= 1024 && (ctx_.group_threads & (ctx_.group_threads - 1)) == 0,
+                        "gpu emitter: a register tile's total over a group of " + std::to_string(ctx_.group_threads) + " threads");
   with_team_scratch(true, A, t.acc_bytes, [&](const std::string& scratch) {
     line(total + " = pl_team_combine<true>(" + total + ", pl_nthreads(), " + comb + ", " + scratch + ");");
   });

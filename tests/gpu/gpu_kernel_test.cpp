@@ -2423,7 +2423,7 @@ TEST(GpuKernel, RegisterTilesKeepTheSoftmaxOfAnAccInRegisters) {
     // (Past the register budget for 64 x 256: s, t and p would take 128 registers each. The
     // budget's own check is below.)
     const plgpu::GeneratedKernel k =
-        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = 1 << 20});
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = plgpu::CodegenOptions::kNoRegisterBudget});
     EXPECT_CONTAINS(k.source, c.registers);
     // Within the default budget (192 registers of tiles live at once) 64 x 256 keeps its tiles in
     // the arena: with them in registers ptxas spilled (255 registers, 148 bytes of spill stores;
@@ -2750,11 +2750,14 @@ TEST(GpuKernel, RegisterTilesCarryRowsThroughALoop) {
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype(), v.shape_dtype()});
     // (64 x 256 is past the register budget: its tiles' layout is what this tests.)
     const plgpu::GeneratedKernel k =
-        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = 1 << 20});
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = plgpu::CodegenOptions::kNoRegisterBudget});
     EXPECT_CONTAINS(k.source, c.registers);
     // The loop's three carries (holders), s, m's row max and m_new, alpha, p, p in bf16, p's row
     // sum and the sum l_new; o's load after the loop.
     EXPECT_EQ(k.register_tiles, 12);
+    // Within the register budget 64 x 256's s, p and p in bf16 would go to the arena, which would
+    // then outgrow shared memory: the kernel is generated again without the budget.
+    EXPECT_EQ(plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle}).register_tiles, 12);
     // The rescaling reads alpha's register of each of the ACC's registers' rows.
     EXPECT_CONTAINS(k.source, "int pl_k) { return (float)(((float)((pl_old * v");
     plgpu::HostEmulationStats stats;
@@ -2829,7 +2832,7 @@ TEST(GpuKernel, RegisterTilesLeaveALoopCarryTheArenaNeeds) {
 // column sums and maxima (each thread's registers of a column, the warp's rows by shuffles, the
 // warps' totals through shared memory), its total (every thread gets it: the group's shuffles and
 // a word per warp) and the total of its rows' maxima (rows in registers: a quad's lanes count
-// once). Three layouts: 64 x 64, 128 x 64 (two row bands), 64 x 256 unswizzled (two 128-column
+// once), each stored and the totals also used by a register tile's loop. Three layouts: 64 x 64, 128 x 64 (two row bands), 64 x 256 unswizzled (two 128-column
 // blocks per band). Against C++ from a and b: on the interpreter, host emulated; columns mixed
 // up within a quad give other sums; NVRTC for sm_90a.
 TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
@@ -2843,8 +2846,8 @@ TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
     constexpr int64_t K = 32;
     auto make = [M = M, N = N](const std::string& how) {
       return plgpu::kernel(
-          [=](pl::Ref a, pl::Ref b, pl::Ref col_sum, pl::Ref col_max, pl::Ref scaled, pl::Ref a_s, pl::Ref b_s, pl::Ref acc,
-              pl::Ref bar) {
+          [=](pl::Ref a, pl::Ref b, pl::Ref col_sum, pl::Ref col_max, pl::Ref scaled, pl::Ref totals, pl::Ref a_s, pl::Ref b_s,
+              pl::Ref acc, pl::Ref bar) {
             zeroed_product(a, b, a_s, b_s, acc, bar);
             plgpu::wgmma_wait(0);
             const pl::Value s = acc[pl::all];
@@ -2852,9 +2855,12 @@ TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
             col_max[pl::all] = pl::max(s, {0});
             const pl::Value total = pl::sum(s, {0, 1});
             const pl::Value max_total = pl::sum(pl::max(s, {1}), {0});
-            scaled[pl::all] = s / total + max_total;
+            scaled[pl::all] = s * total - max_total;
+            totals[pl::all] = pl::concatenate({pl::broadcast_to(total, {1}), pl::broadcast_to(max_total, {1})}, 0);
           },
-          {pl::ShapeDtype({N}, pl::f32), pl::ShapeDtype({N}, pl::f32), pl::ShapeDtype({M, N}, pl::f32)}, plgpu::Mesh{},
+          {pl::ShapeDtype({N}, pl::f32), pl::ShapeDtype({N}, pl::f32), pl::ShapeDtype({M, N}, pl::f32),
+           pl::ShapeDtype({2}, pl::f32)},
+          plgpu::Mesh{},
           run_on(how, {plgpu::SMEM({M, K}, pl::bf16), plgpu::SMEM({K, N}, pl::bf16), plgpu::ACC({M, N}),
                        plgpu::Barrier{.num_arrivals = 2}}));
     };
@@ -2882,17 +2888,25 @@ TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
         EXPECT_NEAR(out.at(0).get({j}), sum, 1e-5 * (1 + mag)) << j;
         EXPECT_NEAR(out.at(1).get({j}), mx, 1e-5 * (1 + std::abs(mx))) << j;
       }
+      double max_magnitude = 0;
+      for (int64_t i = 0; i < M; ++i) {
+        double row_max = -INFINITY;
+        for (int64_t j = 0; j < N; ++j) row_max = std::max(row_max, s[static_cast<size_t>(i * N + j)]);
+        max_magnitude += std::abs(row_max);
+      }
+      EXPECT_NEAR(out.at(3).get({0}), total, 1e-5 * (1 + magnitude));
+      EXPECT_NEAR(out.at(3).get({1}), max_total, 1e-5 * (1 + max_magnitude));
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
-          const double want = s[static_cast<size_t>(i * N + j)] / total + max_total;
-          EXPECT_NEAR(out.at(2).get({i, j}), want, 1e-4 * (1 + std::abs(want)) * (1 + magnitude / std::abs(total))) << i << "," << j;
+          const double x = s[static_cast<size_t>(i * N + j)], want = x * total - max_total;
+          EXPECT_NEAR(out.at(2).get({i, j}), want, 1e-5 * (1 + std::abs(x) * magnitude + max_magnitude)) << i << "," << j;
         }
     };
     check(make("interpret")(a, b));
     std::shared_ptr<const pl::TracedCall> tc = make("gpu_emulate").trace({a.shape_dtype(), b.shape_dtype()});
     // (64 x 256 is past the register budget: its tiles' layout is what this tests.)
     const plgpu::GeneratedKernel k =
-        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = 1 << 20});
+        plgpu::generate_cuda(*tc, tc->grid_mapping.grid, {.swizzle = c.swizzle, .register_tile_budget = plgpu::CodegenOptions::kNoRegisterBudget});
     // s, s * 2 (its only use the column sums: in registers too), the rows max(s, 1).
     EXPECT_EQ(k.register_tiles, 3);
     EXPECT_CONTAINS(k.source, "= pl_team_combine<true>(total");
@@ -2908,6 +2922,12 @@ TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
     double diff = 0;
     for (int64_t j = 0; j < N; ++j) diff = std::max(diff, std::abs(bad.get({j}) - good.get({j})));
     EXPECT_GT(diff, 0.1);
+    if (N == 64 && M == 64) {
+      // A total of one warp's registers only gives another total.
+      const plgpu::GeneratedKernel one_warp = with_source_edit(k, ", pl_nthreads(), comb", ", 32, comb");
+      const pl::Array t = plgpu::run_host_emulation(*tc, one_warp, {a, b}, tc->grid_mapping.grid, 128, nullptr).at(3);
+      EXPECT_GT(std::abs(t.get({0}) - make("interpret")(a, b).at(3).get({0})), 0.1);
+    }
     if (std::string why = pl::gpu::Nvrtc::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     EXPECT_NO_THROW(pl::gpu::Nvrtc::get().compile(k.source, "cols.cu", "sm_90a"));
   }
