@@ -2914,9 +2914,10 @@ TEST(GpuKernel, RegisterTilesReduceTheirColumnsAndTotals) {
     plgpu::HostEmulationStats stats;
     check(plgpu::run_host_emulation(*tc, k, {a, b}, tc->grid_mapping.grid, 128, &stats));
     EXPECT_EQ(stats.acc_flushes, 0);
-    // Columns mixed up across the quad (a lane's registers taken for its neighbour's columns) give
-    // other column sums.
-    const plgpu::GeneratedKernel wrong = with_source_edit(k, " + 2 * (pl_tid() & 3) + (pl_j & 1)]", " + (pl_j & 1)]");
+    // Columns mixed up across the quad (a lane's totals written as its neighbour's columns: a
+    // permutation, no two lanes on one place) give other column sums.
+    const plgpu::GeneratedKernel wrong =
+        with_source_edit(k, " + 2 * (pl_tid() & 3) + (pl_j & 1)]", " + 2 * ((pl_tid() + 1) & 3) + (pl_j & 1)]");
     const pl::Array bad = plgpu::run_host_emulation(*tc, wrong, {a, b}, tc->grid_mapping.grid, 128, nullptr).at(0);
     const pl::Array good = make("interpret")(a, b).at(0);
     double diff = 0;
