@@ -127,6 +127,21 @@ TEST(GpuCodegen, EveryGpuExampleCompilesWithNvrtcForHopperAndAmpere) {
   }
 }
 
+// flash_attention (bf16) keeps its softmax and its running statistics in registers: the scores,
+// their scaling and exponentials, p in bf16 (the second wgmma's a, from registers), the row max
+// and sum and alpha (rows), the loop's two carries and the run_scoped's two results, and o's load
+// for the epilogue. A change that sends one of them to shared memory shows here first.
+TEST(GpuCodegen, FlashAttentionKeepsItsSoftmaxAndCarriesInRegisters) {
+  ex::Problem p = small("flash_attention", DType::BF16);
+  std::shared_ptr<const TracedCall> tc = p.call.trace(p.arg_shapes());
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+  // s, s * scale, max(s), m_new, alpha, p, p in bf16, sum(p), l_new; two carries, two results; o.
+  EXPECT_EQ(k.register_tiles, 14);
+  EXPECT_EQ(k.register_a_products, 1);
+  // Without register tiles every one of them is an arena tile.
+  EXPECT_EQ(gpu::generate_cuda(*tc, static_grid(*tc), {.register_tiles = false}).register_tiles, 0);
+}
+
 // ws_matmul in clusters of two along j (`--cluster 2`): each producer copies 64 of the 128 rows
 // of a step's x block for both CTAs, by TMA multicast into the 128-byte swizzled slots (a 64 x 64
 // box of x); y's two panels stay a box each. Host emulation lands each share in both CTAs and
