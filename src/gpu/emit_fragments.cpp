@@ -197,26 +197,10 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   };
   for (const ir::Op& op : r.ops) {
     if (!carries_region_values(op) || !loads_acc(op.regions[0])) continue;
-    const ir::Region& body = op.regions[0];
     std::vector<std::optional<FragmentLayout>>& c = carries[&op];
-    c.assign(op.results.size(), std::nullopt);
-    // Free to yield anything, with the args found so far in registers, until no new one is
-    // (a yield of another carry's arg is found once that carry is).
-    const ir::Op& yield = body.ops.back();
-    fragment_discovery_.insert(&body);
-    fragment_yields_.erase(&body);
-    for (bool found = true; found && yield.code == OpCode::Yield;) {
-      for (size_t i = 0; i < c.size() && op.code == OpCode::For; ++i) {
-        if (c[i]) fragment_args_[body.args[1 + i]] = *c[i];
-        else fragment_args_.erase(body.args[1 + i]);
-      }
-      plan_fusion(body);
-      found = false;
-      for (size_t i = 0; i < c.size(); ++i)
-        if (const auto it = fragments_.find(yield.operands[i]); !c[i] && it != fragments_.end()) c[i] = it->second, found = true;
+    c = discover_loop_carries(op);
+    while (plan_loop_carries(op, c)) {
     }
-    fragment_discovery_.erase(&body);
-    for (bool dropped = true; dropped;) dropped = plan_loop_carries(op, c);
   }
   std::set<ValueId> banned;
   std::map<ValueId, FragmentLayout> chosen;
@@ -292,54 +276,54 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // have made its users register tiles); then drop the loop carries whose results or bodies do
   // not keep them, and again.
   auto settle = [&] {
-  for (;;) {
     for (;;) {
-      chosen.clear();
-      for (ValueId a : r.args)
-        if (const auto it = roots.find(a); it != roots.end() && !banned.count(a)) chosen[a] = it->second;
-      for (const ir::Op& op : r.ops) {
-        if (carries.count(&op)) {
-          const std::vector<std::optional<FragmentLayout>>& c = carries[&op];
-          for (size_t i = 0; i < c.size(); ++i)
-            if (c[i] && !banned.count(op.results[i])) chosen[op.results[i]] = *c[i];
-          continue;
+      for (;;) {
+        chosen.clear();
+        for (ValueId a : r.args)
+          if (const auto it = roots.find(a); it != roots.end() && !banned.count(a)) chosen[a] = it->second;
+        for (const ir::Op& op : r.ops) {
+          if (carries.count(&op)) {
+            const std::vector<std::optional<FragmentLayout>>& c = carries[&op];
+            for (size_t i = 0; i < c.size(); ++i)
+              if (c[i] && !banned.count(op.results[i])) chosen[op.results[i]] = *c[i];
+            continue;
+          }
+          if (op.results.size() != 1 || banned.count(op.results[0])) continue;
+          const ValueId res = op.results[0];
+          if (const auto it = roots.find(res); it != roots.end()) {
+            chosen[res] = it->second;
+            continue;
+          }
+          if (fused(op) || op.code == OpCode::Constant) continue;
+          if (row_reduction(op.code) && op.operands.size() == 1) {
+            const FragmentLayout* x = layout_of(op.operands[0]);
+            if (x && fragment_reduction_kind(op, *x) == FragmentReduction::Rows) chosen[res] = *rows_of(*x);
+            continue;
+          }
+          if (!is_elementwise(op)) continue;
+          const FragmentReads reads = fragment_reads(op, 0, layout_of);
+          if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) chosen[res] = *reads.layout;
         }
-        if (op.results.size() != 1 || banned.count(op.results[0])) continue;
-        const ValueId res = op.results[0];
-        if (const auto it = roots.find(res); it != roots.end()) {
-          chosen[res] = it->second;
-          continue;
-        }
-        if (fused(op) || op.code == OpCode::Constant) continue;
-        if (row_reduction(op.code) && op.operands.size() == 1) {
-          const FragmentLayout* x = layout_of(op.operands[0]);
-          if (x && fragment_reduction_kind(op, *x) == FragmentReduction::Rows) chosen[res] = *rows_of(*x);
-          continue;
-        }
-        if (!is_elementwise(op)) continue;
-        const FragmentReads reads = fragment_reads(op, 0, layout_of);
-        if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) chosen[res] = *reads.layout;
+        bool dropped = false;
+        for (const auto& [v, l] : chosen)
+          if (!uses_fit(v, l)) banned.insert(v), dropped = true;
+        if (!dropped) break;
       }
       bool dropped = false;
-      for (const auto& [v, l] : chosen)
-        if (!uses_fit(v, l)) banned.insert(v), dropped = true;
+      for (auto& [loop, c] : carries) {
+        bool changed = false;
+        for (size_t i = 0; i < c.size(); ++i)
+          if (c[i] && !chosen.count(loop->results[i])) c[i].reset(), changed = true;
+        if (changed) {
+          while (plan_loop_carries(*loop, c)) {
+          }
+          dropped = true;  // (its initial values' uses changed: grow again)
+        }
+        for (size_t i = 0; i < c.size(); ++i)
+          if (!c[i] && chosen.count(loop->results[i])) banned.insert(loop->results[i]), dropped = true;
+      }
       if (!dropped) break;
     }
-    bool dropped = false;
-    for (auto& [loop, c] : carries) {
-      bool changed = false;
-      for (size_t i = 0; i < c.size(); ++i)
-        if (c[i] && !chosen.count(loop->results[i])) c[i].reset(), changed = true;
-      if (changed) {
-        while (plan_loop_carries(*loop, c)) {
-        }
-        dropped = true;  // (its initial values' uses changed: grow again)
-      }
-      for (size_t i = 0; i < c.size(); ++i)
-        if (!c[i] && chosen.count(loop->results[i])) banned.insert(loop->results[i]), dropped = true;
-    }
-    if (!dropped) break;
-  }
   };
   settle();
   // The register budget, a heuristic: the 32-bit registers of the register tiles live at once in
@@ -395,14 +379,39 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
   return FragmentReduction::None;
 }
 
-bool Emitter::plan_loop_carries(const ir::Op& loop, std::vector<std::optional<FragmentLayout>>& carries) {
+void Emitter::set_carried_args(const ir::Op& loop, const std::vector<std::optional<FragmentLayout>>& carries) {
+  if (loop.code != OpCode::For) return;  // (a run_scoped's body only yields its results)
   const ir::Region& body = loop.regions[0];
-  const bool args = loop.code == OpCode::For;  // (a run_scoped's body only yields its results)
-  for (size_t i = 0; i < carries.size() && args; ++i) {
+  for (size_t i = 0; i < carries.size(); ++i) {
     const ValueId arg = body.args[1 + i];
     if (carries[i]) fragment_args_[arg] = *carries[i];
     else fragment_args_.erase(arg);
   }
+}
+
+std::vector<std::optional<FragmentLayout>> Emitter::discover_loop_carries(const ir::Op& loop) {
+  const ir::Region& body = loop.regions[0];
+  std::vector<std::optional<FragmentLayout>> carries(loop.results.size());
+  // Free to yield anything, with the args found so far in registers, until no new one is (a
+  // yield of another carry's arg is found once that carry is).
+  const ir::Op& yield = body.ops.back();
+  fragment_discovery_.insert(&body);
+  fragment_yields_.erase(&body);
+  for (bool found = true; found && yield.code == OpCode::Yield;) {
+    set_carried_args(loop, carries);
+    plan_fusion(body);
+    found = false;
+    for (size_t i = 0; i < carries.size(); ++i)
+      if (const auto it = fragments_.find(yield.operands[i]); !carries[i] && it != fragments_.end())
+        carries[i] = it->second, found = true;
+  }
+  fragment_discovery_.erase(&body);
+  return carries;
+}
+
+bool Emitter::plan_loop_carries(const ir::Op& loop, std::vector<std::optional<FragmentLayout>>& carries) {
+  const ir::Region& body = loop.regions[0];
+  set_carried_args(loop, carries);
   fragment_yields_[&body] = carries;
   plan_fusion(body);
   const ir::Op& yield = body.ops.back();
@@ -411,15 +420,10 @@ bool Emitter::plan_loop_carries(const ir::Op& loop, std::vector<std::optional<Fr
     if (!carries[i]) continue;
     const auto y = yield.code == OpCode::Yield ? fragments_.find(yield.operands[i]) : fragments_.end();
     // (an arg no use keeps in registers is dropped by its plan when it has a use)
-    const bool arg_kept = !args || fragments_.count(body.args[1 + i]);
+    const bool arg_kept = loop.code != OpCode::For || fragments_.count(body.args[1 + i]);
     if (y == fragments_.end() || !(y->second == *carries[i]) || !arg_kept) carries[i].reset(), dropped = true;
   }
-  if (dropped) {
-    for (size_t i = 0; i < carries.size() && args; ++i)
-      if (!carries[i]) fragment_args_.erase(body.args[1 + i]);
-    fragment_yields_[&body] = carries;
-  }
-  return dropped;
+  return dropped;  // (the caller plans again with the rest: the body's plan is then theirs)
 }
 
 namespace {

@@ -492,9 +492,14 @@ class Emitter {
   std::optional<FragmentLayout> fragment_loop_of(const ir::Op& op, bool& across, const FragmentLayout* loop = nullptr) const;
   // The register tile layout of an ACC in registers of the group.
   FragmentLayout acc_layout(const AccumulatorRegisters& a) const;
+  // The layouts loop's body yields when free to (fragment_discovery_): its carries' candidates.
+  std::vector<std::optional<FragmentLayout>> discover_loop_carries(const ir::Op& loop);
   // Plans the carries of loop op (in r) kept in registers: `carries` are the candidates' layouts,
-  // dropped (reset) where the body does not keep them so; true when it dropped one.
+  // dropped (reset) where the body does not keep them so; true when it dropped one (then plan
+  // again with the rest).
   bool plan_loop_carries(const ir::Op& loop, std::vector<std::optional<FragmentLayout>>& carries);
+  // fragment_args_ of loop's body args: the carries in registers.
+  void set_carried_args(const ir::Op& loop, const std::vector<std::optional<FragmentLayout>>& carries);
   // The layouts of the body args of loops planned in registers (the roots of the body's plan),
   // and of a loop body's yields (nullopt: not in registers); a body in fragment_discovery_ may yield
   // register tiles of any layout (the first try of a loop's carries).
