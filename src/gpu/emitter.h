@@ -469,8 +469,8 @@ class Emitter {
   // of such a value's rows (a rows layout), elementwise ops of such values, and the carries of r's
   // loops whose bodies yield such values, where every use of the value reads it in that layout —
   // in r itself, by an elementwise op of its shape (whose loop then runs over the thread's
-  // registers; a rows value also broadcast along the rows of a tile), a reduction of its rows, a
-  // whole store (into memory, or into an ACC in registers), wgmma's a, a loop's initial carry in
+  // registers; a rows value also broadcast along the rows of a tile), a reduction of its rows, its
+  // columns or every element (fragment_reduction_kind), a whole store (into memory, or into an ACC in registers), wgmma's a, a loop's initial carry in
   // the same layout, or r's yield where r's loop carries it so (fragment_yields_).
   void plan_fragments(const ir::Region& r, const std::function<const AccumulatorRegisters*(ir::ValueId)>& acc_of);
   // What computing an element of an op reads of register tiles, through its fused ops.
