@@ -83,10 +83,10 @@ std::shared_ptr<const GeneratedKernel> emulated_kernel(PallasCallImpl& c, const 
   return kept_by_call<GeneratedKernel>(c, tc, grid, [&] {
     CodegenOptions options = codegen_options(c.compiler_params);
     auto k = std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, options));
-    // Register tiles take 128 host threads per Pallas thread (emulation_threads): past the
-    // emulation's thread limit (a large cluster, a co-resident grid), the kernel without them
-    // runs with fewer threads instead, computing the same values.
-    if (k->register_tiles > 0 && k->host_ctas * 128 * std::max(1, k->num_groups) > kMaxHostEmulationThreads) {
+    // Register tiles take all the CTA's threads (emulation_threads): past the emulation's thread
+    // limit (a large cluster, a co-resident grid), the kernel without them runs with fewer
+    // threads instead, computing the same values.
+    if (k->register_tiles > 0 && k->host_ctas * k->threads_per_cta > kMaxHostEmulationThreads) {
       options.register_tiles = false;
       k = std::make_shared<const GeneratedKernel>(generate_cuda(tc, grid, options));
     }
@@ -100,9 +100,10 @@ int emulation_threads(const GeneratedKernel& k) {
   // A co-resident kernel runs all its CTAs at once: two threads per group when warps would be
   // too many.
   const int fewest = k.num_groups > 1 ? 2 * k.num_groups : 4;
-  // Register tiles are laid out over whole warpgroups: nothing else computes them (emulated_kernel
-  // leaves them out where that many threads are too many).
-  if (k.register_tiles > 0) return 128 * std::max(1, k.num_groups);
+  // Register tiles are laid out over the CTA's threads (whole warpgroups; a pallas_call's eight
+  // warps): nothing else computes them (emulated_kernel leaves them out where that many threads
+  // are too many).
+  if (k.register_tiles > 0) return k.threads_per_cta;
   // A warpgroup per group where they run on wgmma (its accumulator in registers, as on the GPU).
   if (k.uses_wgmma && k.host_ctas * 128 * std::max(1, k.num_groups) <= kMaxHostEmulationThreads)
     return 128 * std::max(1, k.num_groups);

@@ -797,12 +797,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.num_groups = out.num_groups;
   ctx.scoped_layouts = &scoped_layouts;
   ctx.swizzled_own_scoped = &swizzled_own_scoped;
+  // Register tiles: a gpu::kernel's in wgmma's layout, a pallas_call's in the blocked one.
+  ctx.register_tiles = opts.register_tiles;
+  ctx.blocked_tiles = !gpu_kernel;
+  ctx.register_tile_budget = opts.register_tile_budget;
+  ctx.register_tile_count = &out.register_tiles;
   if (gpu_kernel) {
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;
-    ctx.register_tiles = opts.register_tiles;
-    ctx.register_tile_budget = opts.register_tile_budget;
-    ctx.register_tile_count = &out.register_tiles;
     ctx.register_a_products = &out.register_a_products;
   }
   Emitter em(k, ctx, 1);

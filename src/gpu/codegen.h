@@ -89,7 +89,8 @@ struct CodegenOptions {
   // PALLAS_GPU_NO_MULTICAST=1): each CTA copies the whole block itself.
   bool multicast = true;
   // A gpu::kernel keeps array values in its warpgroups' registers in wgmma's layout where every use
-  // allows (register tiles: an ACC's scores and the softmax on them; emit_fragments.cpp). false (or
+  // allows (register tiles: an ACC's scores and the softmax on them; emit_fragments.cpp), a
+  // pallas_call its blocks' values in the blocked layout (a softmax's rows). false (or
   // PALLAS_GPU_NO_REGISTER_TILES=1): every array value is a tile in the arena (shared memory).
   bool register_tiles = true;
   // The 32-bit registers per thread that register tiles may take at once, as the planner counts
@@ -189,8 +190,9 @@ struct GeneratedKernel {
   // Whether sm_90a runs tensor-core dots on wgmma (PL_HAS_WGMMA): they exist, the CTA is whole
   // warpgroups, and the staging they need fits beside the arena; else sm_90a runs mma.sync too.
   bool uses_wgmma = false;
-  // Array values kept in registers in wgmma's layout (register tiles, emit_fragments.cpp): their
-  // layout assumes whole warpgroups, so host emulation runs 128 threads per Pallas thread.
+  // Array values kept in registers (register tiles, emit_fragments.cpp): a gpu::kernel's in wgmma's
+  // layout, a pallas_call's in the blocked one. Their layouts assume the CTA's threads_per_cta, so
+  // host emulation runs that many.
   int register_tiles = 0;
   // wgmma products whose a is a register tile (the unit defines PL_WGMMA_RS for their instructions).
   int register_a_products = 0;

@@ -41,6 +41,13 @@ bool row_reduction(OpCode c) {
 }  // namespace
 
 std::optional<FragmentLayout> rows_of(const FragmentLayout& t) {
+  if (t.blocked()) {
+    if (t.rows) return std::nullopt;
+    FragmentLayout r = t;
+    r.n = 1;
+    r.rows = true;
+    return r;
+  }
   if (t.rows || t.m % 64 != 0 || (t.warpgroups != 1 && t.blocks_n() != 1)) return std::nullopt;
   FragmentLayout r{t.m, 1, 0, t.warpgroups == 1 ? static_cast<int>(t.m / 64) : t.rounds, t.warpgroups, /*rows=*/true};
   return r;
@@ -115,9 +122,13 @@ Emitter::FragmentReads Emitter::fragment_reads(const ir::Op& op, size_t first,
   for (size_t i = first; i < op.operands.size(); ++i) fragment_read(op.operands[i], layout_of, reads);
   if (reads.rows && !reads.layout) {
     // Rows broadcast along an (m, n) value that reads no register tile: its loop runs in a tile
-    // layout of those rows (one block of n columns per row band), the compiler's choice.
-    const Shape& shape = type(op.code == OpCode::Store ? op.operands.back() : op.results.at(0)).shape;
-    if (shape.size() == 2 && shape[0] == reads.rows->m && shape[1] % 8 == 0 && shape[1] <= 256 &&
+    // layout of those rows (one block of n columns per row band; the blocked layout of those
+    // rows), the compiler's choice.
+    const ir::Type& t = type(op.code == OpCode::Store ? op.operands.back() : op.results.at(0));
+    const Shape& shape = t.shape;
+    if (reads.rows->blocked()) {
+      if (const std::optional<FragmentLayout> b = blocked_layout(t); b && rows_of(*b) == reads.rows) reads.layout = b;
+    } else if (shape.size() == 2 && shape[0] == reads.rows->m && shape[1] % 8 == 0 && shape[1] <= 256 &&
         reads.rows->rounds * shape[1] / 2 <= 128)  // (registers per thread: as an ACC's at most)
       reads.layout = FragmentLayout{reads.rows->m, shape[1], static_cast<int>(shape[1]), reads.rows->rounds, reads.rows->warpgroups};
   }
@@ -135,6 +146,10 @@ std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& 
   const FragmentReads reads = fragment_reads(op, store ? 1 : 0, layout_of, loop);
   PALLAS_INTERNAL_CHECK(!reads.conflict, "gpu emitter: an op reads register tiles of two layouts");
   across = reads.across;
+  if (!loop && !reads.layout && op.results.size() == 1) {
+    // A register tile planned of an op reading none (a blocked tile's first op: plan_fragments).
+    if (const auto it = fragments_.find(op.results[0]); it != fragments_.end()) return it->second;
+  }
   if (!loop) return reads.layout;
   // In the given loop only where it reads register tiles.
   const FragmentReads own = fragment_reads(op, store ? 1 : 0, layout_of);
@@ -146,7 +161,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   for (ValueId a : r.args) fragments_.erase(a);
   for (const ir::Op& op : r.ops)
     for (ValueId v : op.results) fragments_.erase(v);
-  if (!ctx_.register_tiles || ctx_.group_threads <= 0 || ctx_.group_threads % 128 != 0) return;
+  if (!ctx_.register_tiles || ctx_.group_threads <= 0 || ctx_.group_threads % (ctx_.blocked_tiles ? 32 : 128) != 0) return;
   const int warpgroups = ctx_.group_threads / 128;
   // The ops of r using each value; values used in a nested region escape r.
   std::map<ValueId, std::vector<size_t>> users;
@@ -165,8 +180,9 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   const auto yields_it = fragment_yields_.find(&r);
   const bool discovery = fragment_discovery_.count(&r) > 0;
   auto fused = [&](const ir::Op& op) { return op.results.size() == 1 && fused_producers_.count(op.results[0]); };
-  // The roots: whole loads of an ACC in registers that nothing else takes, r's args that its loop
-  // carries in registers, and the results of r's loops whose carries may be.
+  // The roots: whole loads of an ACC in registers that nothing else takes (in a pallas_call, whole
+  // loads of memory in the blocked layout), r's args that its loop carries in registers, and the
+  // results of r's loops whose carries may be.
   std::map<ValueId, FragmentLayout> roots;
   for (ValueId a : r.args)
     if (const auto it = fragment_args_.find(a); it != fragment_args_.end()) roots[a] = it->second;
@@ -176,7 +192,12 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       continue;
     const AccumulatorRegisters* a = acc_of(op.operands[0]);
     const Shape& shape = type(op.operands[0]).shape;
-    if (!a || shape.size() != 2 || !whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape)) continue;
+    if (shape.size() != 2 || !whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape)) continue;
+    if (!a) {
+      if (const std::optional<FragmentLayout> b = ctx_.blocked_tiles ? blocked_layout(type(op.results[0])) : std::nullopt)
+        roots[op.results[0]] = *b;
+      continue;
+    }
     const FragmentLayout l = acc_layout(*a);
     if (l.rounds * warpgroups >= l.blocks() && type(op.results[0]).shape == Shape{a->m, a->n}) roots[op.results[0]] = l;
   }
@@ -261,7 +282,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           op->operands[2] != v) {
         const AccumulatorRegisters* acc = acc_of(op->operands[0]);
         const DType t = type(v).dtype;
-        if (l.rows || !acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) || l.n % 16 != 0 ||
+        if (l.rows || l.blocked() || !acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) || l.n % 16 != 0 ||
             l.n > 256 || l.nc % 16 != 0 || type(op->operands[2]).dtype != t)
           return false;
         continue;
@@ -302,7 +323,13 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           }
           if (!is_elementwise(op)) continue;
           const FragmentReads reads = fragment_reads(op, 0, layout_of);
-          if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) chosen[res] = *reads.layout;
+          if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) {
+            chosen[res] = *reads.layout;
+          } else if (!reads.layout && !reads.rows && ctx_.blocked_tiles) {
+            // (In a pallas_call an elementwise op of memory, constants and arena tiles starts a
+            // blocked tile too: `x[...].astype(f32)`, its load fused into it.)
+            if (const std::optional<FragmentLayout> b = blocked_layout(type(res))) chosen[res] = *b;
+          }
         }
         bool dropped = false;
         for (const auto& [v, l] : chosen)
@@ -372,7 +399,16 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
   // (The thread's registers of a block's column or row are in one round, or its rounds of one
   // column of blocks: with one warpgroup, or a block per row band.)
   const bool whole_rows = l.warpgroups == 1 || l.blocks_n() == 1;
-  if (shape.empty()) return FragmentReduction::Total;
+  if (shape.empty()) {
+    // (pl_team_combine of the group: its warps a power of two.)
+    const int g = ctx_.group_threads;
+    return g > 0 && g <= 1024 && (g & (g - 1)) == 0 ? FragmentReduction::Total : FragmentReduction::None;
+  }
+  if (l.blocked()) {
+    // A blocked tile's rows lie each with one warp; its columns across warps (the arena's then).
+    return !l.rows && axes == ir::Ints{1} && fits_layout(*rows_of(l), shape) ? FragmentReduction::Rows
+                                                                           : FragmentReduction::None;
+  }
   if (l.rows || !whole_rows) return FragmentReduction::None;
   if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
   if (axes == ir::Ints{0} && shape == Shape{l.n}) return FragmentReduction::Columns;
@@ -434,6 +470,22 @@ std::string fragment_block(const FragmentLayout& l) {
 }  // namespace
 
 void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
+  if (l.blocked()) {
+    PALLAS_INTERNAL_CHECK(!pairs, "gpu emitter: pairs of a blocked register tile");
+    // pl_q: the thread's row band (its row pl_q x warps + warp); pl_i: its column of 32 in it.
+    const int64_t per_row = l.rows ? 1 : l.n / 32;
+    const std::string row = "(pl_q * " + std::to_string(l.warps) + " + (pl_tid() >> 5))";
+    line("#pragma unroll");
+    line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.warps) + "; ++pl_q) {");
+    ++indent_;
+    line("#pragma unroll");
+    line("for (int pl_i = 0; pl_i < " + std::to_string(per_row) + "; ++pl_i) {");
+    ++indent_;
+    line("const int pl_k = pl_q * " + std::to_string(per_row) + " + pl_i;");
+    line("const pl_i64 e = " + (l.rows ? row : row + " * " + std::to_string(l.n) + " + pl_i * 32 + (pl_tid() & 31)") + ";");
+    fragment_loop_ = l;
+    return;
+  }
   line("#pragma unroll");
   line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
   ++indent_;
@@ -465,10 +517,16 @@ void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
 }
 
 std::string Emitter::rows_register(const FragmentLayout& l) {
+  if (l.blocked()) return "pl_q";  // (the row band of the loop: open_fragment_loop)
   // Register pl_k = round x nc / 2 + i of a tile holds row + 8 when bit 1 of i is set; the round's
   // band is its round / blocks_n (one warpgroup) or its round (a block per band).
   const std::string half = std::to_string(l.nc / 2), bn = std::to_string(l.blocks_n());
   return "(pl_k / " + half + (l.blocks_n() == 1 ? "" : " / " + bn) + " * 2 + ((pl_k % " + half + ") >> 1 & 1))";
+}
+
+std::string Emitter::replica_guard(const FragmentLayout& l) {
+  if (!l.rows) return "";
+  return l.blocked() ? "if ((pl_tid() & 31) == 0) " : "if ((pl_tid() & 3) == 0) ";
 }
 
 void Emitter::close_fragment_loop() {
@@ -522,14 +580,40 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
   after_mem_read();
 }
 
+std::optional<FragmentLayout> Emitter::blocked_layout(const ir::Type& t) const {
+  const int threads = ctx_.group_threads;
+  if (!ctx_.blocked_tiles || threads <= 0 || threads % 32 != 0 || t.shape.size() != 2) return std::nullopt;
+  const int warps = threads / 32;
+  const int64_t m = t.shape[0], n = t.shape[1];
+  // (128 words: as many as an ACC's registers at most; the register budget counts them too.)
+  if (m <= 0 || n <= 0 || m % warps != 0 || n % 32 != 0 || m / warps * (n / 32) * itemsize(t.dtype) > 4 * 128)
+    return std::nullopt;
+  FragmentLayout l;
+  l.m = m;
+  l.n = n;
+  l.warps = warps;
+  return l;
+}
+
+void Emitter::emit_blocked_load(const ir::Op& load) {
+  const FragmentLayout& l = fragments_.at(load.results[0]);
+  const std::string regs = define_fragment(load.results[0], l);
+  before_mem_read();
+  open_fragment_loop(l);
+  line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
+  close_fragment_loop();
+  after_mem_read();
+}
+
 void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& l, bool across) {
   if (across) before_cross_read();
   const ValueId res = op.results[0];
   const bool in_registers = fragments_.count(res) > 0;
   const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
   open_fragment_loop(l);
-  // (A rows layout's value is each quad's four lanes': one of them writes the tile.)
-  line(std::string(!in_registers && l.rows ? "if ((pl_tid() & 3) == 0) " : "") + out + (in_registers ? "[pl_k]" : "[e]") +
+  // (A rows layout's value is each quad's four lanes' (a warp's in the blocked layout): one of
+  // them writes the tile.)
+  line((in_registers ? std::string() : replica_guard(l)) + out + (in_registers ? "[pl_k]" : "[e]") +
        " = " + elementwise_expr(op, "e") + ";");
   close_fragment_loop();
   if (in_registers) return;
@@ -543,7 +627,7 @@ void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, 
   before_mem_write();
   if (across) before_cross_read();
   const RefInfo v = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
-  if (!l.rows && v.swizzled.empty() && !v.strides.empty() && v.strides.back() == 1 && itemsize(v.dtype) <= 4) {
+  if (!l.rows && !l.blocked() && v.swizzled.empty() && !v.strides.empty() && v.strides.back() == 1 && itemsize(v.dtype) <= 4) {
     // Registers 2 j and 2 j + 1 are columns c and c + 1 of a row: stored as a pair.
     const std::string T = ctype(v.dtype);
     open_fragment_loop(l, /*pairs=*/true);
@@ -560,7 +644,7 @@ void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, 
     close_fragment_loop();
   } else {
     open_fragment_loop(l);
-    line(std::string(l.rows ? "if ((pl_tid() & 3) == 0) " : "") + v.elem("e") + " = " + at(store.operands[1], "e") + ";");
+    line(replica_guard(l) + v.elem("e") + " = " + at(store.operands[1], "e") + ";");
     close_fragment_loop();
   }
   if (!v.swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads it through the async proxy)
@@ -623,6 +707,33 @@ void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, 
   line("}");
 }
 
+void Emitter::emit_blocked_row_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t,
+                                         bool into_registers) {
+  const ValueInfo& x = info(op.operands[0]);
+  const FragmentLayout& l = x.frag;
+  const std::string A = t.acc_type, per_row = std::to_string(l.n / 32);
+  line("{");
+  ++indent_;
+  line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+  line("#pragma unroll");
+  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.warps) + "; ++pl_q) {");
+  ++indent_;
+  // The thread's row pl_q x warps + warp: its registers, then the warp's 32 lanes (each lane then
+  // has the row's value). Every thread of the group shuffles alike (host emulation's shuffles
+  // sync the group).
+  line(A + " pl_r = " + t.identity + ";");
+  line("#pragma unroll");
+  line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) pl_r = pl_comb(pl_r, " +
+       t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
+  line("pl_r = pl_team_combine<false>(pl_r, 32, pl_comb, (" + A + "*)0);");
+  if (into_registers) line(out + "[pl_q] = " + t.result("pl_r") + ";");
+  else line("if ((pl_tid() & 31) == 0) " + out + "[pl_q * " + std::to_string(l.warps) + " + (pl_tid() >> 5)] = " + t.result("pl_r") + ";");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+}
+
 void Emitter::emit_fragment_total(const ir::Op& op, const TeamReduction& t) {
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
@@ -630,13 +741,12 @@ void Emitter::emit_fragment_total(const ir::Op& op, const TeamReduction& t) {
   line("auto " + comb + " = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
   line(A + " " + total + " = " + t.identity + ";");
   open_fragment_loop(l);
-  // (A rows value is the same in a quad's four lanes: its first counts it.)
-  line(std::string(l.rows ? "if ((pl_tid() & 3) == 0) " : "") + total + " = " + comb + "(" + total + ", " +
+  // (A rows value is the same in a quad's four lanes, or a warp's: the first counts it.)
+  line(replica_guard(l) + total + " = " + comb + "(" + total + ", " +
        t.element(x.name + "[pl_k]", "") + ");");
   close_fragment_loop();
   // The group's threads combine theirs (warps by shuffles, then through a word per warp): every
-  // thread has the total. (pl_team_combine's warps are a power of two: today a gpu::kernel's
-  // Pallas thread is one warpgroup.)
+  // thread has the total. (pl_team_combine's warps are a power of two: fragment_reduction_kind.)
   PALLAS_INTERNAL_CHECK(ctx_.group_threads > 0 && ctx_.group_threads <= 1024 && (ctx_.group_threads & (ctx_.group_threads - 1)) == 0,
                         "gpu emitter: a register tile's total over a group of " + std::to_string(ctx_.group_threads) + " threads");
   with_team_scratch(true, A, t.acc_bytes, [&](const std::string& scratch) {

@@ -453,14 +453,18 @@ void Emitter::emit_pure(const ir::Op& op) {
           end_result(res);
           return;
         }
-        if (const auto it = fragments_.find(res); it != fragments_.end()) {  // into registers: the quad's own
-          emit_fragment_reduction(op, define_fragment(res, it->second), t, /*into_registers=*/true);
+        const bool blocked = info(op.operands[0]).frag.blocked();
+        if (const auto it = fragments_.find(res); it != fragments_.end()) {  // into registers: the quad's (warp's) own
+          const std::string regs = define_fragment(res, it->second);
+          if (blocked) emit_blocked_row_reduction(op, regs, t, /*into_registers=*/true);
+          else emit_fragment_reduction(op, regs, t, /*into_registers=*/true);
           return;
         }
         out = begin_result(res);
-        emit_fragment_reduction(op, out, t, /*into_registers=*/false);
+        if (blocked) emit_blocked_row_reduction(op, out, t, /*into_registers=*/false);
+        else emit_fragment_reduction(op, out, t, /*into_registers=*/false);
         end_result(res);
-        barrier();  // a quad's first lane wrote each result
+        barrier();  // a quad's (a warp's) first lane wrote each result
         return;
       }
       out = begin_result(res);

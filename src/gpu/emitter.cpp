@@ -1023,6 +1023,9 @@ void Emitter::emit_ref_op(const ir::Op& op) {
       return fragments_.count(op.results[0]) ? emit_fragment_load(op, *kacc) : emit_load_from_registers(op, *kacc);
     if (store_value && !is_uniform(op.operands[1])) return emit_store_into_registers(op, *kacc);
   }
+  // A pallas_call's whole load of a block into a register tile (the blocked layout).
+  if (!kacc && op.code == OpCode::Load && op.results.size() == 1 && fragments_.count(op.results[0]))
+    return emit_blocked_load(op);
   // A store of register tiles (or of elementwise ops of them) writes each thread's registers.
   if (!kacc && op.code == OpCode::Store) {
     bool across = false;

@@ -173,11 +173,22 @@ struct RefInfo {
 // layout), as a reduction of such a tile's rows leaves it: each thread holds the values of its
 // rows, 16 w + l / 4 and + 8 of each 64-row band it takes (band warpgroup + warpgroups x round,
 // register 2 round + h), the same in the quad's four lanes. n is 1 and nc 0.
+// `warps` > 0: the blocked layout instead (Triton's blocked layout; a pallas_call's register
+// tiles, whose CTAs are eight warps of one program): row r of the m x n array lies with warp
+// r % warps, column c with lane c % 32, and register j = (r / warps) x (n / 32) + c / 32 of the
+// thread holds the element — a warp's loads and stores are consecutive words. Its rows (an (m) or
+// (m, 1) array): register r / warps of every lane of warp r % warps. nc, rounds and warpgroups
+// are unused.
 struct FragmentLayout {
   int64_t m = 0, n = 0;
   int nc = 0, rounds = 0, warpgroups = 1;
   bool rows = false;
-  int registers() const { return rows ? 2 * rounds : rounds * nc / 2; }  // per thread
+  int warps = 0;  // > 0: the blocked layout over this many warps
+  bool blocked() const { return warps > 0; }
+  int registers() const {  // per thread
+    if (blocked()) return static_cast<int>(rows ? m / warps : m / warps * (n / 32));
+    return rows ? 2 * rounds : rounds * nc / 2;
+  }
   int64_t blocks_n() const { return n / nc; }
   int64_t blocks() const { return m / 64 * blocks_n(); }
   bool operator==(const FragmentLayout&) const = default;
@@ -276,6 +287,9 @@ struct EmitContext {
   // Arrays may live in registers in wgmma's layout (plan_fragments; CodegenOptions::register_tiles):
   // a gpu::kernel whose Pallas threads are whole warpgroups. Counts them (GeneratedKernel::register_tiles).
   bool register_tiles = false;
+  // And in the blocked layout (FragmentLayout::warps): a pallas_call's whole loads of blocks and
+  // the elementwise ops and row reductions on them.
+  bool blocked_tiles = false;
   int register_tile_budget = 192;  // (CodegenOptions::register_tile_budget)
   int* register_tile_count = nullptr;
   int* register_a_products = nullptr;  // wgmma taking a from registers (GeneratedKernel::register_a_products)
@@ -465,7 +479,8 @@ class Emitter {
   void emit_store_into_registers(const ir::Op& store, const AccumulatorRegisters& a);
   void emit_semaphore_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::Semaphore signal, wait, read
   // ---- Register tiles (emit_fragments.cpp). Chooses the array values of r kept in the group's
-  // registers in wgmma's layout (fragments_): a whole load of an ACC in registers, the reductions
+  // registers in wgmma's layout (fragments_): a whole load of an ACC in registers (in a
+  // pallas_call, the blocked layout's: a whole load of a block, an elementwise op), the reductions
   // of such a value's rows (a rows layout), elementwise ops of such values, and the carries of r's
   // loops whose bodies yield such values, where every use of the value reads it in that layout —
   // in r itself, by an elementwise op of its shape (whose loop then runs over the thread's
@@ -514,6 +529,14 @@ class Emitter {
   void open_fragment_loop(const FragmentLayout& l, bool pairs = false);
   void close_fragment_loop();
   void emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a);
+  // The blocked layout an (m, n) array of type t may take in a pallas_call (ctx_.blocked_tiles):
+  // rows a multiple of the group's warps, columns of 32, at most 128 words of registers a thread.
+  std::optional<FragmentLayout> blocked_layout(const ir::Type& t) const;
+  // A whole load of memory (a pallas_call's block) into a blocked register tile.
+  void emit_blocked_load(const ir::Op& load);
+  // `if (...) ` keeping the writes of a rows value to one of the lanes that hold it alike ("" for a
+  // tile: each element has one thread).
+  static std::string replica_guard(const FragmentLayout& l);
   // An elementwise op (or a store of value `stored`) whose loop reads register tiles.
   void emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& l, bool across);
   void emit_fragment_store(const ir::Op& store, const FragmentLayout& l, bool across);
@@ -521,6 +544,9 @@ class Emitter {
   // registers of each of its two rows per block, the quad by two shuffles; then a lane per quad
   // writes the tile out, or (into_registers) every lane its rows layout registers out.
   void emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
+  // The same in the blocked layout: each row's registers of the thread, then the warp by five
+  // shuffles; every lane has the row (into_registers), or its first lane writes it to out.
+  void emit_blocked_row_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
   // What a reduction (sum, max, min, prod) of a register tile of layout l computes in registers:
   // its rows (axes {1}: rows in registers, or a tile), its columns (axes {0}), its total (every
   // axis: a scalar), or None (the tile goes to the arena for it).

@@ -261,9 +261,9 @@ std::vector<Array> run_host_emulation(const TracedCall& call, const GeneratedKer
   // Every group gets the same number of host threads.
   const int groups = std::max(1, k.num_groups);
   const int per_cta = (std::max(1, threads) + groups - 1) / groups * groups;
-  if (k.register_tiles > 0 && per_cta != 128 * groups)
-    throw Error("host emulation: this gpu::kernel keeps arrays in registers in wgmma's layout (register tiles), "
-                "which takes 128 host threads per Pallas thread (" + std::to_string(128 * groups) + " a CTA), not " +
+  if (k.register_tiles > 0 && per_cta != k.threads_per_cta)
+    throw Error("host emulation: this kernel keeps arrays in registers laid out over its CTA's " +
+                std::to_string(k.threads_per_cta) + " threads (register tiles), which it takes as host threads, not " +
                 std::to_string(per_cta) + " (generate it with CodegenOptions::register_tiles = false for other counts)");
   if (k.host_ctas * per_cta > kMaxHostEmulationThreads)
     throw Error("host emulation runs " +

@@ -33,6 +33,8 @@ std::vector<Array> clone_all(const std::vector<Array>& a) {
 
 // Runs the call's traced kernel both ways and compares every output.
 // One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
+// A kernel with register tiles runs with the CTA's threads (their layout's), and also generated
+// without them with the thread counts given.
 void expect_same(const PallasCall& call, const std::vector<Array>& args, double rtol = 0, double atol = 0,
                  const gpu::CodegenOptions& opts = {}, const std::vector<int>& thread_counts = {1, 3}) {
   std::vector<ShapeDtype> sig;
@@ -40,16 +42,26 @@ void expect_same(const PallasCall& call, const std::vector<Array>& args, double 
   std::shared_ptr<const TracedCall> tc = call.trace(sig);
   const std::vector<int64_t> grid = tc->grid_mapping.grid;
   std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), grid, nullptr);
-  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
-  for (int threads : thread_counts) {
+  auto check = [&](const gpu::GeneratedKernel& k, int threads) {
     std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), grid, threads);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
       AllCloseResult r = allclose(got[i], want[i], rtol, atol);
-      EXPECT_TRUE(r.ok) << threads << " threads, output " << i << ": " << r.message << "\n"
+      EXPECT_TRUE(r.ok) << threads << " threads, " << k.register_tiles << " register tiles, output " << i << ": "
+                        << r.message << "\n"
                         << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
     }
+  };
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
+  if (k.register_tiles == 0) {
+    for (int threads : thread_counts) check(k, threads);
+    return;
   }
+  check(k, k.threads_per_cta);
+  gpu::CodegenOptions in_the_arena = opts;
+  in_the_arena.register_tiles = false;
+  const gpu::GeneratedKernel a = gpu::generate_cuda(*tc, grid, in_the_arena);
+  for (int threads : thread_counts) check(a, threads);
 }
 
 // For each `// load` comment of a generated unit, in order: whether the load was fused.
@@ -407,6 +419,102 @@ TEST(GpuCodegenOps, BroadcastsAndReshapesFuseIntoTheLoopsThatReadThem) {
       unfused += src.substr(at, src.find('\n', at) - at).find("(fused into its use)") == std::string::npos;
     EXPECT_EQ(unfused, std::string(op) == "// reshape" ? 1 : 0) << op;  // the exp's reshape
   }
+}
+
+// A pallas_call's values stay in registers in the blocked layout (a row per warp, a column per
+// lane): the block's load, the elementwise ops, the reductions of rows (shuffles of the warp, in
+// registers), rows broadcast along the rows, a rows value stored by one lane, a total. Two rows
+// per warp (16 rows, 8 warps) and two registers a row (64 columns). Checked against a softmax in
+// plain C++ and against the reference interpreter (expect_same: with register tiles on the CTA's
+// 256 threads, and without them).
+TEST(GpuCodegenOps, PallasCallBlocksStayInRegisters) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& rows, const pl::Ref& spread, const pl::Ref& total) {
+      pl::Value v = x[pl::all].astype(DType::F32);          // (16, 64): bf16's convert of a fused load
+      pl::Value m = pl::expand_dims(pl::max(v, {1}), {1});  // (16, 1) in registers
+      pl::Value e = pl::exp(v - m);
+      pl::Value s = pl::sum(e, {1});                        // (16)
+      o[pl::all] = (e / pl::expand_dims(s, {1})).astype(o.dtype());
+      rows[pl::all] = s * 2.0f + pl::min(v, {1});           // rows stored by a lane per warp
+      spread[pl::all] = pl::broadcast_to(m, {16, 64}) * 2.0f;  // rows broadcast, no tile read
+      total[pl::all] = pl::sum(v * v, {0, 1});              // every thread's registers, then the CTA
+    };
+    PallasCall call = pl::pallas_call(kernel,
+                                      {ShapeDtype({16, 64}, dt), ShapeDtype({16}, DType::F32), ShapeDtype({16, 64}, DType::F32),
+                                       ShapeDtype({}, DType::F32)},
+                                      opts({}, {}, {}));
+    const Array x = Array::random_normal({16, 64}, dt, 5);
+    expect_same(call, {x}, 2e-6, 1e-6);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    // v (or its convert), the max, m, e, s, the min, the square: no tile in the arena (the total's
+    // warps meet in a word each), and no barrier from the load to the first store.
+    EXPECT_EQ(k.register_tiles, 7);
+    const std::string body = k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+    const std::string point = body.substr(0, body.find("\n}\n"));
+    EXPECT_EQ(count_of(point, "float* v"), 0) << point;
+    const size_t load = point.find("// load"), store = point.find("// store");
+    EXPECT_EQ(count_of(point.substr(load, store - load), "pl_sync();"), 0) << point;
+    EXPECT_EQ(count_of(point, "pl_team_combine<false>(pl_r, 32"), 3) << point;  // max, sum, min
+    // The softmax against plain C++ (the emulation's registers computed it; bf16 rounds o).
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+    const std::vector<double> xs = x.to_doubles(), os = got[0].to_doubles(), rs = got[1].to_doubles();
+    for (int64_t r = 0; r < 16; ++r) {
+      double mx = -INFINITY, mn = INFINITY, sum = 0;
+      for (int64_t c = 0; c < 64; ++c) mx = std::max(mx, xs[r * 64 + c]), mn = std::min(mn, xs[r * 64 + c]);
+      for (int64_t c = 0; c < 64; ++c) sum += std::exp(xs[r * 64 + c] - mx);
+      for (int64_t c = 0; c < 64; ++c) {
+        const double want = std::exp(xs[r * 64 + c] - mx) / sum;
+        EXPECT_NEAR(os[r * 64 + c], want, want * (dt == DType::BF16 ? 4e-3 : 1e-5) + 1e-7) << r << ", " << c;
+      }
+      EXPECT_NEAR(rs[r], 2 * sum + mn, 1e-4 * sum) << r;
+    }
+    if (!gpu::Nvrtc::unavailable_reason().empty()) continue;
+    for (const char* arch : {"sm_90a", "sm_80"})
+      EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "blocked.cu", arch).is_cubin) << arch;
+  }
+}
+
+// Where a use cannot read the blocked layout (a reduction of columns, a transpose), the value is
+// a tile in the arena, written by the registers' layout where an op reading register tiles makes
+// it (then a barrier), and the rest stays in registers. Rows of 8 rows over 8 warps: one each; a
+// block of 24 rows (3 per warp) is not a multiple of 32 columns wide: the arena only.
+TEST(GpuCodegenOps, PallasCallBlocksLeaveRegistersForOtherUses) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& cols, const pl::Ref& t,
+                   const pl::Ref& z) {
+    pl::Value v = x[pl::all];                       // (8, 32) i32: a register tile
+    pl::Value w = v * 3 - pl::broadcast_to(pl::expand_dims(pl::max(v, {1}), {1}), {8, 32});
+    o[pl::all] = w + 1;                             // in registers
+    cols[pl::all] = pl::sum(w, {0});                // w's columns: w in the arena
+    t[pl::all] = pl::transpose(v + 1, {1, 0});      // (v + 1) read at other indices: a tile
+    pl::Value u = y[pl::all];                       // (24, 20): no blocked layout
+    z[pl::all] = u - pl::broadcast_to(pl::expand_dims(pl::min(u, {1}), {1}), {24, 20});
+  };
+  PallasCall call = pl::pallas_call(kernel,
+                                    {ShapeDtype({8, 32}, DType::I32), ShapeDtype({32}, DType::I32),
+                                     ShapeDtype({32, 8}, DType::I32), ShapeDtype({24, 20}, DType::I32)},
+                                    opts({}, {}, {}));
+  const Array x = Array::random_normal({8, 32}, DType::I32, 7, 0, 100);
+  const Array y = Array::random_normal({24, 20}, DType::I32, 8, 0, 100);
+  expect_same(call, {x, y}, 0, 0, {}, {1, 3});
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+  EXPECT_GE(k.register_tiles, 2);  // v, max(v)
+  // Independent of the interpreter: o = 3 x - rowmax + 1, cols its column sums minus 8, t.
+  const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, 256);
+  const std::vector<double> xs = x.to_doubles(), os = got[0].to_doubles(), cs = got[1].to_doubles(), ts = got[2].to_doubles();
+  std::vector<double> col(32, 0);
+  for (int64_t r = 0; r < 8; ++r) {
+    double mx = xs[r * 32];
+    for (int64_t c = 0; c < 32; ++c) mx = std::max(mx, xs[r * 32 + c]);
+    for (int64_t c = 0; c < 32; ++c) {
+      EXPECT_EQ(os[r * 32 + c], 3 * xs[r * 32 + c] - mx + 1);
+      EXPECT_EQ(ts[c * 8 + r], xs[r * 32 + c] + 1);
+      col[c] += 3 * xs[r * 32 + c] - mx;
+    }
+  }
+  for (int64_t c = 0; c < 32; ++c) EXPECT_EQ(cs[c], col[c]) << c;
 }
 
 TEST(GpuCodegenOps, ShapeOps) {

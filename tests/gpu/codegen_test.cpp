@@ -71,16 +71,22 @@ TEST(GpuCodegen, EveryGpuExampleRunsUnderHostEmulation) {
       ex::Problem& p = *maybe;
       SCOPED_TRACE(name + " " + std::string(dtype_name(dt)));
       std::shared_ptr<const TracedCall> tc = p.call.trace(p.arg_shapes());
-      gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
       std::vector<Array> inputs;
       for (const Array& a : p.inputs) inputs.push_back(a.clone());
       std::vector<Array> expected = p.reference(inputs);
-      // Four threads per CTA: the barriers the emitter placed are exercised too (register tiles
-      // take whole warpgroups).
-      const int threads = k.register_tiles > 0 ? 128 * std::max(1, k.num_groups) : 4;
-      std::vector<Array> outs = gpu::run_host_emulation(*tc, k, inputs, static_grid(*tc), threads);
-      ex::Outcome o = ex::compare(p, inputs, outs, expected);
-      EXPECT_TRUE(o.ok) << o.message;
+      // Four threads per CTA: the barriers the emitter placed are exercised too. Register tiles
+      // take the CTA's threads (their layout's): then the kernel without them runs too.
+      auto check = [&](const gpu::GeneratedKernel& k) {
+        const int threads = k.register_tiles > 0 ? k.threads_per_cta : 4;
+        std::vector<Array> args;  // (a copy each run: `inplace` writes its input)
+        for (const Array& a : inputs) args.push_back(a.clone());
+        std::vector<Array> outs = gpu::run_host_emulation(*tc, k, args, static_grid(*tc), threads);
+        ex::Outcome o = ex::compare(p, args, outs, expected);
+        EXPECT_TRUE(o.ok) << k.register_tiles << " register tiles: " << o.message;
+      };
+      const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+      check(k);
+      if (k.register_tiles > 0) check(gpu::generate_cuda(*tc, static_grid(*tc), {.register_tiles = false}));
     }
   }
 }
