@@ -42,7 +42,7 @@ bool row_reduction(OpCode c) {
 
 std::optional<FragmentLayout> rows_of(const FragmentLayout& t) {
   if (t.blocked()) {
-    if (t.rows) return std::nullopt;
+    if (t.rows || t.cols) return std::nullopt;
     FragmentLayout r = t;
     r.n = 1;
     r.rows = true;
@@ -53,7 +53,16 @@ std::optional<FragmentLayout> rows_of(const FragmentLayout& t) {
   return r;
 }
 
+std::optional<FragmentLayout> cols_of(const FragmentLayout& t) {
+  if (!t.blocked() || t.rows || t.cols) return std::nullopt;
+  FragmentLayout c = t;
+  c.m = 1;
+  c.cols = true;
+  return c;
+}
+
 bool fits_layout(const FragmentLayout& l, const Shape& s) {
+  if (l.cols) return s == Shape{l.n} || s == Shape{1, l.n};
   return l.rows ? s == Shape{l.m} || s == Shape{l.m, 1} : s == Shape{l.m, l.n};
 }
 
@@ -76,17 +85,19 @@ void Emitter::fragment_read(ValueId v, const std::function<const FragmentLayout*
   }
   const ir::Op& p = *it->second;
   if (p.code == OpCode::Load || p.code == OpCode::Constant) return;  // memory at the element's index
-  // A rows value seen through reshapes between (m) and (m, 1): the same element at the same index.
-  auto rows_through_reshapes = [&](ValueId x) -> const FragmentLayout* {
+  // A rows value seen through reshapes between (m) and (m, 1), or a columns value between (n) and
+  // (1, n): the same element at the same index.
+  auto line_through_reshapes = [&](ValueId x) -> const FragmentLayout* {
     for (;;) {
-      if (const FragmentLayout* l = layout_of(x)) return l->rows && fits_layout(*l, type(x).shape) ? l : nullptr;
+      if (const FragmentLayout* l = layout_of(x))
+        return (l->rows || l->cols) && fits_layout(*l, type(x).shape) ? l : nullptr;
       const auto f = fused_producers_.find(x);
       if (f == fused_producers_.end() || !reshapes(f->second->code)) return nullptr;
       x = f->second->operands[0];
     }
   };
   if (reshapes(p.code)) {
-    if (const FragmentLayout* r = rows_through_reshapes(p.operands[0]); r && fits_layout(*r, type(v).shape))
+    if (const FragmentLayout* r = line_through_reshapes(p.operands[0]); r && fits_layout(*r, type(v).shape))
       return reads.add_layout(*r);
   }
   if (p.code == OpCode::BroadcastInDim) {
@@ -97,9 +108,18 @@ void Emitter::fragment_read(ValueId v, const std::function<const FragmentLayout*
     const Shape& rs = type(v).shape;
     const ir::Ints& dims = p.attrs.get_ints(ir::AttrKey::Dims);
     const bool along_rows = rs.size() == 2 && !dims.empty() && dims[0] == 0 && (xs.size() == 1 || (xs.size() == 2 && xs[1] == 1));
-    if (const FragmentLayout* r = rows_through_reshapes(x); r && along_rows && rs[0] == r->m) {
+    const FragmentLayout* r = line_through_reshapes(x);
+    if (r && r->rows && along_rows && rs[0] == r->m) {
       if (reads.rows && !(*reads.rows == *r)) reads.conflict = true;
       reads.rows = *r;
+      return;
+    }
+    // A columns value along the columns of a blocked tile: its register of the element's column.
+    const bool along_cols = rs.size() == 2 && ((xs.size() == 1 && dims == ir::Ints{1}) ||
+                                               (xs.size() == 2 && xs[0] == 1 && dims == ir::Ints{0, 1}));
+    if (r && r->cols && along_cols && rs[1] == r->n) {
+      if (reads.cols && !(*reads.cols == *r)) reads.conflict = true;
+      reads.cols = *r;
       return;
     }
   }
@@ -108,7 +128,7 @@ void Emitter::fragment_read(ValueId v, const std::function<const FragmentLayout*
     reads.across = true;
     FragmentReads under;
     fragment_read(p.operands[0], layout_of, under);
-    if (under.layout || under.rows) reads.conflict = true;
+    if (under.layout || under.rows || under.cols) reads.conflict = true;
     return;
   }
   for (ValueId o : p.operands) fragment_read(o, layout_of, reads);
@@ -120,19 +140,20 @@ Emitter::FragmentReads Emitter::fragment_reads(const ir::Op& op, size_t first,
   FragmentReads reads;
   if (loop) reads.add_layout(*loop);
   for (size_t i = first; i < op.operands.size(); ++i) fragment_read(op.operands[i], layout_of, reads);
-  if (reads.rows && !reads.layout) {
+  if ((reads.rows || reads.cols) && !reads.layout) {
     // Rows broadcast along an (m, n) value that reads no register tile: its loop runs in a tile
     // layout of those rows (one block of n columns per row band; the blocked layout of those
     // rows), the compiler's choice.
     const ir::Type& t = type(op.code == OpCode::Store ? op.operands.back() : op.results.at(0));
     const Shape& shape = t.shape;
-    if (reads.rows->blocked()) {
-      if (const std::optional<FragmentLayout> b = blocked_layout(t); b && rows_of(*b) == reads.rows) reads.layout = b;
+    if (!reads.rows || reads.rows->blocked()) {
+      if (const std::optional<FragmentLayout> b = blocked_layout(t)) reads.layout = b;  // (checked below)
     } else if (shape.size() == 2 && shape[0] == reads.rows->m && shape[1] % 8 == 0 && shape[1] <= 256 &&
         reads.rows->rounds * shape[1] / 2 <= 128)  // (registers per thread: as an ACC's at most)
       reads.layout = FragmentLayout{reads.rows->m, shape[1], static_cast<int>(shape[1]), reads.rows->rounds, reads.rows->warpgroups};
   }
   if (reads.rows && (!reads.layout || rows_of(*reads.layout) != reads.rows)) reads.conflict = true;
+  if (reads.cols && (!reads.layout || cols_of(*reads.layout) != reads.cols)) reads.conflict = true;
   return reads;
 }
 
@@ -153,7 +174,7 @@ std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& 
   if (!loop) return reads.layout;
   // In the given loop only where it reads register tiles.
   const FragmentReads own = fragment_reads(op, store ? 1 : 0, layout_of);
-  return own.layout || own.rows ? reads.layout : std::nullopt;
+  return own.layout || own.rows || own.cols ? reads.layout : std::nullopt;
 }
 
 void Emitter::plan_fragments(const ir::Region& r, const std::function<const AccumulatorRegisters*(ValueId)>& acc_of) {
@@ -192,12 +213,13 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       continue;
     const AccumulatorRegisters* a = acc_of(op.operands[0]);
     const Shape& shape = type(op.operands[0]).shape;
-    if (shape.size() != 2 || !whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape)) continue;
+    if (!whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape)) continue;
     if (!a) {
       if (const std::optional<FragmentLayout> b = ctx_.blocked_tiles ? blocked_layout(type(op.results[0])) : std::nullopt)
         roots[op.results[0]] = *b;
       continue;
     }
+    if (shape.size() != 2) continue;
     const FragmentLayout l = acc_layout(*a);
     if (l.rounds * warpgroups >= l.blocks() && type(op.results[0]).shape == Shape{a->m, a->n}) roots[op.results[0]] = l;
   }
@@ -292,6 +314,42 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     }
     return true;
   };
+  // A columns value is the same in every warp: worth its registers where a tile's loop reads it
+  // (a broadcast along its columns: layer_norm's gamma), directly or through columns values made
+  // of it, or where a tile's column reduction made it. Alone (a 1-D block's values) every warp
+  // would compute all of it: the arena's loops share the work instead.
+  auto drop_unanchored_columns = [&] {
+    std::set<ValueId> anchored;
+    // The columns values an element of v reads (through fused ops).
+    std::function<void(ValueId, std::set<ValueId>&)> cols_read = [&](ValueId v, std::set<ValueId>& out) {
+      if (const FragmentLayout* l = layout_of(v); l && l->cols) out.insert(v);
+      if (layout_of(v)) return;
+      const auto f = fused_producers_.find(v);
+      if (f != fused_producers_.end())
+        for (ValueId o : f->second->operands) cols_read(o, out);
+    };
+    for (size_t i = r.ops.size(); i-- > 0;) {
+      const ir::Op& op = r.ops[i];
+      if (op.results.size() == 1 && fused(op)) continue;  // (read where its user's loop runs)
+      const FragmentLayout* made = op.results.size() == 1 ? layout_of(op.results[0]) : nullptr;
+      if (made && made->cols && (row_reduction(op.code) || anchored.count(op.results[0]) == 0)) {
+        if (row_reduction(op.code)) anchored.insert(op.results[0]);  // (a tile's columns)
+        continue;  // (an unanchored columns value anchors nothing)
+      }
+      // (A loop of a tile: the op's result's, or a store's.)
+      const auto tile = [](const std::optional<FragmentLayout>& l) { return l && !l->rows && !l->cols; };
+      const bool tile_loop = made ? made->cols || tile(*made)
+                                  : whole_value_store(op) && tile(fragment_reads(op, 1, layout_of).layout);
+      if (!tile_loop) continue;
+      std::set<ValueId> read;
+      for (ValueId o : op.operands) cols_read(o, read);
+      anchored.insert(read.begin(), read.end());
+    }
+    bool dropped = false;
+    for (const auto& [v, l] : chosen)
+      if (l.cols && !anchored.count(v)) banned.insert(v), dropped = true;
+    return dropped;
+  };
   // Grow the register tiles from the roots through the elementwise ops and row reductions, drop
   // those with a use that reads them otherwise, and again until none drops (a dropped value may
   // have made its users register tiles); then drop the loop carries whose results or bodies do
@@ -318,14 +376,16 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           if (fused(op) || op.code == OpCode::Constant) continue;
           if (row_reduction(op.code) && op.operands.size() == 1) {
             const FragmentLayout* x = layout_of(op.operands[0]);
-            if (x && fragment_reduction_kind(op, *x) == FragmentReduction::Rows) chosen[res] = *rows_of(*x);
+            const FragmentReduction kind = x ? fragment_reduction_kind(op, *x) : FragmentReduction::None;
+            if (kind == FragmentReduction::Rows) chosen[res] = *rows_of(*x);
+            if (kind == FragmentReduction::Columns && x->blocked()) chosen[res] = *cols_of(*x);
             continue;
           }
           if (!is_elementwise(op)) continue;
           const FragmentReads reads = fragment_reads(op, 0, layout_of);
           if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) {
             chosen[res] = *reads.layout;
-          } else if (!reads.layout && !reads.rows && ctx_.blocked_tiles) {
+          } else if (!reads.layout && !reads.rows && !reads.cols && ctx_.blocked_tiles) {
             // (In a pallas_call an elementwise op of memory, constants and arena tiles starts a
             // blocked tile too: `x[...].astype(f32)`, its load fused into it.)
             if (const std::optional<FragmentLayout> b = blocked_layout(type(res))) chosen[res] = *b;
@@ -334,6 +394,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
         bool dropped = false;
         for (const auto& [v, l] : chosen)
           if (!uses_fit(v, l)) banned.insert(v), dropped = true;
+        if (!dropped) dropped = drop_unanchored_columns();
         if (!dropped) break;
       }
       bool dropped = false;
@@ -405,9 +466,12 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
     return g > 0 && g <= 1024 && (g & (g - 1)) == 0 ? FragmentReduction::Total : FragmentReduction::None;
   }
   if (l.blocked()) {
-    // A blocked tile's rows lie each with one warp; its columns across warps (the arena's then).
-    return !l.rows && axes == ir::Ints{1} && fits_layout(*rows_of(l), shape) ? FragmentReduction::Rows
-                                                                           : FragmentReduction::None;
+    // A blocked tile's rows lie each with one warp (shuffles); its columns across the warps (their
+    // partial results meet in the arena).
+    if (l.rows || l.cols) return FragmentReduction::None;
+    if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
+    if (axes == ir::Ints{0} && fits_layout(*cols_of(l), shape)) return FragmentReduction::Columns;
+    return FragmentReduction::None;
   }
   if (l.rows || !whole_rows) return FragmentReduction::None;
   if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
@@ -473,16 +537,17 @@ void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   if (l.blocked()) {
     PALLAS_INTERNAL_CHECK(!pairs, "gpu emitter: pairs of a blocked register tile");
     // pl_q: the thread's row band (its row pl_q x warps + warp); pl_i: its column of 32 in it.
-    const int64_t per_row = l.rows ? 1 : l.n / 32;
+    const int64_t bands = l.cols ? 1 : l.m / l.warps, per_row = l.rows ? 1 : l.n / 32;
     const std::string row = "(pl_q * " + std::to_string(l.warps) + " + (pl_tid() >> 5))";
+    const std::string column = "pl_i * 32 + (pl_tid() & 31)";
     line("#pragma unroll");
-    line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.warps) + "; ++pl_q) {");
+    line("for (int pl_q = 0; pl_q < " + std::to_string(bands) + "; ++pl_q) {");
     ++indent_;
     line("#pragma unroll");
     line("for (int pl_i = 0; pl_i < " + std::to_string(per_row) + "; ++pl_i) {");
     ++indent_;
     line("const int pl_k = pl_q * " + std::to_string(per_row) + " + pl_i;");
-    line("const pl_i64 e = " + (l.rows ? row : row + " * " + std::to_string(l.n) + " + pl_i * 32 + (pl_tid() & 31)") + ";");
+    line("const pl_i64 e = " + (l.rows ? row : l.cols ? column : row + " * " + std::to_string(l.n) + " + " + column) + ";");
     fragment_loop_ = l;
     return;
   }
@@ -525,6 +590,7 @@ std::string Emitter::rows_register(const FragmentLayout& l) {
 }
 
 std::string Emitter::replica_guard(const FragmentLayout& l) {
+  if (l.cols) return "if ((pl_tid() >> 5) == 0) ";  // (every warp holds them: the first writes)
   if (!l.rows) return "";
   return l.blocked() ? "if ((pl_tid() & 31) == 0) " : "if ((pl_tid() & 3) == 0) ";
 }
@@ -582,27 +648,27 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
 
 std::optional<FragmentLayout> Emitter::blocked_layout(const ir::Type& t) const {
   const int threads = ctx_.group_threads;
-  if (!ctx_.blocked_tiles || threads <= 0 || threads % 32 != 0 || t.shape.size() != 2) return std::nullopt;
-  const int warps = threads / 32;
-  const int64_t m = t.shape[0], n = t.shape[1];
-  // (128 words: as many as an ACC's registers at most; the register budget counts them too.)
-  if (m <= 0 || n <= 0 || m % warps != 0 || n % 32 != 0 || m / warps * (n / 32) * itemsize(t.dtype) > 4 * 128)
-    return std::nullopt;
+  if (!ctx_.blocked_tiles || threads <= 0 || threads % 32 != 0 || t.shape.empty() || t.shape.size() > 2) return std::nullopt;
   FragmentLayout l;
-  l.m = m;
-  l.n = n;
-  l.warps = warps;
+  l.warps = threads / 32;
+  l.cols = t.shape.size() == 1;  // (an (n) array: its columns, in every warp)
+  l.m = l.cols ? 1 : t.shape[0];
+  l.n = t.shape.back();
+  // (128 words: as many as an ACC's registers at most; the register budget counts them too.)
+  if (l.m <= 0 || l.n <= 0 || (!l.cols && l.m % l.warps != 0) || l.n % 32 != 0 ||
+      (l.cols ? 1 : l.m / l.warps) * (l.n / 32) * itemsize(t.dtype) > 4 * 128)
+    return std::nullopt;
   return l;
 }
 
 void Emitter::emit_blocked_load(const ir::Op& load) {
   const FragmentLayout& l = fragments_.at(load.results[0]);
   const std::string regs = define_fragment(load.results[0], l);
-  before_mem_read();
+  before_mem_read(load.operands[0]);
   open_fragment_loop(l);
   line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
   close_fragment_loop();
-  after_mem_read();
+  after_mem_read(load.operands[0]);
 }
 
 void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& l, bool across) {
@@ -624,7 +690,7 @@ void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& 
 }
 
 void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, bool across) {
-  before_mem_write();
+  before_mem_write(store.operands[0]);
   if (across) before_cross_read();
   const RefInfo v = view(store, info(store.operands[0]).ref, store.attrs.get_indexer(ir::AttrKey::Index));
   if (!l.rows && !l.blocked() && v.swizzled.empty() && !v.strides.empty() && v.strides.back() == 1 && itemsize(v.dtype) <= 4) {
@@ -648,8 +714,8 @@ void Emitter::emit_fragment_store(const ir::Op& store, const FragmentLayout& l, 
     close_fragment_loop();
   }
   if (!v.swizzled.empty()) line("pl_fence_proxy_async();");  // (wgmma reads it through the async proxy)
-  after_mem_write();
-  after_mem_read();
+  after_mem_write(store.operands[0]);
+  after_mem_read(store.operands[0]);
 }
 
 void Emitter::emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t,
@@ -734,6 +800,47 @@ void Emitter::emit_blocked_row_reduction(const ir::Op& op, const std::string& ou
   line("}");
 }
 
+void Emitter::emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t,
+                                            bool into_registers) {
+  const ValueInfo& x = info(op.operands[0]);
+  const FragmentLayout& l = x.frag;
+  const std::string A = t.acc_type, n = std::to_string(l.n), per_row = std::to_string(l.n / 32);
+  const int64_t bytes = l.warps * l.n * t.acc_bytes, offset = ctx_.arena->alloc(bytes);
+  const std::string scratch = fresh("cols");
+  line("{");
+  ++indent_;
+  line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+  line(A + "* " + scratch + " = (" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
+  // The thread's rows of each of its columns, then a row of partial results per warp.
+  line("#pragma unroll");
+  line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
+  ++indent_;
+  line(A + " pl_c = " + t.identity + ";");
+  line("#pragma unroll");
+  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.warps) + "; ++pl_q) pl_c = pl_comb(pl_c, " +
+       t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
+  line(scratch + "[(pl_tid() >> 5) * " + n + " + pl_i * 32 + (pl_tid() & 31)] = pl_c;");
+  --indent_;
+  line("}");
+  after_tile_write();
+  barrier();
+  // Every warp's lanes combine the warps' rows of their columns (into registers), or the first
+  // warp's write the result.
+  line("#pragma unroll");
+  line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
+  ++indent_;
+  line(A + " pl_c = " + t.identity + ";");
+  line("for (int pl_w = 0; pl_w < " + std::to_string(l.warps) + "; ++pl_w) pl_c = pl_comb(pl_c, " + scratch + "[pl_w * " + n +
+       " + pl_i * 32 + (pl_tid() & 31)]);");
+  if (into_registers) line(out + "[pl_i] = " + t.result("pl_c") + ";");
+  else line("if ((pl_tid() >> 5) == 0) " + out + "[pl_i * 32 + (pl_tid() & 31)] = " + t.result("pl_c") + ";");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+  ctx_.arena->release(offset, bytes);
+}
+
 void Emitter::emit_fragment_total(const ir::Op& op, const TeamReduction& t) {
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
@@ -741,7 +848,8 @@ void Emitter::emit_fragment_total(const ir::Op& op, const TeamReduction& t) {
   line("auto " + comb + " = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
   line(A + " " + total + " = " + t.identity + ";");
   open_fragment_loop(l);
-  // (A rows value is the same in a quad's four lanes, or a warp's: the first counts it.)
+  // (A rows value is the same in a quad's four lanes, or a warp's, a columns value in every warp:
+  // the first counts it.)
   line(replica_guard(l) + total + " = " + comb + "(" + total + ", " +
        t.element(x.name + "[pl_k]", "") + ");");
   close_fragment_loop();

@@ -447,13 +447,17 @@ void Emitter::emit_pure(const ir::Op& op) {
         const FragmentReduction kind = fragment_reduction_kind(op, info(op.operands[0]).frag);
         PALLAS_INTERNAL_CHECK(kind != FragmentReduction::None, "gpu emitter: a reduction of a register tile it cannot take");
         if (kind == FragmentReduction::Total) return emit_fragment_total(op, t);
+        const bool blocked = info(op.operands[0]).frag.blocked();
         if (kind == FragmentReduction::Columns) {
+          if (const auto it = fragments_.find(res); it != fragments_.end())  // into the columns layout
+            return emit_blocked_column_reduction(op, define_fragment(res, it->second), t, /*into_registers=*/true);
           out = begin_result(res);
-          emit_fragment_column_reduction(op, out, t);
+          if (blocked) emit_blocked_column_reduction(op, out, t, /*into_registers=*/false);
+          else emit_fragment_column_reduction(op, out, t);
           end_result(res);
+          if (blocked) barrier();  // (the first warp wrote the tile)
           return;
         }
-        const bool blocked = info(op.operands[0]).frag.blocked();
         if (const auto it = fragments_.find(res); it != fragments_.end()) {  // into registers: the quad's (warp's) own
           const std::string regs = define_fragment(res, it->second);
           if (blocked) emit_blocked_row_reduction(op, regs, t, /*into_registers=*/true);

@@ -240,6 +240,11 @@ std::string Emitter::at(ValueId v, const std::string& flat) const {
     // Only a loop over the registers of its layout reads it, each element at its own index; a rows
     // value also a loop of its tile, at the element's row (a broadcast: plan_fragments).
     PALLAS_INTERNAL_CHECK(fragment_loop_, "gpu emitter: register tile %" + std::to_string(v) + " read outside its layout's loop");
+    if (i.frag.cols && !fragment_loop_->cols) {
+      PALLAS_INTERNAL_CHECK(cols_of(*fragment_loop_) == i.frag,
+                            "gpu emitter: columns %" + std::to_string(v) + " read in a loop of another tile");
+      return i.name + "[pl_i]";  // (the loop's column of 32: open_fragment_loop)
+    }
     if (i.frag.rows && !fragment_loop_->rows) {
       PALLAS_INTERNAL_CHECK(rows_of(*fragment_loop_) == i.frag,
                             "gpu emitter: rows %" + std::to_string(v) + " read in a loop of another tile");
@@ -306,6 +311,8 @@ void Emitter::else_block() {
   // The else branch starts where the if branch did: just after the caller's barrier.
   just_synced_ = true;
   tile_written_ = mem_written_ = mem_read_ = false;
+  groups_read_.clear();
+  groups_written_.clear();
 }
 
 void Emitter::close_loop() {
@@ -336,6 +343,8 @@ void Emitter::barrier() {
   if (!just_synced_) line("pl_sync();");
   just_synced_ = true;
   tile_written_ = mem_written_ = mem_read_ = false;
+  groups_read_.clear();
+  groups_written_.clear();
   if (conditional_depth_ == 0) ctx_.arena->on_barrier();
 }
 
@@ -343,10 +352,39 @@ void Emitter::before_cross_read() {
   if (tile_written_) barrier();
 }
 void Emitter::before_mem_read() {
+  fold_memory_groups();
   if (mem_written_ || tile_written_) barrier();
 }
 void Emitter::before_mem_write() {
+  fold_memory_groups();
   if (mem_written_ || mem_read_) barrier();
+}
+void Emitter::fold_memory_groups() {
+  mem_read_ = mem_read_ || !groups_read_.empty();
+  mem_written_ = mem_written_ || !groups_written_.empty();
+  groups_read_.clear();
+  groups_written_.clear();
+}
+void Emitter::before_mem_read(ValueId ref) {
+  const auto g = memory_group_.find(ref);
+  if (g == memory_group_.end()) return before_mem_read();
+  // (No tile is such memory: the arena's slots are not scratch or blocks.)
+  if (mem_written_ || groups_written_.count(g->second)) barrier();
+}
+void Emitter::before_mem_write(ValueId ref) {
+  const auto g = memory_group_.find(ref);
+  if (g == memory_group_.end()) return before_mem_write();
+  if (mem_written_ || mem_read_ || groups_written_.count(g->second) || groups_read_.count(g->second)) barrier();
+}
+void Emitter::after_mem_read(ValueId ref) {
+  const auto g = memory_group_.find(ref);
+  if (g == memory_group_.end()) return after_mem_read();
+  groups_read_.insert(g->second);
+}
+void Emitter::after_mem_write(ValueId ref) {
+  const auto g = memory_group_.find(ref);
+  if (g == memory_group_.end()) return after_mem_write();
+  groups_written_.insert(g->second);
 }
 
 // ---- Liveness: a tile's slot is released after the last op (of its own region) that uses it,
@@ -692,8 +730,8 @@ void Emitter::emit_fused(const ir::Op& op) {
     // orders that read itself.
     fused.ref = info(op.operands[0]).ref;
   } else if (op.code == OpCode::Load) {
-    before_mem_read();  // what other threads wrote before is visible to the user's loop
-    fused_reads_pending_ = true;
+    before_mem_read(op.operands[0]);  // what other threads wrote before is visible to the user's loop
+    fused_read_refs_.push_back(op.operands[0]);
     fused.ref = view(op, info(op.operands[0]).ref, op.attrs.get_indexer(ir::AttrKey::Index));
   }
   values_[static_cast<size_t>(op.results[0])] = std::move(fused);
@@ -737,17 +775,23 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
       emit_op(op);
       if (!op.regions.empty()) bulk_fenced_ = false;  // (a branch may not have run, or fenced)
       // The loop that read a fused load's memory has run.
-      if (fused_reads_pending_) after_mem_read();
-      fused_reads_pending_ = false;
+      for (ValueId ref : fused_read_refs_) after_mem_read(ref);
+      fused_read_refs_.clear();
     }
     release_dead(op);
   }
+  // (What the region's ops accessed, as plain pending accesses for the code around it: a branch,
+  // a loop's body.)
+  fold_memory_groups();
   return yielded;
 }
 
 void Emitter::emit_op(const ir::Op& op) {
   line("// " + std::string(op.info().name) + (op.loc.file.empty() ? "" : "  " + op.loc.to_string()));
   const uint32_t cat = op.info().categories;
+  const bool plain = op.code == OpCode::Load || op.code == OpCode::Store ||
+                     (cat & (ir::kMemRead | ir::kMemWrite | ir::kControl | ir::kSideEffect)) == 0;
+  if (!plain || !op.regions.empty()) fold_memory_groups();
   switch (op.code) {
     case OpCode::AxisIndex: {
       // A named grid axis (gpu::kernel's mesh axes, a pallas_call's grid names): its program id.

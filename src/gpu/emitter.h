@@ -177,16 +177,18 @@ struct RefInfo {
 // tiles, whose CTAs are eight warps of one program): row r of the m x n array lies with warp
 // r % warps, column c with lane c % 32, and register j = (r / warps) x (n / 32) + c / 32 of the
 // thread holds the element — a warp's loads and stores are consecutive words. Its rows (an (m) or
-// (m, 1) array): register r / warps of every lane of warp r % warps. nc, rounds and warpgroups
-// are unused.
+// (m, 1) array): register r / warps of every lane of warp r % warps. Its columns (`cols`: an (n) or
+// (1, n) array, m 1): register c / 32 of lane c % 32 of every warp. nc, rounds and warpgroups are
+// unused.
 struct FragmentLayout {
   int64_t m = 0, n = 0;
   int nc = 0, rounds = 0, warpgroups = 1;
   bool rows = false;
   int warps = 0;  // > 0: the blocked layout over this many warps
+  bool cols = false;
   bool blocked() const { return warps > 0; }
   int registers() const {  // per thread
-    if (blocked()) return static_cast<int>(rows ? m / warps : m / warps * (n / 32));
+    if (blocked()) return static_cast<int>(rows ? m / warps : cols ? n / 32 : m / warps * (n / 32));
     return rows ? 2 * rounds : rounds * nc / 2;
   }
   int64_t blocks_n() const { return n / nc; }
@@ -196,6 +198,8 @@ struct FragmentLayout {
 // The rows layout of tile t's rows, where a thread's registers of a row band hold whole rows of it
 // (one warpgroup, or a block per band); nullopt elsewhere.
 std::optional<FragmentLayout> rows_of(const FragmentLayout& t);
+// The columns layout of a blocked tile t (each lane's registers of its columns); nullopt elsewhere.
+std::optional<FragmentLayout> cols_of(const FragmentLayout& t);
 // Whether a register tile of shape `s` can have layout l.
 bool fits_layout(const FragmentLayout& l, const Shape& s);
 
@@ -392,13 +396,28 @@ class Emitter {
   void before_cross_read();
   void before_mem_read();
   void before_mem_write();
+  // The same for a register tile's loop reading or writing the whole of ref (a pallas_call's
+  // block, a scratch buffer): memory of a group of its own (set_memory_group) orders only after
+  // the accesses to that group since the last barrier (a softmax's store after its block's load
+  // needs none), others as above.
+  void before_mem_read(ir::ValueId ref);
+  void before_mem_write(ir::ValueId ref);
+  void after_mem_read(ir::ValueId ref);
+  void after_mem_write(ir::ValueId ref);
+  // Makes the accesses of known groups plain pending memory accesses (the flags above), for code
+  // that reads those: every op but plain loads, stores and ops without memory effects or regions
+  // (emit_op).
+  void fold_memory_groups();
   // What the next barrier must order (tile and memory writes, memory reads). A branch that only
   // some paths take (the memory path beside an ACC's registers) may sync on its own: after it,
   // restore_pending(saved) keeps what was pending before it, which the other paths did not sync.
   struct PendingSyncs {
     bool tile_written = false, mem_written = false, mem_read = false;
   };
-  PendingSyncs pending_syncs() const { return {tile_written_, mem_written_, mem_read_}; }
+  PendingSyncs pending_syncs() {
+    fold_memory_groups();
+    return {tile_written_, mem_written_, mem_read_};
+  }
   void restore_pending(const PendingSyncs& p) {
     tile_written_ = tile_written_ || p.tile_written;
     mem_written_ = mem_written_ || p.mem_written;
@@ -492,6 +511,7 @@ class Emitter {
   struct FragmentReads {
     std::optional<FragmentLayout> layout;  // the tiles read at the element's own index
     std::optional<FragmentLayout> rows;    // a rows value read through a broadcast along the rows
+    std::optional<FragmentLayout> cols;    // a columns value read through a broadcast along the columns
     bool conflict = false;  // two layouts, a register tile read at other indices, rows of no tile
     bool across = false;    // also reads a tile or broadcast (elements other threads wrote)
     void add_layout(const FragmentLayout& l);
@@ -530,7 +550,8 @@ class Emitter {
   void close_fragment_loop();
   void emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a);
   // The blocked layout an (m, n) array of type t may take in a pallas_call (ctx_.blocked_tiles):
-  // rows a multiple of the group's warps, columns of 32, at most 128 words of registers a thread.
+  // rows a multiple of the group's warps, columns of 32, at most 128 words of registers a thread;
+  // an (n) array's: the columns layout.
   std::optional<FragmentLayout> blocked_layout(const ir::Type& t) const;
   // A whole load of memory (a pallas_call's block) into a blocked register tile.
   void emit_blocked_load(const ir::Op& load);
@@ -547,6 +568,10 @@ class Emitter {
   // The same in the blocked layout: each row's registers of the thread, then the warp by five
   // shuffles; every lane has the row (into_registers), or its first lane writes it to out.
   void emit_blocked_row_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
+  // A blocked tile's columns: each thread's rows of its columns, the warps' partial results through
+  // the arena; every warp's lanes then hold their columns (into_registers: the columns layout), or
+  // the first warp writes them to out.
+  void emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
   // What a reduction (sum, max, min, prod) of a register tile of layout l computes in registers:
   // its rows (axes {1}: rows in registers, or a tile), its columns (axes {0}), its total (every
   // axis: a scalar), or None (the tile goes to the arena for it).
@@ -639,8 +664,9 @@ class Emitter {
   // The group fenced its accesses and synced for a bulk copy, and no op since has accessed
   // memory (emit_region): the next bulk copy needs neither again.
   bool bulk_fenced_ = false;
-  bool fused_reads_pending_ = false;  // a fused load's memory is read by the next emitted loop
+  std::vector<ir::ValueId> fused_read_refs_;  // fused loads' memory, read by the next emitted loop
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
+  std::set<int> groups_read_, groups_written_;  // memory groups accessed since the last barrier
   int conditional_depth_ = 0;
   bool just_synced_ = false;  // the last line emitted is a barrier  // inside a loop body or a branch that may not run
 };

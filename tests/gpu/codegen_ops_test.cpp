@@ -476,17 +476,74 @@ TEST(GpuCodegenOps, PallasCallBlocksStayInRegisters) {
   }
 }
 
-// Where a use cannot read the blocked layout (a reduction of columns, a transpose), the value is
-// a tile in the arena, written by the registers' layout where an op reading register tiles makes
-// it (then a barrier), and the rest stays in registers. Rows of 8 rows over 8 warps: one each; a
-// block of 24 rows (3 per warp) is not a multiple of 32 columns wide: the arena only.
+// Columns in registers too (the blocked layout's columns layout: lane c % 32 of every warp holds
+// column c): an (n) block's load (layer_norm's gamma), elementwise ops on it, its broadcast along
+// a tile's columns, a reduction of a tile's columns (each thread's rows, the warps' partials
+// through the arena) into registers or, for a use reading it otherwise, into a tile, and a total.
+TEST(GpuCodegenOps, PallasCallColumnsStayInRegisters) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& g, const pl::Ref& o, const pl::Ref& sums, const pl::Ref& grid,
+                   const pl::Ref& total) {
+    pl::Value v = x[pl::all];                                     // (16, 64)
+    pl::Value gv = g[pl::all];                                    // (64): columns
+    pl::Value y = v * pl::broadcast_to(gv, {16, 64}) + pl::broadcast_to(gv * 2.0f, {16, 64});
+    pl::Value s = pl::sum(y, {0});                                // (64): columns, in registers
+    o[pl::all] = y - pl::broadcast_to(pl::expand_dims(s * (1.0f / 16), {0}), {16, 64});
+    sums[pl::all] = s;                                            // the first warp stores it
+    grid[pl::all] = pl::reshape(pl::max(v, {0}), {8, 8});         // another index: a tile
+    total[pl::all] = pl::sum(gv, {0});                            // every warp has it: one counts
+  };
+  PallasCall call = pl::pallas_call(kernel,
+                                    {ShapeDtype({16, 64}, DType::F32), ShapeDtype({64}, DType::F32),
+                                     ShapeDtype({8, 8}, DType::F32), ShapeDtype({}, DType::F32)},
+                                    opts({}, {}, {}));
+  const Array x = Array::random_normal({16, 64}, DType::F32, 9);
+  const Array g = Array::random_normal({64}, DType::F32, 10);
+  expect_same(call, {x, g}, 1e-5, 1e-5);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), g.shape_dtype()});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+  EXPECT_GE(k.register_tiles, 6);  // v, gv, gv * 2, y, s, s / 16
+  const std::vector<Array> got =
+      gpu::run_host_emulation(*tc, k, {x.clone(), g.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+  const std::vector<double> xs = x.to_doubles(), gs = g.to_doubles();
+  const std::vector<double> os = got[0].to_doubles(), ss = got[1].to_doubles(), ms = got[2].to_doubles();
+  double gsum = 0;
+  for (int64_t c = 0; c < 64; ++c) {
+    double s = 0, mx = -INFINITY;
+    for (int64_t r = 0; r < 16; ++r) s += xs[r * 64 + c] * gs[c] + 2 * gs[c], mx = std::max(mx, xs[r * 64 + c]);
+    EXPECT_NEAR(ss[c], s, 1e-4) << c;
+    EXPECT_EQ(ms[c], mx) << c;
+    for (int64_t r = 0; r < 16; ++r) EXPECT_NEAR(os[r * 64 + c], xs[r * 64 + c] * gs[c] + 2 * gs[c] - s / 16, 1e-4) << r << ", " << c;
+    gsum += gs[c];
+  }
+  EXPECT_NEAR(got[3].to_doubles()[0], gsum, 1e-4);
+  // A 1-D block's values alone stay in the arena: in the columns layout every warp would compute
+  // all of them.
+  auto flat = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& o2) {
+    pl::Value y = x[pl::all] * 2.0f;
+    o[pl::all] = y;
+    o2[pl::all] = y + 1.0f;
+  };
+  PallasCall flat_call =
+      pl::pallas_call(flat, {ShapeDtype({256}, DType::F32), ShapeDtype({256}, DType::F32)}, opts({}, {}, {}));
+  expect_same(flat_call, {Array::random_normal({256}, DType::F32, 11)});
+  std::shared_ptr<const TracedCall> ftc = flat_call.trace({ShapeDtype({256}, DType::F32)});
+  EXPECT_EQ(gpu::generate_cuda(*ftc, ftc->grid_mapping.grid, {}).register_tiles, 0);
+  if (!gpu::Nvrtc::unavailable_reason().empty()) return;
+  for (const char* arch : {"sm_90a", "sm_80"})
+    EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "columns.cu", arch).is_cubin) << arch;
+}
+
+// Where a use cannot read the blocked layout (a slice, a transpose), the value is a tile in the
+// arena, written by the registers' layout where an op reading register tiles makes it (then a
+// barrier), and the rest stays in registers. Rows of 8 rows over 8 warps: one each; a block 20
+// columns wide (not a multiple of 32): the arena only.
 TEST(GpuCodegenOps, PallasCallBlocksLeaveRegistersForOtherUses) {
   auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& cols, const pl::Ref& t,
                    const pl::Ref& z) {
     pl::Value v = x[pl::all];                       // (8, 32) i32: a register tile
     pl::Value w = v * 3 - pl::broadcast_to(pl::expand_dims(pl::max(v, {1}), {1}), {8, 32});
     o[pl::all] = w + 1;                             // in registers
-    cols[pl::all] = pl::sum(w, {0});                // w's columns: w in the arena
+    cols[pl::all] = pl::sum(pl::slice(w, {0, 0}, {8, 32}, {2, 1}), {0}) + pl::sum(w, {0});  // w in the arena
     t[pl::all] = pl::transpose(v + 1, {1, 0});      // (v + 1) read at other indices: a tile
     pl::Value u = y[pl::all];                       // (24, 20): no blocked layout
     z[pl::all] = u - pl::broadcast_to(pl::expand_dims(pl::min(u, {1}), {1}), {24, 20});
@@ -501,7 +558,8 @@ TEST(GpuCodegenOps, PallasCallBlocksLeaveRegistersForOtherUses) {
   std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
   const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
   EXPECT_GE(k.register_tiles, 2);  // v, max(v)
-  // Independent of the interpreter: o = 3 x - rowmax + 1, cols its column sums minus 8, t.
+  // Independent of the interpreter: o = 3 x - rowmax + 1 (w + 1), cols the column sums of w's even
+  // rows and of all its rows, t.
   const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, 256);
   const std::vector<double> xs = x.to_doubles(), os = got[0].to_doubles(), cs = got[1].to_doubles(), ts = got[2].to_doubles();
   std::vector<double> col(32, 0);
@@ -511,7 +569,7 @@ TEST(GpuCodegenOps, PallasCallBlocksLeaveRegistersForOtherUses) {
     for (int64_t c = 0; c < 32; ++c) {
       EXPECT_EQ(os[r * 32 + c], 3 * xs[r * 32 + c] - mx + 1);
       EXPECT_EQ(ts[c * 8 + r], xs[r * 32 + c] + 1);
-      col[c] += 3 * xs[r * 32 + c] - mx;
+      col[c] += (3 * xs[r * 32 + c] - mx) * (r % 2 == 0 ? 2 : 1);
     }
   }
   for (int64_t c = 0; c < 32; ++c) EXPECT_EQ(cs[c], col[c]) << c;
