@@ -215,6 +215,8 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     const Shape& shape = type(op.operands[0]).shape;
     if (!whole_view(op.attrs.get_indexer(ir::AttrKey::Index), shape)) continue;
     if (!a) {
+      // (Not the register accumulator's scratch: its whole loads read it in memory, emit_ref_op.)
+      if (op.operands[0] == acc_regs_.ref) continue;
       if (const std::optional<FragmentLayout> b = ctx_.blocked_tiles ? blocked_layout(type(op.results[0])) : std::nullopt)
         roots[op.results[0]] = *b;
       continue;
@@ -226,7 +228,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // A loop's carries: first the layouts its body yields when free to (discovery), then those the
   // body keeps with its args in registers too (plan_loop_carries).
   std::map<const ir::Op*, std::vector<std::optional<FragmentLayout>>> carries;
-  // (Only a body that loads an ACC in registers somewhere can make register tiles to carry.)
+  // (Only a body that loads an ACC in registers somewhere can make wgmma-layout tiles to carry.)
   std::set<ValueId> acc_views;  // (views of one made in the body)
   std::function<bool(const ir::Region&)> loads_acc = [&](const ir::Region& sub) {
     for (const ir::Op& o : sub.ops) {
@@ -238,8 +240,14 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     }
     return false;
   };
+  // (In a pallas_call, loops carrying a value of a blocked layout: their bodies are small.)
+  auto carries_blocked = [&](const ir::Op& op) {
+    for (ValueId v : op.results)
+      if (blocked_layout(type(v))) return true;
+    return false;
+  };
   for (const ir::Op& op : r.ops) {
-    if (!carries_region_values(op) || !loads_acc(op.regions[0])) continue;
+    if (!carries_region_values(op) || !(loads_acc(op.regions[0]) || carries_blocked(op))) continue;
     std::vector<std::optional<FragmentLayout>>& c = carries[&op];
     c = discover_loop_carries(op);
     while (plan_loop_carries(op, c)) {
@@ -256,6 +264,9 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     if (op.code == OpCode::Store) {
       if (!whole_value_store(op)) return false;
       const AccumulatorRegisters* a = acc_of(op.operands[0]);
+      // (A store into the register accumulator's scratch runs in memory, emit_ref_op: no
+      // register tile reaches it.)
+      if (op.operands[0] == acc_regs_.ref) return false;
       if (!a) return !fragment_reads(op, 1, layout_of).conflict;
       // Into an ACC in registers (emit_store_into_registers): in its registers' layout.
       const Shape& shape = type(op.operands[0]).shape;
@@ -385,9 +396,11 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           const FragmentReads reads = fragment_reads(op, 0, layout_of);
           if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) {
             chosen[res] = *reads.layout;
-          } else if (!reads.layout && !reads.rows && !reads.cols && ctx_.blocked_tiles) {
-            // (In a pallas_call an elementwise op of memory, constants and arena tiles starts a
-            // blocked tile too: `x[...].astype(f32)`, its load fused into it.)
+          } else if (!reads.layout && !reads.rows && !reads.cols && (!reads.across || discovery) && ctx_.blocked_tiles) {
+            // (In a pallas_call an elementwise op of memory and constants starts a blocked tile
+            // too: `x[...].astype(f32)`, its load fused into it. Not one reading arena tiles: in
+            // another layout than theirs it would need a barrier first — but for a loop body's
+            // first plan, whose args are arena tiles until it finds which carries it keeps.)
             if (const std::optional<FragmentLayout> b = blocked_layout(type(res))) chosen[res] = *b;
           }
         }
@@ -470,7 +483,9 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
     // partial results meet in the arena).
     if (l.rows || l.cols) return FragmentReduction::None;
     if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
-    if (axes == ir::Ints{0} && fits_layout(*cols_of(l), shape)) return FragmentReduction::Columns;
+    // (Its scratch: a row of partial results per warp, at most 32 KiB.)
+    const int64_t scratch = l.warps * l.n * std::max<int64_t>(4, itemsize(type(op.results.at(0)).dtype));
+    if (axes == ir::Ints{0} && fits_layout(*cols_of(l), shape) && scratch <= 32 * 1024) return FragmentReduction::Columns;
     return FragmentReduction::None;
   }
   if (l.rows || !whole_rows) return FragmentReduction::None;
@@ -665,8 +680,10 @@ void Emitter::emit_blocked_load(const ir::Op& load) {
   const FragmentLayout& l = fragments_.at(load.results[0]);
   const std::string regs = define_fragment(load.results[0], l);
   before_mem_read(load.operands[0]);
+  // (Through view(): a ring slot read so keeps the row-major layout, slot_layout.)
+  const RefInfo v = view(load, info(load.operands[0]).ref, load.attrs.get_indexer(ir::AttrKey::Index));
   open_fragment_loop(l);
-  line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
+  line(regs + "[pl_k] = " + v.elem("e") + ";");
   close_fragment_loop();
   after_mem_read(load.operands[0]);
 }

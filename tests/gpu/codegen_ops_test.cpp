@@ -533,6 +533,76 @@ TEST(GpuCodegenOps, PallasCallColumnsStayInRegisters) {
     EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, "columns.cu", arch).is_cubin) << arch;
 }
 
+// A pallas_call's loop carries its blocked tiles in registers (a fori_loop whose body loads a
+// block and updates the carry; a run_scoped's result): no arena holder, no copy through shared
+// memory per iteration. Against plain C++ and the reference interpreter.
+TEST(GpuCodegenOps, PallasCallLoopsCarryBlocksInRegisters) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+    pl::Value v = x[pl::all];  // (8, 64)
+    std::vector<pl::Value> c = pl::fori_loop(0, 4, {v}, [&](pl::Value i, std::vector<pl::Value> c) {
+      return std::vector<pl::Value>{c[0] * 0.5f + y[pl::all] * pl::convert(i, DType::F32)};
+    });
+    o[pl::all] = c[0] - pl::broadcast_to(pl::expand_dims(pl::max(c[0], {1}), {1}), {8, 64});
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({8, 64}, DType::F32), opts({}, {}, {}));
+  const Array x = Array::random_normal({8, 64}, DType::F32, 12), y = Array::random_normal({8, 64}, DType::F32, 13);
+  expect_same(call, {x, y}, 1e-6, 1e-6);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+  const std::string body = k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  const std::string point = body.substr(0, body.find("\n}\n"));
+  EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // no arena tile: the carry's holder is registers
+  const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+  const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles(), os = got[0].to_doubles();
+  for (int64_t r = 0; r < 8; ++r) {
+    std::vector<double> c(xs.begin() + r * 64, xs.begin() + r * 64 + 64);
+    for (int i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 64; ++j) c[j] = c[j] * 0.5 + ys[r * 64 + j] * i;
+    const double mx = *std::max_element(c.begin(), c.end());
+    for (int64_t j = 0; j < 64; ++j) EXPECT_NEAR(os[r * 64 + j], c[j] - mx, 1e-5) << r << ", " << j;
+  }
+}
+
+// Register tiles beside tensor-core products (a helper review's two findings): a block that a
+// wgmma product reads from its ring slot and a blocked register tile loads too (the slot keeps
+// the row-major layout the load reads: view() records the load's use), and a rows value scaling
+// the register accumulator's scratch (`acc = acc * m`, attention's rescale: the store runs in
+// memory, the rows go to the arena for it — it hit an internal check).
+TEST(GpuCodegenOps, PallasCallRegisterTilesBesideTensorCoreProducts) {
+  const int64_t M = 64, N = 64, K = 256, bk = 32;
+  auto kernel = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& w, const pl::Ref& z, const pl::Ref& r,
+                   const pl::Ref& acc) {
+    pl::when(pl::program_id(0) == 0, [&] { acc[pl::all] = 0.0f; });
+    acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.preferred = DType::F32});
+    pl::Value xv = x[pl::all];  // the slot's block, also a register tile
+    r[pl::all] = xv + xv;
+    pl::Value rm = pl::max(w[pl::all], {1});
+    acc[pl::all] = acc[pl::all] * pl::broadcast_to(pl::expand_dims(rm, {1}), {M, N});
+    pl::when(pl::program_id(0) == pl::num_programs(0) - 1, [&] { z[pl::all] = acc[pl::all]; });
+  };
+  PallasCall call = pl::pallas_call(
+      kernel, {ShapeDtype({M, N}, DType::F32), ShapeDtype({M, K}, DType::BF16)},
+      opts({K / bk},
+           {BlockSpec({M, bk}, [](Value k) { return Indices{0, k}; }), BlockSpec({bk, N}, [](Value k) { return Indices{k, 0}; }),
+            BlockSpec({M, N}, [](Value) { return Indices{0, 0}; })},
+           {BlockSpec({M, N}, [](Value) { return Indices{0, 0}; }), BlockSpec({M, bk}, [](Value k) { return Indices{0, k}; })},
+           {ScratchShape{{M, N}, DType::F32, MemorySpace::Vmem}}));
+  const Array x = Array::random_normal({M, K}, DType::BF16, 91), y = Array::random_normal({K, N}, DType::BF16, 92);
+  const Array w = Array::random_uniform({M, N}, DType::F32, 93, 0.5, 1.0);
+  gpu::CodegenOptions one_warpgroup;  // (x's slot takes wgmma's layout only then)
+  one_warpgroup.threads_per_cta = 128;
+  for (const gpu::CodegenOptions& o : {gpu::CodegenOptions{}, one_warpgroup}) expect_same(call, {x, y, w}, 1e-3, 1e-3, o, {128});
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype(), w.shape_dtype()});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, one_warpgroup);
+  EXPECT_GT(k.register_tiles, 0);
+  EXPECT_EQ(k.tensor_core_slots, std::vector<int>{1});  // y's slot; x's stays row-major
+  // r = 2 x, by plain C++ (bf16 doubling is exact).
+  const std::vector<Array> got =
+      gpu::run_host_emulation(*tc, k, {x.clone(), y.clone(), w.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+  const std::vector<double> xs = x.to_doubles(), rs = got[1].to_doubles();
+  for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(rs[i], 2 * xs[i]) << i;
+}
+
 // Where a use cannot read the blocked layout (a slice, a transpose), the value is a tile in the
 // arena, written by the registers' layout where an op reading register tiles makes it (then a
 // barrier), and the rest stays in registers. Rows of 8 rows over 8 warps: one each; a block 20
