@@ -156,6 +156,9 @@ struct pl_host_barrier_t {
 };
 static pl_host_barrier_t pl_host_cluster_barrier[PL_HOST_CTAS / PL_CLUSTER_CTAS], pl_host_cta_barrier[PL_HOST_CTAS],
     pl_host_group_barrier[PL_HOST_CTAS][PL_NUM_GROUPS];
+// A warp of a group (its threads 32 w .. 32 w + 31, fewer for the last): what a shuffle syncs, as
+// shfl.sync syncs only its warp (the group's other warps run on).
+static pl_host_barrier_t pl_host_warp_barrier[PL_HOST_CTAS][PL_NUM_GROUPS][32];
 // The warp-wide mma.sync instructions the last run executed (the tests check the tensor-core
 // path ran; run_host_emulation's stats).
 static std::atomic<pl_u64> pl_host_mma_count{0};
@@ -293,6 +296,8 @@ PL_DEV void pl_host_release_all() {
   };
   for (int c = 0; c < PL_HOST_CTAS; ++c) {
     for (pl_host_barrier_t& b : pl_host_group_barrier[c]) wake(b);
+    for (auto& group : pl_host_warp_barrier[c])
+      for (pl_host_barrier_t& b : group) wake(b);
     wake(pl_host_cta_barrier[c]);
   }
   for (pl_host_barrier_t& b : pl_host_cluster_barrier) wake(b);
@@ -324,6 +329,12 @@ PL_DEV void pl_host_start(int nthreads, pl_i64* err) {
       b.count = nthreads / PL_NUM_GROUPS;
       b.arrived.store(0);
     }
+    for (auto& group : pl_host_warp_barrier[c])
+      for (int w = 0; w < 32; ++w) {
+        const int left = nthreads / PL_NUM_GROUPS - 32 * w;
+        group[w].count = left < 0 ? 0 : left < 32 ? left : 32;
+        group[w].arrived.store(0);
+      }
   }
 }
 // Which of the CTAs running at once the calling thread belongs to; its rank in its cluster.
@@ -452,10 +463,11 @@ template <class A> PL_DEV A pl_shfl_xor(A v, int m) {
 #if PL_HOST_EMULATION
   const int lane = pl_cta_tid() & 31;
   if (lane == 0) pl_host_shuffle_count.fetch_add(1, std::memory_order_relaxed);
+  pl_host_barrier_t& warp = pl_host_warp_barrier[pl_host_cta()][pl_group()][pl_tid() >> 5];
   pl_copy_bytes(pl_host_lane_words(lane), w, 16);
-  pl_sync();
+  pl_host_wait(warp);
   pl_copy_bytes(w, pl_host_lane_words(lane ^ m), 16);
-  pl_sync();
+  pl_host_wait(warp);
 #else
   for (int i = 0; i < (int)(sizeof(A) + 3) / 4; ++i)
     asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(w[i]) : "r"(w[i]), "r"(m));
