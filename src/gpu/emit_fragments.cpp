@@ -17,6 +17,11 @@
 // memory in the epilogue. The layout is the same on every target (it is just an assignment of
 // elements to threads): only the copy from an ACC's registers needs wgmma; where the ACC is in
 // memory, the load reads it there in the registers' layout.
+//
+// A pallas_call (eight warps, one program) has no ACCs: its register tiles take the blocked
+// layout (FragmentLayout::warps: a row per warp, a column per lane), starting from whole loads of
+// its blocks, with rows and columns layouts of their own (a softmax's row maxima, a layer norm's
+// gamma). The planning is the same; the loops, reductions and guards have a blocked branch.
 #include "gpu/emitter.h"
 
 namespace pallas::gpu::detail {
@@ -204,6 +209,18 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // The roots: whole loads of an ACC in registers that nothing else takes (in a pallas_call, whole
   // loads of memory in the blocked layout), r's args that its loop carries in registers, and the
   // results of r's loops whose carries may be.
+  // The blocked layout a value of r starts in: an (n) value broadcast along a tile's columns takes
+  // that tile's columns layout (its warps per row), else its type's.
+  auto blocked_start = [&](ValueId v) -> std::optional<FragmentLayout> {
+    std::optional<FragmentLayout> l = blocked_layout(type(v));
+    if (!l || !l->cols) return l;
+    for (size_t u : users[v]) {
+      const ir::Op& b = r.ops[u];
+      if (b.code != OpCode::BroadcastInDim || type(b.results[0]).shape.size() != 2) continue;
+      if (const std::optional<FragmentLayout> t = blocked_layout(type(b.results[0]))) return cols_of(*t);
+    }
+    return l;
+  };
   std::map<ValueId, FragmentLayout> roots;
   for (ValueId a : r.args)
     if (const auto it = fragment_args_.find(a); it != fragment_args_.end()) roots[a] = it->second;
@@ -217,7 +234,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     if (!a) {
       // (Not the register accumulator's scratch: its whole loads read it in memory, emit_ref_op.)
       if (op.operands[0] == acc_regs_.ref) continue;
-      if (const std::optional<FragmentLayout> b = ctx_.blocked_tiles ? blocked_layout(type(op.results[0])) : std::nullopt)
+      if (const std::optional<FragmentLayout> b = ctx_.blocked_tiles ? blocked_start(op.results[0]) : std::nullopt)
         roots[op.results[0]] = *b;
       continue;
     }
@@ -401,7 +418,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
             // too: `x[...].astype(f32)`, its load fused into it. Not one reading arena tiles: in
             // another layout than theirs it would need a barrier first — but for a loop body's
             // first plan, whose args are arena tiles until it finds which carries it keeps.)
-            if (const std::optional<FragmentLayout> b = blocked_layout(type(res))) chosen[res] = *b;
+            if (const std::optional<FragmentLayout> b = blocked_start(res)) chosen[res] = *b;
           }
         }
         bool dropped = false;
@@ -483,8 +500,8 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
     // partial results meet in the arena).
     if (l.rows || l.cols) return FragmentReduction::None;
     if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
-    // (Its scratch: a row of partial results per warp, at most 32 KiB.)
-    const int64_t scratch = l.warps * l.n * std::max<int64_t>(4, itemsize(type(op.results.at(0)).dtype));
+    // (Its scratch: a row of partial results per warp row, at most 32 KiB.)
+    const int64_t scratch = l.row_warps() * l.n * std::max<int64_t>(4, itemsize(type(op.results.at(0)).dtype));
     if (axes == ir::Ints{0} && fits_layout(*cols_of(l), shape) && scratch <= 32 * 1024) return FragmentReduction::Columns;
     return FragmentReduction::None;
   }
@@ -546,15 +563,29 @@ namespace {
 std::string fragment_block(const FragmentLayout& l) {
   return l.warpgroups == 1 ? "pl_q" : "pl_q * " + std::to_string(l.warpgroups) + " + pl_tid() / 128";
 }
+// A blocked layout's warp row (of R) and warp column (of P) of the thread.
+std::string warp_row(const FragmentLayout& l) {
+  return l.warps_per_row == 1 ? "(pl_tid() >> 5)" : "((pl_tid() >> 5) / " + std::to_string(l.warps_per_row) + ")";
+}
+std::string warp_col(const FragmentLayout& l) {
+  return l.warps_per_row == 1 ? "0" : "((pl_tid() >> 5) % " + std::to_string(l.warps_per_row) + ")";
+}
+// Row pl_q x R + warp row of a blocked layout; the column of its register pl_i and lane.
+std::string blocked_row(const FragmentLayout& l) {
+  return "(pl_q * " + std::to_string(l.row_warps()) + " + " + warp_row(l) + ")";
+}
+std::string blocked_column(const FragmentLayout& l) {
+  if (l.warps_per_row == 1) return "pl_i * 32 + (pl_tid() & 31)";
+  return "(pl_i * " + std::to_string(l.warps_per_row) + " + " + warp_col(l) + ") * 32 + (pl_tid() & 31)";
+}
 }  // namespace
 
 void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   if (l.blocked()) {
     PALLAS_INTERNAL_CHECK(!pairs, "gpu emitter: pairs of a blocked register tile");
-    // pl_q: the thread's row band (its row pl_q x warps + warp); pl_i: its column of 32 in it.
-    const int64_t bands = l.cols ? 1 : l.m / l.warps, per_row = l.rows ? 1 : l.n / 32;
-    const std::string row = "(pl_q * " + std::to_string(l.warps) + " + (pl_tid() >> 5))";
-    const std::string column = "pl_i * 32 + (pl_tid() & 31)";
+    // pl_q: the thread's row band (its row pl_q x R + warp row); pl_i: its column of 32 in it.
+    const int64_t bands = l.cols ? 1 : l.m / l.row_warps(), per_row = l.rows ? 1 : l.registers_per_row();
+    const std::string row = blocked_row(l), column = blocked_column(l);
     line("#pragma unroll");
     line("for (int pl_q = 0; pl_q < " + std::to_string(bands) + "; ++pl_q) {");
     ++indent_;
@@ -605,9 +636,11 @@ std::string Emitter::rows_register(const FragmentLayout& l) {
 }
 
 std::string Emitter::replica_guard(const FragmentLayout& l) {
-  if (l.cols) return "if ((pl_tid() >> 5) == 0) ";  // (every warp holds them: the first writes)
+  if (l.cols) return "if (" + warp_row(l) + " == 0) ";  // (every warp row holds them: the first writes)
   if (!l.rows) return "";
-  return l.blocked() ? "if ((pl_tid() & 31) == 0) " : "if ((pl_tid() & 3) == 0) ";
+  if (!l.blocked()) return "if ((pl_tid() & 3) == 0) ";
+  // (A row's P warps, each of whose lanes holds it: the first lane of the first.)
+  return l.warps_per_row == 1 ? "if ((pl_tid() & 31) == 0) " : "if ((pl_tid() & 31) == 0 && " + warp_col(l) + " == 0) ";
 }
 
 void Emitter::close_fragment_loop() {
@@ -669,9 +702,15 @@ std::optional<FragmentLayout> Emitter::blocked_layout(const ir::Type& t) const {
   l.cols = t.shape.size() == 1;  // (an (n) array: its columns, in every warp)
   l.m = l.cols ? 1 : t.shape[0];
   l.n = t.shape.back();
+  if (l.m <= 0 || l.n <= 0) return std::nullopt;
+  // Rows fewer than the warps (a (1, n) block): each row's columns over warps / m warps.
+  if (!l.cols && l.m % l.warps != 0) {
+    if (l.m > l.warps || l.warps % l.m != 0) return std::nullopt;
+    l.warps_per_row = static_cast<int>(l.warps / l.m);
+  }
   // (128 words: as many as an ACC's registers at most; the register budget counts them too.)
-  if (l.m <= 0 || l.n <= 0 || (!l.cols && l.m % l.warps != 0) || l.n % 32 != 0 ||
-      (l.cols ? 1 : l.m / l.warps) * (l.n / 32) * itemsize(t.dtype) > 4 * 128)
+  if (l.n % (32 * l.warps_per_row) != 0 ||
+      (l.cols ? 1 : l.m / l.row_warps()) * l.registers_per_row() * itemsize(t.dtype) > 4 * 128)
     return std::nullopt;
   return l;
 }
@@ -794,63 +833,106 @@ void Emitter::emit_blocked_row_reduction(const ir::Op& op, const std::string& ou
                                          bool into_registers) {
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
-  const std::string A = t.acc_type, per_row = std::to_string(l.n / 32);
+  const std::string A = t.acc_type, per_row = std::to_string(l.registers_per_row()), bands = std::to_string(l.m / l.row_warps());
+  const int P = l.warps_per_row;
+  const std::string row = blocked_row(l);
+  // A row spread over P warps: their partial results meet in the arena.
+  const int64_t bytes = P > 1 ? l.m * P * t.acc_bytes : 0, offset = P > 1 ? ctx_.arena->alloc(bytes) : 0;
+  const std::string scratch = P > 1 ? fresh("rows") : "";
   line("{");
   ++indent_;
   line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+  if (P > 1) line(A + "* " + scratch + " = (" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
   line("#pragma unroll");
-  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.warps) + "; ++pl_q) {");
+  line("for (int pl_q = 0; pl_q < " + bands + "; ++pl_q) {");
   ++indent_;
-  // The thread's row pl_q x warps + warp: its registers, then the warp's 32 lanes (each lane then
-  // has the row's value). Every thread of the group shuffles alike (host emulation's shuffles
-  // sync the group).
+  // The thread's registers of its row, then the warp's 32 lanes (each lane then has the warp's
+  // part of the row). Every thread of the group shuffles alike.
   line(A + " pl_r = " + t.identity + ";");
   line("#pragma unroll");
   line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) pl_r = pl_comb(pl_r, " +
        t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
   line("pl_r = pl_team_combine<false>(pl_r, 32, pl_comb, (" + A + "*)0);");
-  if (into_registers) line(out + "[pl_q] = " + t.result("pl_r") + ";");
-  else line("if ((pl_tid() & 31) == 0) " + out + "[pl_q * " + std::to_string(l.warps) + " + (pl_tid() >> 5)] = " + t.result("pl_r") + ";");
+  if (P > 1) line("if ((pl_tid() & 31) == 0) " + scratch + "[" + row + " * " + std::to_string(P) + " + " + warp_col(l) + "] = pl_r;");
+  else if (into_registers) line(out + "[pl_q] = " + t.result("pl_r") + ";");
+  else line("if ((pl_tid() & 31) == 0) " + out + "[" + row + "] = " + t.result("pl_r") + ";");
   --indent_;
   line("}");
+  if (P > 1) {
+    after_tile_write();
+    barrier();
+    // Every lane of the row's warps combines their parts (into registers), or the first writes.
+    line("#pragma unroll");
+    line("for (int pl_q = 0; pl_q < " + bands + "; ++pl_q) {");
+    ++indent_;
+    line(A + " pl_r = " + t.identity + ";");
+    line("for (int pl_w = 0; pl_w < " + std::to_string(P) + "; ++pl_w) pl_r = pl_comb(pl_r, " + scratch + "[" + row + " * " +
+         std::to_string(P) + " + pl_w]);");
+    if (into_registers) line(out + "[pl_q] = " + t.result("pl_r") + ";");
+    else line(replica_guard(*rows_of(l)) + out + "[" + row + "] = " + t.result("pl_r") + ";");
+    --indent_;
+    line("}");
+  }
   --indent_;
   line("}");
+  if (P > 1) ctx_.arena->release(offset, bytes);
 }
 
 void Emitter::emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t,
                                             bool into_registers) {
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
-  const std::string A = t.acc_type, n = std::to_string(l.n), per_row = std::to_string(l.n / 32);
-  const int64_t bytes = l.warps * l.n * t.acc_bytes, offset = ctx_.arena->alloc(bytes);
+  const std::string A = t.acc_type, n = std::to_string(l.n), per_row = std::to_string(l.registers_per_row());
+  const std::string column = blocked_column(l);
+  if (l.row_warps() == 1) {
+    // One warp row (a (1, n) block's): each thread's registers are its columns' whole.
+    line("{");
+    ++indent_;
+    line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+    line("#pragma unroll");
+    line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
+    ++indent_;
+    line(A + " pl_c = " + t.identity + ";");
+    line("#pragma unroll");
+    line("for (int pl_q = 0; pl_q < " + std::to_string(l.m) + "; ++pl_q) pl_c = pl_comb(pl_c, " +
+         t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
+    if (into_registers) line(out + "[pl_i] = " + t.result("pl_c") + ";");
+    else line(out + "[" + column + "] = " + t.result("pl_c") + ";");
+    --indent_;
+    line("}");
+    --indent_;
+    line("}");
+    return;
+  }
+  const int64_t bytes = l.row_warps() * l.n * t.acc_bytes, offset = ctx_.arena->alloc(bytes);
   const std::string scratch = fresh("cols");
   line("{");
   ++indent_;
   line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
   line(A + "* " + scratch + " = (" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
-  // The thread's rows of each of its columns, then a row of partial results per warp.
+  // The thread's rows of each of its columns, then a row of partial results per warp row.
   line("#pragma unroll");
   line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
   ++indent_;
   line(A + " pl_c = " + t.identity + ";");
   line("#pragma unroll");
-  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.warps) + "; ++pl_q) pl_c = pl_comb(pl_c, " +
+  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.row_warps()) + "; ++pl_q) pl_c = pl_comb(pl_c, " +
        t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
-  line(scratch + "[(pl_tid() >> 5) * " + n + " + pl_i * 32 + (pl_tid() & 31)] = pl_c;");
+  line(scratch + "[" + warp_row(l) + " * " + n + " + " + column + "] = pl_c;");
   --indent_;
   line("}");
   after_tile_write();
   barrier();
-  // Every warp's lanes combine the warps' rows of their columns (into registers), or the first
-  // warp's write the result.
+  // Every warp's lanes combine the warp rows' partials of their columns (into registers), or the
+  // first warp row's write the result.
   line("#pragma unroll");
   line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
   ++indent_;
   line(A + " pl_c = " + t.identity + ";");
-  line("for (int pl_w = 0; pl_w < " + std::to_string(l.warps) + "; ++pl_w) pl_c = pl_comb(pl_c, " + scratch + "[pl_w * " + n +
-       " + pl_i * 32 + (pl_tid() & 31)]);");
+  line("for (int pl_w = 0; pl_w < " + std::to_string(l.row_warps()) + "; ++pl_w) pl_c = pl_comb(pl_c, " + scratch + "[pl_w * " +
+       n + " + " + column + "]);");
   if (into_registers) line(out + "[pl_i] = " + t.result("pl_c") + ";");
-  else line("if ((pl_tid() >> 5) == 0) " + out + "[pl_i * 32 + (pl_tid() & 31)] = " + t.result("pl_c") + ";");
+  else line(replica_guard(*cols_of(l)) + out + "[" + column + "] = " + t.result("pl_c") + ";");
   --indent_;
   line("}");
   --indent_;

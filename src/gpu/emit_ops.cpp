@@ -455,7 +455,7 @@ void Emitter::emit_pure(const ir::Op& op) {
           if (blocked) emit_blocked_column_reduction(op, out, t, /*into_registers=*/false);
           else emit_fragment_column_reduction(op, out, t);
           end_result(res);
-          if (blocked) barrier();  // (the first warp wrote the tile)
+          if (blocked) barrier();  // (written by the threads holding the columns)
           return;
         }
         if (const auto it = fragments_.find(res); it != fragments_.end()) {  // into registers: the quad's (warp's) own

@@ -174,21 +174,25 @@ struct RefInfo {
 // rows, 16 w + l / 4 and + 8 of each 64-row band it takes (band warpgroup + warpgroups x round,
 // register 2 round + h), the same in the quad's four lanes. n is 1 and nc 0.
 // `warps` > 0: the blocked layout instead (Triton's blocked layout; a pallas_call's register
-// tiles, whose CTAs are eight warps of one program): row r of the m x n array lies with warp
-// r % warps, column c with lane c % 32, and register j = (r / warps) x (n / 32) + c / 32 of the
-// thread holds the element — a warp's loads and stores are consecutive words. Its rows (an (m) or
-// (m, 1) array): register r / warps of every lane of warp r % warps. Its columns (`cols`: an (n) or
-// (1, n) array, m 1): register c / 32 of lane c % 32 of every warp. nc, rounds and warpgroups are
-// unused.
+// tiles, whose CTAs are eight warps of one program). With R = warps / P row warps and P
+// `warps_per_row` (1 unless the rows are fewer than the warps: a (1, n) block spreads its row
+// over all of them), element (r, c) of the m x n array lies with warp (r % R) P + (c / 32) % P,
+// lane c % 32, in register (r / R) x (n / 32 P) + c / 32 P — a warp's loads and stores are
+// consecutive words. Its rows (an (m) or (m, 1) array): register r / R of every lane of the P
+// warps of row r. Its columns (`cols`: an (n) or (1, n) array, m 1): register c / 32 P of lane
+// c % 32 of the R warps of column c. nc, rounds and warpgroups are unused.
 struct FragmentLayout {
   int64_t m = 0, n = 0;
   int nc = 0, rounds = 0, warpgroups = 1;
   bool rows = false;
-  int warps = 0;  // > 0: the blocked layout over this many warps
+  int warps = 0;          // > 0: the blocked layout over this many warps
+  int warps_per_row = 1;  // blocked: P, the warps a row's columns spread over
   bool cols = false;
   bool blocked() const { return warps > 0; }
+  int row_warps() const { return warps / warps_per_row; }  // blocked: R
+  int64_t registers_per_row() const { return n / (32 * warps_per_row); }  // blocked: of a row band
   int registers() const {  // per thread
-    if (blocked()) return static_cast<int>(rows ? m / warps : cols ? n / 32 : m / warps * (n / 32));
+    if (blocked()) return static_cast<int>(rows ? m / row_warps() : cols ? registers_per_row() : m / row_warps() * registers_per_row());
     return rows ? 2 * rounds : rounds * nc / 2;
   }
   int64_t blocks_n() const { return n / nc; }

@@ -603,6 +603,55 @@ TEST(GpuCodegenOps, PallasCallRegisterTilesBesideTensorCoreProducts) {
   for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(rs[i], 2 * xs[i]) << i;
 }
 
+// Blocks of fewer rows than the CTA's 8 warps: a row's columns spread over 8 / m warps (the
+// blocked layout's warps_per_row), its reductions the warps' shuffles then their partial results
+// through the arena. A row-wise softmax and layer-norm-like kernel over (1, 512), (2, 256) and
+// (4, 128) blocks, a column reduction and a total; against plain C++ and the reference
+// interpreter.
+TEST(GpuCodegenOps, PallasCallRowsSpreadOverWarps) {
+  for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 512}, {2, 256}, {4, 128}}) {
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+    auto kernel = [m = m, n = n](const pl::Ref& x, const pl::Ref& g, const pl::Ref& o, const pl::Ref& cols,
+                                 const pl::Ref& total) {
+      pl::Value v = x[pl::all];
+      pl::Value e = pl::exp(v - pl::broadcast_to(pl::expand_dims(pl::max(v, {1}), {1}), {m, n}));
+      pl::Value s = pl::expand_dims(pl::sum(e, {1}), {1});
+      o[pl::all] = e / pl::broadcast_to(s, {m, n}) * pl::broadcast_to(g[pl::all], {m, n});
+      cols[pl::all] = pl::sum(e, {0});
+      total[pl::all] = pl::sum(v, {0, 1});
+    };
+    const int64_t blocks = 3;
+    auto rows = [](Value i) { return Indices{i, 0}; };
+    PallasCall call = pl::pallas_call(
+        kernel, {ShapeDtype({blocks * m, n}, DType::F32), ShapeDtype({blocks, n}, DType::F32), ShapeDtype({blocks}, DType::F32)},
+        opts({blocks}, {BlockSpec({m, n}, rows), BlockSpec()},
+             {BlockSpec({m, n}, rows), BlockSpec({pl::squeezed, n}, rows), BlockSpec({pl::squeezed}, [](Value i) { return Indices{i}; })}));
+    const Array x = Array::random_normal({blocks * m, n}, DType::F32, 21), g = Array::random_normal({n}, DType::F32, 22);
+    expect_same(call, {x, g}, 1e-5, 1e-5);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), g.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    EXPECT_GE(k.register_tiles, 4);  // v, the max, e, s (at least)
+    const std::vector<Array> got =
+        gpu::run_host_emulation(*tc, k, {x.clone(), g.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+    const std::vector<double> xs = x.to_doubles(), gs = g.to_doubles(), os = got[0].to_doubles(), cs = got[1].to_doubles(),
+                              ts = got[2].to_doubles();
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::vector<double> col(static_cast<size_t>(n), 0);
+      double total = 0;
+      for (int64_t r = b * m; r < (b + 1) * m; ++r) {
+        const double* row = &xs[static_cast<size_t>(r * n)];
+        const double mx = *std::max_element(row, row + n);
+        double sum = 0;
+        for (int64_t c = 0; c < n; ++c) sum += std::exp(row[c] - mx), col[c] += std::exp(row[c] - mx), total += row[c];
+        for (int64_t c = 0; c < n; ++c)
+          ASSERT_NEAR(os[r * n + c], std::exp(row[c] - mx) / sum * gs[c], 1e-5) << r << ", " << c;
+      }
+      for (int64_t c = 0; c < n; ++c) ASSERT_NEAR(cs[b * n + c], col[c], 1e-4) << b << ", " << c;
+      EXPECT_NEAR(ts[b], total, 1e-3) << b;
+    }
+  }
+}
+
 // Where a use cannot read the blocked layout (a slice, a transpose), the value is a tile in the
 // arena, written by the registers' layout where an op reading register tiles makes it (then a
 // barrier), and the rest stays in registers. Rows of 8 rows over 8 warps: one each; a block 20
