@@ -570,11 +570,12 @@ class Emitter {
   // writes the tile out, or (into_registers) every lane its rows layout registers out.
   void emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
   // The same in the blocked layout: each row's registers of the thread, then the warp by five
-  // shuffles; every lane has the row (into_registers), or its first lane writes it to out.
+  // shuffles, then (a row over P > 1 warps) their parts through the arena; every lane has the row
+  // (into_registers), or one lane of the row writes it to out.
   void emit_blocked_row_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
-  // A blocked tile's columns: each thread's rows of its columns, the warps' partial results through
-  // the arena; every warp's lanes then hold their columns (into_registers: the columns layout), or
-  // the first warp writes them to out.
+  // A blocked tile's columns: each thread's rows of its columns, the warp rows' partial results
+  // through the arena (none with one warp row); every warp's lanes then hold their columns
+  // (into_registers: the columns layout), or the first warp row writes them to out.
   void emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
   // What a reduction (sum, max, min, prod) of a register tile of layout l computes in registers:
   // its rows (axes {1}: rows in registers, or a tile), its columns (axes {0}), its total (every
