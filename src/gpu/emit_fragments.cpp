@@ -85,7 +85,7 @@ void Emitter::fragment_read(ValueId v, const std::function<const FragmentLayout*
   if (const FragmentLayout* l = layout_of(v)) return reads.add_layout(*l);
   const auto it = fused_producers_.find(v);
   if (it == fused_producers_.end()) {
-    if (!type(v).shape.empty()) reads.across = true;  // a tile: written in another layout
+    if (!type(v).shape.empty()) reads.across = reads.arena = true;  // a tile: written in another layout
     return;
   }
   const ir::Op& p = *it->second;
@@ -133,7 +133,8 @@ void Emitter::fragment_read(ValueId v, const std::function<const FragmentLayout*
     reads.across = true;
     FragmentReads under;
     fragment_read(p.operands[0], layout_of, under);
-    if (under.layout || under.rows || under.cols) reads.conflict = true;
+    if (under.layout || under.rows || under.cols || under.conflict) reads.conflict = true;
+    reads.arena = reads.arena || under.arena;
     return;
   }
   for (ValueId o : p.operands) fragment_read(o, layout_of, reads);
@@ -209,14 +210,17 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // The roots: whole loads of an ACC in registers that nothing else takes (in a pallas_call, whole
   // loads of memory in the blocked layout), r's args that its loop carries in registers, and the
   // results of r's loops whose carries may be.
-  // The blocked layout a value of r starts in: an (n) value broadcast along a tile's columns takes
-  // that tile's columns layout (its warps per row), else its type's.
+  // The blocked layout a value of r starts in: an (n) or (1, n) value broadcast along a tile's
+  // columns takes that tile's columns layout (its warps per row), else its type's.
   auto blocked_start = [&](ValueId v) -> std::optional<FragmentLayout> {
     std::optional<FragmentLayout> l = blocked_layout(type(v));
-    if (!l || !l->cols) return l;
+    const Shape& s = type(v).shape;
+    if (!l || !(s.size() == 1 || (s.size() == 2 && s[0] == 1))) return l;
     for (size_t u : users[v]) {
       const ir::Op& b = r.ops[u];
-      if (b.code != OpCode::BroadcastInDim || type(b.results[0]).shape.size() != 2) continue;
+      if (b.code != OpCode::BroadcastInDim) continue;
+      const Shape& bs = type(b.results[0]).shape;
+      if (bs.size() != 2 || bs[0] == 1) continue;
       if (const std::optional<FragmentLayout> t = blocked_layout(type(b.results[0]))) return cols_of(*t);
     }
     return l;
@@ -413,7 +417,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           const FragmentReads reads = fragment_reads(op, 0, layout_of);
           if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) {
             chosen[res] = *reads.layout;
-          } else if (!reads.layout && !reads.rows && !reads.cols && (!reads.across || discovery) && ctx_.blocked_tiles) {
+          } else if (!reads.layout && !reads.rows && !reads.cols && (!reads.arena || discovery) && ctx_.blocked_tiles) {
             // (In a pallas_call an elementwise op of memory and constants starts a blocked tile
             // too: `x[...].astype(f32)`, its load fused into it. Not one reading arena tiles: in
             // another layout than theirs it would need a barrier first — but for a loop body's
@@ -421,9 +425,15 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
             if (const std::optional<FragmentLayout> b = blocked_start(res)) chosen[res] = *b;
           }
         }
-        bool dropped = false;
+        // (Where a rows or columns value does not fit, it goes first: a tile reading it may fit
+        // once it is in the arena.)
+        std::vector<ValueId> misfits;
+        bool lines = false;
         for (const auto& [v, l] : chosen)
-          if (!uses_fit(v, l)) banned.insert(v), dropped = true;
+          if (!uses_fit(v, l)) misfits.push_back(v), lines = lines || l.rows || l.cols;
+        for (ValueId v : misfits)
+          if (!lines || chosen.at(v).rows || chosen.at(v).cols) banned.insert(v);
+        bool dropped = !misfits.empty();
         if (!dropped) dropped = drop_unanchored_columns();
         if (!dropped) break;
       }

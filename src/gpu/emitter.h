@@ -518,6 +518,7 @@ class Emitter {
     std::optional<FragmentLayout> cols;    // a columns value read through a broadcast along the columns
     bool conflict = false;  // two layouts, a register tile read at other indices, rows of no tile
     bool across = false;    // also reads a tile or broadcast (elements other threads wrote)
+    bool arena = false;     // reads an arena tile (through a broadcast or not)
     void add_layout(const FragmentLayout& l);
   };
   // Adds what element e of v reads (`layout_of` says which values are register tiles).

@@ -652,6 +652,46 @@ TEST(GpuCodegenOps, PallasCallRowsSpreadOverWarps) {
   }
 }
 
+// A second helper review's probes: a (1, 512) tile reshaped and broadcast along an (8, 512) one
+// (a conflict two broadcasts deep: it hit an internal check), a (1, n) gamma block broadcast along
+// a tile (its columns layout: the tile stays in registers), and a softmax scaled by a broadcast
+// scalar (not an arena read: the values stay in registers).
+TEST(GpuCodegenOps, PallasCallRegisterTilesSettleLayoutConflicts) {
+  auto twouse = [](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& o2) {
+    pl::Value a = x[pl::all];
+    o[pl::all] = a * 2.0f;
+    o2[pl::all] = y[pl::all] * pl::broadcast_to(pl::reshape(a, {512}), {8, 512});
+  };
+  expect_same(pl::pallas_call(twouse, {ShapeDtype({1, 512}, DType::F32), ShapeDtype({8, 512}, DType::F32)}, opts({}, {}, {})),
+              {Array::random_normal({1, 512}, DType::F32, 2), Array::random_normal({8, 512}, DType::F32, 3)});
+  auto tiles_of = [](const PallasCall& c, const std::vector<Array>& args) {
+    std::vector<ShapeDtype> sig;
+    for (const Array& a : args) sig.push_back(a.shape_dtype());
+    std::shared_ptr<const TracedCall> tc = c.trace(sig);
+    return gpu::generate_cuda(*tc, tc->grid_mapping.grid, {}).register_tiles;
+  };
+  auto gamma = [](const pl::Ref& x, const pl::Ref& g, const pl::Ref& o) {
+    pl::Value v = x[pl::all];
+    o[pl::all] = (v - pl::broadcast_to(pl::expand_dims(pl::max(v, {1}), {1}), {8, 256})) * pl::broadcast_to(g[pl::all], {8, 256});
+  };
+  PallasCall gamma_call = pl::pallas_call(gamma, ShapeDtype({8, 256}, DType::F32), opts({}, {}, {}));
+  const std::vector<Array> gamma_args{Array::random_normal({8, 256}, DType::F32, 1), Array::random_normal({1, 256}, DType::F32, 2)};
+  expect_same(gamma_call, gamma_args);
+  EXPECT_EQ(tiles_of(gamma_call, gamma_args), 3);  // v, its maxima, g
+  auto scaled = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::Value s = pl::convert(pl::program_id(0) + 2, DType::F32);
+    pl::Value v = x[pl::all] * pl::broadcast_to(s, {8, 256});
+    pl::Value e = pl::exp(v - pl::broadcast_to(pl::expand_dims(pl::max(v, {1}), {1}), {8, 256}));
+    o[pl::all] = e / pl::broadcast_to(pl::expand_dims(pl::sum(e, {1}), {1}), {8, 256});
+  };
+  auto at0 = [](Value) { return Indices{0, 0}; };
+  PallasCall scaled_call = pl::pallas_call(scaled, ShapeDtype({8, 256}, DType::F32),
+                                           opts({1}, {BlockSpec({8, 256}, at0)}, {BlockSpec({8, 256}, at0)}));
+  const std::vector<Array> scaled_args{Array::random_normal({8, 256}, DType::F32, 4)};
+  expect_same(scaled_call, scaled_args, 1e-6, 1e-7);
+  EXPECT_EQ(tiles_of(scaled_call, scaled_args), 4);  // v, its maxima, e, its sums
+}
+
 // Where a use cannot read the blocked layout (a slice, a transpose), the value is a tile in the
 // arena, written by the registers' layout where an op reading register tiles makes it (then a
 // barrier), and the rest stays in registers. Rows of 8 rows over 8 warps: one each; a block 20
