@@ -521,6 +521,24 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
   return FragmentReduction::None;
 }
 
+bool Emitter::emit_register_reduction(const ir::Op& op, FragmentReduction kind, const std::string& out,
+                                      const TeamReduction& t, bool into_registers) {
+  const bool blocked = info(op.operands[0]).frag.blocked();
+  if (kind == FragmentReduction::Rows) {
+    if (blocked) emit_blocked_row_reduction(op, out, t, into_registers);
+    else emit_fragment_reduction(op, out, t, into_registers);
+    return true;  // (a lane of each row's holders wrote it)
+  }
+  PALLAS_INTERNAL_CHECK(kind == FragmentReduction::Columns && (blocked || !into_registers),
+                        "gpu emitter: a reduction of a register tile it cannot take");
+  if (blocked) {
+    emit_blocked_column_reduction(op, out, t, into_registers);
+    return true;  // (the threads holding the columns wrote them)
+  }
+  emit_fragment_column_reduction(op, out, t);  // (a thread per column, the arena's loop)
+  return false;
+}
+
 void Emitter::set_carried_args(const ir::Op& loop, const std::vector<std::optional<FragmentLayout>>& carries) {
   if (loop.code != OpCode::For) return;  // (a run_scoped's body only yields its results)
   const ir::Region& body = loop.regions[0];

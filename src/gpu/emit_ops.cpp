@@ -447,28 +447,12 @@ void Emitter::emit_pure(const ir::Op& op) {
         const FragmentReduction kind = fragment_reduction_kind(op, info(op.operands[0]).frag);
         PALLAS_INTERNAL_CHECK(kind != FragmentReduction::None, "gpu emitter: a reduction of a register tile it cannot take");
         if (kind == FragmentReduction::Total) return emit_fragment_total(op, t);
-        const bool blocked = info(op.operands[0]).frag.blocked();
-        if (kind == FragmentReduction::Columns) {
-          if (const auto it = fragments_.find(res); it != fragments_.end())  // into the columns layout
-            return emit_blocked_column_reduction(op, define_fragment(res, it->second), t, /*into_registers=*/true);
-          out = begin_result(res);
-          if (blocked) emit_blocked_column_reduction(op, out, t, /*into_registers=*/false);
-          else emit_fragment_column_reduction(op, out, t);
-          end_result(res);
-          if (blocked) barrier();  // (written by the threads holding the columns)
-          return;
-        }
-        if (const auto it = fragments_.find(res); it != fragments_.end()) {  // into registers: the quad's (warp's) own
-          const std::string regs = define_fragment(res, it->second);
-          if (blocked) emit_blocked_row_reduction(op, regs, t, /*into_registers=*/true);
-          else emit_fragment_reduction(op, regs, t, /*into_registers=*/true);
-          return;
-        }
+        if (const auto it = fragments_.find(res); it != fragments_.end())  // into registers (rows, columns)
+          return (void)emit_register_reduction(op, kind, define_fragment(res, it->second), t, /*into_registers=*/true);
         out = begin_result(res);
-        if (blocked) emit_blocked_row_reduction(op, out, t, /*into_registers=*/false);
-        else emit_fragment_reduction(op, out, t, /*into_registers=*/false);
+        const bool other_layout = emit_register_reduction(op, kind, out, t, /*into_registers=*/false);
         end_result(res);
-        barrier();  // a quad's (a warp's) first lane wrote each result
+        if (other_layout) barrier();  // (the threads holding the results wrote them, not the arena's loops)
         return;
       }
       out = begin_result(res);

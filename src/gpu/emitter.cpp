@@ -366,25 +366,23 @@ void Emitter::fold_memory_groups() {
   groups_written_.clear();
 }
 void Emitter::before_mem_read(ValueId ref) {
-  const auto g = memory_group_.find(ref);
-  if (g == memory_group_.end()) return before_mem_read();
+  const int* g = memory_group_of(ref);
+  if (!g) return before_mem_read();
   // (No tile is such memory: the arena's slots are not scratch or blocks.)
-  if (mem_written_ || groups_written_.count(g->second)) barrier();
+  if (mem_written_ || groups_written_.count(*g)) barrier();
 }
 void Emitter::before_mem_write(ValueId ref) {
-  const auto g = memory_group_.find(ref);
-  if (g == memory_group_.end()) return before_mem_write();
-  if (mem_written_ || mem_read_ || groups_written_.count(g->second) || groups_read_.count(g->second)) barrier();
+  const int* g = memory_group_of(ref);
+  if (!g) return before_mem_write();
+  if (mem_written_ || mem_read_ || groups_written_.count(*g) || groups_read_.count(*g)) barrier();
 }
 void Emitter::after_mem_read(ValueId ref) {
-  const auto g = memory_group_.find(ref);
-  if (g == memory_group_.end()) return after_mem_read();
-  groups_read_.insert(g->second);
+  if (const int* g = memory_group_of(ref)) groups_read_.insert(*g);
+  else after_mem_read();
 }
 void Emitter::after_mem_write(ValueId ref) {
-  const auto g = memory_group_.find(ref);
-  if (g == memory_group_.end()) return after_mem_write();
-  groups_written_.insert(g->second);
+  if (const int* g = memory_group_of(ref)) groups_written_.insert(*g);
+  else after_mem_write();
 }
 
 // ---- Liveness: a tile's slot is released after the last op (of its own region) that uses it,
@@ -494,8 +492,8 @@ void Emitter::plan_fusion(const ir::Region& r) {
     return u == uses.end() || u->second != 1 ? kNested : user[v];
   };
   auto distinct_memory = [&](ValueId a, ValueId b) {
-    auto ga = memory_group_.find(a), gb = memory_group_.find(b);
-    return ga != memory_group_.end() && gb != memory_group_.end() && ga->second != gb->second;
+    const int *ga = memory_group_of(a), *gb = memory_group_of(b);
+    return ga && gb && *ga != *gb;
   };
   // The gpu::kernel ACCs in registers that r's ops read: a view made in r (not emitted yet) of
   // one has its registers — also for the loop bodies in r that plan_fragments plans before r is
@@ -704,8 +702,8 @@ int Emitter::slot_layout(int j) const {
 }
 
 bool Emitter::is_operand_block(ValueId ref) const {
-  const auto g = memory_group_.find(ref);
-  return g != memory_group_.end() && g->second >= 0;
+  const int* g = memory_group_of(ref);
+  return g && *g >= 0;
 }
 
 bool Emitter::reads_operand_memory(ValueId v) const {

@@ -408,6 +408,11 @@ class Emitter {
   void before_mem_write(ir::ValueId ref);
   void after_mem_read(ir::ValueId ref);
   void after_mem_write(ir::ValueId ref);
+  // The memory group of ref (set_memory_group), or nullptr.
+  const int* memory_group_of(ir::ValueId ref) const {
+    const auto it = memory_group_.find(ref);
+    return it == memory_group_.end() ? nullptr : &it->second;
+  }
   // Makes the accesses of known groups plain pending memory accesses (the flags above), for code
   // that reads those: every op but plain loads, stores and ops without memory effects or regions
   // (emit_op).
@@ -583,6 +588,10 @@ class Emitter {
   // axis: a scalar), or None (the tile goes to the arena for it).
   enum class FragmentReduction { None, Rows, Columns, Total };
   FragmentReduction fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const;
+  // A reduction of a register tile's rows or columns (kind) into out, by its layout's function
+  // below; true where out is a tile the arena's loops did not write (the caller syncs after it).
+  bool emit_register_reduction(const ir::Op& op, FragmentReduction kind, const std::string& out, const TeamReduction& t,
+                               bool into_registers);
   // A reduction of every element of a register tile into its scalar result: each thread's
   // registers, then the group's threads (pl_team_combine).
   void emit_fragment_total(const ir::Op& op, const TeamReduction& t);
