@@ -17,6 +17,7 @@
 #include "gpu/host_emulation.h"
 #include "pallas/gpu.h"
 #include "pallas/pallas.h"
+#include "tests/gpu/emulation_check.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
@@ -25,44 +26,8 @@ namespace {
 
 namespace pl = ::pallas;
 
-std::vector<Array> clone_all(const std::vector<Array>& a) {
-  std::vector<Array> out;
-  for (const Array& x : a) out.push_back(x.clone());
-  return out;
-}
-
-// Runs the call's traced kernel both ways and compares every output.
-// One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
-// A kernel with register tiles runs with the CTA's threads (their layout's), and also generated
-// without them with the thread counts given.
-void expect_same(const PallasCall& call, const std::vector<Array>& args, double rtol = 0, double atol = 0,
-                 const gpu::CodegenOptions& opts = {}, const std::vector<int>& thread_counts = {1, 3}) {
-  std::vector<ShapeDtype> sig;
-  for (const Array& a : args) sig.push_back(a.shape_dtype());
-  std::shared_ptr<const TracedCall> tc = call.trace(sig);
-  const std::vector<int64_t> grid = tc->grid_mapping.grid;
-  std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), grid, nullptr);
-  auto check = [&](const gpu::GeneratedKernel& k, int threads) {
-    std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), grid, threads);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      AllCloseResult r = allclose(got[i], want[i], rtol, atol);
-      EXPECT_TRUE(r.ok) << threads << " threads, " << k.register_tiles << " register tiles, output " << i << ": "
-                        << r.message << "\n"
-                        << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
-    }
-  };
-  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
-  if (k.register_tiles == 0) {
-    for (int threads : thread_counts) check(k, threads);
-    return;
-  }
-  check(k, k.threads_per_cta);
-  gpu::CodegenOptions in_the_arena = opts;
-  in_the_arena.register_tiles = false;
-  const gpu::GeneratedKernel a = gpu::generate_cuda(*tc, grid, in_the_arena);
-  for (int threads : thread_counts) check(a, threads);
-}
+using test_util::clone_all;
+using test_util::expect_same;
 
 // For each `// load` comment of a generated unit, in order: whether the load was fused.
 std::vector<bool> fused_loads(const std::string& src) {

@@ -1,0 +1,333 @@
+// Random pallas_call kernels against the reference interpreter. The GPU code generator decides per
+// value where it lives (a register tile in one of several layouts, or the shared-memory arena),
+// which barriers it needs, and which loads it fuses, by rules that interact; each hand-written test
+// checks the cases its author thought of. These kernels mix elementwise ops, row and column
+// reductions, broadcasts, totals, loops carrying tiles, scratch round trips, masks, transposes and
+// slices over blocks of many shapes, from a seed, and every output of the generated CUDA (run under
+// host emulation, with register tiles and without) must match the interpreter's.
+//
+// PALLAS_FUZZ_SEEDS=N runs N more seeds per case (a longer search than CI's); a failure prints the
+// seed and the kernel's steps, and PALLAS_FUZZ_SEED=S runs that one alone.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pallas/pallas.h"
+#include "tests/gpu/emulation_check.h"
+
+namespace pallas {
+namespace {
+
+namespace pl = ::pallas;
+
+// Block shapes: every blocked-layout case (rows over warps, several rows of registers, a single
+// warp row, columns over several warps) and shapes no layout takes (the arena's code).
+const std::vector<std::pair<int64_t, int64_t>> kBlocks = {
+    {1, 32}, {1, 128}, {1, 256}, {2, 64}, {4, 128}, {8, 32}, {8, 64}, {16, 64}, {32, 32},
+    {8, 128}, {16, 128}, {24, 32}, {64, 16}, {8, 20}, {3, 64}, {16, 48}, {32, 64}};
+
+// The kernel a seed makes. Tracing replays the same random choices (the generator is reseeded
+// per trace), and `steps` records them for a failure message.
+struct RandomKernel {
+  uint32_t seed;
+  int64_t m, n, blocks;
+  DType in_dtype;
+  std::shared_ptr<std::string> steps = std::make_shared<std::string>();
+
+  void operator()(std::vector<Ref>& refs) const;
+};
+
+void RandomKernel::operator()(std::vector<Ref>& refs) const {
+  // refs: x, y (blocks of (m, n)), g (n, whole), then outputs o (m, n), cols (n), rows (m),
+  // total (), then the scratch (m, n).
+  const Ref &x = refs[0], &y = refs[1], &g = refs[2], &o = refs[3], &o_cols = refs[4], &o_rows = refs[5],
+            &o_total = refs[6], &scratch = refs[7];
+  std::mt19937 rng(seed * 2654435761u + 17);
+  auto pick = [&](int k) { return std::uniform_int_distribution<int>(0, k - 1)(rng); };
+  std::string& log = *steps;
+  log.clear();
+  const Shape tile{m, n};
+  auto load = [&](const Ref& r) { return in_dtype == DType::F32 ? r[pl::all] : pl::convert(r[pl::all], DType::F32); };
+
+  std::vector<Value> tiles{load(x)}, rows, cols, totals;
+  log += "t0 = x; ";
+  auto any = [&](std::vector<Value>& pool) -> Value& { return pool[static_cast<size_t>(pick(static_cast<int>(pool.size())))]; };
+  auto add_tile = [&](Value v, const std::string& what) {
+    log += "t" + std::to_string(tiles.size()) + " = " + what + "; ";
+    tiles.push_back(std::move(v));
+  };
+  auto row_vector = [&]() -> Value {  // an (m) value: one made before, or a fresh row reduction
+    if (!rows.empty() && pick(2)) return any(rows);
+    return pl::sum(any(tiles), {1}) * (1.0f / static_cast<float>(n));
+  };
+  auto col_vector = [&]() -> Value {  // an (n) value: one made before, gamma, or a column reduction
+    if (!cols.empty() && pick(2)) return any(cols);
+    if (pick(2)) return g[pl::all];
+    return pl::max(any(tiles), {0});
+  };
+
+  const int count = 3 + pick(10);
+  for (int s = 0; s < count; ++s) {
+    switch (pick(25)) {
+      case 0:
+        add_tile(load(pick(2) ? y : x), "load");
+        break;
+      case 1: {
+        Value a = any(tiles);
+        switch (pick(4)) {
+          case 0: add_tile(pl::tanh(a), "tanh"); break;
+          case 1: add_tile(pl::abs(a) * 0.5f, "abs*0.5"); break;
+          case 2: add_tile(-a, "neg"); break;
+          default: add_tile(pl::exp(pl::tanh(a)), "exp(tanh)"); break;
+        }
+        break;
+      }
+      case 2: {
+        Value a = any(tiles), b = any(tiles);
+        switch (pick(5)) {
+          case 0: add_tile(a + b, "add"); break;
+          case 1: add_tile(a - b, "sub"); break;
+          case 2: add_tile(pl::tanh(a * b), "tanh(mul)"); break;
+          case 3: add_tile(pl::maximum(a, b), "maximum"); break;
+          default: add_tile(pl::minimum(a, b), "minimum"); break;
+        }
+        break;
+      }
+      case 3: {
+        Value a = any(tiles), b = any(tiles);
+        add_tile(pl::where(a > b, a, b * 0.5f), "where");
+        break;
+      }
+      case 4: {  // a row reduction, with or without keepdims
+        Value a = any(tiles);
+        const bool keep = pick(2);
+        Value r = pick(2) ? pl::sum(a, {1}, keep) * (1.0f / static_cast<float>(n)) : pl::max(a, {1}, keep);
+        if (keep) r = pl::reshape(r, {m});
+        log += std::string("rows += reduce(keepdims ") + (keep ? "1" : "0") + "); ";
+        rows.push_back(r);
+        break;
+      }
+      case 5: {
+        Value a = any(tiles);
+        Value c = pick(2) ? pl::sum(a, {0}) * (1.0f / static_cast<float>(m)) : pl::max(a, {0});
+        log += "cols += reduce; ";
+        cols.push_back(c);
+        break;
+      }
+      case 6: {  // a tile against its rows: three spellings of the broadcast
+        Value a = any(tiles), r = row_vector();
+        switch (pick(3)) {
+          case 0: add_tile(a - pl::broadcast_to(pl::expand_dims(r, {1}), tile), "sub rows (expand_dims)"); break;
+          case 1: add_tile(a * pl::broadcast_in_dim(r, tile, {0}), "mul rows (broadcast_in_dim)"); break;
+          default: add_tile(a + pl::reshape(r, {m, 1}), "add rows (implicit)"); break;
+        }
+        break;
+      }
+      case 7: {
+        Value a = any(tiles), c = col_vector();
+        if (pick(2))
+          add_tile(a * pl::broadcast_to(c, tile), "mul cols");
+        else
+          add_tile(a - pl::broadcast_to(pl::reshape(c, {1, n}), tile), "sub cols (1, n)");
+        break;
+      }
+      case 8: {
+        Value t = pl::sum(any(tiles)) * (1.0f / static_cast<float>(m * n));
+        totals.push_back(t);
+        add_tile(any(tiles) + t, "add total");
+        break;
+      }
+      case 9: {
+        if (rows.empty()) break;
+        Value a = any(rows), b = row_vector();
+        rows.push_back(pick(2) ? pl::tanh(a + b) : pl::maximum(a, b));
+        log += "rows += op; ";
+        break;
+      }
+      case 10: {
+        if (cols.empty()) break;
+        Value a = any(cols), b = col_vector();
+        cols.push_back(pick(2) ? a * b : pl::minimum(a, b));
+        log += "cols += op; ";
+        break;
+      }
+      case 11: {  // a loop carrying a tile (and a row vector, sometimes), reading a tile of outside
+        Value init = any(tiles), other = any(tiles);
+        const int trips = 1 + pick(3);
+        const bool reads_x = pick(2);
+        if (pick(2)) {
+          Value r0 = row_vector();
+          std::vector<Value> c = pl::fori_loop(0, trips, {init, r0}, [&](Value, std::vector<Value> c) {
+            Value t = c[0] * 0.5f + pl::tanh(other);
+            if (reads_x) t = t + load(x);
+            Value r = c[1] * 0.5f + pl::max(t, {1});
+            return std::vector<Value>{t - pl::broadcast_to(pl::expand_dims(r, {1}), tile) * 0.25f, r};
+          });
+          rows.push_back(c[1]);
+          add_tile(c[0], "loop(tile, rows)");
+        } else {
+          Value c = pl::fori_loop(0, trips, init, [&](Value, Value c) {
+            Value t = c * 0.5f + pl::tanh(other);
+            return reads_x ? t + load(x) : t;
+          });
+          add_tile(c, "loop(tile)");
+        }
+        break;
+      }
+      case 12: {
+        scratch[pl::all] = any(tiles);
+        add_tile(scratch[pl::all] + 1.0f, "scratch round trip");
+        break;
+      }
+      case 13: {
+        if (m != n) break;
+        add_tile(pl::transpose(any(tiles), {1, 0}), "transpose");
+        break;
+      }
+      case 14: {  // a roll of the rows (or columns), by slices and a concatenate
+        Value a = any(tiles);
+        if (m >= 2 && pick(2)) {
+          add_tile(pl::concatenate({pl::slice(a, {m / 2, 0}, {m, n}), pl::slice(a, {0, 0}, {m / 2, n})}, 0),
+                   "roll rows");
+        } else if (n >= 2) {
+          add_tile(pl::concatenate({pl::slice(a, {0, n / 2}, {m, n}), pl::slice(a, {0, 0}, {m, n / 2})}, 1),
+                   "roll cols");
+        }
+        break;
+      }
+      case 15: {  // a causal mask from iotas and the program id
+        Value r = pl::iota(DType::I32, tile, 0) + pl::program_id(0) * static_cast<int32_t>(m);
+        Value c = pl::iota(DType::I32, tile, 1);
+        add_tile(pl::where(c <= r, any(tiles), pl::full(tile, DType::F32, -1.0)), "causal mask");
+        break;
+      }
+      case 16: {
+        Value a = any(tiles);
+        add_tile(a * pl::convert(pl::program_id(0) + 1, DType::F32), "times program id");
+        break;
+      }
+      case 17: {  // (a b^T) c, scaled: products of tiles (the tensor-core or CUDA-core paths)
+        Value a = any(tiles), b = any(tiles), c = any(tiles);
+        Value p = pl::dot(a, b, {.trans_b = true}) * (1.0f / static_cast<float>(n));
+        add_tile(pl::dot(p, c) * (1.0f / static_cast<float>(m)), "dot(dot(a, b^T), c)");
+        break;
+      }
+      case 18: {
+        Value a = any(tiles);
+        if (pick(2))
+          add_tile(pl::tanh(pl::cumsum(a, 1, pick(2))), "tanh(cumsum cols)");
+        else
+          add_tile(pl::cummax(a, 0), "cummax rows");
+        break;
+      }
+      case 19: {
+        Value a = any(tiles);
+        rows.push_back(pl::convert(pl::argmax(a, 1), DType::F32) * (1.0f / static_cast<float>(n)));
+        log += "rows += argmax; ";
+        break;
+      }
+      case 20: {
+        add_tile(pl::rev(any(tiles), {pick(2)}), "rev");
+        break;
+      }
+      case 21: {  // a branch on the program id, each side making a tile (one a reduction's)
+        Value a = any(tiles), b = any(tiles);
+        Value t = pl::cond(
+            pl::program_id(0) % 2 == 0, [&] { return pl::tanh(a) + b; },
+            [&] { return a - pl::broadcast_to(pl::max(b, {1}, true), tile); });
+        add_tile(t, "cond");
+        break;
+      }
+      case 22: {  // the output written, read back, and (later) written again
+        o[pl::all] = any(tiles);
+        add_tile(o[pl::all] * 0.5f, "output round trip");
+        break;
+      }
+      case 23: {  // half the scratch written by rows, then the whole read
+        if (m < 2) break;
+        scratch[pl::all] = any(tiles);
+        Value a = any(tiles);
+        scratch(pl::ds(0, m / 2), pl::all) = pl::slice(a, {m / 2, 0}, {m / 2 * 2, n});
+        add_tile(scratch[pl::all], "half scratch");
+        break;
+      }
+      default: {  // a column of the scratch written (a strided store), then the whole read
+        scratch[pl::all] = any(tiles);
+        scratch(pl::all, pl::ds(0, 1)) = pl::sum(any(tiles), {1}, true);
+        add_tile(scratch[pl::all], "scratch column");
+        break;
+      }
+    }
+  }
+  o[pl::all] = tiles.back();
+  o_cols[pl::all] = cols.empty() ? pl::sum(tiles.back(), {0}) : cols.back();
+  o_rows[pl::all] = rows.empty() ? pl::max(tiles.back(), {1}) : rows.back();
+  o_total[pl::all] = totals.empty() ? pl::sum(tiles.back()) : totals.back();
+}
+
+// Returns how many register tiles the generated kernel has.
+int run_seed(uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto [m, n] = kBlocks[std::uniform_int_distribution<size_t>(0, kBlocks.size() - 1)(rng)];
+  const int64_t blocks = 1 + static_cast<int64_t>(rng() % 3);
+  const DType in = rng() % 4 == 0 ? DType::BF16 : DType::F32;
+  RandomKernel kernel{seed, m, n, blocks, in};
+  auto rows_of = [](Value i) { return Indices{i, 0}; };
+  auto one = [](Value i) { return Indices{i}; };
+  CallOptions o;
+  o.grid = {blocks};
+  o.in_specs = {BlockSpec({m, n}, rows_of), BlockSpec({m, n}, rows_of), BlockSpec()};
+  o.out_specs = {BlockSpec({m, n}, rows_of), BlockSpec({pl::squeezed, n}, rows_of), BlockSpec({m}, one),
+                 BlockSpec({pl::squeezed}, one)};
+  o.scratch_shapes = {ScratchShape{{m, n}, DType::F32, MemorySpace::Vmem}};
+  o.interpret = true;
+  PallasCall call = pl::pallas_call(kernel,
+                                    {ShapeDtype({blocks * m, n}, DType::F32), ShapeDtype({blocks, n}, DType::F32),
+                                     ShapeDtype({blocks * m}, DType::F32), ShapeDtype({blocks}, DType::F32)},
+                                    o);
+  const std::vector<Array> args = {Array::random_normal({blocks * m, n}, in, seed + 1),
+                                   Array::random_normal({blocks * m, n}, in, seed + 2),
+                                   Array::random_normal({n}, in, seed + 3)};
+  std::string context;
+  try {
+    call.trace({args[0].shape_dtype(), args[1].shape_dtype(), args[2].shape_dtype()});
+  } catch (const Error& e) {
+    ADD_FAILURE() << "seed " << seed << " (" << m << " x " << n << "): tracing failed: " << e.what() << "\n" << *kernel.steps;
+    return 0;
+  }
+  context = "seed " + std::to_string(seed) + ", block " + std::to_string(m) + " x " + std::to_string(n) + ", grid " +
+            std::to_string(blocks) + ", " + std::string(dtype_name(in)) + ", steps: " + *kernel.steps + "\n";
+  SCOPED_TRACE(context);
+  const int tiles = test_util::expect_same(call, args, 1e-4, 3e-4, {}, {1, 3}, context);
+  if (std::getenv("PALLAS_FUZZ_VERBOSE")) std::printf("%d register tiles: %s", tiles, context.c_str());
+  return tiles;
+}
+
+// Seeds [first, first + count), plus PALLAS_FUZZ_SEEDS more each; or PALLAS_FUZZ_SEED alone.
+// A quarter of the kernels at least must keep some values in registers: a planner that gave up on
+// them all would still compute right, and these tests would no longer check its layouts.
+void run_seeds(uint32_t first, uint32_t count) {
+  if (const char* one = std::getenv("PALLAS_FUZZ_SEED")) {
+    if (first == 0) run_seed(static_cast<uint32_t>(std::stoul(one)));
+    return;
+  }
+  if (const char* more = std::getenv("PALLAS_FUZZ_SEEDS")) count += static_cast<uint32_t>(std::stoul(more));
+  uint32_t ran = 0, in_registers = 0;
+  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s, ++ran)
+    in_registers += run_seed(s) > 0;
+  std::printf("%u random kernels, %u with register tiles\n", ran, in_registers);
+  if (!testing::Test::HasFailure()) EXPECT_GE(in_registers * 4, ran);
+}
+
+TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterA) { run_seeds(0, 6); }
+TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterB) { run_seeds(1000, 6); }
+TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterC) { run_seeds(2000, 6); }
+TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterD) { run_seeds(3000, 6); }
+
+}  // namespace
+}  // namespace pallas
