@@ -40,9 +40,12 @@ bool reshapes(OpCode c) { return c == OpCode::Reshape || c == OpCode::Squeeze ||
 bool carries_region_values(const ir::Op& op) {
   return (op.code == OpCode::For || op.code == OpCode::RunScoped) && op.regions.size() == 1 && !op.results.empty();
 }
+// The reductions a register tile takes (fragment_reduction_kind says along which axes).
 bool row_reduction(OpCode c) {
-  return c == OpCode::ReduceSum || c == OpCode::ReduceMax || c == OpCode::ReduceMin || c == OpCode::ReduceProd;
+  return c == OpCode::ReduceSum || c == OpCode::ReduceMax || c == OpCode::ReduceMin || c == OpCode::ReduceProd ||
+         c == OpCode::Argmax || c == OpCode::Argmin;
 }
+bool arg_reduction(OpCode c) { return c == OpCode::Argmax || c == OpCode::Argmin; }
 }  // namespace
 
 std::optional<FragmentLayout> rows_of(const FragmentLayout& t) {
@@ -495,8 +498,12 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
 }
 
 Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const {
-  const ir::Ints& axes = op.attrs.get_ints(ir::AttrKey::Axes);
+  // (An argmax's candidates carry their index: the blocked layout's reductions of rows and columns
+  // know it, the others do not.)
+  const bool arg = arg_reduction(op.code);
+  const ir::Ints axes = arg ? ir::Ints{op.attrs.get_int(ir::AttrKey::Axis)} : op.attrs.get_ints(ir::AttrKey::Axes);
   const Shape& shape = type(op.results.at(0)).shape;
+  if (arg && (!l.blocked() || shape.empty())) return FragmentReduction::None;
   // (The thread's registers of a block's column or row are in one round, or its rounds of one
   // column of blocks: with one warpgroup, or a block per row band.)
   const bool whole_rows = l.warpgroups == 1 || l.blocks_n() == 1;
@@ -511,7 +518,7 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
     if (l.rows || l.cols) return FragmentReduction::None;
     if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
     // (Its scratch: a row of partial results per warp row, at most 32 KiB.)
-    const int64_t scratch = l.row_warps() * l.n * std::max<int64_t>(4, itemsize(type(op.results.at(0)).dtype));
+    const int64_t scratch = l.row_warps() * l.n * (arg ? 16 : std::max<int64_t>(4, itemsize(type(op.results.at(0)).dtype)));
     if (axes == ir::Ints{0} && fits_layout(*cols_of(l), shape) && scratch <= 32 * 1024) return FragmentReduction::Columns;
     return FragmentReduction::None;
   }
@@ -519,6 +526,19 @@ Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, co
   if (axes == ir::Ints{1} && fits_layout(*rows_of(l), shape)) return FragmentReduction::Rows;
   if (axes == ir::Ints{0} && shape == Shape{l.n}) return FragmentReduction::Columns;
   return FragmentReduction::None;
+}
+
+void Emitter::emit_reduction_of_fragment(const ir::Op& op, const TeamReduction& t) {
+  const ValueId res = op.results[0];
+  const FragmentReduction kind = fragment_reduction_kind(op, info(op.operands[0]).frag);
+  PALLAS_INTERNAL_CHECK(kind != FragmentReduction::None, "gpu emitter: a reduction of a register tile it cannot take");
+  if (kind == FragmentReduction::Total) return emit_fragment_total(op, t);
+  if (const auto it = fragments_.find(res); it != fragments_.end())  // into registers (rows, columns)
+    return (void)emit_register_reduction(op, kind, define_fragment(res, it->second), t, /*into_registers=*/true);
+  const std::string out = define_tile(res);  // (rows or columns: not a scalar)
+  const bool other_layout = emit_register_reduction(op, kind, out, t, /*into_registers=*/false);
+  after_tile_write();
+  if (other_layout) barrier();  // (the threads holding the results wrote them, not the arena's loops)
 }
 
 bool Emitter::emit_register_reduction(const ir::Op& op, FragmentReduction kind, const std::string& out,
@@ -598,13 +618,29 @@ std::string warp_row(const FragmentLayout& l) {
 std::string warp_col(const FragmentLayout& l) {
   return l.warps_per_row == 1 ? "0" : "((pl_tid() >> 5) % " + std::to_string(l.warps_per_row) + ")";
 }
-// Row pl_q x R + warp row of a blocked layout; the column of its register pl_i and lane.
+// The thread's lane among its row's T lanes, and its row among its warp's L.
+std::string lane_in_row(const FragmentLayout& l) {
+  return "(pl_tid() & " + std::to_string(l.lanes_per_row - 1) + ")";
+}
+std::string lane_row(const FragmentLayout& l) {
+  return "((pl_tid() & 31) / " + std::to_string(l.lanes_per_row) + ")";
+}
+// Row pl_q x B + the thread's row in the band; the column of its register pl_i and lane.
 std::string blocked_row(const FragmentLayout& l) {
-  return "(pl_q * " + std::to_string(l.row_warps()) + " + " + warp_row(l) + ")";
+  if (l.lane_rows() == 1) return "(pl_q * " + std::to_string(l.row_warps()) + " + " + warp_row(l) + ")";
+  return "(pl_q * " + std::to_string(l.band_rows()) + " + " + warp_row(l) + " * " + std::to_string(l.lane_rows()) + " + " +
+         lane_row(l) + ")";
 }
 std::string blocked_column(const FragmentLayout& l) {
-  if (l.warps_per_row == 1) return "pl_i * 32 + (pl_tid() & 31)";
-  return "(pl_i * " + std::to_string(l.warps_per_row) + " + " + warp_col(l) + ") * 32 + (pl_tid() & 31)";
+  const std::string lane = l.lanes_per_row == 32 ? "(pl_tid() & 31)" : lane_in_row(l), T = std::to_string(l.lanes_per_row);
+  if (l.warps_per_row == 1) return "pl_i * " + T + " + " + lane;
+  return "(pl_i * " + std::to_string(l.warps_per_row) + " + " + warp_col(l) + ") * " + T + " + " + lane;
+}
+// `if (...) ` for the first of a row's T lanes (in the first of its P warps with `first_warp`).
+std::string first_of_row(const FragmentLayout& l, bool first_warp) {
+  const std::string lane = l.lanes_per_row == 32 ? "(pl_tid() & 31)" : lane_in_row(l);
+  return first_warp && l.warps_per_row > 1 ? "if (" + lane + " == 0 && " + warp_col(l) + " == 0) "
+                                           : "if (" + lane + " == 0) ";
 }
 }  // namespace
 
@@ -612,7 +648,7 @@ void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   if (l.blocked()) {
     PALLAS_INTERNAL_CHECK(!pairs, "gpu emitter: pairs of a blocked register tile");
     // pl_q: the thread's row band (its row pl_q x R + warp row); pl_i: its column of 32 in it.
-    const int64_t bands = l.cols ? 1 : l.m / l.row_warps(), per_row = l.rows ? 1 : l.registers_per_row();
+    const int64_t bands = l.cols ? 1 : l.m / l.band_rows(), per_row = l.rows ? 1 : l.registers_per_row();
     const std::string row = blocked_row(l), column = blocked_column(l);
     line("#pragma unroll");
     line("for (int pl_q = 0; pl_q < " + std::to_string(bands) + "; ++pl_q) {");
@@ -664,11 +700,13 @@ std::string Emitter::rows_register(const FragmentLayout& l) {
 }
 
 std::string Emitter::replica_guard(const FragmentLayout& l) {
-  if (l.cols) return "if (" + warp_row(l) + " == 0) ";  // (every warp row holds them: the first writes)
+  // (Every warp row holds them, and each lane row of a warp: the first writes.)
+  if (l.cols)
+    return l.lane_rows() == 1 ? "if (" + warp_row(l) + " == 0) "
+                              : "if (" + warp_row(l) + " == 0 && (pl_tid() & 31) < " + std::to_string(l.lanes_per_row) + ") ";
   if (!l.rows) return "";
   if (!l.blocked()) return "if ((pl_tid() & 3) == 0) ";
-  // (A row's P warps, each of whose lanes holds it: the first lane of the first.)
-  return l.warps_per_row == 1 ? "if ((pl_tid() & 31) == 0) " : "if ((pl_tid() & 31) == 0 && " + warp_col(l) + " == 0) ";
+  return first_of_row(l, true);  // (a row's T lanes of each of its P warps hold it)
 }
 
 void Emitter::close_fragment_loop() {
@@ -731,16 +769,17 @@ std::optional<FragmentLayout> Emitter::blocked_layout(const ir::Type& t) const {
   l.m = l.cols ? 1 : t.shape[0];
   l.n = t.shape.back();
   if (l.m <= 0 || l.n <= 0) return std::nullopt;
-  // Rows fewer than the warps (a (1, n) block): each row's columns over warps / m warps.
-  if (!l.cols && l.m % l.warps != 0) {
-    if (l.m > l.warps || l.warps % l.m != 0) return std::nullopt;
-    l.warps_per_row = static_cast<int>(l.warps / l.m);
-  }
   // (128 words: as many as an ACC's registers at most; the register budget counts them too.)
-  if (l.n % (32 * l.warps_per_row) != 0 ||
-      (l.cols ? 1 : l.m / l.row_warps()) * l.registers_per_row() * itemsize(t.dtype) > 4 * 128)
-    return std::nullopt;
-  return l;
+  auto fits = [&] { return l.registers() * itemsize(t.dtype) <= 4 * 128; };
+  // Wide runs of lanes first (a warp's accesses are runs of T words), then few warps a row (a row
+  // reduction over P warps meets in the arena). An (n) array: the widest run, one warp a row.
+  for (l.lanes_per_row = 32; l.lanes_per_row >= 1; l.lanes_per_row /= 2) {
+    if (l.n % l.lanes_per_row != 0) continue;
+    if (l.cols) return fits() ? std::optional(l) : std::nullopt;
+    for (l.warps_per_row = 1; l.warps_per_row <= l.warps && l.warps % l.warps_per_row == 0; l.warps_per_row *= 2)
+      if (l.m % l.band_rows() == 0 && (l.n / l.lanes_per_row) % l.warps_per_row == 0) return fits() ? std::optional(l) : std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void Emitter::emit_blocked_load(const ir::Op& load) {
@@ -861,7 +900,7 @@ void Emitter::emit_blocked_row_reduction(const ir::Op& op, const std::string& ou
                                          bool into_registers) {
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
-  const std::string A = t.acc_type, per_row = std::to_string(l.registers_per_row()), bands = std::to_string(l.m / l.row_warps());
+  const std::string A = t.acc_type, per_row = std::to_string(l.registers_per_row()), bands = std::to_string(l.m / l.band_rows());
   const int P = l.warps_per_row;
   const std::string row = blocked_row(l);
   // A row spread over P warps: their partial results meet in the arena.
@@ -874,16 +913,16 @@ void Emitter::emit_blocked_row_reduction(const ir::Op& op, const std::string& ou
   line("#pragma unroll");
   line("for (int pl_q = 0; pl_q < " + bands + "; ++pl_q) {");
   ++indent_;
-  // The thread's registers of its row, then the warp's 32 lanes (each lane then has the warp's
-  // part of the row). Every thread of the group shuffles alike.
+  // The thread's registers of its row, then the row's T lanes (each then has the warp's part of
+  // the row). Every thread of the group shuffles alike.
   line(A + " pl_r = " + t.identity + ";");
   line("#pragma unroll");
   line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) pl_r = pl_comb(pl_r, " +
-       t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
-  line("pl_r = pl_team_combine<false>(pl_r, 32, pl_comb, (" + A + "*)0);");
-  if (P > 1) line("if ((pl_tid() & 31) == 0) " + scratch + "[" + row + " * " + std::to_string(P) + " + " + warp_col(l) + "] = pl_r;");
+       t.element(x.name + "[pl_q * " + per_row + " + pl_i]", blocked_column(l)) + ");");
+  line("pl_r = pl_team_combine<false>(pl_r, " + std::to_string(l.lanes_per_row) + ", pl_comb, (" + A + "*)0);");
+  if (P > 1) line(first_of_row(l, false) + scratch + "[" + row + " * " + std::to_string(P) + " + " + warp_col(l) + "] = pl_r;");
   else if (into_registers) line(out + "[pl_q] = " + t.result("pl_r") + ";");
-  else line("if ((pl_tid() & 31) == 0) " + out + "[" + row + "] = " + t.result("pl_r") + ";");
+  else line(first_of_row(l, false) + out + "[" + row + "] = " + t.result("pl_r") + ";");
   --indent_;
   line("}");
   if (P > 1) {
@@ -911,44 +950,36 @@ void Emitter::emit_blocked_column_reduction(const ir::Op& op, const std::string&
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
   const std::string A = t.acc_type, n = std::to_string(l.n), per_row = std::to_string(l.registers_per_row());
-  const std::string column = blocked_column(l);
-  if (l.row_warps() == 1) {
-    // One warp row (a (1, n) block's): each thread's registers are its columns' whole.
-    line("{");
-    ++indent_;
-    line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
-    line("#pragma unroll");
-    line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
-    ++indent_;
-    line(A + " pl_c = " + t.identity + ";");
-    line("#pragma unroll");
-    line("for (int pl_q = 0; pl_q < " + std::to_string(l.m) + "; ++pl_q) pl_c = pl_comb(pl_c, " +
-         t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
-    if (into_registers) line(out + "[pl_i] = " + t.result("pl_c") + ";");
-    else line(out + "[" + column + "] = " + t.result("pl_c") + ";");
-    --indent_;
-    line("}");
-    --indent_;
-    line("}");
-    return;
-  }
-  const int64_t bytes = l.row_warps() * l.n * t.acc_bytes, offset = ctx_.arena->alloc(bytes);
-  const std::string scratch = fresh("cols");
+  const std::string column = blocked_column(l), T = std::to_string(l.lanes_per_row);
+  // (The first of a warp's L lane rows writes what they all hold.)
+  const std::string first_lane_row = l.lane_rows() == 1 ? "" : "if ((pl_tid() & 31) < " + T + ") ";
+  const bool across_warps = l.row_warps() > 1;
+  const int64_t bytes = across_warps ? l.row_warps() * l.n * t.acc_bytes : 0, offset = across_warps ? ctx_.arena->alloc(bytes) : 0;
+  const std::string scratch = across_warps ? fresh("cols") : "";
   line("{");
   ++indent_;
   line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
-  line(A + "* " + scratch + " = (" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
-  // The thread's rows of each of its columns, then a row of partial results per warp row.
+  if (across_warps) line(A + "* " + scratch + " = (" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ");");
+  // The thread's rows of each of its columns, then its warp's lane rows (shuffles), then — with
+  // several warp rows — a row of partial results per warp row.
   line("#pragma unroll");
   line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
   ++indent_;
   line(A + " pl_c = " + t.identity + ";");
   line("#pragma unroll");
-  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.row_warps()) + "; ++pl_q) pl_c = pl_comb(pl_c, " +
-       t.element(x.name + "[pl_q * " + per_row + " + pl_i]", "") + ");");
-  line(scratch + "[" + warp_row(l) + " * " + n + " + " + column + "] = pl_c;");
+  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.band_rows()) + "; ++pl_q) pl_c = pl_comb(pl_c, " +
+       t.element(x.name + "[pl_q * " + per_row + " + pl_i]", blocked_row(l)) + ");");
+  if (l.lane_rows() > 1) line("for (int pl_s = " + T + "; pl_s < 32; pl_s <<= 1) pl_c = pl_comb(pl_c, pl_shfl_xor(pl_c, pl_s));");
+  if (across_warps) line(first_lane_row + scratch + "[" + warp_row(l) + " * " + n + " + " + column + "] = pl_c;");
+  else if (into_registers) line(out + "[pl_i] = " + t.result("pl_c") + ";");
+  else line(first_lane_row + out + "[" + column + "] = " + t.result("pl_c") + ";");
   --indent_;
   line("}");
+  if (!across_warps) {  // (one warp row, a (1, n) block's: the threads have their columns' whole)
+    --indent_;
+    line("}");
+    return;
+  }
   after_tile_write();
   barrier();
   // Every warp's lanes combine the warp rows' partials of their columns (into registers), or the

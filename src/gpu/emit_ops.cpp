@@ -443,18 +443,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       t.combine = rule.combine("a", "b");
       t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
       t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
-      if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) {  // plan_fragments' kinds
-        const FragmentReduction kind = fragment_reduction_kind(op, info(op.operands[0]).frag);
-        PALLAS_INTERNAL_CHECK(kind != FragmentReduction::None, "gpu emitter: a reduction of a register tile it cannot take");
-        if (kind == FragmentReduction::Total) return emit_fragment_total(op, t);
-        if (const auto it = fragments_.find(res); it != fragments_.end())  // into registers (rows, columns)
-          return (void)emit_register_reduction(op, kind, define_fragment(res, it->second), t, /*into_registers=*/true);
-        out = begin_result(res);
-        const bool other_layout = emit_register_reduction(op, kind, out, t, /*into_registers=*/false);
-        end_result(res);
-        if (other_layout) barrier();  // (the threads holding the results wrote them, not the arena's loops)
-        return;
-      }
+      if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) return emit_reduction_of_fragment(op, t);  // plan_fragments'
       out = begin_result(res);
       const bool team = emit_team_reduction(op.operands[0], reduced, out, t);
       end_result(res);
@@ -472,6 +461,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       t.combine = std::string("pl_arg_better<") + (op.code == OpCode::Argmax ? "true" : "false") + ">(a, b)";
       t.element = [&](const std::string& v, const std::string& j) { return best + "{" + widen(xt.dtype, v) + ", " + j + "}"; };
       t.result = [&](const std::string& acc) { return "(" + ctype(rt.dtype) + ")" + acc + ".i"; };
+      if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) return emit_reduction_of_fragment(op, t);  // plan_fragments'
       out = begin_result(res);
       const bool team = emit_team_reduction(op.operands[0], {axis}, out, t);
       end_result(res);

@@ -174,25 +174,30 @@ struct RefInfo {
 // rows, 16 w + l / 4 and + 8 of each 64-row band it takes (band warpgroup + warpgroups x round,
 // register 2 round + h), the same in the quad's four lanes. n is 1 and nc 0.
 // `warps` > 0: the blocked layout instead (Triton's blocked layout; a pallas_call's register
-// tiles, whose CTAs are eight warps of one program). With R = warps / P row warps and P
-// `warps_per_row` (1 unless the rows are fewer than the warps: a (1, n) block spreads its row
-// over all of them), element (r, c) of the m x n array lies with warp (r % R) P + (c / 32) % P,
-// lane c % 32, in register (r / R) x (n / 32 P) + c / 32 P — a warp's loads and stores are
-// consecutive words. Its rows (an (m) or (m, 1) array): register r / R of every lane of the P
-// warps of row r. Its columns (`cols`: an (n) or (1, n) array, m 1): register c / 32 P of lane
-// c % 32 of the R warps of column c. nc, rounds and warpgroups are unused.
+// tiles, whose CTAs are eight warps of one program). A row's columns lie with T `lanes_per_row`
+// lanes of P `warps_per_row` warps; a warp holds L = 32 / T rows of a band of B = R L rows, with
+// R = warps / P row warps. Element (r, c) of the m x n array lies with warp
+// ((r % B) / L) P + (c / T) % P, lane ((r % L) T + c % T), in register (r / B) x (n / T P) +
+// c / T P — a warp's loads and stores are runs of T consecutive words. T is 32 unless a row is
+// narrower; P is 1 unless the rows are fewer than a band (a (1, n) block spreads its row over all
+// the warps). Its rows (an (m) or (m, 1) array): register r / B of the T lanes of row r in each
+// of its P warps. Its columns (`cols`: an (n) or (1, n) array, m 1): register c / T P of the L
+// lanes of column c in each of its R warps. nc, rounds and warpgroups are unused.
 struct FragmentLayout {
   int64_t m = 0, n = 0;
   int nc = 0, rounds = 0, warpgroups = 1;
   bool rows = false;
   int warps = 0;          // > 0: the blocked layout over this many warps
   int warps_per_row = 1;  // blocked: P, the warps a row's columns spread over
+  int lanes_per_row = 32;  // blocked: T, the lanes of a warp a row's columns spread over
   bool cols = false;
   bool blocked() const { return warps > 0; }
   int row_warps() const { return warps / warps_per_row; }  // blocked: R
-  int64_t registers_per_row() const { return n / (32 * warps_per_row); }  // blocked: of a row band
+  int lane_rows() const { return 32 / lanes_per_row; }     // blocked: L, the rows of a warp
+  int64_t band_rows() const { return int64_t{row_warps()} * lane_rows(); }  // blocked: B
+  int64_t registers_per_row() const { return n / (int64_t{lanes_per_row} * warps_per_row); }  // blocked: of a band
   int registers() const {  // per thread
-    if (blocked()) return static_cast<int>(rows ? m / row_warps() : cols ? registers_per_row() : m / row_warps() * registers_per_row());
+    if (blocked()) return static_cast<int>(rows ? m / band_rows() : cols ? registers_per_row() : m / band_rows() * registers_per_row());
     return rows ? 2 * rounds : rounds * nc / 2;
   }
   int64_t blocks_n() const { return n / nc; }
@@ -560,7 +565,8 @@ class Emitter {
   void close_fragment_loop();
   void emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a);
   // The blocked layout an (m, n) array of type t may take in a pallas_call (ctx_.blocked_tiles):
-  // rows a multiple of the group's warps, columns of 32, at most 128 words of registers a thread;
+  // the widest runs of lanes a row's columns divide into (32, 16, ... 1), then the fewest warps a
+  // row spreads over, such that every thread holds whole registers, at most 128 words of them;
   // an (n) array's: the columns layout.
   std::optional<FragmentLayout> blocked_layout(const ir::Type& t) const;
   // A whole load of memory (a pallas_call's block) into a blocked register tile.
@@ -583,11 +589,15 @@ class Emitter {
   // through the arena (none with one warp row); every warp's lanes then hold their columns
   // (into_registers: the columns layout), or the first warp row writes them to out.
   void emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
-  // What a reduction (sum, max, min, prod) of a register tile of layout l computes in registers:
-  // its rows (axes {1}: rows in registers, or a tile), its columns (axes {0}), its total (every
-  // axis: a scalar), or None (the tile goes to the arena for it).
+  // What a reduction (sum, max, min, prod; argmax and argmin of a blocked tile) of a register tile
+  // of layout l computes in registers: its rows (axes {1}: rows in registers, or a tile), its
+  // columns (axes {0}), its total (every axis: a scalar), or None (the tile goes to the arena for
+  // it).
   enum class FragmentReduction { None, Rows, Columns, Total };
   FragmentReduction fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const;
+  // A reduction (op, by t) of a register tile: into registers where the plan put its result
+  // there, else into its tile or scalar.
+  void emit_reduction_of_fragment(const ir::Op& op, const TeamReduction& t);
   // A reduction of a register tile's rows or columns (kind) into out, by its layout's function
   // below; true where out is a tile the arena's loops did not write (the caller syncs after it).
   bool emit_register_reduction(const ir::Op& op, FragmentReduction kind, const std::string& out, const TeamReduction& t,

@@ -26,10 +26,12 @@ namespace {
 namespace pl = ::pallas;
 
 // Block shapes: every blocked-layout case (rows over warps, several rows of registers, a single
-// warp row, columns over several warps) and shapes no layout takes (the arena's code).
+// warp row, columns over several warps, several rows a warp) and shapes no layout takes (the
+// arena's code).
 const std::vector<std::pair<int64_t, int64_t>> kBlocks = {
     {1, 32}, {1, 128}, {1, 256}, {2, 64}, {4, 128}, {8, 32}, {8, 64}, {16, 64}, {32, 32},
-    {8, 128}, {16, 128}, {24, 32}, {64, 16}, {8, 20}, {3, 64}, {16, 48}, {32, 64}};
+    {8, 128}, {16, 128}, {24, 32}, {64, 16}, {8, 20}, {3, 64}, {16, 48}, {32, 64}, {16, 16}, {32, 8},
+    {128, 4}, {6, 128}, {12, 64}, {2, 256}, {48, 24}};
 
 // The kernel a seed makes. Tracing replays the same random choices (the generator is reseeded
 // per trace), and `steps` records them for a failure message.

@@ -573,8 +573,16 @@ TEST(GpuCodegenOps, PallasCallRegisterTilesBesideTensorCoreProducts) {
 // through the arena. A row-wise softmax and layer-norm-like kernel over (1, 512), (2, 256) and
 // (4, 128) blocks, a column reduction and a total; against plain C++ and the reference
 // interpreter.
-TEST(GpuCodegenOps, PallasCallRowsSpreadOverWarps) {
-  for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 512}, {2, 256}, {4, 128}}) {
+// Blocks whose rows spread over several warps ((1, 512): P = 8; (6, 128): P = 4 and three bands of
+// rows), and blocks whose rows share a warp ((64, 16): two rows a warp, (128, 4): eight; (16, 48):
+// three registers of 16 lanes; (32, 8)).
+TEST(GpuCodegenOps, PallasCallRowsSpreadOverWarpsOrShareThem) {
+  struct Case {
+    int64_t m, n;
+    int lanes;  // the row reductions' shuffle width
+  };
+  for (const auto& [m, n, lanes] : std::vector<Case>{
+           {1, 512, 32}, {2, 256, 32}, {4, 128, 32}, {6, 128, 32}, {12, 64, 32}, {64, 16, 16}, {128, 4, 4}, {16, 48, 16}, {32, 8, 8}}) {
     SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
     auto kernel = [m = m, n = n](const pl::Ref& x, const pl::Ref& g, const pl::Ref& o, const pl::Ref& cols,
                                  const pl::Ref& total) {
@@ -596,6 +604,7 @@ TEST(GpuCodegenOps, PallasCallRowsSpreadOverWarps) {
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), g.shape_dtype()});
     const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
     EXPECT_GE(k.register_tiles, 4);  // v, the max, e, s (at least)
+    EXPECT_EQ(count_of(k.source, "pl_team_combine<false>(pl_r, " + std::to_string(lanes) + ","), 2);  // max and sum
     const std::vector<Array> got =
         gpu::run_host_emulation(*tc, k, {x.clone(), g.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
     const std::vector<double> xs = x.to_doubles(), gs = g.to_doubles(), os = got[0].to_doubles(), cs = got[1].to_doubles(),
@@ -613,6 +622,51 @@ TEST(GpuCodegenOps, PallasCallRowsSpreadOverWarps) {
       }
       for (int64_t c = 0; c < n; ++c) ASSERT_NEAR(cs[b * n + c], col[c], 1e-4) << b << ", " << c;
       EXPECT_NEAR(ts[b], total, 1e-3) << b;
+    }
+  }
+}
+
+// argmax / argmin of a blocked tile's rows and columns in registers: the candidates carry their
+// column (row) through the shuffles and the warps' arena scratch. Values are small integers (many
+// ties: the first index wins) and some NaNs (the first NaN wins), over blocks whose rows take a
+// warp, spread over several, or share one.
+TEST(GpuCodegenOps, PallasCallArgmaxOfRegisterTiles) {
+  for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {1, 512}, {64, 16}, {6, 128}}) {
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+    auto kernel = [](const pl::Ref& x, const pl::Ref& row_max, const pl::Ref& col_min, const pl::Ref& y) {
+      pl::Value v = x[pl::all] * 2.0f;
+      row_max[pl::all] = pl::argmax(v, 1);
+      col_min[pl::all] = pl::argmin(v, 0);
+      y[pl::all] = v + 1.0f;  // (v stays a register tile)
+    };
+    PallasCall call = pl::pallas_call(kernel,
+                                      {ShapeDtype({m}, DType::I32), ShapeDtype({n}, DType::I32), ShapeDtype({m, n}, DType::F32)},
+                                      opts({}, {}, {}));
+    Array x = Array::zeros({m, n}, DType::F32);
+    std::mt19937 rng(static_cast<uint32_t>(m * 1000 + n));
+    float* xs = x.data<float>();
+    for (int64_t i = 0; i < m * n; ++i) xs[i] = static_cast<float>(rng() % 7) - 3.0f;
+    for (int64_t i = 0; i < m * n; i += 37) xs[(i * 13) % (m * n)] = rng() % 3 == 0 ? NAN : xs[(i * 13) % (m * n)];
+    expect_same(call, {x});
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    EXPECT_GE(k.register_tiles, 3);  // v and both results
+    EXPECT_EQ(count_of(k.source, "pl_arg_better<"), 2);
+    EXPECT_EQ(count_of(k.source, "pl_team_combine<false>(pl_r, "), 1);  // the rows' shuffles
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+    // The first maximum of each row and minimum of each column, a NaN first of all.
+    auto better = [](float a, float b, bool max) { return std::isnan(a) ? !std::isnan(b) : !std::isnan(b) && (max ? a > b : a < b); };
+    for (int64_t r = 0; r < m; ++r) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < n; ++c)
+        if (better(xs[r * n + c], xs[r * n + best], true)) best = c;
+      EXPECT_EQ(got[0].data<int32_t>()[r], best) << "row " << r;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      int64_t best = 0;
+      for (int64_t r = 1; r < m; ++r)
+        if (better(xs[r * n + c], xs[best * n + c], false)) best = r;
+      EXPECT_EQ(got[1].data<int32_t>()[c], best) << "column " << c;
     }
   }
 }
