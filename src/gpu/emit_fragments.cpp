@@ -228,6 +228,16 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     }
     return l;
   };
+  // The values of r a register reduction takes, directly or through elementwise ops: a blocked
+  // tile may start at an elementwise op reading arena tiles where it leads to one (the barrier
+  // before its loop is paid back by the reduction's own, in the arena's code, and its traffic).
+  std::set<ValueId> reduced;
+  for (size_t i = r.ops.size(); i-- > 0;) {
+    const ir::Op& op = r.ops[i];
+    if (row_reduction(op.code) && op.operands.size() == 1) reduced.insert(op.operands[0]);
+    if (op.results.size() == 1 && is_elementwise(op) && reduced.count(op.results[0]) && !escapes.count(op.results[0]))
+      reduced.insert(op.operands.begin(), op.operands.end());
+  }
   std::map<ValueId, FragmentLayout> roots;
   for (ValueId a : r.args)
     if (const auto it = fragment_args_.find(a); it != fragment_args_.end()) roots[a] = it->second;
@@ -420,11 +430,13 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           const FragmentReads reads = fragment_reads(op, 0, layout_of);
           if (reads.layout && !reads.conflict && fits_layout(*reads.layout, type(res).shape)) {
             chosen[res] = *reads.layout;
-          } else if (!reads.layout && !reads.rows && !reads.cols && (!reads.arena || discovery) && ctx_.blocked_tiles) {
+          } else if (!reads.layout && !reads.rows && !reads.cols && (!reads.arena || discovery || reduced.count(res)) &&
+                     ctx_.blocked_tiles) {
             // (In a pallas_call an elementwise op of memory and constants starts a blocked tile
-            // too: `x[...].astype(f32)`, its load fused into it. Not one reading arena tiles: in
-            // another layout than theirs it would need a barrier first — but for a loop body's
-            // first plan, whose args are arena tiles until it finds which carries it keeps.)
+            // too: `x[...].astype(f32)`, its load fused into it. One reading arena tiles only on
+            // the way to a reduction (`reduced`): in another layout than theirs it needs a barrier
+            // first — but for a loop body's first plan, whose args are arena tiles until it finds
+            // which carries it keeps.)
             if (const std::optional<FragmentLayout> b = blocked_start(res)) chosen[res] = *b;
           }
         }

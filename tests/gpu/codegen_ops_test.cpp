@@ -626,6 +626,42 @@ TEST(GpuCodegenOps, PallasCallRowsSpreadOverWarpsOrShareThem) {
   }
 }
 
+// A layer norm of a matrix product (a fused epilogue): the product is an arena tile, and so its
+// row sums; `d = s - mean` reads both, but leads to a reduction (the variance), so it starts a
+// blocked register tile after one barrier, and the variance, the scale and the store follow in
+// registers. Fewer barriers than the kernel without register tiles; values against plain C++.
+TEST(GpuCodegenOps, PallasCallProductsFeedRegisterReductions) {
+  const int64_t M = 64, K = 32, N = 128;
+  auto kernel = [&](const pl::Ref& x, const pl::Ref& w, const pl::Ref& o) {
+    pl::Value s = pl::dot(x[pl::all], w[pl::all]);
+    pl::Value mean = pl::sum(s, {1}, true) * (1.0f / N);
+    pl::Value d = s - mean;
+    pl::Value var = pl::sum(d * d, {1}, true) * (1.0f / N);
+    o[pl::all] = d * pl::rsqrt(var + 1e-5f);
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({M, N}, DType::F32), opts({}, {}, {}));
+  const Array x = test_util::random_f32({M, K}, 31), w = test_util::random_f32({K, N}, 32);
+  expect_same(call, {x, w}, 1e-4, 1e-4);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), w.shape_dtype()});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+  gpu::CodegenOptions in_the_arena;
+  in_the_arena.register_tiles = false;
+  const gpu::GeneratedKernel a = gpu::generate_cuda(*tc, tc->grid_mapping.grid, in_the_arena);
+  EXPECT_GE(k.register_tiles, 3);  // d, d * d (or its fusion), var, the output's loop
+  EXPECT_LT(count_of(k.source, "pl_sync();"), count_of(a.source, "pl_sync();"));
+  const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), w.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+  const float *xs = x.data<float>(), *ws = w.data<float>(), *os = got[0].data<float>();
+  for (int64_t r = 0; r < M; ++r) {
+    std::vector<double> row(N, 0.0);
+    for (int64_t c = 0; c < N; ++c)
+      for (int64_t j = 0; j < K; ++j) row[c] += double{xs[r * K + j]} * ws[j * N + c];
+    double mean = 0, var = 0;
+    for (double v : row) mean += v / N;
+    for (double v : row) var += (v - mean) * (v - mean) / N;
+    for (int64_t c = 0; c < N; ++c) ASSERT_NEAR(os[r * N + c], (row[c] - mean) / std::sqrt(var + 1e-5), 1e-3) << r << ", " << c;
+  }
+}
+
 // argmax / argmin of a blocked tile's rows and columns in registers: the candidates carry their
 // column (row) through the shuffles and the warps' arena scratch. Values are small integers (many
 // ties: the first index wins) and some NaNs (the first NaN wins), over blocks whose rows take a
