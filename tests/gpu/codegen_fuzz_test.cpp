@@ -7,7 +7,8 @@
 // host emulation, with register tiles and without) must match the interpreter's.
 //
 // PALLAS_FUZZ_SEEDS=N runs N more seeds per case (a longer search than CI's); a failure prints the
-// seed and the kernel's steps, and PALLAS_FUZZ_SEED=S runs that one alone.
+// seed and the kernel's steps, and PALLAS_FUZZ_SEED=S (PALLAS_FUZZ_GRID_SEED=S for the products
+// over grids) runs that one alone.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -323,13 +324,94 @@ void run_seeds(uint32_t first, uint32_t count) {
   for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s, ++ran)
     in_registers += run_seed(s) > 0;
   std::printf("%u random kernels, %u with register tiles\n", ran, in_registers);
-  if (!testing::Test::HasFailure()) EXPECT_GE(in_registers * 4, ran);
+  if (!testing::Test::HasFailure()) {
+    EXPECT_GE(in_registers * 4, ran);
+  }
+}
+
+// Random blocked products over random grids: block shapes, steps of the sequential k axis,
+// ragged edges (rows and columns of blocks past the arrays), y as (k, n) or (n, k), the
+// accumulator a scratch or the output itself, a bias and an activation in the epilogue, j
+// parallel or sequential, ring depths, and the code generator's switches (threads per CTA: the
+// CUDA-core loop, a warp's mma.sync, a warpgroup's wgmma; TMA or cp.async; asynchronous wgmma).
+void run_grid_seed(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int k) { return std::uniform_int_distribution<int>(0, k - 1)(rng); };
+  const DType in = pick(2) ? DType::BF16 : DType::F32;
+  const int64_t bm = std::vector<int64_t>{16, 32, 64}[static_cast<size_t>(pick(3))];
+  const int64_t bn = std::vector<int64_t>{16, 32, 64}[static_cast<size_t>(pick(3))];
+  const int64_t bk = std::vector<int64_t>{16, 32}[static_cast<size_t>(pick(2))];
+  const int64_t gi = 1 + pick(2), gj = 1 + pick(2), steps = 1 + pick(3);
+  const int64_t M = bm * gi - (pick(3) == 0 ? 5 : 0), N = bn * gj - (pick(3) == 0 ? 3 : 0), K = bk * steps;
+  const bool b_nk = pick(2), into_output = pick(2), bias = pick(2), j_sequential = pick(3) == 0;
+  const int activation = pick(3), depth = 1 + pick(3);
+  const int threads = std::vector<int>{1, 3, 32, 128}[static_cast<size_t>(pick(4))];
+  gpu::CodegenOptions options;
+  options.threads_per_cta = threads;
+  options.default_buffer_count = depth;
+  options.tma = pick(2);
+  options.async_wgmma = pick(2);
+  if (j_sequential) options.dimension_semantics = {"parallel", "arbitrary", "arbitrary"};
+  const std::string context = "grid seed " + std::to_string(seed) + ": " + std::string(dtype_name(in)) + " M N K " +
+                              std::to_string(M) + " " + std::to_string(N) + " " + std::to_string(K) + ", blocks " +
+                              std::to_string(bm) + " " + std::to_string(bn) + " " + std::to_string(bk) + (b_nk ? ", y (n, k)" : "") +
+                              (into_output ? ", into the output" : ", into a scratch") + (bias ? ", bias" : "") +
+                              ", activation " + std::to_string(activation) + ", depth " + std::to_string(depth) + ", " +
+                              std::to_string(threads) + " threads" + (options.tma ? ", tma" : "") +
+                              (options.async_wgmma ? ", async wgmma" : "") + (j_sequential ? ", j sequential" : "") + "\n";
+  SCOPED_TRACE(context);
+  auto epilogue = [=](Value z, const Ref* b) {
+    if (b) z = z + pl::broadcast_to((*b)[pl::all], {bm, bn});
+    if (activation == 1) z = pl::maximum(z, 0.0f);
+    if (activation == 2) z = pl::tanh(z * 0.25f);
+    return z;
+  };
+  auto kernel = [=](std::vector<Ref>& refs) {
+    const Ref &x = refs[0], &y = refs[1];
+    const Ref* b = bias ? &refs[2] : nullptr;
+    const Ref& o = refs[bias ? 3 : 2];
+    const Ref& acc = into_output ? o : refs[bias ? 4 : 3];
+    pl::Value first = pl::program_id(2) == 0, last = pl::program_id(2) == pl::num_programs(2) - 1;
+    pl::when(first, [&] { acc[pl::all] = 0.0f; });
+    acc[pl::all] += pl::dot(x[pl::all], y[pl::all], {.trans_b = b_nk, .preferred = DType::F32});
+    if (into_output) {
+      if (bias || activation) pl::when(last, [&] { o[pl::all] = epilogue(o[pl::all], b); });
+    } else {
+      pl::when(last, [&] { o[pl::all] = epilogue(acc[pl::all], b); });
+    }
+  };
+  CallOptions o;
+  o.grid = {gi, gj, steps};
+  std::vector<BlockSpec> in_specs = {BlockSpec({bm, bk}, [](Value i, Value, Value k) { return Indices{i, k}; }),
+                                     b_nk ? BlockSpec({bn, bk}, [](Value, Value j, Value k) { return Indices{j, k}; })
+                                          : BlockSpec({bk, bn}, [](Value, Value j, Value k) { return Indices{k, j}; })};
+  if (bias) in_specs.push_back(BlockSpec({bn}, [](Value, Value j, Value) { return Indices{j}; }));
+  o.in_specs = std::move(in_specs);
+  o.out_specs = {BlockSpec({bm, bn}, [](Value i, Value j, Value) { return Indices{i, j}; })};
+  if (!into_output) o.scratch_shapes = {ScratchShape{{bm, bn}, DType::F32, MemorySpace::Vmem}};
+  o.interpret = true;
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({M, N}, DType::F32), o);
+  std::vector<Array> args = {Array::random_normal({M, K}, in, seed + 1),
+                             b_nk ? Array::random_normal({N, K}, in, seed + 2) : Array::random_normal({K, N}, in, seed + 2)};
+  if (bias) args.push_back(Array::random_normal({N}, DType::F32, seed + 3));
+  test_util::expect_same(call, args, 1e-4, 1e-3, options, {threads}, context);
+}
+
+void run_grid_seeds(uint32_t first, uint32_t count) {
+  if (const char* one = std::getenv("PALLAS_FUZZ_GRID_SEED")) {
+    if (first == 0) run_grid_seed(static_cast<uint32_t>(std::stoul(one)));
+    return;
+  }
+  if (const char* more = std::getenv("PALLAS_FUZZ_SEEDS")) count += static_cast<uint32_t>(std::stoul(more));
+  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_grid_seed(s);
 }
 
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterA) { run_seeds(0, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterB) { run_seeds(1000, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterC) { run_seeds(2000, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterD) { run_seeds(3000, 6); }
+TEST(GpuCodegenFuzz, RandomProductsOverGridsMatchTheInterpreterA) { run_grid_seeds(0, 5); }
+TEST(GpuCodegenFuzz, RandomProductsOverGridsMatchTheInterpreterB) { run_grid_seeds(1000, 5); }
 
 }  // namespace
 }  // namespace pallas
