@@ -76,7 +76,7 @@ void RandomKernel::operator()(std::vector<Ref>& refs) const {
 
   const int count = 3 + pick(10);
   for (int s = 0; s < count; ++s) {
-    switch (pick(25)) {
+    switch (pick(30)) {
       case 0:
         add_tile(load(pick(2) ? y : x), "load");
         break;
@@ -257,6 +257,29 @@ void RandomKernel::operator()(std::vector<Ref>& refs) const {
         Value a = any(tiles);
         scratch(pl::ds(0, m / 2), pl::all) = pl::slice(a, {m / 2, 0}, {m / 2 * 2, n});
         add_tile(scratch[pl::all], "half scratch");
+        break;
+      }
+      case 25: {  // integer tiles: truncation, bit ops, shifts, remainders
+        Value i = pl::convert(any(tiles) * 4.0f, DType::I32);
+        Value j = ((i & 7) ^ (i >> 1)) + i % 3;
+        add_tile(pl::convert(j, DType::F32) * 0.25f, "integer ops");
+        break;
+      }
+      case 26: {  // boolean tiles: masks combined, reduced along the rows, selecting
+        Value a = any(tiles), b = any(tiles);
+        Value mask = (a > 0.0f) && (b < 0.5f);
+        rows.push_back(pl::convert(pl::reduce_or(mask, {1}), DType::F32) - pl::convert(pl::reduce_and(a > -1.0f, {1}), DType::F32));
+        add_tile(pl::where(mask || (a < -1.0f), a, b), "masks");
+        break;
+      }
+      case 27: {  // arithmetic in bf16 (rounded after each op, as the interpreter rounds), of the
+                  // inputs (a computed value's last f32 bit, which may differ, could flip a rounding)
+        Value a = pl::convert(load(x), DType::BF16), b = pl::convert(load(y), DType::BF16);
+        add_tile(pl::convert(a * b + a, DType::F32), "bf16 arithmetic");
+        break;
+      }
+      case 28: {
+        add_tile(pl::sort(any(tiles)), "sort rows");
         break;
       }
       default: {  // a column of the scratch written (a strided store), then the whole read
