@@ -354,6 +354,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           return false;
         continue;
       }
+      if (blocked_row_scan(*op, l)) continue;
       if (!row_reduction(op->code) || op->operands.size() != 1 || op->operands[0] != v) return false;
       if (fragment_reduction_kind(*op, l) == FragmentReduction::None) return false;
     }
@@ -419,6 +420,11 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
             continue;
           }
           if (fused(op) || op.code == OpCode::Constant) continue;
+          if (const FragmentLayout* x = op.operands.size() == 1 ? layout_of(op.operands[0]) : nullptr;
+              x && blocked_row_scan(op, *x)) {
+            chosen[res] = *x;
+            continue;
+          }
           if (row_reduction(op.code) && op.operands.size() == 1) {
             const FragmentLayout* x = layout_of(op.operands[0]);
             const FragmentReduction kind = x ? fragment_reduction_kind(op, *x) : FragmentReduction::None;
@@ -1009,6 +1015,49 @@ void Emitter::emit_blocked_column_reduction(const ir::Op& op, const std::string&
   --indent_;
   line("}");
   ctx_.arena->release(offset, bytes);
+}
+
+bool Emitter::blocked_row_scan(const ir::Op& op, const FragmentLayout& l) {
+  const bool scan = op.code == OpCode::Cumsum || op.code == OpCode::Cumprod || op.code == OpCode::Cummax ||
+                    op.code == OpCode::Cummin;
+  return scan && op.operands.size() == 1 && l.blocked() && !l.rows && !l.cols && l.warps_per_row == 1 &&
+         op.attrs.get_int(ir::AttrKey::Axis) == 1 && op.attrs.get_int_or(ir::AttrKey::Reverse, 0) == 0;
+}
+
+void Emitter::emit_blocked_row_scan(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers) {
+  const ValueInfo& x = info(op.operands[0]);
+  const FragmentLayout& l = x.frag;
+  const std::string A = t.acc_type, per_row = std::to_string(l.registers_per_row());
+  line("{");
+  ++indent_;
+  line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
+  line("#pragma unroll");
+  line("for (int pl_q = 0; pl_q < " + std::to_string(l.m / l.band_rows()) + "; ++pl_q) {");
+  ++indent_;
+  // Register pl_i of a row band holds columns pl_i T .. pl_i T + T - 1 in its T lanes: their
+  // exclusive scan and total (every lane shuffles alike), after the earlier registers' carry.
+  line(A + " pl_carry = " + t.identity + ";");
+  line("#pragma unroll");
+  line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
+  ++indent_;
+  line("const int pl_k = pl_q * " + per_row + " + pl_i;");
+  line("const " + A + " pl_v = " + t.element(x.name + "[pl_k]", "") + ";");
+  line(A + " pl_total = pl_v, pl_before = " + t.identity + ";");
+  line("for (int pl_m = 1; pl_m < " + std::to_string(l.lanes_per_row) + "; pl_m <<= 1) {");
+  line("  const " + A + " pl_o = pl_shfl_xor(pl_total, pl_m);");
+  line("  if (pl_tid() & pl_m) pl_before = pl_comb(pl_o, pl_before), pl_total = pl_comb(pl_o, pl_total);");
+  line("  else pl_total = pl_comb(pl_total, pl_o);");
+  line("}");
+  const std::string value = t.result("pl_comb(pl_carry, pl_comb(pl_before, pl_v))");
+  if (into_registers) line(out + "[pl_k] = " + value + ";");
+  else line(out + "[" + blocked_row(l) + " * " + std::to_string(l.n) + " + " + blocked_column(l) + "] = " + value + ";");
+  line("pl_carry = pl_comb(pl_carry, pl_total);");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
+  --indent_;
+  line("}");
 }
 
 void Emitter::emit_fragment_total(const ir::Op& op, const TeamReduction& t) {

@@ -480,6 +480,22 @@ void Emitter::emit_pure(const ir::Op& op) {
         if (d != axis) lines_shape.push_back(xt.shape[d]), line_strides.push_back(xs[d]);
       const ReduceRule rule = reduce_rule(op.code, xt.dtype, 1);
       const std::string A = rule.acc_type;
+      if (info(x).kind == ValueInfo::Kind::Fragment) {  // plan_fragments': a blocked tile's rows
+        PALLAS_INTERNAL_CHECK(blocked_row_scan(op, info(x).frag), "gpu emitter: a scan of a register tile it cannot take");
+        TeamReduction t;
+        t.acc_type = A;
+        t.identity = rule.identity;
+        t.combine = rule.combine("a", "b");
+        t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
+        t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
+        if (const auto it = fragments_.find(res); it != fragments_.end())
+          return emit_blocked_row_scan(op, define_fragment(res, it->second), t, /*into_registers=*/true);
+        out = define_tile(res);
+        emit_blocked_row_scan(op, out, t, /*into_registers=*/false);
+        after_tile_write();
+        barrier();  // (the threads holding the elements wrote them, not the arena's loops)
+        return;
+      }
       out = define_tile(res);
       const int64_t lines = std::max<int64_t>(1, num_elements(lines_shape)), n = xt.shape[axis];
       const std::string L = std::to_string(lines), N = std::to_string(n);

@@ -589,6 +589,12 @@ class Emitter {
   // through the arena (none with one warp row); every warp's lanes then hold their columns
   // (into_registers: the columns layout), or the first warp row writes them to out.
   void emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
+  // Whether op is a forward scan (cumsum, cumprod, cummax, cummin) along the rows of a blocked
+  // tile of layout l whose rows lie each in one warp (P 1): it then runs in registers.
+  static bool blocked_row_scan(const ir::Op& op, const FragmentLayout& l);
+  // That scan, into register tile `out` (into_registers) or tile out: each register's T lanes by
+  // an xor butterfly (the exclusive scan and the lanes' total), a register after another.
+  void emit_blocked_row_scan(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
   // What a reduction (sum, max, min, prod; argmax and argmin of a blocked tile) of a register tile
   // of layout l computes in registers: its rows (axes {1}: rows in registers, or a tile), its
   // columns (axes {0}), its total (every axis: a scalar), or None (the tile goes to the arena for

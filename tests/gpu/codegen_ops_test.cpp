@@ -662,6 +662,47 @@ TEST(GpuCodegenOps, PallasCallProductsFeedRegisterReductions) {
   }
 }
 
+// Forward scans along a blocked tile's rows in registers: each register's T lanes by a butterfly,
+// the earlier registers' carry added. cumsum, cummax and cumprod (of values near 1) over blocks of
+// one row a warp, two ((64, 16)), three registers a row ((16, 48)); a reverse scan and a (2, 256)
+// block (a row over four warps) take the arena's code. Against plain C++.
+TEST(GpuCodegenOps, PallasCallScansOfRegisterTiles) {
+  for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {64, 16}, {16, 48}, {2, 256}}) {
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+    auto kernel = [](const pl::Ref& x, const pl::Ref& sum, const pl::Ref& mx, const pl::Ref& prod, const pl::Ref& rev) {
+      pl::Value v = x[pl::all];
+      sum[pl::all] = pl::cumsum(v, 1) * 0.5f;
+      mx[pl::all] = pl::cummax(v, 1);
+      prod[pl::all] = pl::cumprod(v * 0.01f + 1.0f, 1);
+      rev[pl::all] = pl::cumsum(x[pl::all], 1, /*reverse=*/true);  // (a load of its own: v's uses all fit)
+    };
+    const ShapeDtype t({m, n}, DType::F32);
+    PallasCall call = pl::pallas_call(kernel, {t, t, t, t}, opts({}, {}, {}));
+    const Array x = test_util::random_f32({m, n}, static_cast<uint32_t>(m * n));
+    expect_same(call, {x}, 1e-5, 1e-5);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    EXPECT_EQ(count_of(k.source, "pl_carry = pl_comb(pl_carry, pl_total)"), m == 2 ? 0 : 3);
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid,
+                                                           k.register_tiles ? k.threads_per_cta : 3);
+    const float* xs = x.data<float>();
+    for (int64_t r = 0; r < m; ++r) {
+      double s = 0, p = 1, mxv = -INFINITY, rs = 0;
+      for (int64_t c = 0; c < n; ++c) {
+        const int64_t e = r * n + c;
+        s += xs[e], p *= xs[e] * 0.01 + 1, mxv = std::max<double>(mxv, xs[e]);
+        ASSERT_NEAR(got[0].data<float>()[e], s * 0.5, 1e-4) << r << ", " << c;
+        ASSERT_EQ(got[1].data<float>()[e], static_cast<float>(mxv)) << r << ", " << c;
+        ASSERT_NEAR(got[2].data<float>()[e], p, 1e-4) << r << ", " << c;
+      }
+      for (int64_t c = n; c-- > 0;) {
+        rs += xs[r * n + c];
+        ASSERT_NEAR(got[3].data<float>()[r * n + c], rs, 1e-4) << r << ", " << c;
+      }
+    }
+  }
+}
+
 // argmax / argmin of a blocked tile's rows and columns in registers: the candidates carry their
 // column (row) through the shuffles and the warps' arena scratch. Values are small integers (many
 // ties: the first index wins) and some NaNs (the first NaN wins), over blocks whose rows take a
