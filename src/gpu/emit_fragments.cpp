@@ -665,7 +665,8 @@ std::string first_of_row(const FragmentLayout& l, bool first_warp) {
 void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   if (l.blocked()) {
     PALLAS_INTERNAL_CHECK(!pairs, "gpu emitter: pairs of a blocked register tile");
-    // pl_q: the thread's row band (its row pl_q x R + warp row); pl_i: its column of 32 in it.
+    // pl_q: the thread's row band (its row pl_q B + warp row L + lane row); pl_i: its register of
+    // T columns in it.
     const int64_t bands = l.cols ? 1 : l.m / l.band_rows(), per_row = l.rows ? 1 : l.registers_per_row();
     const std::string row = blocked_row(l), column = blocked_column(l);
     line("#pragma unroll");
@@ -818,8 +819,8 @@ void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& 
   const bool in_registers = fragments_.count(res) > 0;
   const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
   open_fragment_loop(l);
-  // (A rows layout's value is each quad's four lanes' (a warp's in the blocked layout): one of
-  // them writes the tile.)
+  // (A rows layout's value is each quad's four lanes', in the blocked layout the T lanes' of each
+  // of its P warps: one of them writes the tile.)
   line((in_registers ? std::string() : replica_guard(l)) + out + (in_registers ? "[pl_k]" : "[e]") +
        " = " + elementwise_expr(op, "e") + ";");
   close_fragment_loop();

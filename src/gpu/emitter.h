@@ -178,9 +178,10 @@ struct RefInfo {
 // lanes of P `warps_per_row` warps; a warp holds L = 32 / T rows of a band of B = R L rows, with
 // R = warps / P row warps. Element (r, c) of the m x n array lies with warp
 // ((r % B) / L) P + (c / T) % P, lane ((r % L) T + c % T), in register (r / B) x (n / T P) +
-// c / T P — a warp's loads and stores are runs of T consecutive words. T is 32 unless a row is
-// narrower; P is 1 unless the rows are fewer than a band (a (1, n) block spreads its row over all
-// the warps). Its rows (an (m) or (m, 1) array): register r / B of the T lanes of row r in each
+// c / T P — a warp's loads and stores are runs of T consecutive words. T is the largest power of
+// two up to 32 dividing n (a (16, 48) block's: 16); P is 1 unless the rows are fewer than a band
+// (a (1, n) block spreads its row over all the warps) — and with T < 32 it is always 1 (were (T, P)
+// a fit, so would (2T, P / 2), which blocked_layout tries first). Its rows (an (m) or (m, 1) array): register r / B of the T lanes of row r in each
 // of its P warps. Its columns (`cols`: an (n) or (1, n) array, m 1): register c / T P of the L
 // lanes of column c in each of its R warps. nc, rounds and warpgroups are unused.
 struct FragmentLayout {
@@ -581,12 +582,13 @@ class Emitter {
   // registers of each of its two rows per block, the quad by two shuffles; then a lane per quad
   // writes the tile out, or (into_registers) every lane its rows layout registers out.
   void emit_fragment_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
-  // The same in the blocked layout: each row's registers of the thread, then the warp by five
-  // shuffles, then (a row over P > 1 warps) their parts through the arena; every lane has the row
-  // (into_registers), or one lane of the row writes it to out.
+  // The same in the blocked layout: each row's registers of the thread, then the row's T lanes by
+  // log2 T shuffles, then (a row over P > 1 warps) their parts through the arena; every lane has
+  // the row (into_registers), or one lane of the row writes it to out.
   void emit_blocked_row_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
-  // A blocked tile's columns: each thread's rows of its columns, the warp rows' partial results
-  // through the arena (none with one warp row); every warp's lanes then hold their columns
+  // A blocked tile's columns: each thread's rows of its columns, a warp's L lane rows by shuffles
+  // (xor T .. 16), the warp rows' partial results through the arena (none with one warp row);
+  // every warp's lanes then hold their columns
   // (into_registers: the columns layout), or the first warp row writes them to out.
   void emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
   // Whether op is a forward scan (cumsum, cumprod, cummax, cummin) along the rows of a blocked
