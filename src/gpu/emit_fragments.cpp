@@ -190,7 +190,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // Forget an earlier plan of r (a loop's body is planned again for each try of its carries).
   for (ValueId a : r.args) fragments_.erase(a);
   for (const ir::Op& op : r.ops)
-    for (ValueId v : op.results) fragments_.erase(v);
+    for (ValueId v : op.results) fragments_.erase(v), fragment_mirrors_.erase(v);
   if (!ctx_.register_tiles || ctx_.group_threads <= 0 || ctx_.group_threads % (ctx_.blocked_tiles ? 32 : 128) != 0) return;
   const int warpgroups = ctx_.group_threads / 128;
   // The ops of r using each value; values used in a nested region escape r.
@@ -313,50 +313,67 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     const FragmentReads reads = fragment_reads(op, 0, layout_of);
     return !reads.conflict && (!reads.layout || fits_layout(*reads.layout, type(op.results[0]).shape));
   };
+  // Whether the use of v by op u reads it in its layout l.
+  auto use_fits = [&](ValueId v, const FragmentLayout& l, size_t u) {
+    const ir::Op* op = &r.ops[u];
+    // A fused op is computed in its user's loop: follow it there.
+    while (fused(*op)) {
+      if (op->code == OpCode::Load) return false;
+      const std::vector<size_t>& next = users[op->results[0]];
+      if (next.size() != 1 || escapes.count(op->results[0])) return false;
+      op = &r.ops[next[0]];
+    }
+    if (op->code == OpCode::Store || (is_elementwise(*op) && op->code != OpCode::Constant)) return loop_fits(*op);
+    if (op->code == OpCode::Yield) {  // r's loop carries it: in this layout
+      for (size_t i = 0; i < op->operands.size(); ++i) {
+        if (op->operands[i] != v) continue;
+        const bool carried = yields_it != fragment_yields_.end() && i < yields_it->second.size() &&
+                             yields_it->second[i] && *yields_it->second[i] == l;
+        if (!discovery && !carried) return false;
+      }
+      return true;
+    }
+    if (op->code == OpCode::For && carries.count(op)) {  // an initial carry: copied in its layout
+      const std::vector<std::optional<FragmentLayout>>& c = carries[op];
+      for (size_t i = 2; i < op->operands.size(); ++i)
+        if (op->operands[i] == v && !(c[i - 2] && *c[i - 2] == l)) return false;
+      return true;
+    }
+    // wgmma's a, into an ACC in registers of the same rows (one warpgroup): from the registers.
+    if (op->code == OpCode::GpuWgmma && op->operands.size() == 3 && op->operands[1] == v && op->operands[0] != v &&
+        op->operands[2] != v) {
+      const AccumulatorRegisters* acc = acc_of(op->operands[0]);
+      const DType t = type(v).dtype;
+      return !(l.rows || l.blocked() || !acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) ||
+               l.n % 16 != 0 || l.n > 256 || l.nc % 16 != 0 || type(op->operands[2]).dtype != t);
+    }
+    return op->operands.size() == 1 && op->operands[0] == v && reads_in_registers(*op, l);
+  };
   // Whether every use of v reads it in its layout l.
   auto uses_fit = [&](ValueId v, const FragmentLayout& l) {
     if (escapes.count(v)) return false;
+    for (size_t u : users[v])
+      if (!use_fits(v, l, u)) return false;
+    return true;
+  };
+  // Whether a blocked tile v on the way to a reduction, whose other uses fit, may keep its
+  // registers with a copy in the arena for the uses that read it as an arena tile (Triton's
+  // convert_layout): ops of r other than
+  // elementwise ops, stores that fit, loops and branches (a dot's operand, a transpose, a
+  // reduction or scan of another axis, a partial store) — attention's p, read by its row sums in
+  // registers and by p v from the arena.
+  auto mirrorable = [&](ValueId v, const FragmentLayout& l) {
+    // (Only on the way to a reduction: there the registers save its barriers and traffic; a
+    // tile only read elementwise besides gains nothing worth the copy's barrier.)
+    if (escapes.count(v) || !reduced.count(v) || !l.blocked() || l.rows || l.cols || fragment_args_.count(v)) return false;
+    const ir::Op* maker = nullptr;
+    for (const ir::Op& op : r.ops)
+      if (op.results.size() == 1 && op.results[0] == v) maker = &op;
+    if (!maker || !maker->regions.empty()) return false;  // (a loop's result: its carry machinery's)
     for (size_t u : users[v]) {
-      const ir::Op* op = &r.ops[u];
-      // A fused op is computed in its user's loop: follow it there.
-      while (fused(*op)) {
-        if (op->code == OpCode::Load) return false;
-        const std::vector<size_t>& next = users[op->results[0]];
-        if (next.size() != 1 || escapes.count(op->results[0])) return false;
-        op = &r.ops[next[0]];
-      }
-      if (op->code == OpCode::Store || (is_elementwise(*op) && op->code != OpCode::Constant)) {
-        if (!loop_fits(*op)) return false;
-        continue;
-      }
-      if (op->code == OpCode::Yield) {  // r's loop carries it: in this layout
-        for (size_t i = 0; i < op->operands.size(); ++i) {
-          if (op->operands[i] != v) continue;
-          const bool carried = yields_it != fragment_yields_.end() && i < yields_it->second.size() &&
-                               yields_it->second[i] && *yields_it->second[i] == l;
-          if (!discovery && !carried) return false;
-        }
-        continue;
-      }
-      if (op->code == OpCode::For && carries.count(op)) {  // an initial carry: copied in its layout
-        const std::vector<std::optional<FragmentLayout>>& c = carries[op];
-        for (size_t i = 2; i < op->operands.size(); ++i)
-          if (op->operands[i] == v && !(c[i - 2] && *c[i - 2] == l)) return false;
-        continue;
-      }
-      // wgmma's a, into an ACC in registers of the same rows (one warpgroup): from the registers.
-      if (op->code == OpCode::GpuWgmma && op->operands.size() == 3 && op->operands[1] == v && op->operands[0] != v &&
-          op->operands[2] != v) {
-        const AccumulatorRegisters* acc = acc_of(op->operands[0]);
-        const DType t = type(v).dtype;
-        if (l.rows || l.blocked() || !acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) || l.n % 16 != 0 ||
-            l.n > 256 || l.nc % 16 != 0 || type(op->operands[2]).dtype != t)
-          return false;
-        continue;
-      }
-      if (blocked_row_scan(*op, l)) continue;
-      if (!row_reduction(op->code) || op->operands.size() != 1 || op->operands[0] != v) return false;
-      if (fragment_reduction_kind(*op, l) == FragmentReduction::None) return false;
+      if (use_fits(v, l, u)) continue;
+      const ir::Op& op = r.ops[u];
+      if (!arena_reader_of_register_tile(op, l) || fused(op)) return false;
     }
     return true;
   };
@@ -400,6 +417,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // those with a use that reads them otherwise, and again until none drops (a dropped value may
   // have made its users register tiles); then drop the loop carries whose results or bodies do
   // not keep them, and again.
+  std::set<ValueId> mirrored;
   auto settle = [&] {
     for (;;) {
       for (;;) {
@@ -450,8 +468,12 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
         // once it is in the arena.)
         std::vector<ValueId> misfits;
         bool lines = false;
+        mirrored.clear();
         for (const auto& [v, l] : chosen)
-          if (!uses_fit(v, l)) misfits.push_back(v), lines = lines || l.rows || l.cols;
+          if (!uses_fit(v, l)) {
+            if (mirrorable(v, l)) mirrored.insert(v);
+            else misfits.push_back(v), lines = lines || l.rows || l.cols;
+          }
         for (ValueId v : misfits)
           if (!lines || chosen.at(v).rows || chosen.at(v).cols) banned.insert(v);
         bool dropped = !misfits.empty();
@@ -513,7 +535,40 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     settle();
   }
   for (const auto& [v, l] : chosen) fragments_[v] = l;
+  for (ValueId v : mirrored)
+    if (chosen.count(v)) fragment_mirrors_.insert(v);
 }
+
+bool Emitter::reads_in_registers(const ir::Op& op, const FragmentLayout& l) const {
+  if (blocked_row_scan(op, l)) return true;
+  return row_reduction(op.code) && fragment_reduction_kind(op, l) != FragmentReduction::None;
+}
+
+bool Emitter::arena_reader_of_register_tile(const ir::Op& op, const FragmentLayout& l) const {
+  if (!op.regions.empty() || op.code == OpCode::Yield || op.code == OpCode::GpuWgmma || is_elementwise(op)) return false;
+  if (op.code == OpCode::Store) return !whole_value_store(op);
+  return !reads_in_registers(op, l);
+}
+
+void Emitter::emit_mirror(ValueId v) {
+  const FragmentLayout l = fragments_.at(v);
+  const ValueInfo& in_registers = info(v);
+  const ir::Type& t = type(v);
+  ValueInfo tile;
+  tile.kind = ValueInfo::Kind::Tile;
+  tile.bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
+  tile.offset = ctx_.arena->alloc(tile.bytes);
+  tile.name = in_registers.name + "_tile";
+  line(ctype(t.dtype) + "* " + tile.name + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " + std::to_string(tile.offset) +
+       ");  // its copy in the arena");
+  mirrors_[v] = tile;
+  open_fragment_loop(l);
+  line(tile.name + "[e] = " + in_registers.name + "[pl_k];");
+  close_fragment_loop();
+  after_tile_write();
+  barrier();  // (its readers' loops take other elements than the registers' threads wrote)
+}
+
 
 Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const {
   // (An argmax's candidates carry their index: the blocked layout's reductions of rows and columns

@@ -433,6 +433,10 @@ void Emitter::release_dead(const ir::Op& op) {
       ctx_.arena->release(i.offset, i.bytes);
       i.owns_slot = false;
     }
+    if (const auto m = mirrors_.find(v); m != mirrors_.end()) {  // (a register tile's arena copy)
+      ctx_.arena->release(m->second.offset, m->second.bytes);
+      mirrors_.erase(m);
+    }
   }
 }
 
@@ -770,7 +774,18 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
     } else if (!op.results.empty() && fused_producers_.count(op.results[0])) {
       emit_fused(op);
     } else {
+      // A register tile's use that reads it as a tile reads its arena copy (emit_mirror).
+      std::vector<std::pair<ValueId, ValueInfo>> swapped;
+      for (ValueId o : op.operands)
+        if (const auto m = mirrors_.find(o); m != mirrors_.end() && info(o).kind == ValueInfo::Kind::Fragment &&
+                                             arena_reader_of_register_tile(op, info(o).frag)) {
+          swapped.emplace_back(o, info(o));
+          values_[static_cast<size_t>(o)] = m->second;
+        }
       emit_op(op);
+      for (const auto& [o, i] : swapped) values_[static_cast<size_t>(o)] = i;
+      for (ValueId v : op.results)
+        if (fragment_mirrors_.count(v) && info(v).kind == ValueInfo::Kind::Fragment) emit_mirror(v);
       if (!op.regions.empty()) bulk_fenced_ = false;  // (a branch may not have run, or fenced)
       // The loop that read a fused load's memory has run.
       for (ValueId ref : fused_read_refs_) after_mem_read(ref);

@@ -594,6 +594,14 @@ class Emitter {
   // Whether op is a forward scan (cumsum, cumprod, cummax, cummin) along the rows of a blocked
   // tile of layout l whose rows lie each in one warp (P 1): it then runs in registers.
   static bool blocked_row_scan(const ir::Op& op, const FragmentLayout& l);
+  // Whether op (a reduction or scan of its one operand, a register tile of layout l) reads it in
+  // its registers.
+  bool reads_in_registers(const ir::Op& op, const FragmentLayout& l) const;
+  // Whether op reads a register tile of layout l as an arena tile once it has a copy there (not
+  // an elementwise op, a loop or branch, a yield, a whole store, or a register reduction or scan).
+  bool arena_reader_of_register_tile(const ir::Op& op, const FragmentLayout& l) const;
+  // The arena copy of register tile v (fragment_mirrors_), after the op making it; a barrier.
+  void emit_mirror(ir::ValueId v);
   // That scan, into register tile `out` (into_registers) or tile out: each register's T lanes by
   // an xor butterfly (the exclusive scan and the lanes' total), a register after another.
   void emit_blocked_row_scan(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
@@ -621,6 +629,10 @@ class Emitter {
   // Copies register tiles into holder registers (a loop's carries): all read, then all written.
   void copy_fragments(const std::vector<std::pair<std::string, ir::ValueId>>& copies);
   std::map<ir::ValueId, FragmentLayout> fragments_;  // the planned register tiles
+  // Register tiles that also get a copy in the arena (plan_fragments' `mirrorable`) for their
+  // uses that read them as tiles, and those copies once made (emit_mirror).
+  std::set<ir::ValueId> fragment_mirrors_;
+  std::map<ir::ValueId, ValueInfo> mirrors_;
   std::optional<FragmentLayout> fragment_loop_;      // the layout of the loop being emitted
   // Declares v's registers (a register tile of layout l); returns their name.
   std::string define_fragment(ir::ValueId v, const FragmentLayout& l);

@@ -284,7 +284,7 @@ void RandomKernel::operator()(std::vector<Ref>& refs) const {
       }
       default: {  // a column of the scratch written (a strided store), then the whole read
         scratch[pl::all] = any(tiles);
-        scratch(pl::all, pl::ds(0, 1)) = pl::sum(any(tiles), {1}, true);
+        scratch(pl::all, pl::ds(0, 1)) = pl::sum(any(tiles), {1}, true) * (1.0f / static_cast<float>(n));
         add_tile(scratch[pl::all], "scratch column");
         break;
       }

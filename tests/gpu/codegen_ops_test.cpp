@@ -703,6 +703,43 @@ TEST(GpuCodegenOps, PallasCallScansOfRegisterTiles) {
   }
 }
 
+// Attention over one block: p = exp(s - max s) is read by its row sums (in registers) and by the
+// product p v (as a tile). p keeps its registers and gets a copy in the arena for the product
+// (Triton's convert_layout) instead of going to the arena wholly. Against plain C++.
+TEST(GpuCodegenOps, PallasCallRegisterTilesKeepAnArenaCopyForOtherUses) {
+  const int64_t M = 32, N = 64, D = 32;
+  auto kernel = [&](const pl::Ref& q, const pl::Ref& k, const pl::Ref& v, const pl::Ref& o) {
+    pl::Value s = pl::dot(q[pl::all], k[pl::all], {.trans_b = true});
+    pl::Value p = pl::exp(s - pl::max(s, {1}, true));
+    o[pl::all] = pl::dot(p, v[pl::all]) / pl::sum(p, {1}, true);
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({M, D}, DType::F32), opts({}, {}, {}));
+  const Array q = test_util::random_f32({M, D}, 51), k = test_util::random_f32({N, D}, 52), v = test_util::random_f32({N, D}, 53);
+  expect_same(call, {q, k, v}, 1e-4, 1e-5);
+  std::shared_ptr<const TracedCall> tc = call.trace({q.shape_dtype(), k.shape_dtype(), v.shape_dtype()});
+  const gpu::GeneratedKernel g = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+  EXPECT_GE(g.register_tiles, 2);                   // p, its row sums
+  EXPECT_EQ(count_of(g.source, "its copy in the arena"), 1);  // p's, for p v
+  const std::vector<Array> got = gpu::run_host_emulation(*tc, g, {q.clone(), k.clone(), v.clone()}, tc->grid_mapping.grid,
+                                                         g.threads_per_cta);
+  const float *qs = q.data<float>(), *ks = k.data<float>(), *vs = v.data<float>(), *os = got[0].data<float>();
+  for (int64_t r = 0; r < M; ++r) {
+    std::vector<double> e(N);
+    double mx = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < N; ++c) {
+      e[c] = 0;
+      for (int64_t j = 0; j < D; ++j) e[c] += double{qs[r * D + j]} * ks[c * D + j];
+      mx = std::max(mx, e[c]);
+    }
+    for (double& x : e) x = std::exp(x - mx), sum += x;
+    for (int64_t j = 0; j < D; ++j) {
+      double want = 0;
+      for (int64_t c = 0; c < N; ++c) want += e[c] * vs[c * D + j];
+      ASSERT_NEAR(os[r * D + j], want / sum, 1e-4) << r << ", " << j;
+    }
+  }
+}
+
 // argmax / argmin of a blocked tile's rows and columns in registers: the candidates carry their
 // column (row) through the shuffles and the warps' arena scratch. Values are small integers (many
 // ties: the first index wins) and some NaNs (the first NaN wins), over blocks whose rows take a
@@ -798,7 +835,7 @@ TEST(GpuCodegenOps, PallasCallBlocksLeaveRegistersForOtherUses) {
     pl::Value v = x[pl::all];                       // (8, 32) i32: a register tile
     pl::Value w = v * 3 - pl::broadcast_to(pl::expand_dims(pl::max(v, {1}), {1}), {8, 32});
     o[pl::all] = w + 1;                             // in registers
-    cols[pl::all] = pl::sum(pl::slice(w, {0, 0}, {8, 32}, {2, 1}), {0}) + pl::sum(w, {0});  // w in the arena
+    cols[pl::all] = pl::sum(pl::slice(w, {0, 0}, {8, 32}, {2, 1}), {0}) + pl::sum(w, {0});  // w's copy in the arena
     t[pl::all] = pl::transpose(v + 1, {1, 0});      // (v + 1) read at other indices: a tile
     pl::Value u = y[pl::all];                       // (24, 20): no blocked layout
     z[pl::all] = u - pl::broadcast_to(pl::expand_dims(pl::min(u, {1}), {1}), {24, 20});
@@ -813,6 +850,7 @@ TEST(GpuCodegenOps, PallasCallBlocksLeaveRegistersForOtherUses) {
   std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
   const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
   EXPECT_GE(k.register_tiles, 2);  // v, max(v)
+  EXPECT_EQ(count_of(k.source, "its copy in the arena"), 1);  // w's, for the slice
   // Independent of the interpreter: o = 3 x - rowmax + 1 (w + 1), cols the column sums of w's even
   // rows and of all its rows, t.
   const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, 256);
