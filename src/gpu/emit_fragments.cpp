@@ -193,8 +193,9 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     for (ValueId v : op.results) fragments_.erase(v), fragment_mirrors_.erase(v);
   if (!ctx_.register_tiles || ctx_.group_threads <= 0 || ctx_.group_threads % (ctx_.blocked_tiles ? 32 : 128) != 0) return;
   const int warpgroups = ctx_.group_threads / 128;
-  // The ops of r using each value; values used in a nested region escape r.
+  // The ops of r using each value, and making each; values used in a nested region escape r.
   std::map<ValueId, std::vector<size_t>> users;
+  std::map<ValueId, size_t> made_by;
   std::set<ValueId> escapes;
   std::function<void(const ir::Region&)> nested = [&](const ir::Region& sub) {
     for (const ir::Op& o : sub.ops) {
@@ -205,6 +206,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     for (ValueId v : op.operands) users[v].push_back(i);
+    for (ValueId v : op.results) made_by[v] = i;
     for (const ir::Region& s : op.regions) nested(s);
   }
   const auto yields_it = fragment_yields_.find(&r);
@@ -358,18 +360,15 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   };
   // Whether a blocked tile v on the way to a reduction, whose other uses fit, may keep its
   // registers with a copy in the arena for the uses that read it as an arena tile (Triton's
-  // convert_layout): ops of r other than
-  // elementwise ops, stores that fit, loops and branches (a dot's operand, a transpose, a
-  // reduction or scan of another axis, a partial store) — attention's p, read by its row sums in
-  // registers and by p v from the arena.
+  // convert_layout): ops of r other than elementwise ops, stores that fit, loops and branches (a
+  // dot's operand, a transpose, a reduction or scan of another axis, a partial store) —
+  // attention's p, read by its row sums in registers and by p v from the arena.
   auto mirrorable = [&](ValueId v, const FragmentLayout& l) {
     // (Only on the way to a reduction: there the registers save its barriers and traffic; a
     // tile only read elementwise besides gains nothing worth the copy's barrier.)
     if (escapes.count(v) || !reduced.count(v) || !l.blocked() || l.rows || l.cols || fragment_args_.count(v)) return false;
-    const ir::Op* maker = nullptr;
-    for (const ir::Op& op : r.ops)
-      if (op.results.size() == 1 && op.results[0] == v) maker = &op;
-    if (!maker || !maker->regions.empty()) return false;  // (a loop's result: its carry machinery's)
+    const auto maker = made_by.find(v);
+    if (maker == made_by.end() || !r.ops[maker->second].regions.empty()) return false;  // (a loop's: its carries')
     for (size_t u : users[v]) {
       if (use_fits(v, l, u)) continue;
       const ir::Op& op = r.ops[u];
@@ -505,10 +504,8 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // regions live across r (a loop's carries: counted at the loop's op in its parent), a column
   // reduction's partials, and a fused use's own loop (the span ends at its user's op). Measured
   // with ptxas in PERFORMANCE.md, stop 47.
-  std::map<ValueId, size_t> defined;
+  std::map<ValueId, size_t> defined = made_by;
   for (ValueId a : r.args) defined[a] = 0;
-  for (size_t i = 0; i < r.ops.size(); ++i)
-    for (ValueId v : r.ops[i].results) defined[v] = i;
   for (;;) {
     std::vector<int64_t> live(r.ops.size() + 1, 0);
     std::map<ValueId, std::pair<size_t, size_t>> span;
@@ -553,14 +550,7 @@ bool Emitter::arena_reader_of_register_tile(const ir::Op& op, const FragmentLayo
 void Emitter::emit_mirror(ValueId v) {
   const FragmentLayout l = fragments_.at(v);
   const ValueInfo& in_registers = info(v);
-  const ir::Type& t = type(v);
-  ValueInfo tile;
-  tile.kind = ValueInfo::Kind::Tile;
-  tile.bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
-  tile.offset = ctx_.arena->alloc(tile.bytes);
-  tile.name = in_registers.name + "_tile";
-  line(ctype(t.dtype) + "* " + tile.name + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " + std::to_string(tile.offset) +
-       ");  // its copy in the arena");
+  const ValueInfo tile = arena_tile(v, in_registers.name + "_tile", "  // its copy in the arena");
   mirrors_[v] = tile;
   open_fragment_loop(l);
   line(tile.name + "[e] = " + in_registers.name + "[pl_k];");
@@ -568,7 +558,6 @@ void Emitter::emit_mirror(ValueId v) {
   after_tile_write();
   barrier();  // (its readers' loops take other elements than the registers' threads wrote)
 }
-
 
 Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const {
   // (An argmax's candidates carry their index: the blocked layout's reductions of rows and columns
@@ -693,7 +682,7 @@ std::string warp_col(const FragmentLayout& l) {
 }
 // The thread's lane among its row's T lanes, and its row among its warp's L.
 std::string lane_in_row(const FragmentLayout& l) {
-  return "(pl_tid() & " + std::to_string(l.lanes_per_row - 1) + ")";
+  return "(pl_tid() & " + std::to_string(l.lanes_per_row - 1) + ")";  // (T 32: the lane)
 }
 std::string lane_row(const FragmentLayout& l) {
   return "((pl_tid() & 31) / " + std::to_string(l.lanes_per_row) + ")";
@@ -705,15 +694,14 @@ std::string blocked_row(const FragmentLayout& l) {
          lane_row(l) + ")";
 }
 std::string blocked_column(const FragmentLayout& l) {
-  const std::string lane = l.lanes_per_row == 32 ? "(pl_tid() & 31)" : lane_in_row(l), T = std::to_string(l.lanes_per_row);
-  if (l.warps_per_row == 1) return "pl_i * " + T + " + " + lane;
-  return "(pl_i * " + std::to_string(l.warps_per_row) + " + " + warp_col(l) + ") * " + T + " + " + lane;
+  const std::string T = std::to_string(l.lanes_per_row);
+  if (l.warps_per_row == 1) return "pl_i * " + T + " + " + lane_in_row(l);
+  return "(pl_i * " + std::to_string(l.warps_per_row) + " + " + warp_col(l) + ") * " + T + " + " + lane_in_row(l);
 }
 // `if (...) ` for the first of a row's T lanes (in the first of its P warps with `first_warp`).
 std::string first_of_row(const FragmentLayout& l, bool first_warp) {
-  const std::string lane = l.lanes_per_row == 32 ? "(pl_tid() & 31)" : lane_in_row(l);
-  return first_warp && l.warps_per_row > 1 ? "if (" + lane + " == 0 && " + warp_col(l) + " == 0) "
-                                           : "if (" + lane + " == 0) ";
+  return first_warp && l.warps_per_row > 1 ? "if (" + lane_in_row(l) + " == 0 && " + warp_col(l) + " == 0) "
+                                           : "if (" + lane_in_row(l) + " == 0) ";
 }
 }  // namespace
 

@@ -319,6 +319,17 @@ void Emitter::emit_pure(const ir::Op& op) {
     if (type(v).shape.empty()) scalar_slot_end(v, slot);
   };
   auto src = [&](ValueId v, const std::string& offset) { return at(v, offset); };
+  // A reduction (or scan) of elements of type t by `rule`, as team loops and register tiles take it.
+  auto rule_reduction = [](const ReduceRule& rule, DType t) {
+    TeamReduction r;
+    r.acc_type = rule.acc_type;
+    r.acc_bytes = is_half(t) ? 4 : itemsize(t);
+    r.identity = rule.identity;
+    r.combine = rule.combine("a", "b");
+    r.element = [t](const std::string& v, const std::string&) { return widen(t, v); };
+    r.result = [t](const std::string& acc) { return is_half(t) ? narrow(t, acc) : acc; };
+    return r;
+  };
 
   switch (op.code) {
     case OpCode::Iota: {
@@ -435,14 +446,7 @@ void Emitter::emit_pure(const ir::Op& op) {
         count *= xt.shape[static_cast<size_t>(a)];
       }
       std::sort(reduced.begin(), reduced.end());
-      const ReduceRule rule = reduce_rule(op.code, xt.dtype, count);
-      TeamReduction t;
-      t.acc_type = rule.acc_type;
-      t.acc_bytes = is_half(xt.dtype) ? 4 : itemsize(xt.dtype);
-      t.identity = rule.identity;
-      t.combine = rule.combine("a", "b");
-      t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
-      t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
+      const TeamReduction t = rule_reduction(reduce_rule(op.code, xt.dtype, count), xt.dtype);
       if (info(op.operands[0]).kind == ValueInfo::Kind::Fragment) return emit_reduction_of_fragment(op, t);  // plan_fragments'
       out = begin_result(res);
       const bool team = emit_team_reduction(op.operands[0], reduced, out, t);
@@ -482,12 +486,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       const std::string A = rule.acc_type;
       if (info(x).kind == ValueInfo::Kind::Fragment) {  // plan_fragments': a blocked tile's rows
         PALLAS_INTERNAL_CHECK(blocked_row_scan(op, info(x).frag), "gpu emitter: a scan of a register tile it cannot take");
-        TeamReduction t;
-        t.acc_type = A;
-        t.identity = rule.identity;
-        t.combine = rule.combine("a", "b");
-        t.element = [&](const std::string& v, const std::string&) { return widen(xt.dtype, v); };
-        t.result = [&](const std::string& acc) { return is_half(xt.dtype) ? narrow(xt.dtype, acc) : acc; };
+        const TeamReduction t = rule_reduction(rule, xt.dtype);
         if (const auto it = fragments_.find(res); it != fragments_.end())
           return emit_blocked_row_scan(op, define_fragment(res, it->second), t, /*into_registers=*/true);
         out = define_tile(res);

@@ -208,16 +208,26 @@ void Emitter::bind_scalar(ValueId v, const std::string& expr) {
   i.name = name;
 }
 
-std::string Emitter::define_tile(ValueId v) {
+ValueInfo Emitter::arena_tile(ValueId v, const std::string& name, const std::string& comment) {
   const ir::Type& t = type(v);
-  ValueInfo& i = values_[static_cast<size_t>(v)];
+  ValueInfo i;
   i.kind = ValueInfo::Kind::Tile;
   i.bytes = std::max<int64_t>(1, t.size()) * itemsize(t.dtype);
   i.offset = ctx_.arena->alloc(i.bytes);
-  i.owns_slot = true;
-  i.name = "v" + std::to_string(v);
+  i.name = name;
   line(ctype(t.dtype) + "* " + i.name + " = (" + ctype(t.dtype) + "*)(" + ctx_.arena_base + " + " +
-       std::to_string(i.offset) + ");");
+       std::to_string(i.offset) + ");" + comment);
+  return i;
+}
+
+std::string Emitter::define_tile(ValueId v) {
+  const ValueInfo t = arena_tile(v, "v" + std::to_string(v));
+  ValueInfo& i = values_[static_cast<size_t>(v)];
+  i.kind = t.kind;
+  i.bytes = t.bytes;
+  i.offset = t.offset;
+  i.owns_slot = true;
+  i.name = t.name;
   return i.name;
 }
 

@@ -370,6 +370,9 @@ class Emitter {
   std::string fresh(const std::string& prefix);
   // Declares a tile result (arena slot) or a scalar result; returns its name.
   std::string define_tile(ir::ValueId v);
+  // A tile of v's type in the arena, declared as `name` (a pointer; `comment` ends its line): not
+  // bound to v (define_tile binds it; a register tile's copy is kept beside, emit_mirror).
+  ValueInfo arena_tile(ir::ValueId v, const std::string& name, const std::string& comment = "");
   std::string define_scalar(ir::ValueId v, const std::string& expr);
   // Element `flat` of a value (a scalar's name, tile[flat], or a fused value's expression).
   std::string at(ir::ValueId v, const std::string& flat) const;

@@ -296,6 +296,12 @@ void RandomKernel::operator()(std::vector<Ref>& refs) const {
   o_total[pl::all] = totals.empty() ? pl::sum(tiles.back()) : totals.back();
 }
 
+// PALLAS_FUZZ_SEEDS: how many seeds each case runs beyond CI's.
+uint32_t extra_seeds() {
+  const char* more = std::getenv("PALLAS_FUZZ_SEEDS");
+  return more ? static_cast<uint32_t>(std::stoul(more)) : 0;
+}
+
 // Returns how many register tiles the generated kernel has.
 int run_seed(uint32_t seed) {
   std::mt19937 rng(seed);
@@ -342,7 +348,7 @@ void run_seeds(uint32_t first, uint32_t count) {
     if (first == 0) run_seed(static_cast<uint32_t>(std::stoul(one)));
     return;
   }
-  if (const char* more = std::getenv("PALLAS_FUZZ_SEEDS")) count += static_cast<uint32_t>(std::stoul(more));
+  count += extra_seeds();
   uint32_t ran = 0, in_registers = 0;
   for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s, ++ran)
     in_registers += run_seed(s) > 0;
@@ -425,7 +431,7 @@ void run_grid_seeds(uint32_t first, uint32_t count) {
     if (first == 0) run_grid_seed(static_cast<uint32_t>(std::stoul(one)));
     return;
   }
-  if (const char* more = std::getenv("PALLAS_FUZZ_SEEDS")) count += static_cast<uint32_t>(std::stoul(more));
+  count += extra_seeds();
   for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_grid_seed(s);
 }
 
