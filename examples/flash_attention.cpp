@@ -26,34 +26,6 @@ namespace plgpu = ::pallas::gpu;
 constexpr int64_t kHeadDim = 64, kBlockQ = 64, kBlockKv = 64, kHeads = 2;
 constexpr int64_t kDefaultSize = 128;  // the sequence length of q and of k / v
 
-std::vector<Array> reference(const std::vector<Array>& in) {
-  const std::vector<double> q = in[0].to_doubles(), k = in[1].to_doubles(), v = in[2].to_doubles();
-  const int64_t heads = in[0].dim(0), s_len = in[0].dim(1), t_len = in[1].dim(1), d = in[0].dim(2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Array out({heads, s_len, d}, DType::F64);
-  double* o = out.data<double>();
-  std::vector<double> p(static_cast<size_t>(t_len));
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < s_len; ++i) {
-      const double* qi = &q[static_cast<size_t>((h * s_len + i) * d)];
-      double m = -std::numeric_limits<double>::infinity(), l = 0;
-      for (int64_t j = 0; j < t_len; ++j) {
-        const double* kj = &k[static_cast<size_t>((h * t_len + j) * d)];
-        double s = 0;
-        for (int64_t c = 0; c < d; ++c) s += qi[c] * kj[c];
-        p[static_cast<size_t>(j)] = s * scale;
-        m = std::max(m, s * scale);
-      }
-      for (int64_t j = 0; j < t_len; ++j) l += p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - m);
-      for (int64_t c = 0; c < d; ++c) {
-        double acc = 0;
-        for (int64_t j = 0; j < t_len; ++j) acc += p[static_cast<size_t>(j)] * v[static_cast<size_t>((h * t_len + j) * d + c)];
-        o[(h * s_len + i) * d + c] = acc / l;
-      }
-    }
-  return {out};
-}
-
 Problem build(const RunOptions& opts) {
   require_dtype("flash_attention", opts, {DType::F32, DType::BF16, DType::F16});
   if (opts.backend == "tpu-interpret")
@@ -116,7 +88,7 @@ Problem build(const RunOptions& opts) {
       .call = call,
       .inputs = {Array::random_normal(shape, dt, input_seed(opts, 0)), Array::random_normal(shape, dt, input_seed(opts, 1)),
                  Array::random_normal(shape, dt, input_seed(opts, 2))},
-      .reference = reference,
+      .reference = attention_reference,
       // f32: exp and f32 sums over the sequence. 16-bit inputs: p is rounded to them for its
       // product with v (half an ulp, 2^-9 for bf16, on each weight) and so is the output.
       .tolerance = dt == DType::F32 ? Tolerance{1e-4, 1e-5} : Tolerance{2e-2, 1e-2},

@@ -50,6 +50,7 @@ const std::vector<Example>& all() {
         racy::example(),         deadlock::example(),      embedding_bag::example(),
         segment_sum::example(),  lane_sort::example(),     ws_matmul::example(),
         grid_sum::example(),     pipeline_matmul::example(), flash_attention::example(),
+        attention::example(),
     };
     for (Example& e : list) e = with_common_checks(std::move(e));
     return list;

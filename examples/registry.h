@@ -28,4 +28,5 @@ namespace ws_matmul { Example example(); }
 namespace grid_sum { Example example(); }
 namespace pipeline_matmul { Example example(); }
 namespace flash_attention { Example example(); }
+namespace attention { Example example(); }
 }  // namespace pallas::examples

@@ -2,7 +2,9 @@
 
 #include <cblas.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace pallas::examples {
 
@@ -175,6 +177,34 @@ void for_each_subcore_chunk(int64_t chunks, int subcores, int64_t workers,
   const Value mine = (static_cast<int32_t>(chunks) - w + static_cast<int32_t>(workers - 1)) /
                      static_cast<int32_t>(workers);
   fori_loop(0, mine, [&](Value j) { body(w + j * static_cast<int32_t>(workers)); });
+}
+
+std::vector<Array> attention_reference(const std::vector<Array>& in) {
+  const std::vector<double> q = in[0].to_doubles(), k = in[1].to_doubles(), v = in[2].to_doubles();
+  const int64_t heads = in[0].dim(0), s_len = in[0].dim(1), t_len = in[1].dim(1), d = in[0].dim(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Array out({heads, s_len, d}, DType::F64);
+  double* o = out.data<double>();
+  std::vector<double> p(static_cast<size_t>(t_len));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < s_len; ++i) {
+      const double* qi = &q[static_cast<size_t>((h * s_len + i) * d)];
+      double m = -std::numeric_limits<double>::infinity(), l = 0;
+      for (int64_t j = 0; j < t_len; ++j) {
+        const double* kj = &k[static_cast<size_t>((h * t_len + j) * d)];
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += qi[c] * kj[c];
+        p[static_cast<size_t>(j)] = s * scale;
+        m = std::max(m, s * scale);
+      }
+      for (int64_t j = 0; j < t_len; ++j) l += p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - m);
+      for (int64_t c = 0; c < d; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < t_len; ++j) acc += p[static_cast<size_t>(j)] * v[static_cast<size_t>((h * t_len + j) * d + c)];
+        o[(h * s_len + i) * d + c] = acc / l;
+      }
+    }
+  return {out};
 }
 
 }  // namespace pallas::examples

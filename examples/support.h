@@ -55,6 +55,10 @@ void require_dtype(const std::string& example, const RunOptions& opts,
 Problem square_matmul_problem(const std::string& name, const RunOptions& opts, int64_t n, PallasCall call,
                               Tolerance tolerance);
 
+// softmax(q k^T / sqrt(d)) v of each head, in double: the reference of the attention examples
+// (inputs q, k, v of (heads, seq, d); k and v may be longer than q).
+std::vector<Array> attention_reference(const std::vector<Array>& in);
+
 // "[512,512]": shapes in signatures, compact like the CLI's one-line report.
 std::string dims(const Shape& shape);
 

@@ -53,7 +53,7 @@ if ! v=$("$BUILD/pallas" version 2>&1); then log "FAIL  $BUILD/pallas does not s
 log "tools c++=$(command -v c++ || echo none) compute-sanitizer=$(command -v compute-sanitizer || echo none) cuobjdump=$(command -v cuobjdump || echo none) nvrtc=$( (ldconfig -p | grep -o 'libnvrtc.so.1[0-9]* '; ls /usr/local/cuda/lib*/libnvrtc.so.1* 2>/dev/null) | head -2 | tr '\n' ' ')"
 status=0
 if want examples; then
-examples="add matmul softmax layer_norm gather inplace ws_matmul grid_sum pipeline_matmul flash_attention"
+examples="add matmul softmax layer_norm gather inplace ws_matmul grid_sum pipeline_matmul flash_attention attention"
 for e in $examples; do
   for seed in 1 2; do
     if out=$(run "$BUILD/pallas" run "$e" --backend gpu --seed "$seed" 2>&1); then log "ok    $out"; else log "FAIL  $e seed $seed: $out"; status=1; fi

@@ -575,12 +575,16 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   bool has_dot = false;
   for (const ir::Op& op : k.body.ops) has_dot = has_dot || op.code == ir::OpCode::DotGeneral;
   const int64_t staging_reserve = has_dot ? wgmma_stage_bytes() * std::max(1, out.threads_per_cta / 128) : 0;
-  // A pipelined 2-D block of 2-byte elements may be kept in a slot in wgmma's canonical layout
-  // (pl_slot_elem), when the body only reads it as a tensor-core operand: the emitter decides
-  // (Emitter::slot_layout), after the body; until then the code names it PL_SLOT_LAYOUT_j.
+  // A pipelined 2-D block of 2-byte elements (the kernel's view: leading dims squeezed, as an
+  // attention head's) may be kept in a slot in wgmma's canonical layout (pl_slot_elem), when the
+  // body only reads it as a tensor-core operand: the emitter decides (Emitter::slot_layout), after
+  // the body; until then the code names it PL_SLOT_LAYOUT_j.
   auto layout_candidate = [&](int j) {
     const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-    return bm.block_shape.size() == 2 && itemsize(bm.array.dtype) == 2;
+    const size_t rank = bm.block_shape.size();
+    bool squeezed = rank >= 2;
+    for (size_t d = 0; d + 2 < rank; ++d) squeezed = squeezed && bm.block_shape[d].is_squeezed();
+    return squeezed && bm.block_ref_type.shape.size() == 2 && itemsize(bm.array.dtype) == 2;
   };
   // Input j's blocks as TMA boxes: the tensor map of boxes of its block (of `columns` columns
   // each, a slot in a canonical layout; 0: the whole block), or nullopt past a map's limits.
@@ -598,7 +602,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   auto canonical_layout = [&](const Emitter& em, int j) {
     const int layout = em.slot_layout(j);
     const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
-    const int64_t rows = core::block_extent(bm, 0), row_bytes = core::block_extent(bm, 1) * itemsize(bm.array.dtype);
+    const size_t rank = bm.block_shape.size();  // (the last two dims: layout_candidate's)
+    const int64_t rows = core::block_extent(bm, rank - 2), row_bytes = core::block_extent(bm, rank - 1) * itemsize(bm.array.dtype);
     if (layout == 0 || !opts.swizzle || rows % 8 != 0) return layout;
     for (int w : {128, 64, 32})
       if (row_bytes % w == 0) return (w == 128 ? 3 : w == 64 ? 5 : 7) + (layout == 2 ? 1 : 0);
@@ -722,9 +727,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
                    << "          constexpr int box_cols = PL_TMA_LAYOUT_" << J << " >= 3 ? pl_layout_swizzle(PL_TMA_LAYOUT_" << J
                    << ") / 2 : 8;\n"
                    << "          for (int q = 0; q < " << row << " / box_cols; ++q) {\n"
-                   << "            const int cq[2] = {c[0] + box_cols * q, c[1]};\n"
-                   << "            pl_tma_load<2>(dst + q * box_cols * " << rows * itemsize(bm.array.dtype) << ", " << map
-                   << ", cq, " << bar << ");\n"
+                   << "            int cq[" << rank << "];\n"
+                   << "            for (int d = 0; d < " << rank << "; ++d) cq[d] = c[d];\n"
+                   << "            cq[0] += box_cols * q;\n"
+                   << "            pl_tma_load<" << rank << ">(dst + q * box_cols * " << rows * itemsize(bm.array.dtype) << ", "
+                   << map << ", cq, " << bar << ");\n"
                    << "          }\n        } else\n  ";
         prefetch << "        pl_tma_load<" << rank << ">(dst, " << map << ", c, " << bar << ");\n      }\n    } else\n#endif\n";
       }
@@ -802,10 +809,11 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.blocked_tiles = !gpu_kernel;
   ctx.register_tile_budget = opts.register_tile_budget;
   ctx.register_tile_count = &out.register_tiles;
+  ctx.register_dots = &out.register_dots;
+  ctx.register_a_products = &out.register_a_products;
   if (gpu_kernel) {
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);
     out.reallocates_registers = ctx.registers.emit;
-    ctx.register_a_products = &out.register_a_products;
   }
   Emitter em(k, ctx, 1);
   em.line("[[maybe_unused]] char* arena = cta_arena + (pl_i64)pl_group() * PL_GROUP_TILE_BYTES;");

@@ -196,6 +196,9 @@ struct GeneratedKernel {
   int register_tiles = 0;
   // wgmma products whose a is a register tile (the unit defines PL_WGMMA_RS for their instructions).
   int register_a_products = 0;
+  // dot results made in registers (a register tile of wgmma's accumulator layout, plan_fragments;
+  // pl_tc_dot_fragment where wgmma runs).
+  int register_dots = 0;
   // The gpu::kernel's set_max_registers are setmaxnreg (register_reallocation in emitter.h), and
   // the kernel is declared with __launch_bounds__(threads_per_cta, 1).
   bool reallocates_registers = false;

@@ -2299,10 +2299,11 @@ PL_DEV void pl_wgmma_dot_regs(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, co
     const int blk = mine ? q * wgs + wg : blocks - 1;
     const int m0 = blk / blocks_n * 64, n0 = blk % blocks_n * NC;
     float* acc = f.r + q * NC / 2;
-    const float* dq = d + pl_wgmma_acc_base(m0, n0, ldd);
-    if (!f.dirty)
+    if (!f.dirty) {  // (d is null where the registers start newer: pl_tc_dot_fragment)
+      const float* dq = d + pl_wgmma_acc_base(m0, n0, ldd);
 #pragma unroll
       for (int i = 0; i < NC / 2; ++i) acc[i] = mine ? dq[pl_wgmma_acc_off(i, ldd)] : 0.0f;
+    }
     const pl_i64 a_first = NCA > 0 ? (pl_i64)(q / blocks_n) * (K / NCA) * (NCA / 2) : lda;  // (the band's registers)
     pl_wgmma_block<NC, BNK, LA, LB, PENDING, NCA>(acc, a, a_first, b, ldb, m0, n0, M, N, K);
   }
@@ -2430,6 +2431,27 @@ PL_DEV bool pl_tc_dot_acc(PlAccRegs<NC, ROUNDS>& f, float* d, pl_i64 ldd, const 
     pl_acc_flush(f, d, ldd, M, N);
     return pl_tc_dot<BNK, NC, LA, LB>(d, ldd, a, lda, b, ldb, M, N, K, true);
   }
+}
+// r = a . b, a register tile of the accumulator's layout (the emitter's FragmentLayout of an
+// AccumulatorRegisters{NC, ROUNDS}: a pallas_call's `dot` whose result stays in registers), on
+// wgmma where the group's warpgroups cover its blocks in ROUNDS rounds; false, having done
+// nothing, where not (the caller computes the product in memory and reads it in that layout).
+// The wgmma are waited for: r is the product when this returns. NCA > 0: a is a register tile of
+// that layout too (blocks NCA columns wide), taken from the registers — where a warpgroup's
+// rounds of a and of r are the same rows: one warpgroup, or blocks as wide as a and r.
+template <bool BNK, int NC, int LA, int LB, int ROUNDS, int NCA = 0, class In>
+PL_DEV bool pl_tc_dot_fragment(float* r, const In* a, pl_i64 lda, const In* b, pl_i64 ldb, int M, int N, int K) {
+#if PL_HAS_WGMMA
+  if (!pl_acc_in_registers<NC, ROUNDS>(M, N) || (NCA > 0 && pl_nthreads() != 128 && (N != NC || K != NCA))) return false;
+  PlAccRegs<NC, ROUNDS> f;
+  for (int i = 0; i < ROUNDS * NC / 2; ++i) f.r[i] = 0.0f;
+  f.dirty = 1;  // (the registers are the value: the product reads no memory for them)
+  pl_wgmma_dot_regs<NC, BNK, LA, LB, 0, NCA>(f, (float*)nullptr, 0, a, lda, b, ldb, M, N, K);
+  pl_acc_to_fragment(f, r);
+  return true;
+#else
+  return (void)r, (void)a, (void)lda, (void)b, (void)ldb, (void)M, (void)N, (void)K, false;
+#endif
 }
 // ---- The on-device profiler (gpu::named_region) ---------------------------------------------------
 // Each Pallas thread has a slot per parallel point (when profiling): word 0 counts the events its

@@ -107,6 +107,13 @@ void Emitter::fragment_read(ValueId v, const std::function<const FragmentLayout*
   if (reshapes(p.code)) {
     if (const FragmentLayout* r = line_through_reshapes(p.operands[0]); r && fits_layout(*r, type(v).shape))
       return reads.add_layout(*r);
+    // Between (k) and (k, 1), or (k) and (1, k): each element at the same index in the same line
+    // layout (rows fit the first pair, columns the second) — `mx + log(l)` squeezed for a store.
+    auto line_like = [](const Shape& s, size_t unit) { return s.size() == 1 || (s.size() == 2 && s[unit] == 1); };
+    const Shape& xs = type(p.operands[0]).shape;
+    const Shape& vs = type(v).shape;
+    if (num_elements(xs) == num_elements(vs) && ((line_like(xs, 1) && line_like(vs, 1)) || (line_like(xs, 0) && line_like(vs, 0))))
+      return fragment_read(p.operands[0], layout_of, reads);
   }
   if (p.code == OpCode::BroadcastInDim) {
     // A rows value along the rows of an (m, n) tile: in a loop of that tile, its register of the
@@ -213,13 +220,36 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   const bool discovery = fragment_discovery_.count(&r) > 0;
   auto fused = [&](const ir::Op& op) { return op.results.size() == 1 && fused_producers_.count(op.results[0]); };
   // The roots: whole loads of an ACC in registers that nothing else takes (in a pallas_call, whole
-  // loads of memory in the blocked layout), r's args that its loop carries in registers, and the
-  // results of r's loops whose carries may be.
-  // The blocked layout a value of r starts in: an (n) or (1, n) value broadcast along a tile's
-  // columns takes that tile's columns layout (its warps per row), else its type's.
+  // loads of memory in the blocked layout), products on wgmma, r's args that its loop carries in
+  // registers, and the results of r's loops whose carries may be.
+  std::map<ValueId, FragmentLayout> roots;
+  // A product's f32 result, on wgmma: in wgmma's accumulator layout, its 64 x nc blocks dealt to
+  // the warpgroups in rounds as the register accumulator's (not one added in place to an
+  // accumulator, accumulating_dots_; at most 128 registers a thread): attention's scores.
+  std::map<int64_t, FragmentLayout> product_rows;  // (the rows layouts of those, by their rows)
+  for (const ir::Op& op : r.ops) {
+    MmaProduct p;
+    if (warpgroups == 0 || op.results.size() != 1 || accumulating_dots_.count(&op) || !plain_product(op, p) ||
+        !wgmma_shape(p) || p.d_dtype != DType::F32)
+      continue;
+    const int nc = static_cast<int>(wgmma_width(p.n));
+    const int64_t blocks = p.m / 64 * (p.n / nc);
+    const FragmentLayout l{p.m, p.n, nc, static_cast<int>((blocks + warpgroups - 1) / warpgroups), warpgroups};
+    if (l.registers() > 128) continue;
+    roots[op.results[0]] = l;
+    if (const std::optional<FragmentLayout> rows = rows_of(l)) product_rows.emplace(p.m, *rows);
+  }
+  // The layout a value of r starts in (a whole load, an elementwise op of memory): an (m) or
+  // (m, 1) value beside products of m rows takes their rows layout (below); an (n) or (1, n)
+  // value broadcast along a tile's columns takes that tile's columns layout (its warps per row);
+  // else the blocked layout of its type.
   auto blocked_start = [&](ValueId v) -> std::optional<FragmentLayout> {
-    std::optional<FragmentLayout> l = blocked_layout(type(v));
     const Shape& s = type(v).shape;
+    // An (m) or (m, 1) value beside products of m rows in registers takes their rows layout:
+    // attention's running max and sum, loaded from scratch, meet the scores' row reductions.
+    if (s.size() == 1 || (s.size() == 2 && s[1] == 1))
+      if (const auto it = product_rows.find(s[0]); it != product_rows.end()) return it->second;
+    std::optional<FragmentLayout> l = blocked_layout(type(v));
     if (!l || !(s.size() == 1 || (s.size() == 2 && s[0] == 1))) return l;
     for (size_t u : users[v]) {
       const ir::Op& b = r.ops[u];
@@ -240,7 +270,6 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     if (op.results.size() == 1 && is_elementwise(op) && reduced.count(op.results[0]) && !escapes.count(op.results[0]))
       reduced.insert(op.operands.begin(), op.operands.end());
   }
-  std::map<ValueId, FragmentLayout> roots;
   for (ValueId a : r.args)
     if (const auto it = fragment_args_.find(a); it != fragment_args_.end()) roots[a] = it->second;
   for (const ir::Op& op : r.ops) {
@@ -348,6 +377,17 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       const DType t = type(v).dtype;
       return !(l.rows || l.blocked() || !acc || acc->m != l.m || warpgroups != 1 || (t != DType::BF16 && t != DType::F16) ||
                l.n % 16 != 0 || l.n > 256 || l.nc % 16 != 0 || type(op->operands[2]).dtype != t);
+    }
+    // A product's a (bf16 / f16 in wgmma's accumulator layout of its rows), into a product in
+    // registers whose rounds take the same rows of each warpgroup as a's (one warpgroup, or
+    // blocks as wide as a and the result): wgmma takes it from the registers (attention's p in p v).
+    if (op->code == OpCode::DotGeneral && op->operands[0] == v && op->operands[1] != v) {
+      const FragmentLayout* d = layout_of(op->results[0]);
+      const DType t = type(v).dtype;
+      MmaProduct p;
+      return d && !d->blocked() && !l.blocked() && !l.rows && plain_product(*op, p) && p.m == l.m &&
+             (warpgroups == 1 || (l.blocks_n() == 1 && d->blocks_n() == 1 && l.rounds == d->rounds)) &&
+             (t == DType::BF16 || t == DType::F16) && l.n % 16 == 0 && l.n <= 256 && l.nc % 16 == 0;
     }
     return op->operands.size() == 1 && op->operands[0] == v && reads_in_registers(*op, l);
   };
@@ -547,16 +587,19 @@ bool Emitter::arena_reader_of_register_tile(const ir::Op& op, const FragmentLayo
   return !reads_in_registers(op, l);
 }
 
-void Emitter::emit_mirror(ValueId v) {
-  const FragmentLayout l = fragments_.at(v);
+ValueInfo Emitter::arena_copy_of_register_tile(ValueId v, const std::string& name, const std::string& comment) {
   const ValueInfo& in_registers = info(v);
-  const ValueInfo tile = arena_tile(v, in_registers.name + "_tile", "  // its copy in the arena");
-  mirrors_[v] = tile;
-  open_fragment_loop(l);
+  const ValueInfo tile = arena_tile(v, name, comment);
+  open_fragment_loop(in_registers.frag);
   line(tile.name + "[e] = " + in_registers.name + "[pl_k];");
   close_fragment_loop();
   after_tile_write();
   barrier();  // (its readers' loops take other elements than the registers' threads wrote)
+  return tile;
+}
+
+void Emitter::emit_mirror(ValueId v) {
+  mirrors_[v] = arena_copy_of_register_tile(v, info(v).name + "_tile", "  // its copy in the arena");
 }
 
 Emitter::FragmentReduction Emitter::fragment_reduction_kind(const ir::Op& op, const FragmentLayout& l) const {
@@ -1172,6 +1215,51 @@ void Emitter::emit_fragment_column_reduction(const ir::Op& op, const std::string
   ctx_.arena->release(offset, bytes);
 }
 
+void Emitter::emit_dot_into_registers(const ir::Op& dot, const FragmentLayout& l, bool rows_contiguous,
+                                      const std::string& a, int64_t lda, const std::string& b, int64_t ldb,
+                                      const std::function<void(const RefInfo&, const std::string&, bool)>& in_memory) {
+  MmaProduct p;
+  PALLAS_INTERNAL_CHECK(plain_product(dot, p) && wgmma_shape(p) && p.d_dtype == DType::F32 && !l.blocked(),
+                        "gpu emitter: a product into a register tile");
+  const ValueId res = dot.results[0];
+  const ValueInfo& av = info(dot.operands[0]);
+  const bool a_in_registers = av.kind == ValueInfo::Kind::Fragment;  // (of l's rows: plan_fragments)
+  const std::string regs = define_fragment(res, l);
+  // Elsewhere: the product in the arena (the tensor cores' or the CUDA cores' path of any dot),
+  // a register tile a written there first; then each thread's elements of it.
+  // (In the branch beside wgmma's path, `other_path`, its tiles are free again after its own
+  // barrier: the other path never touched them.)
+  auto through_the_arena = [&](bool other_path) {
+    std::optional<ValueInfo> a_tile;
+    if (a_in_registers) a_tile = arena_copy_of_register_tile(dot.operands[0], fresh("a"), "  // (a, from its registers)");
+    const ir::Type& t = type(res);
+    const ValueInfo tile = arena_tile(res, regs + "_product", "  // (the product, read into the registers)");
+    in_memory(RefInfo{tile.name, t.dtype, t.shape, contiguous_strides(t.shape)}, a_tile ? a_tile->name : a, !other_path);
+    after_tile_write();
+    barrier();  // (written in the product's layout, read in the registers')
+    open_fragment_loop(l);
+    line(regs + "[pl_k] = " + tile.name + "[e];");
+    close_fragment_loop();
+    if (other_path) barrier();  // (the tiles' last reads, before the code after reuses their room)
+    auto release = [&](const ValueInfo& x) {
+      if (other_path) ctx_.arena->release_synced(x.offset, x.bytes);
+      else ctx_.arena->release(x.offset, x.bytes);
+    };
+    release(tile);
+    if (a_tile) release(*a_tile);
+  };
+  if (!rows_contiguous) return through_the_arena(false);
+  note_slot_layouts(dot, p, true);
+  auto s = [](int64_t v) { return std::to_string(v); };
+  if (ctx_.register_dots) ++*ctx_.register_dots;
+  if (a_in_registers && ctx_.register_a_products) ++*ctx_.register_a_products;
+  const std::string targs = std::string(p.b_nk ? "true" : "false") + ", " + s(l.nc) + ", " + p.a_layout + ", " +
+                            p.b_layout + ", " + s(l.rounds) + (a_in_registers ? ", " + s(av.frag.nc) : "");
+  emit_other_path("if (!pl_tc_dot_fragment<" + targs + ">(" + regs + ", " + a + ", " + s(a_in_registers ? 0 : lda) + ", " +
+                      b + ", " + s(ldb) + ", " + s(p.m) + ", " + s(p.n) + ", " + s(p.k) + "))",
+                  [&] { through_the_arena(true); });
+}
+
 void Emitter::emit_wgmma_from_registers(const ir::Op& op) {
   const ValueInfo& av = info(op.operands[1]);
   const FragmentLayout& l = av.frag;
@@ -1187,17 +1275,9 @@ void Emitter::emit_wgmma_from_registers(const ir::Op& op) {
   // product as any other.
   auto through_the_arena = [&] {
     const ir::Type& at = type(op.operands[1]);
-    const int64_t bytes = at.size() * itemsize(at.dtype), offset = ctx_.arena->alloc(bytes);
-    const std::string tile = fresh("a");
-    line(ctype(at.dtype) + "* " + tile + " = (" + ctype(at.dtype) + "*)(" + ctx_.arena_base + " + " +
-         std::to_string(offset) + ");");
-    open_fragment_loop(l);
-    line(tile + "[e] = " + av.name + "[pl_k];");
-    close_fragment_loop();
-    after_tile_write();
-    barrier();  // (written in the registers' layout, read by the product's)
-    emit_wgmma(op, RefInfo{tile, at.dtype, at.shape, contiguous_strides(at.shape)});
-    ctx_.arena->release(offset, bytes);
+    const ValueInfo tile = arena_copy_of_register_tile(op.operands[1], fresh("a"));
+    emit_wgmma(op, RefInfo{tile.name, at.dtype, at.shape, contiguous_strides(at.shape)});
+    ctx_.arena->release(tile.offset, tile.bytes);
   };
   if (acc.strides.at(1) != 1 || !(b_kn || b_nk)) return through_the_arena();
   auto s = [](int64_t v) { return std::to_string(v); };

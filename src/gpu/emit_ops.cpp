@@ -615,14 +615,15 @@ void Emitter::emit_pure(const ir::Op& op) {
           emit_ref_op_in_memory(*info(v).producer);
           loaded = true;
         }
-      if (loaded) before_cross_read();
+      // (b is read across even where a is a register tile, which the rule above skips.)
+      if (loaded || info(l).kind == ValueInfo::Kind::Fragment) before_cross_read();
       // An operand is a tile, or a load viewed in place (plan_fusion): its pointer and strides.
       auto operand = [&](ValueId v) -> std::pair<std::string, std::vector<int64_t>> {
         const ValueInfo& i = info(v);
         if (i.kind == ValueInfo::Kind::Fused) return {i.ref.ptr, i.ref.strides};
         return {i.name, contiguous_strides(type(v).shape)};
       };
-      const auto [lp, ls] = operand(l);
+      const auto [lhs, ls] = operand(l);
       const auto [rp, rs] = operand(r);
       auto in = [](const ir::Ints& v, size_t d) { return std::find(v.begin(), v.end(), static_cast<int64_t>(d)) != v.end(); };
       // Result dims: batch, lhs free, rhs free. Each contributes to the lhs and/or rhs offsets.
@@ -639,82 +640,71 @@ void Emitter::emit_pure(const ir::Op& op) {
       std::string A;  // accumulator type
       if (is_float(xt)) A = (xt == DType::F64 || R == DType::F64) ? "double" : "float";
       else A = is_float(R) ? "pl_i64" : ctype(R);
-      // The result: a tile, or (`acc[v] += dot`, plan_fusion) the accumulator's view, added to.
+      // The result: a tile, a register tile (plan_fragments: of wgmma's accumulator layout), or
+      // (`acc[v] += dot`, plan_fusion) the accumulator's view, added to.
       const auto acc_store = accumulating_dots_.find(&op);
       const bool accumulate = acc_store != accumulating_dots_.end();
-      RefInfo d;
       // Into the register accumulator: its scratch as it is (the whole buffer; view() would
       // flush the registers).
       const bool into_registers = accumulate && acc_store->second->operands[0] == acc_regs_.ref;
+      // The product into d (row-major, its rows d.strides[0] apart), added to it when accumulating.
+      auto product_into = [&](const RefInfo& d, const std::string& lp, bool count) {
+        // A plain matrix product (lhs m x k, rhs k x n or n x k) goes to the tensor cores when it
+        // can (rows of each matrix contiguous); the loop below is its fallback, and every other dot.
+        bool on_tensor_cores = false;
+        MmaProduct p;
+        if (plain_product(op, p) && ls[1] == 1 && rs[1] == 1 && (d.strides.size() < 2 || d.strides[1] == 1)) {
+          p.d = d.ptr, p.a = lp, p.b = rp;
+          p.ldd = d.strides.size() < 2 ? p.n : d.strides[0], p.lda = ls[0], p.ldb = rs[0];
+          p.accumulate = accumulate;
+          note_slot_layouts(op, p, count);
+          if (into_registers) p.acc_rounds = acc_regs_.regs.rounds;
+          on_tensor_cores = open_tensor_core_product(p);
+        }
+        open_thread_loop(std::max<int64_t>(1, rt.size()));
+        const std::vector<std::string> oi = index_exprs(rt.shape, "e");
+        line("pl_i64 lo = " + sum_of(oi, lstr) + ", ro = " + sum_of(oi, rstr) + ";");
+        line(A + " acc = 0;");
+        std::string loff = "lo", roff = "ro";
+        for (size_t k = 0; k < lc.size(); ++k) {
+          std::string i = "k" + std::to_string(k);
+          line("#pragma unroll 4");  // NVVM unrolls a constant count fully: slow to compile, no faster
+          line("for (pl_i64 " + i + " = 0; " + i + " < " + std::to_string(lt.shape[static_cast<size_t>(lc[k])]) + "; ++" + i + ") {");
+          ++indent_;
+          loff += " + " + i + " * " + std::to_string(ls[static_cast<size_t>(lc[k])]);
+          roff += " + " + i + " * " + std::to_string(rs[static_cast<size_t>(rc[k])]);
+        }
+        std::string a = lp + "[" + loff + "]", b = rp + "[" + roff + "]";
+        if (is_float(xt)) {
+          line("acc += (" + A + ")" + widen(xt, a) + " * (" + A + ")" + widen(xt, b) + ";");
+        } else {
+          // Integers wrap in the accumulator's type (the inputs converted to it first).
+          line("acc = pl_iadd<" + A + ">(acc, pl_imul<" + A + ">((" + A + ")" + a + ", (" + A + ")" + b + "));");
+        }
+        for (size_t k = 0; k < lc.size(); ++k) close_loop();
+        std::string result = "acc";
+        if (is_half(R)) result = narrow(R, "(float)acc");
+        else if (is_integer(R) && is_float(xt)) result = "pl_f2i<" + ctype(R) + ">(acc)";
+        else result = "(" + ctype(R) + ")acc";
+        const std::string target = d.ptr + "[" + offset_of(rt.shape, d.strides, "e") + "]";
+        // In place: the product rounded to f32, then the sum (the unfused ops' order).
+        line(target + " = " + (accumulate ? "(float)(" + target + " + " + result + ")" : result) + ";");
+        close_loop();
+        if (on_tensor_cores) close_loop();
+      };
       if (accumulate) {
         const ir::Op& st = *acc_store->second;
-        d = into_registers ? info(acc_regs_.ref).ref : view(st, info(st.operands[0]).ref, st.attrs.get_indexer(AttrKey::Index));
         before_mem_read();
         before_mem_write();
-      } else {
-        out = begin_result(res);
-        d = RefInfo{out, R, rt.shape, contiguous_strides(rt.shape)};
-      }
-      // A plain matrix product (lhs m x k, rhs k x n or n x k) goes to the tensor cores when it
-      // can (rows of each matrix contiguous); the loop below is its fallback, and every other dot.
-      bool on_tensor_cores = false;
-      MmaProduct p;
-      if (plain_product(op, p) && ls[1] == 1 && rs[1] == 1 && (d.strides.size() < 2 || d.strides[1] == 1)) {
-        p.d = d.ptr, p.a = lp, p.b = rp;
-        p.ldd = d.strides.size() < 2 ? p.n : d.strides[0], p.lda = ls[0], p.ldb = rs[0];
-        p.accumulate = accumulate;
-        // An operand read in place from a ring slot, where wgmma can run (m % 64 == 0), may have
-        // the slot in wgmma's canonical layout: a's K-major, b's K-major when it is n x k, else
-        // MN-major (slot_layout decides, after the body).
-        auto slot_of = [&](ValueId v) { return info(v).kind == ValueInfo::Kind::Fused ? info(v).ref.slot_input : -1; };
-        if (wgmma_shape(p)) {
-          auto note = [&](int j, int layout, std::string& name) {
-            if (j < 0) return;
-            SlotUses& u = slot_uses_[j];
-            ++u.tensor_core;
-            u.layout = u.layout == 0 || u.layout == layout ? layout : -1;
-            name = "PL_SLOT_LAYOUT_" + std::to_string(j);
-          };
-          note(slot_of(l), 1, p.a_layout);
-          note(slot_of(r), p.b_nk ? 1 : 2, p.b_layout);
-        }
-        if (into_registers) p.acc_rounds = acc_regs_.regs.rounds;
-        on_tensor_cores = open_tensor_core_product(p);
-      }
-      open_thread_loop(std::max<int64_t>(1, rt.size()));
-      const std::vector<std::string> oi = index_exprs(rt.shape, "e");
-      line("pl_i64 lo = " + sum_of(oi, lstr) + ", ro = " + sum_of(oi, rstr) + ";");
-      line(A + " acc = 0;");
-      std::string loff = "lo", roff = "ro";
-      for (size_t k = 0; k < lc.size(); ++k) {
-        std::string i = "k" + std::to_string(k);
-        line("#pragma unroll 4");  // NVVM unrolls a constant count fully: slow to compile, no faster
-        line("for (pl_i64 " + i + " = 0; " + i + " < " + std::to_string(lt.shape[static_cast<size_t>(lc[k])]) + "; ++" + i + ") {");
-        ++indent_;
-        loff += " + " + i + " * " + std::to_string(ls[static_cast<size_t>(lc[k])]);
-        roff += " + " + i + " * " + std::to_string(rs[static_cast<size_t>(rc[k])]);
-      }
-      std::string a = lp + "[" + loff + "]", b = rp + "[" + roff + "]";
-      if (is_float(xt)) {
-        line("acc += (" + A + ")" + widen(xt, a) + " * (" + A + ")" + widen(xt, b) + ";");
-      } else {
-        // Integers wrap in the accumulator's type (the inputs converted to it first).
-        line("acc = pl_iadd<" + A + ">(acc, pl_imul<" + A + ">((" + A + ")" + a + ", (" + A + ")" + b + "));");
-      }
-      for (size_t k = 0; k < lc.size(); ++k) close_loop();
-      std::string result = "acc";
-      if (is_half(R)) result = narrow(R, "(float)acc");
-      else if (is_integer(R) && is_float(xt)) result = "pl_f2i<" + ctype(R) + ">(acc)";
-      else result = "(" + ctype(R) + ")acc";
-      const std::string target = d.ptr + "[" + offset_of(rt.shape, d.strides, "e") + "]";
-      // In place: the product rounded to f32, then the sum (the unfused ops' order).
-      line(target + " = " + (accumulate ? "(float)(" + target + " + " + result + ")" : result) + ";");
-      close_loop();
-      if (on_tensor_cores) close_loop();
-      if (accumulate) {
+        product_into(into_registers ? info(acc_regs_.ref).ref : view(st, info(st.operands[0]).ref, st.attrs.get_indexer(AttrKey::Index)),
+                     lhs, true);
         after_mem_write();
         after_mem_read();
+      } else if (const auto frag = fragments_.find(res); frag != fragments_.end()) {
+        emit_dot_into_registers(op, frag->second, ls[1] == 1 && rs[1] == 1, lhs, ls[0], rp, rs[0], product_into);
       } else {
+        out = begin_result(res);
+        product_into(RefInfo{out, R, rt.shape, contiguous_strides(rt.shape)}, lhs, true);
         end_result(res);
       }
       return;
@@ -737,6 +727,23 @@ bool Emitter::plain_product(const ir::Op& dot, MmaProduct& p) const {
   p.m = lt.shape[0], p.k = lt.shape[1], p.n = rt.shape[p.b_nk ? 0 : 1];
   p.d_dtype = type(dot.results[0]).dtype, p.a_dtype = lt.dtype, p.b_dtype = rt.dtype;
   return true;
+}
+
+void Emitter::note_slot_layouts(const ir::Op& dot, MmaProduct& p, bool count) {
+  if (!wgmma_shape(p)) return;
+  // An operand read in place from a ring slot, where wgmma can run (m % 64 == 0), may have the
+  // slot in wgmma's canonical layout: a's K-major, b's K-major when it is n x k, else MN-major.
+  auto note = [&](ValueId v, int layout, std::string& name) {
+    const int j = info(v).kind == ValueInfo::Kind::Fused ? info(v).ref.slot_input : -1;
+    if (j < 0) return;
+    name = "PL_SLOT_LAYOUT_" + std::to_string(j);
+    if (!count) return;
+    SlotUses& u = slot_uses_[j];
+    ++u.tensor_core;
+    u.layout = u.layout == 0 || u.layout == layout ? layout : -1;
+  };
+  note(dot.operands[0], 1, p.a_layout);
+  note(dot.operands[1], p.b_nk ? 1 : 2, p.b_layout);
 }
 
 bool Emitter::tensor_core_shape(const MmaProduct& p) {

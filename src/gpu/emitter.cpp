@@ -165,6 +165,15 @@ void Arena::release(int64_t offset, int64_t bytes) {
 void Arena::on_barrier() {
   free_.insert(free_.end(), pending_.begin(), pending_.end());
   pending_.clear();
+  merge_free();
+}
+
+void Arena::release_synced(int64_t offset, int64_t bytes) {
+  free_.push_back({offset, std::max<int64_t>(16, (bytes + 15) / 16 * 16)});
+  merge_free();
+}
+
+void Arena::merge_free() {
   std::sort(free_.begin(), free_.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
   std::vector<Range> merged;
   for (const Range& r : free_) {
@@ -530,10 +539,16 @@ void Emitter::plan_fusion(const ir::Region& r) {
   };
   std::vector<bool> elementwise(r.ops.size()), fused(r.ops.size());
   for (size_t i = 0; i < r.ops.size(); ++i) elementwise[i] = is_elementwise(r.ops[i]);
-  // Whether the ops strictly between `from` and `to` write no memory (fused ops, loads).
+  // Whether the ops strictly between `from` and `to` write no memory: fused ops, loads, and ops
+  // of values only (no region, no Ref operand: elementwise ops, reductions, products — attention's
+  // p.astype(bf16) between v's load and p v).
   auto is_quiet = [&](size_t from, size_t to) {
-    for (size_t j = from + 1; j < to; ++j)
-      if (!fused[j] && r.ops[j].code != OpCode::Load) return false;
+    for (size_t j = from + 1; j < to; ++j) {
+      const ir::Op& op = r.ops[j];
+      bool values_only = op.regions.empty();
+      for (ValueId o : op.operands) values_only = values_only && !type(o).is_ref;
+      if (!fused[j] && op.code != OpCode::Load && !values_only) return false;
+    }
     return true;
   };
   // Whether op i's result can be computed by its single user (the user's kind and shape).

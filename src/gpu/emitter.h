@@ -122,9 +122,14 @@ class Arena {
   int64_t alloc(int64_t bytes, int64_t align = 16);  // align: a power of 2, at least 16
   void release(int64_t offset, int64_t bytes);  // pending until on_barrier()
   void on_barrier();
+  // Reusable at once: a range that a branch (Emitter::emit_other_path, whose barriers free
+  // nothing) allocated and has synced after its last access — on the other paths it was never
+  // touched.
+  void release_synced(int64_t offset, int64_t bytes);
   int64_t peak() const { return peak_; }
 
  private:
+  void merge_free();  // (sorted, neighbours joined, the top given back)
   struct Range { int64_t offset, bytes; };
   std::vector<Range> free_, pending_;
   int64_t top_ = 0, peak_ = 0;
@@ -307,6 +312,7 @@ struct EmitContext {
   int register_tile_budget = 192;  // (CodegenOptions::register_tile_budget)
   int* register_tile_count = nullptr;
   int* register_a_products = nullptr;  // wgmma taking a from registers (GeneratedKernel::register_a_products)
+  int* register_dots = nullptr;  // dot results made in registers (GeneratedKernel::register_dots)
 };
 
 class Emitter {
@@ -506,6 +512,9 @@ class Emitter {
   // wgmma whose a is a register tile: taken from the registers where the ACC is in registers
   // (pl_tc_dot_acc's NCA), else written to the arena for emit_wgmma (emit_fragments.cpp).
   void emit_wgmma_from_registers(const ir::Op& op);
+  // A register tile v written to a new arena tile (declared `name`; `comment` ends its line),
+  // the group synced after: for loops that read it in another layout. The caller releases it.
+  ValueInfo arena_copy_of_register_tile(ir::ValueId v, const std::string& name, const std::string& comment = "");
   // A Pallas thread's own scoped array: (offset, bytes) in its tile arena, released at the end.
   std::pair<int64_t, int64_t> own_scoped_array(ir::ValueId a, RefInfo& r, const ir::Op& scope);
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
@@ -646,6 +655,19 @@ class Emitter {
   // A 2-D matrix product (lhs m x k, rhs k x n or n x k, no batch dims): p's dims, dtypes and
   // b_nk; false for any other dot_general. Pointers and strides are the caller's.
   bool plain_product(const ir::Op& dot, MmaProduct& p) const;  // emit_ops.cpp
+  // The ring-slot layouts of a wgmma product's operands read in place (p.a_layout / b_layout:
+  // PL_SLOT_LAYOUT_j, which slot_layout decides after the body), counted as the slot's tensor-core
+  // uses when `count` (once per product). emit_ops.cpp
+  void note_slot_layouts(const ir::Op& dot, MmaProduct& p, bool count);
+  // A dot whose result is a register tile of wgmma's accumulator layout l (plan_fragments):
+  // wgmma into the registers (pl_tc_dot_fragment) where the group's warpgroups run it and its
+  // operands' rows are contiguous (`a`, `b` with row strides lda, ldb; a may be a register tile
+  // of that layout, plan_fragments'); else `in_memory` (the product into a row-major f32 tile of
+  // a row-major a, counting no slot use) computes it in the arena and the threads read it in l.
+  // emit_fragments.cpp
+  void emit_dot_into_registers(const ir::Op& dot, const FragmentLayout& l, bool rows_contiguous, const std::string& a,
+                               int64_t lda, const std::string& b, int64_t ldb,
+                               const std::function<void(const RefInfo& d, const std::string& a, bool count)>& in_memory);
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);

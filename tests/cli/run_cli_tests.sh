@@ -176,6 +176,10 @@ expect pipeline_matmul_line "^pipeline_matmul bf16.* backend=gpu-emulate: .*  ok
 check flash_attention 0 "$PALLAS" run flash_attention --backend gpu-emulate --dtype bf16
 expect flash_attention_line "^flash_attention bf16\[2,128,64\]x3 backend=gpu-emulate: .*  ok$"
 check flash_attention_tpu 2 "$PALLAS" run flash_attention --backend tpu-interpret
+# The same attention as a pallas_call: compiled and run on the CPU, and on the simulated TPU.
+check attention 0 "$PALLAS" run attention --backend gpu-emulate --dtype bf16 --size 128
+expect attention_line "^attention bf16\[2,128,64\]x3 backend=gpu-emulate: .*  ok$"
+check attention_tpu 0 "$PALLAS" run attention --backend tpu-interpret --size 128
 # Approximate math: the GPU backends only; the unit says so, and the example still checks out.
 check approx_softmax 0 "$PALLAS" run softmax --backend gpu-emulate --size 16 --approx-math
 expect approx_softmax_line "^softmax .* backend=gpu-emulate: .*  ok$"

@@ -11,8 +11,10 @@
 // over grids) runs that one alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -435,12 +437,129 @@ void run_grid_seeds(uint32_t first, uint32_t count) {
   for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_grid_seed(s);
 }
 
+// Random attention kernels written as pallas_calls (products whose results stay in registers,
+// plan_fragments' wgmma-layout tiles): q blocks of 64 or 128 rows over a parallel axis, k and v
+// blocks of 16-128 rows, head dims 16-64, k given as (n, d) (q k^T) or (d, n); one k block, or a
+// sequential axis over them with the online softmax (the running max and sum in (m) or (m, 1)
+// scratch, the output accumulator rescaled); a causal mask from iotas and the program ids; p and
+// v as bf16 or f16; the scores also stored (a use outside registers), the log-sum-exp stored; 128 or
+// 256 threads. Every output against the interpreter, and without register tiles at 3 threads.
+void run_attention_seed(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int k) { return std::uniform_int_distribution<int>(0, k - 1)(rng); };
+  const int64_t bm = pick(2) ? 64 : 128, bn = std::vector<int64_t>{16, 32, 64, 128}[static_cast<size_t>(pick(4))];
+  const int64_t d = std::vector<int64_t>{16, 32, 64}[static_cast<size_t>(pick(3))];
+  const int64_t gi = 1 + pick(2), gk = pick(2) ? 1 : 1 + pick(3);
+  const bool k_dn = pick(3) == 0, causal = pick(2), keep_dims = pick(2), store_s = pick(4) == 0, lse = pick(2);
+  const DType pt = pick(3) == 0 ? DType::F16 : DType::BF16;
+  const int threads = pick(2) ? 128 : 256;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const std::string context = "attention seed " + std::to_string(seed) + ": q blocks " + std::to_string(bm) + " x " +
+                              std::to_string(d) + " (" + std::to_string(gi) + "), k blocks " + std::to_string(bn) + " (" +
+                              std::to_string(gk) + ")" + (k_dn ? ", k as (d, n)" : "") + (causal ? ", causal" : "") +
+                              (keep_dims ? ", (m, 1) scratch" : ", (m) scratch") + (store_s ? ", s stored" : "") +
+                              (lse ? ", lse" : "") + ", p " + std::string(dtype_name(pt)) + ", " + std::to_string(threads) + " threads\n";
+  SCOPED_TRACE(context);
+  const Shape line = keep_dims ? Shape{bm, 1} : Shape{bm};
+  auto as_line = [&](Value v) { return keep_dims ? v : pl::squeeze(v, {1}); };   // (m, 1) -> the scratch's shape
+  auto as_col = [&](Value v) { return keep_dims ? v : pl::expand_dims(v, {1}); };  // the scratch's -> (m, 1)
+  auto kernel = [=](std::vector<Ref>& refs) {
+    const Ref &q = refs[0], &k = refs[1], &v = refs[2], &o = refs[3];
+    size_t next = 4;
+    const Ref* s_out = store_s ? &refs[next++] : nullptr;
+    const Ref* lse_out = lse ? &refs[next++] : nullptr;
+    const Ref &m_scr = refs[next], &l_scr = refs[next + 1], &acc = refs[next + 2];
+    Value kj = pl::program_id(1);
+    Value s = pl::dot(q[pl::all], k[pl::all], {.trans_b = !k_dn, .preferred = DType::F32}) * scale;
+    if (causal) {
+      Value r = pl::iota(DType::I32, {bm, bn}, 0) + pl::program_id(0) * static_cast<int32_t>(bm);
+      Value c = pl::iota(DType::I32, {bm, bn}, 1) + kj * static_cast<int32_t>(bn);
+      s = pl::where(c <= r, s, pl::full({bm, bn}, DType::F32, -1e30));
+    }
+    if (s_out) (*s_out)[pl::all] = s;
+    if (gk == 1) {
+      Value mx = pl::max(s, {1}, true);
+      Value p = pl::exp(s - mx);
+      Value l = pl::sum(p, {1}, true);
+      o[pl::all] = pl::dot(p.astype(pt), v[pl::all], {.preferred = DType::F32}) / l;
+      if (lse_out) (*lse_out)[pl::all] = as_line(mx + pl::log(l));
+      return;
+    }
+    pl::when(kj == 0, [&] {
+      m_scr[pl::all] = pl::full(line, DType::F32, -1e30);
+      l_scr[pl::all] = pl::full(line, DType::F32, 0.0);
+      acc[pl::all] = 0.0f;
+    });
+    Value m_prev = as_col(m_scr[pl::all]), l_prev = as_col(l_scr[pl::all]);
+    Value m_new = pl::maximum(m_prev, pl::max(s, {1}, true));
+    Value alpha = pl::exp(m_prev - m_new);
+    Value p = pl::exp(s - m_new);
+    l_scr[pl::all] = as_line(alpha * l_prev + pl::sum(p, {1}, true));
+    acc[pl::all] = acc[pl::all] * alpha + pl::dot(p.astype(pt), v[pl::all], {.preferred = DType::F32});
+    m_scr[pl::all] = as_line(m_new);
+    pl::when(kj == static_cast<int32_t>(gk - 1), [&] {
+      Value l = as_col(l_scr[pl::all]);
+      o[pl::all] = acc[pl::all] / l;
+      if (lse_out) (*lse_out)[pl::all] = as_line(as_col(m_scr[pl::all]) + pl::log(l));
+    });
+  };
+  CallOptions o;
+  o.grid = {gi, gk};
+  o.in_specs = {BlockSpec({bm, d}, [](Value i, Value) { return Indices{i, 0}; }),
+                k_dn ? BlockSpec({d, bn}, [](Value, Value j) { return Indices{0, j}; })
+                     : BlockSpec({bn, d}, [](Value, Value j) { return Indices{j, 0}; }),
+                BlockSpec({bn, d}, [](Value, Value j) { return Indices{j, 0}; })};
+  std::vector<ShapeDtype> outs = {ShapeDtype({gi * bm, d}, DType::F32)};
+  std::vector<BlockSpec> out_specs = {BlockSpec({bm, d}, [](Value i, Value) { return Indices{i, 0}; })};
+  if (store_s) {
+    outs.push_back(ShapeDtype({gi * bm, gk * bn}, DType::F32));
+    out_specs.push_back(BlockSpec({bm, bn}, [](Value i, Value j) { return Indices{i, j}; }));
+  }
+  if (lse) {
+    outs.push_back(ShapeDtype(keep_dims ? Shape{gi * bm, 1} : Shape{gi * bm}, DType::F32));
+    out_specs.push_back(keep_dims ? BlockSpec({bm, 1}, [](Value i, Value) { return Indices{i, 0}; })
+                                  : BlockSpec({bm}, [](Value i, Value) { return Indices{i}; }));
+  }
+  o.out_specs = std::move(out_specs);
+  o.scratch_shapes = {ScratchShape{line, DType::F32, MemorySpace::Vmem}, ScratchShape{line, DType::F32, MemorySpace::Vmem},
+                      ScratchShape{{bm, d}, DType::F32, MemorySpace::Vmem}};
+  o.interpret = true;
+  PallasCall call = pl::pallas_call(kernel, outs, o);
+  const std::vector<Array> args = {Array::random_normal({gi * bm, d}, DType::BF16, seed + 1),
+                                   k_dn ? Array::random_normal({d, gk * bn}, DType::BF16, seed + 2)
+                                        : Array::random_normal({gk * bn, d}, DType::BF16, seed + 2),
+                                   Array::random_normal({gk * bn, d}, pt, seed + 3)};
+  gpu::CodegenOptions options;
+  options.threads_per_cta = threads;
+  options.dimension_semantics = {"parallel", "arbitrary"};
+  const int tiles = test_util::expect_same(call, args, 2e-3, 2e-3, options, {3}, context);
+  if (std::getenv("PALLAS_FUZZ_VERBOSE")) std::printf("%d register tiles: %s", tiles, context.c_str());
+  std::vector<ShapeDtype> sig;
+  for (const Array& a : args) sig.push_back(a.shape_dtype());
+  std::shared_ptr<const TracedCall> tc = call.trace(sig);
+  const gpu::GeneratedKernel g = gpu::generate_cuda(*tc, tc->grid_mapping.grid, options);
+  // (The scores' product keeps its registers: q k^T runs on wgmma whatever the rest does.)
+  EXPECT_GE(g.register_dots, store_s ? 0 : 1) << context;
+  if (const char* path = std::getenv("PALLAS_FUZZ_DUMP")) std::ofstream(path) << g.source;  // (to read one)
+}
+
+void run_attention_seeds(uint32_t first, uint32_t count) {
+  if (const char* one = std::getenv("PALLAS_FUZZ_ATTENTION_SEED")) {
+    if (first == 0) run_attention_seed(static_cast<uint32_t>(std::stoul(one)));
+    return;
+  }
+  count += extra_seeds();
+  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_attention_seed(s);
+}
+
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterA) { run_seeds(0, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterB) { run_seeds(1000, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterC) { run_seeds(2000, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterD) { run_seeds(3000, 6); }
 TEST(GpuCodegenFuzz, RandomProductsOverGridsMatchTheInterpreterA) { run_grid_seeds(0, 5); }
 TEST(GpuCodegenFuzz, RandomProductsOverGridsMatchTheInterpreterB) { run_grid_seeds(1000, 5); }
+TEST(GpuCodegenFuzz, RandomAttentionMatchesTheInterpreterA) { run_attention_seeds(0, 4); }
+TEST(GpuCodegenFuzz, RandomAttentionMatchesTheInterpreterB) { run_attention_seeds(1000, 4); }
 
 }  // namespace
 }  // namespace pallas

@@ -662,6 +662,63 @@ TEST(GpuCodegenOps, PallasCallProductsFeedRegisterReductions) {
   }
 }
 
+// A product's f32 result stays in registers, in wgmma's accumulator layout (plan_fragments: a
+// register tile made by pl_tc_dot_fragment): attention written as a pallas_call, s = q k^T in
+// registers, its row max and sum, p = exp(s - max) and p v with p taken from its registers.
+// (64, 64) blocks over 128 and 256 threads (one block: the second warpgroup's registers hold none
+// of it), (128, 64) over 128 (two blocks a thread in two rounds) and (128, 128) over 256. Against
+// plain C++ from the bf16 inputs, and the interpreter.
+TEST(GpuCodegenOps, PallasCallProductsStayInRegisters) {
+  struct Case {
+    int64_t m, n, d;
+    int threads;
+  };
+  for (const Case& c : std::vector<Case>{{64, 64, 64, 128}, {64, 64, 32, 256}, {128, 64, 64, 128}, {128, 128, 64, 256}}) {
+    SCOPED_TRACE(std::to_string(c.m) + " x " + std::to_string(c.n) + " x " + std::to_string(c.d) + ", " +
+                 std::to_string(c.threads) + " threads");
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    auto kernel = [&](const pl::Ref& q, const pl::Ref& k, const pl::Ref& v, const pl::Ref& o, const pl::Ref& lse) {
+      pl::Value s = pl::dot(q[pl::all], k[pl::all], {.trans_b = true, .preferred = DType::F32}) * scale;
+      pl::Value mx = pl::max(s, {1}, true);
+      pl::Value p = pl::exp(s - mx);
+      pl::Value l = pl::sum(p, {1}, true);
+      o[pl::all] = pl::dot(p.astype(DType::BF16), v[pl::all], {.preferred = DType::F32}) / l;
+      lse[pl::all] = pl::squeeze(mx + pl::log(l), {1});
+    };
+    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({c.m, c.d}, DType::F32), ShapeDtype({c.m}, DType::F32)},
+                                      opts({}, {}, {}));
+    const Array q = Array::random_normal({c.m, c.d}, DType::BF16, 41), k = Array::random_normal({c.n, c.d}, DType::BF16, 42),
+                v = Array::random_normal({c.n, c.d}, DType::BF16, 43);
+    gpu::CodegenOptions o;
+    o.threads_per_cta = c.threads;
+    expect_same(call, {q, k, v}, 2e-3, 2e-3, o);
+    std::shared_ptr<const TracedCall> tc = call.trace({q.shape_dtype(), k.shape_dtype(), v.shape_dtype()});
+    const gpu::GeneratedKernel g = gpu::generate_cuda(*tc, tc->grid_mapping.grid, o);
+    EXPECT_EQ(g.register_dots, 2);  // s, and p v (o's store reads it in its registers)
+    // p v takes p from its registers: one warpgroup, or blocks as wide as p and the result.
+    EXPECT_EQ(g.register_a_products, 1);
+    EXPECT_EQ(count_of(g.source, "pl_tc_dot_fragment<"), g.register_dots);
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, g, {q.clone(), k.clone(), v.clone()}, tc->grid_mapping.grid,
+                                                           g.threads_per_cta);
+    const std::vector<double> qs = q.to_doubles(), ks = k.to_doubles(), vs = v.to_doubles();
+    for (int64_t r = 0; r < c.m; ++r) {
+      std::vector<double> s(static_cast<size_t>(c.n));
+      double mx = -INFINITY, l = 0;
+      for (int64_t j = 0; j < c.n; ++j) {
+        for (int64_t e = 0; e < c.d; ++e) s[j] += qs[r * c.d + e] * ks[j * c.d + e];
+        s[j] *= scale, mx = std::max(mx, s[j]);
+      }
+      for (double& x : s) x = std::exp(x - mx), l += x;
+      ASSERT_NEAR(got[1].get_flat(r), mx + std::log(l), 1e-3) << r;
+      for (int64_t e = 0; e < c.d; ++e) {
+        double want = 0;
+        for (int64_t j = 0; j < c.n; ++j) want += s[j] * vs[j * c.d + e];
+        ASSERT_NEAR(got[0].get_flat(r * c.d + e), want / l, 2e-2) << r << ", " << e;  // (p rounded to bf16)
+      }
+    }
+  }
+}
+
 // Forward scans along a blocked tile's rows in registers: each register's T lanes by a butterfly,
 // the earlier registers' carry added. cumsum, cummax and cumprod (of values near 1) over blocks of
 // one row a warp, two ((64, 16)), three registers a row ((16, 48)); a reverse scan and a (2, 256)
@@ -1068,9 +1125,11 @@ TEST(GpuCodegenOps, WgmmaStagingNeedsRoomBesideTheArena) {
   EXPECT_EQ(k.dynamic_shared_bytes(true), k.arena_bytes);
   EXPECT_EQ(k.source.find("#define PL_WGMMA_STAGES"), std::string::npos);
   gpu::HostEmulationStats stats;
-  std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, 128, &stats);
+  // (Its threads: the product is a register tile laid out over them; mma.sync computes it in the
+  // arena, which they read.)
+  std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x, y}, tc->grid_mapping.grid, k.threads_per_cta, &stats);
   EXPECT_EQ(stats.wgmma_instructions, 0);
-  EXPECT_EQ(stats.mma_instructions, (4 * 4 + 3) / 4 * 4 * 2);  // 16 blocks of 16x8 over 4 warps, 2 k-steps
+  EXPECT_EQ(stats.mma_instructions, (4 * 4 + 7) / 8 * 8 * 2);  // 16 blocks of 16x8 over 8 warps, 2 k-steps
   expect_plain_product(x, y, false, DType::F32, got[0]);
 }
 

@@ -18,6 +18,7 @@
 #include "gpu/emitter.h"
 #include "gpu/host_emulation.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/test_util.h"
 #include "pallas/tpu.h"
 
 namespace pallas {
@@ -28,7 +29,7 @@ namespace ex = examples;
 // The examples whose kernels use only what a GPU has (no DMAs, semaphores or devices).
 const std::vector<std::string> kGpuExamples = {"add",    "matmul",  "softmax",  "layer_norm",
                                                "gather", "inplace", "ws_matmul", "grid_sum", "pipeline_matmul",
-                                               "flash_attention"};
+                                               "flash_attention", "attention"};
 
 ex::Problem small(const std::string& name, DType dtype = DType::F32) {
   ex::RunOptions o;
@@ -146,6 +147,39 @@ TEST(GpuCodegen, FlashAttentionKeepsItsSoftmaxAndCarriesInRegisters) {
   EXPECT_EQ(k.register_a_products, 1);
   // Without register tiles every one of them is an arena tile.
   EXPECT_EQ(gpu::generate_cuda(*tc, static_grid(*tc), {.register_tiles = false}).register_tiles, 0);
+}
+
+// The pallas_call attention (bf16) on wgmma with both products' results in registers (q k^T and
+// p v, p taken from its registers), its softmax and running statistics too: the (m, 1) scratch
+// values in the scores' rows layout. k's and v's blocks (a head squeezed) come by TMA into
+// 128-byte swizzled slots that wgmma reads in place; the arena (the scratch; the other path's
+// product tiles) fits in shared memory. Host emulation: every product on wgmma, the blocks by TMA,
+// the output right. Without register tiles, none.
+TEST(GpuCodegen, AttentionKeepsItsProductsInRegisters) {
+  ex::Problem p = small("attention", DType::BF16);
+  std::shared_ptr<const TracedCall> tc = p.call.trace(p.arg_shapes());
+  gpu::GeneratedKernel k = gpu::generate_cuda(*tc, static_grid(*tc));
+  EXPECT_EQ(k.register_dots, 2);
+  EXPECT_EQ(k.register_a_products, 1);
+  // s, s * scale, m_prev, max(s), m_new, alpha, p, p in bf16, sum(p), p v.
+  EXPECT_GE(k.register_tiles, 10);
+  EXPECT_TRUE(k.arena_in_shared);
+  EXPECT_EQ(k.tma_inputs, (std::vector<int>{1, 2}));
+  EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 3 : 0)");  // k: K-major, 128-byte swizzle
+  EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_2 (PL_HAS_WGMMA ? 4 : 0)");  // v: MN-major
+  const std::string body = k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
+  EXPECT_CONTAINS(body, "pl_tc_dot_fragment<true, 64, 0, PL_SLOT_LAYOUT_1, 1>(");       // q k^T
+  EXPECT_CONTAINS(body, "pl_tc_dot_fragment<false, 64, 0, PL_SLOT_LAYOUT_2, 1, 64>(");  // p v
+  gpu::HostEmulationStats stats;
+  const std::vector<Array> outs = gpu::run_host_emulation(*tc, k, p.inputs, static_grid(*tc), k.threads_per_cta, &stats);
+  const int64_t points = 2 * (p.inputs[0].dim(1) / 128), steps = p.inputs[0].dim(1) / 64;
+  EXPECT_EQ(stats.tma_boxes, points * steps * 2);  // k's and v's blocks, one 64-column panel each
+  EXPECT_EQ(stats.wgmma_instructions, points * steps * 2 * 2 * (64 / 16));  // 2 warpgroups x 2 products x K / 16
+  ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
+  EXPECT_TRUE(o.ok) << o.message;
+  const gpu::GeneratedKernel a = gpu::generate_cuda(*tc, static_grid(*tc), {.register_tiles = false});
+  EXPECT_EQ(a.register_tiles, 0);
+  EXPECT_EQ(a.register_dots, 0);
 }
 
 // ws_matmul in clusters of two along j (`--cluster 2`): each producer copies 64 of the 128 rows

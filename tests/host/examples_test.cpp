@@ -23,6 +23,7 @@ int64_t small_size(const std::string& name) {
   if (name == "grid_sum") return 256;   // 16 CTAs, 2 loop steps each
   if (name == "pipeline_matmul") return 256;  // 2 x 2 CTAs (bf16), 4 K-steps through 4 slots
   if (name == "flash_attention") return 128;  // 2 x 2 CTAs, 2 k / v blocks each through 2 slots
+  if (name == "attention") return 256;  // grid (2 heads, 2 q blocks, 4 k blocks)
   return 20;                         // 3 row blocks of 8, the last one padded
 }
 
@@ -124,9 +125,9 @@ TEST(Examples, RegistryHasEveryExampleOnceWithADescription) {
                                           "all_reduce", "reduce_scatter", "core_map_pipeline",
                                           "racy", "deadlock", "embedding_bag", "segment_sum",
                                           "lane_sort", "ws_matmul", "grid_sum", "pipeline_matmul",
-                                          "flash_attention"}));
+                                          "flash_attention", "attention"}));
   EXPECT_EQ(example_names(), (std::vector<std::string>{"add", "matmul", "softmax", "layer_norm",
-                                                       "gather", "inplace"}));
+                                                       "gather", "inplace", "attention"}));
 }
 
 TEST(Examples, UnknownNameIsAUsageErrorListingTheKnownOnes) {
@@ -253,6 +254,19 @@ TEST(Examples, FlashAttentionRunsInterpretedAndCompiled) {
   EXPECT_THROW(ex::find("flash_attention").build({.size = 100}), ex::UsageError);
   EXPECT_THROW(ex::find("flash_attention").build({.size = 128, .backend = "tpu-interpret"}), ex::UsageError);
   EXPECT_THROW(ex::find("flash_attention").build({.size = 128, .stages = 2}), ex::UsageError);
+}
+
+// The pallas_call attention (ExamplesEach runs it on the interpreters): compiled and run under
+// host emulation in each dtype, over one k block (128) and two; a size that is not whole q blocks
+// is a UsageError.
+TEST(Examples, AttentionRunsCompiled) {
+  for (pl::DType t : {pl::bf16, pl::f16, pl::f32})
+    for (int64_t size : {128, 256}) {
+      SCOPED_TRACE(std::string(pl::dtype_name(t)) + " " + std::to_string(size));
+      ex::Outcome o = ex::run(ex::find("attention").build({.seed = 4, .size = size, .dtype = t, .backend = "gpu-emulate"}));
+      EXPECT_TRUE(o.ok) << o.message;
+    }
+  EXPECT_THROW(ex::find("attention").build({.size = 200}), ex::UsageError);
 }
 
 // ws_matmul with clusters (`--cluster N`): the producers share x's blocks by multicast and a slot
