@@ -307,16 +307,21 @@ void side_by_side(std::ostream& report) {
     }
   }
 
-  // The flash_attention example (q k^T by wgmma through k's transposed SMEM view, the online
-  // softmax, p v from registers; 2 heads of d = 64): its throughput by sequence length. No
-  // library attention is linked to compare with; its values are checked by the examples' runs.
-  report << "\nThe flash_attention example (bf16, 2 heads, d = 64; median of 5):\n\n"
-         << "| seq | ms | TFLOP/s |\n|---|---|---|\n";
+  // The flash_attention example (a gpu::kernel: q k^T by wgmma through k's transposed SMEM view,
+  // the online softmax, p v from registers; 2 heads of d = 64) and the attention example (the
+  // same math as a pallas_call, its products in registers) on the same inputs, by sequence
+  // length. No library attention is linked to compare with; their values are checked by the
+  // examples' runs.
+  report << "\nThe flash_attention (gpu::kernel) and attention (pallas_call) examples on the same inputs (bf16, 2 "
+            "heads, d = 64; median of 5):\n\n"
+         << "| seq | flash_attention ms | TFLOP/s | attention ms | TFLOP/s |\n|---|---|---|---|---|\n";
   for (int64_t seq : {1024, 4096, 8192}) {
     ex::Problem a = ex::find("flash_attention").build({.seed = 1, .size = seq, .dtype = pl::bf16, .backend = "gpu"});
-    ResidentCall v(a.call, a.inputs);
-    const double t = synced_seconds(5, [&] { v.launch(); });
-    report << "| " << seq << " | " << t * 1e3 << " | " << static_cast<double>(a.flops) / t / 1e12 << " |\n";
+    ex::Problem b = ex::find("attention").build({.seed = 1, .size = seq, .dtype = pl::bf16, .backend = "gpu"});
+    ResidentCall v(a.call, a.inputs), w(b.call, a.inputs);
+    const double t = synced_seconds(5, [&] { v.launch(); }), u = synced_seconds(5, [&] { w.launch(); });
+    report << "| " << seq << " | " << t * 1e3 << " | " << static_cast<double>(a.flops) / t / 1e12 << " | " << u * 1e3
+           << " | " << static_cast<double>(b.flops) / u / 1e12 << " |\n";
   }
 
   launch_overhead(report);
@@ -344,7 +349,8 @@ void bench_gpu(std::ostream& report) {
                   Row{"layer_norm", pallas::DType::F32, "layer_norm"}, Row{"gather", pallas::DType::F32, "gather"},
                   Row{"inplace", pallas::DType::F32, "inplace"}, Row{"ws_matmul", pallas::DType::BF16, "ws_matmul bf16"},
                   Row{"pipeline_matmul", pallas::DType::BF16, "pipeline_matmul bf16"},
-                  Row{"flash_attention", pallas::DType::BF16, "flash_attention bf16"}}) {
+                  Row{"flash_attention", pallas::DType::BF16, "flash_attention bf16"},
+                  Row{"attention", pallas::DType::BF16, "attention bf16"}}) {
     const char* name = row.label;
     ex::RunOptions o;
     o.backend = "gpu";

@@ -611,6 +611,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   };
   // The bytes of a panel's rows in a slot of layout L (0: not swizzled).
   auto swizzle_of = [](int layout) { return layout >= 7 ? 32 : layout >= 5 ? 64 : layout >= 3 ? 128 : 0; };
+  auto is_resident = [&](int j) {
+    return std::find(out.resident_inputs.begin(), out.resident_inputs.end(), j) != out.resident_inputs.end();
+  };
   if (!gpu_kernel && !out.sequential_axes.empty()) {
     const int axis = out.sequential_axes.back();
     std::vector<int> candidates;
@@ -621,16 +624,21 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const int64_t item = itemsize(bm.array.dtype);
       const size_t rank = bm.block_shape.size();
       if (count < 2 || rank == 0 || blocks[static_cast<size_t>(j)].staged || aliased_input(j) ||
-          !yields_depend_on(bm.index_map, static_cast<size_t>(axis)) || !bm.block_shape.back().is_blocked() ||
-          (bm.block_shape.back().size() * item) % 16 != 0 || (bm.array.shape.back() * item) % 16 != 0 ||
-          params_written[static_cast<size_t>(gm.num_index_operands + j)])
+          !bm.block_shape.back().is_blocked() || (bm.block_shape.back().size() * item) % 16 != 0 ||
+          (bm.array.shape.back() * item) % 16 != 0 || params_written[static_cast<size_t>(gm.num_index_operands + j)])
         continue;
       bool inside = true;
       for (size_t d = 0; d < rank; ++d) inside = inside && grid_keeps_blocks_within(bm, d, grid, bm.array.shape[d]);
       if (!inside) continue;
       candidates.push_back(j);
-      depth = std::max(depth, count);
+      // A block the same at every step of the axis (its index map does not read it: attention's q)
+      // is resident: one slot, filled with the first step's copies of each run of the axis.
+      if (yields_depend_on(bm.index_map, static_cast<size_t>(axis)))
+        depth = std::max(depth, count);
+      else
+        out.resident_inputs.push_back(j);
     }
+    if (depth == 0) candidates.clear(), out.resident_inputs.clear();  // (no ring: nothing moves along the axis)
     // A step's wgmma may still be reading its slots when the next step begins (async_wgmma: the
     // register accumulator's products, operands in ring slots). Those slots must not be the
     // ones the next step refills, so such a ring has one slot more than its depth: a slot is
@@ -646,10 +654,14 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const BlockMapping& bm = gm.block_mappings[static_cast<size_t>(j)];
       const int64_t align = GeneratedKernel::kSlotAlign;
       const int64_t bytes = (std::max<int64_t>(1, bm.block_ref_type.size()) * itemsize(bm.array.dtype) + align - 1) / align * align;
-      if (out.pipeline_slot_bytes + slots * bytes > budget) continue;
+      const int copies = is_resident(j) ? 1 : slots;
+      if (out.pipeline_slot_bytes + copies * bytes > budget) {
+        if (is_resident(j)) out.resident_inputs.erase(std::find(out.resident_inputs.begin(), out.resident_inputs.end(), j));
+        continue;
+      }
       slot_offset[static_cast<size_t>(j)] = out.pipeline_slot_bytes;
-      slot_block_bytes[static_cast<size_t>(j)] = bytes;
-      out.pipeline_slot_bytes += slots * bytes;
+      slot_block_bytes[static_cast<size_t>(j)] = is_resident(j) ? 0 : bytes;  // (a resident block's slot: any slot index)
+      out.pipeline_slot_bytes += copies * bytes;
       out.pipelined_inputs.push_back(j);
     }
     if (!out.pipelined_inputs.empty()) {
@@ -683,6 +695,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   };
   if (out.pipeline_depth > 0) {
     prefetch << "PL_DEV void pl_prefetch(const PlParams& p, const pl_i64* g, const pl_i64* G, int slot) {\n";
+    // (Resident blocks come with the first step's copies, into their one slot.)
+    if (!out.resident_inputs.empty())
+      prefetch << "  [[maybe_unused]] const bool first = g[" << out.sequential_axes.back() << "] == 0;\n";
     if (!out.tma_inputs.empty()) {
       // Which inputs the TMA unit copies this launch: their maps were encoded, and the slot's layout
       // in this compile is the one the map's boxes were made for (PL_TMA_LAYOUT_j).
@@ -692,7 +707,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
         const std::string J = std::to_string(out.tma_inputs[m]), M = std::to_string(m);
         prefetch << "  const bool tma_" << M << " = ((p.tma_ok >> " << M << ") & 1u) && PL_TMA_LAYOUT_" << J
                  << " == " << (layout_candidate(out.tma_inputs[m]) ? "PL_SLOT_LAYOUT_" + J : "0") << ";\n";
-        bytes += (bytes.empty() ? "" : " + ") + std::string("(tma_") + M + " ? " + std::to_string(block_bytes(out.tma_inputs[m])) + "u : 0u)";
+        bytes += (bytes.empty() ? "" : " + ") + std::string("(tma_") + M + (is_resident(out.tma_inputs[m]) ? " && first" : "") +
+                 " ? " + std::to_string(block_bytes(out.tma_inputs[m])) + "u : 0u)";
       }
       prefetch << "  if (pl_cta_tid() == 0) pl_expect_tx(pl_ring_mbar + slot, " << bytes << ");\n#endif\n";
     }
@@ -709,7 +725,8 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
       const int64_t chunks_per_row = row * itemsize(bm.array.dtype) / 16;
       const Shape row_shape(shape.begin(), shape.end() - 1);
       const std::vector<int64_t> row_strides(view_strides.begin(), view_strides.end() - 1);
-      prefetch << "  {  // " << bm.origin << "\n    pl_i64 bi[" << rank << "];\n    pl_index_map_" << J << "(p, g, G, bi);\n"
+      prefetch << (is_resident(j) ? "  if (first) {  // (resident) " : "  {  // ") << bm.origin << "\n    pl_i64 bi[" << rank
+               << "];\n    pl_index_map_" << J << "(p, g, G, bi);\n"
                << "    const " << T << "* src = ((const " << T << "*)" << op << ") + (" << start << ");\n"
                << "    pl_u8* dst = " << slot_pointer(static_cast<size_t>(j), "slot") << ";\n";
       if (const int m = tma_map_of(j); m >= 0) {

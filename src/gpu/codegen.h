@@ -210,6 +210,9 @@ struct GeneratedKernel {
   // ring's bytes. Dynamic shared memory holds the arena (when in shared memory), the ring, then
   // wgmma's staging, each from a 128-byte boundary.
   std::vector<int> pipelined_inputs;
+  // Those of them whose block is the same at every step of the axis (their index maps do not
+  // read it: attention's q): one slot each, filled with the copies of the axis's first step.
+  std::vector<int> resident_inputs;
   // Those of them whose slots hold wgmma's canonical layout on sm_90a, read by the tensor cores
   // where they are (no staging copy); row-major on other targets.
   std::vector<int> tensor_core_slots;

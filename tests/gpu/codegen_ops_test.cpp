@@ -2065,10 +2065,11 @@ TEST(GpuCodegenOps, TensorMapsFollowTheFixedParametersFromA64ByteBoundary) {
   EXPECT_EQ(asked, (std::vector<std::pair<int, uint64_t>>{{0, 0x1000}, {1, 0x2004}, {1, 0x2010}}));
 }
 
-// What stays out of the ring, read in place as before: a block that does not move along the
-// sequential axis, one asking for Buffered(1), an input aliased to an output or written by the
-// kernel (a slot would not carry the write to the array), rows that are not whole 16-byte chunks.
-// Each still computes what the interpreter does.
+// What stays out of the ring, read in place as before: a block asking for Buffered(1), an input
+// aliased to an output or written by the kernel (a slot would not carry the write to the array),
+// rows that are not whole 16-byte chunks. (A block that does not move along the sequential axis
+// is resident since stop 50: BlocksFixedAlongTheSequentialAxisAreCopiedOncePerRun.) Each still
+// computes what the interpreter does.
 TEST(GpuCodegenOps, BlocksTheRingCannotCarryStayInPlace) {
   auto kernel = [](const pl::Ref& a, const pl::Ref& b, const pl::Ref& c, const pl::Ref& d, const pl::Ref& e,
                    const pl::Ref& w, const pl::Ref& o) {
@@ -2080,7 +2081,7 @@ TEST(GpuCodegenOps, BlocksTheRingCannotCarryStayInPlace) {
   auto moving = [](Value i, Value k) { return Indices{k, i}; };
   CallOptions o = opts({2, 3},
                        {BlockSpec({8, 16}, moving),                                           // a: pipelined
-                        BlockSpec({8, 16}, [](Value i, Value) { return Indices{0, i}; }),     // b: does not move
+                        BlockSpec({8, 16}, [](Value i, Value) { return Indices{0, i}; }),     // b: resident
                         BlockSpec({8, 16}, moving).with_pipeline_mode(Buffered{1}),            // c: Buffered(1)
                         BlockSpec({8, 16}, moving),                                           // d: written
                         BlockSpec({2}, [](Value, Value k) { return Indices{k}; }),             // e: 8-byte rows
@@ -2102,9 +2103,56 @@ TEST(GpuCodegenOps, BlocksTheRingCannotCarryStayInPlace) {
   std::shared_ptr<const TracedCall> tc = call.trace(sig);
   gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid);
   EXPECT_EQ(k.sequential_axes, std::vector<int>{1});
-  EXPECT_EQ(k.pipelined_inputs, std::vector<int>{0});
+  EXPECT_EQ(k.pipelined_inputs, (std::vector<int>{0, 1}));
+  EXPECT_EQ(k.resident_inputs, std::vector<int>{1});
   EXPECT_EQ(k.pipeline_depth, 2);
   expect_same(call, args, 1e-6, 1e-6);
+}
+
+// A block the same at every step of the ring's axis (its index map does not read it) is resident:
+// one slot, copied with the axis's first step of each run, read by every step. o += x * w over
+// (i, k) with w's block chosen by i; and over (i, j, k), j and k sequential, with w's by j (the
+// ring restarts at each j: w refilled). TMA on and off, against the interpreter.
+TEST(GpuCodegenOps, BlocksFixedAlongTheSequentialAxisAreCopiedOncePerRun) {
+  for (const bool two_sequential : {false, true}) {
+    SCOPED_TRACE(two_sequential ? "(i, j, k)" : "(i, k)");
+    const int last = two_sequential ? 2 : 1;
+    auto body = [last](const pl::Ref& x, const pl::Ref& w, const pl::Ref& o) {
+      pl::when(pl::program_id(last) == 0, [&] { o[pl::all] = pl::zeros({8, 32}, DType::F32); });
+      o[pl::all] = o[pl::all] + x[pl::all] * w[pl::all];
+    };
+    CallOptions o;
+    if (two_sequential) {
+      o = opts({2, 3, 4},
+               {BlockSpec({8, 32}, [](Value i, Value, Value k) { return Indices{k, i}; }),
+                BlockSpec({8, 32}, [](Value, Value j, Value) { return Indices{j, 0}; })},
+               {BlockSpec({8, 32}, [](Value i, Value j, Value) { return Indices{j, i}; })});
+    } else {
+      o = opts({2, 4}, {BlockSpec({8, 32}, [](Value i, Value k) { return Indices{k, i}; }),
+                        BlockSpec({8, 32}, [](Value i, Value) { return Indices{i, 0}; })},
+               {BlockSpec({8, 32}, [](Value i, Value) { return Indices{0, i}; })});
+    }
+    const Shape xs = Shape{32, 64}, ws = two_sequential ? Shape{24, 32} : Shape{16, 32},
+                os = two_sequential ? Shape{24, 64} : Shape{8, 64};
+    PallasCall call = pl::pallas_call(body, ShapeDtype(os, DType::F32), o);
+    const std::vector<Array> args = {Array::random_normal(xs, DType::F32, 61), Array::random_normal(ws, DType::F32, 62)};
+    std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype(), args[1].shape_dtype()});
+    for (const bool tma : {true, false}) {
+      SCOPED_TRACE(tma ? "TMA" : "cp.async");
+      gpu::CodegenOptions co;
+      co.tma = tma;
+      if (two_sequential) co.dimension_semantics = {"parallel", "arbitrary", "arbitrary"};
+      const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, co);
+      EXPECT_EQ(k.pipelined_inputs, (std::vector<int>{0, 1}));
+      EXPECT_EQ(k.resident_inputs, std::vector<int>{1});
+      EXPECT_CONTAINS(k.source, "if (first) {  // (resident)");
+      gpu::HostEmulationStats stats;
+      gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid, 4, &stats);
+      // x's block every step, w's once a run of k: 2 points x 4 steps + 2 (i, k); 2 x 3 x (4 + 1).
+      if (tma) EXPECT_EQ(stats.tma_boxes, two_sequential ? 2 * 3 * (4 + 1) : 2 * (4 + 1));
+      expect_same(call, args, 1e-6, 1e-6, co);
+    }
+  }
 }
 
 // gpu::CompilerParams::max_concurrent_steps is the ring's depth for inputs without a Buffered(count)

@@ -152,8 +152,8 @@ TEST(GpuCodegen, FlashAttentionKeepsItsSoftmaxAndCarriesInRegisters) {
 // The pallas_call attention (bf16) on wgmma with both products' results in registers (q k^T and
 // p v, p taken from its registers), its softmax and running statistics too: the (m, 1) scratch
 // values in the scores' rows layout. k's and v's blocks (a head squeezed) come by TMA into
-// 128-byte swizzled slots that wgmma reads in place; the arena (the scratch; the other path's
-// product tiles) fits in shared memory. Host emulation: every product on wgmma, the blocks by TMA,
+// 128-byte swizzled ring slots that wgmma reads in place, and so does q's, into a resident slot
+// once a point; the arena (the scratch; the other path's product tiles) fits in shared memory. Host emulation: every product on wgmma, the blocks by TMA,
 // the output right. Without register tiles, none.
 TEST(GpuCodegen, AttentionKeepsItsProductsInRegisters) {
   ex::Problem p = small("attention", DType::BF16);
@@ -164,16 +164,18 @@ TEST(GpuCodegen, AttentionKeepsItsProductsInRegisters) {
   // s, s * scale, m_prev, max(s), m_new, alpha, p, p in bf16, sum(p), p v.
   EXPECT_GE(k.register_tiles, 10);
   EXPECT_TRUE(k.arena_in_shared);
-  EXPECT_EQ(k.tma_inputs, (std::vector<int>{1, 2}));
-  EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 3 : 0)");  // k: K-major, 128-byte swizzle
+  EXPECT_EQ(k.tma_inputs, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(k.resident_inputs, std::vector<int>{0});  // q: the same block at every k step
+  EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_0 (PL_HAS_WGMMA ? 3 : 0)");  // q: K-major, 128-byte swizzle
+  EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_1 (PL_HAS_WGMMA ? 3 : 0)");  // k: K-major
   EXPECT_CONTAINS(k.source, "#define PL_SLOT_LAYOUT_2 (PL_HAS_WGMMA ? 4 : 0)");  // v: MN-major
   const std::string body = k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
-  EXPECT_CONTAINS(body, "pl_tc_dot_fragment<true, 64, 0, PL_SLOT_LAYOUT_1, 1>(");       // q k^T
-  EXPECT_CONTAINS(body, "pl_tc_dot_fragment<false, 64, 0, PL_SLOT_LAYOUT_2, 1, 64>(");  // p v
+  EXPECT_CONTAINS(body, "pl_tc_dot_fragment<true, 64, PL_SLOT_LAYOUT_0, PL_SLOT_LAYOUT_1, 1>(");  // q k^T
+  EXPECT_CONTAINS(body, "pl_tc_dot_fragment<false, 64, 0, PL_SLOT_LAYOUT_2, 1, 64>(");            // p v
   gpu::HostEmulationStats stats;
   const std::vector<Array> outs = gpu::run_host_emulation(*tc, k, p.inputs, static_grid(*tc), k.threads_per_cta, &stats);
   const int64_t points = 2 * (p.inputs[0].dim(1) / 128), steps = p.inputs[0].dim(1) / 64;
-  EXPECT_EQ(stats.tma_boxes, points * steps * 2);  // k's and v's blocks, one 64-column panel each
+  EXPECT_EQ(stats.tma_boxes, points * (1 + steps * 2));  // q's block once a point; k's and v's each step
   EXPECT_EQ(stats.wgmma_instructions, points * steps * 2 * 2 * (64 / 16));  // 2 warpgroups x 2 products x K / 16
   ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
   EXPECT_TRUE(o.ok) << o.message;
