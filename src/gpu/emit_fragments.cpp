@@ -330,8 +330,11 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       if (!whole_value_store(op)) return false;
       const AccumulatorRegisters* a = acc_of(op.operands[0]);
       // (A store into the register accumulator's scratch runs in memory, emit_ref_op: no
-      // register tile reaches it.)
-      if (op.operands[0] == acc_regs_.ref) return false;
+      // register tile reaches it — but an update of its registers, in their layout.)
+      if (op.operands[0] == acc_regs_.ref) {
+        const FragmentLayout l = acc_layout(acc_regs_.regs);
+        return updates_registers(op) && l.rounds * warpgroups >= l.blocks() && !fragment_reads(op, 1, layout_of, &l).conflict;
+      }
       if (!a) return !fragment_reads(op, 1, layout_of).conflict;
       // Into an ACC in registers (emit_store_into_registers): in its registers' layout.
       const Shape& shape = type(op.operands[0]).shape;

@@ -540,12 +540,12 @@ void Emitter::plan_fusion(const ir::Region& r) {
   std::vector<bool> elementwise(r.ops.size()), fused(r.ops.size());
   for (size_t i = 0; i < r.ops.size(); ++i) elementwise[i] = is_elementwise(r.ops[i]);
   // Whether the ops strictly between `from` and `to` write no memory: fused ops, loads, and ops
-  // of values only (no region, no Ref operand: elementwise ops, reductions, products — attention's
-  // p.astype(bf16) between v's load and p v).
+  // of values only (no region, no side effect, no Ref operand: elementwise ops, reductions,
+  // products — attention's p.astype(bf16) between v's load and p v; not a wgmma_wait).
   auto is_quiet = [&](size_t from, size_t to) {
     for (size_t j = from + 1; j < to; ++j) {
       const ir::Op& op = r.ops[j];
-      bool values_only = op.regions.empty();
+      bool values_only = op.regions.empty() && !op.info().is(ir::kSideEffect);
       for (ValueId o : op.operands) values_only = values_only && !type(o).is_ref;
       if (!fused[j] && op.code != OpCode::Load && !values_only) return false;
     }
@@ -575,7 +575,10 @@ void Emitter::plan_fusion(const ir::Region& r) {
     // (emit_load_from_registers), rather than being flushed to its memory for the user to read —
     // unless elementwise ops take it to a whole store into the same ACC, which then reads each
     // register in place (register_updates_).
-    const bool acc_in_registers = acc_of(op.operands[0]) && whole(op) && type(op.operands[0]).shape.size() == 2;
+    // (The pallas_call's register accumulator too, for its update stores only,
+    // choose_register_accumulator: its other loads read its memory, flushed.)
+    const bool ring_acc = acc_regs_.ref >= 0 && op.operands[0] == acc_regs_.ref;
+    const bool acc_in_registers = (acc_of(op.operands[0]) || ring_acc) && whole(op) && type(op.operands[0]).shape.size() == 2;
     size_t u = fusible_into_user(i);
     if (acc_in_registers) {
       size_t last = u;
@@ -585,8 +588,9 @@ void Emitter::plan_fusion(const ir::Region& r) {
           same_view(op, r.ops[last]) && whole(r.ops[last]) && is_quiet(i, last)) {
         fused[i] = true;
         register_updates_.insert(&op);
+        continue;
       }
-      continue;
+      if (!ring_acc) continue;
     }
     if (u == kNested) continue;
     // Follow the fused ops to the op whose loop computes the element (a fused op has one user,
@@ -684,6 +688,19 @@ void Emitter::plan_fusion(const ir::Region& r) {
   plan_fragments(r, acc_of);
 }
 
+bool Emitter::updates_registers(const ir::Op& store) const {
+  std::function<bool(ValueId)> reads = [&](ValueId v) {
+    const auto f = fused_producers_.find(v);
+    if (f == fused_producers_.end()) return false;
+    const ir::Op& op = *f->second;
+    if (op.code == OpCode::Load) return register_updates_.count(&op) > 0 && op.operands[0] == store.operands[0];
+    for (ValueId o : op.operands)
+      if (reads(o)) return true;
+    return false;
+  };
+  return store.code == OpCode::Store && store.operands.size() == 2 && reads(store.operands[1]);
+}
+
 Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Region& body,
                                                                  const std::set<ValueId>& scratch) {
   RegisterAccumulator none;
@@ -717,6 +734,52 @@ Emitter::RegisterAccumulator Emitter::choose_register_accumulator(const ir::Regi
     const int64_t blocks = p.m / 64 * (p.n / r.nc), warpgroups = threads / 128;
     r.rounds = static_cast<int>((blocks + warpgroups - 1) / warpgroups);
     if (r.rounds * r.nc / 2 > 128) continue;  // more registers than a thread should hold
+    acc_regs_ = a;
+    return a;
+  }
+  // Else `acc[...] = f(acc[...], dot(a, b))`, elementwise (attention's `acc * alpha + p v`): a
+  // whole store of the scratch whose value reads the scratch's whole load and a product on wgmma
+  // of its shape. The registers take the store in place (emit_store_into_registers: the product
+  // is a register tile of their layout, the load reads each register's old value), the first
+  // store of a run fills them, and any other access flushes them (view()).
+  for (const ir::Op& store : body.ops) {
+    if (store.code != OpCode::Store || store.operands.size() != 2 || !scratch.count(store.operands[0]) ||
+        viewed.count(store.operands[0]) || store.attrs.get_int_or(ir::AttrKey::Masked, 0) != 0 ||
+        !whole_view(store.attrs.get_indexer(ir::AttrKey::Index), type(store.operands[0]).shape))
+      continue;
+    const ValueId ref = store.operands[0];
+    bool reads_itself = false;
+    std::optional<MmaProduct> product;
+    std::function<bool(ValueId)> walk = [&](ValueId v) {  // (an elementwise tree of fused ops)
+      const auto f = fused_producers_.find(v);
+      if (f == fused_producers_.end()) {
+        for (const ir::Op& op : body.ops) {
+          MmaProduct p;
+          if (op.results.size() == 1 && op.results[0] == v && plain_product(op, p) && wgmma_shape(p) &&
+              p.d_dtype == DType::F32 && type(v).shape == type(ref).shape)
+            product = p;
+        }
+        return true;  // (another value: read in the registers' loop, where its layout allows)
+      }
+      const ir::Op& op = *f->second;
+      if (op.code == OpCode::Load) {
+        if (op.operands[0] != ref) return true;
+        reads_itself = reads_itself || whole_view(op.attrs.get_indexer(ir::AttrKey::Index), type(ref).shape);
+        return op.operands.size() == 1;
+      }
+      for (ValueId o : op.operands)
+        if (!walk(o)) return false;
+      return true;
+    };
+    if (!walk(store.operands[1]) || !reads_itself || !product) continue;
+    RegisterAccumulator a;
+    a.ref = ref, a.ptr = info(ref).ref.ptr;
+    AccumulatorRegisters& r = a.regs;
+    r.var = "pl_acc", r.m = product->m, r.n = product->n;
+    r.nc = static_cast<int>(wgmma_width(product->n));
+    const int64_t blocks = r.m / 64 * (r.n / r.nc), warpgroups = threads / 128;
+    r.rounds = static_cast<int>((blocks + warpgroups - 1) / warpgroups);
+    if (r.rounds * r.nc / 2 > 128) continue;
     acc_regs_ = a;
     return a;
   }
@@ -1105,6 +1168,10 @@ void Emitter::emit_ref_op(const ir::Op& op) {
       return fragments_.count(op.results[0]) ? emit_fragment_load(op, *kacc) : emit_load_from_registers(op, *kacc);
     if (store_value && !is_uniform(op.operands[1])) return emit_store_into_registers(op, *kacc);
   }
+  // The register accumulator's update (`acc[...] = acc[...] * alpha + p v`, its load fused in):
+  // in its registers likewise.
+  if (whole_acc && ring_acc && store_value && !is_uniform(op.operands[1]) && updates_registers(op))
+    return emit_store_into_registers(op, *kacc);
   // A pallas_call's whole load of a block into a register tile (the blocked layout).
   if (!kacc && op.code == OpCode::Load && op.results.size() == 1 && fragments_.count(op.results[0]))
     return emit_blocked_load(op);

@@ -345,6 +345,9 @@ class Emitter {
   // Chooses it among `scratch` (f32 2-D scratch Refs, bound with their memory groups), before
   // the body `body` is emitted; returns it (ref -1: none qualifies).
   RegisterAccumulator choose_register_accumulator(const ir::Region& body, const std::set<ir::ValueId>& scratch);
+  // Whether `store`'s value reads its own Ref's registers in place (a fused load of it in
+  // register_updates_: `acc[...] = acc[...] * alpha + p v` of an ACC or the register accumulator).
+  bool updates_registers(const ir::Op& store) const;
   // Binds a gpu::kernel ACC scratch Ref kept in registers (register_accumulators); its views
   // follow it. Every access but a wgmma into it or a fill of it first flushes the registers.
   void bind_kernel_accumulator(ir::ValueId ref, const AccumulatorRegisters& a) { kernel_accs_[ref] = a; }

@@ -151,7 +151,8 @@ TEST(GpuCodegen, FlashAttentionKeepsItsSoftmaxAndCarriesInRegisters) {
 
 // The pallas_call attention (bf16) on wgmma with both products' results in registers (q k^T and
 // p v, p taken from its registers), its softmax and running statistics too: the (m, 1) scratch
-// values in the scores' rows layout. k's and v's blocks (a head squeezed) come by TMA into
+// values in the scores' rows layout, and its output accumulator (acc = acc * alpha + p v) in the
+// register accumulator's registers across the k steps. k's and v's blocks (a head squeezed) come by TMA into
 // 128-byte swizzled ring slots that wgmma reads in place, and so does q's, into a resident slot
 // once a point; the arena (the scratch; the other path's product tiles) fits in shared memory. Host emulation: every product on wgmma, the blocks by TMA,
 // the output right. Without register tiles, none.
@@ -172,11 +173,15 @@ TEST(GpuCodegen, AttentionKeepsItsProductsInRegisters) {
   const std::string body = k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
   EXPECT_CONTAINS(body, "pl_tc_dot_fragment<true, 64, PL_SLOT_LAYOUT_0, PL_SLOT_LAYOUT_1, 1>(");  // q k^T
   EXPECT_CONTAINS(body, "pl_tc_dot_fragment<false, 64, 0, PL_SLOT_LAYOUT_2, 1, 64>(");            // p v
+  // acc = acc * alpha + p v in the registers of the register accumulator (scratch 2), across steps.
+  EXPECT_EQ(k.register_accumulator, 2);
+  EXPECT_CONTAINS(body, "if (!pl_acc_assign(pl_acc, 128, 64, ");
   gpu::HostEmulationStats stats;
   const std::vector<Array> outs = gpu::run_host_emulation(*tc, k, p.inputs, static_grid(*tc), k.threads_per_cta, &stats);
   const int64_t points = 2 * (p.inputs[0].dim(1) / 128), steps = p.inputs[0].dim(1) / 64;
   EXPECT_EQ(stats.tma_boxes, points * (1 + steps * 2));  // q's block once a point; k's and v's each step
   EXPECT_EQ(stats.wgmma_instructions, points * steps * 2 * 2 * (64 / 16));  // 2 warpgroups x 2 products x K / 16
+  EXPECT_EQ(stats.acc_flushes, points);  // (once a point: the last step's o = acc / l reads the scratch)
   ex::Outcome o = ex::compare(p, p.inputs, outs, p.reference(p.inputs));
   EXPECT_TRUE(o.ok) << o.message;
   const gpu::GeneratedKernel a = gpu::generate_cuda(*tc, static_grid(*tc), {.register_tiles = false});
