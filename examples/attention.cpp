@@ -65,22 +65,7 @@ Problem build(const RunOptions& opts) {
                                      {{kBlockQ, kHeadDim}, pl::f32, pl::MemorySpace::Vmem}},
                   .name = "attention"},
                  opts));
-  const int64_t elements = num_elements(shape);
-  return Problem{
-      .name = "attention",
-      .signature = std::string(dtype_name(dt)) + dims(shape) + "x3",
-      .backend = opts.backend,
-      .call = call,
-      .inputs = {Array::random_normal(shape, dt, input_seed(opts, 0)), Array::random_normal(shape, dt, input_seed(opts, 1)),
-                 Array::random_normal(shape, dt, input_seed(opts, 2))},
-      .reference = attention_reference,
-      // As flash_attention's: f32 sums over the sequence; 16-bit inputs round p for p v and the
-      // output.
-      .tolerance = dt == DType::F32 ? Tolerance{1e-4, 1e-5} : Tolerance{2e-2, 1e-2},
-      .flops = 4 * kHeads * seq * seq * kHeadDim,
-      .bytes = 4 * elements * itemsize(dt),
-      .throughput = Throughput::Flops,
-  };
+  return attention_problem("attention", opts, shape, call);
 }
 
 }  // namespace

@@ -80,22 +80,7 @@ Problem build(const RunOptions& opts) {
       {pl::ShapeDtype({kHeads, seq, kHeadDim}, dt)},
       plgpu::Mesh{.grid = {seq / kBlockQ, kHeads}, .grid_names = {"q", "h"}}, options);
   const Shape shape{kHeads, seq, kHeadDim};
-  const int64_t elements = num_elements(shape);
-  return Problem{
-      .name = "flash_attention",
-      .signature = std::string(dtype_name(dt)) + dims(shape) + "x3",
-      .backend = opts.backend,
-      .call = call,
-      .inputs = {Array::random_normal(shape, dt, input_seed(opts, 0)), Array::random_normal(shape, dt, input_seed(opts, 1)),
-                 Array::random_normal(shape, dt, input_seed(opts, 2))},
-      .reference = attention_reference,
-      // f32: exp and f32 sums over the sequence. 16-bit inputs: p is rounded to them for its
-      // product with v (half an ulp, 2^-9 for bf16, on each weight) and so is the output.
-      .tolerance = dt == DType::F32 ? Tolerance{1e-4, 1e-5} : Tolerance{2e-2, 1e-2},
-      .flops = 4 * kHeads * seq * seq * kHeadDim,
-      .bytes = 4 * elements * itemsize(dt),
-      .throughput = Throughput::Flops,
-  };
+  return attention_problem("flash_attention", opts, shape, call);
 }
 
 }  // namespace

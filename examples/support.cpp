@@ -179,6 +179,9 @@ void for_each_subcore_chunk(int64_t chunks, int subcores, int64_t workers,
   fori_loop(0, mine, [&](Value j) { body(w + j * static_cast<int32_t>(workers)); });
 }
 
+namespace {
+
+// softmax(q k^T / sqrt(d)) v of each head, in double (k and v may be longer than q).
 std::vector<Array> attention_reference(const std::vector<Array>& in) {
   const std::vector<double> q = in[0].to_doubles(), k = in[1].to_doubles(), v = in[2].to_doubles();
   const int64_t heads = in[0].dim(0), s_len = in[0].dim(1), t_len = in[1].dim(1), d = in[0].dim(2);
@@ -205,6 +208,28 @@ std::vector<Array> attention_reference(const std::vector<Array>& in) {
       }
     }
   return {out};
+}
+
+}  // namespace
+
+Problem attention_problem(const std::string& name, const RunOptions& opts, const Shape& shape, PallasCall call) {
+  const DType dt = opts.dtype;
+  const int64_t heads = shape.at(0), seq = shape.at(1), d = shape.at(2);
+  return Problem{
+      .name = name,
+      .signature = std::string(dtype_name(dt)) + dims(shape) + "x3",
+      .backend = opts.backend,
+      .call = std::move(call),
+      .inputs = {Array::random_normal(shape, dt, input_seed(opts, 0)), Array::random_normal(shape, dt, input_seed(opts, 1)),
+                 Array::random_normal(shape, dt, input_seed(opts, 2))},
+      .reference = attention_reference,
+      // f32: exp and f32 sums over the sequence. 16-bit inputs: p is rounded to them for its
+      // product with v (half an ulp, 2^-9 for bf16, on each weight) and so is the output.
+      .tolerance = dt == DType::F32 ? Tolerance{1e-4, 1e-5} : Tolerance{2e-2, 1e-2},
+      .flops = 4 * heads * seq * seq * d,
+      .bytes = 4 * num_elements(shape) * itemsize(dt),
+      .throughput = Throughput::Flops,
+  };
 }
 
 }  // namespace pallas::examples

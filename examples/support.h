@@ -55,9 +55,10 @@ void require_dtype(const std::string& example, const RunOptions& opts,
 Problem square_matmul_problem(const std::string& name, const RunOptions& opts, int64_t n, PallasCall call,
                               Tolerance tolerance);
 
-// softmax(q k^T / sqrt(d)) v of each head, in double: the reference of the attention examples
-// (inputs q, k, v of (heads, seq, d); k and v may be longer than q).
-std::vector<Array> attention_reference(const std::vector<Array>& in);
+// The attention examples' problem: `call` computes softmax(q k^T / sqrt(d)) v of each head for
+// N(0, 1) inputs q, k, v of `shape` (heads, seq, d) in opts.dtype, its output in that dtype;
+// checked against plain C++ attention in double.
+Problem attention_problem(const std::string& name, const RunOptions& opts, const Shape& shape, PallasCall call);
 
 // "[512,512]": shapes in signatures, compact like the CLI's one-line report.
 std::string dims(const Shape& shape);
