@@ -1272,8 +1272,9 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
     PALLAS_INTERNAL_CHECK(out.num_groups == 1, "a pipelined pallas_call with several thread groups");
     // A run of the axis after another (an outer sequential axis): the previous run's last wgmma
     // into the register accumulator may still read its slots — ring or resident — which this
-    // run's first copies refill.
-    if (!acc_type.empty() && plain_loops > 0) src << indent << drain << "\n";
+    // run's first copies refill: every warpgroup waits for its own, then the CTA syncs before
+    // any thread issues a copy.
+    if (!acc_type.empty() && plain_loops > 0) src << indent << drain << "pl_cta_sync();\n";
     src << indent << "for (pl_i64 s = 0; s < " << Ga << " + " << D << " - 1; ++s) {\n"
         << indent << "  if (s < " << Ga << ") { " << ga << " = s; pl_prefetch(p, g, G, (int)(s % " << S << ")); }\n"
         << indent << "  pl_cp_async_commit();\n"

@@ -673,6 +673,14 @@ void Emitter::plan_fusion(const ir::Region& r) {
   }
   for (size_t i = 0; i < r.ops.size(); ++i)
     if (fused[i]) fused_producers_[r.ops[i].results[0]] = &r.ops[i];
+  // The op whose loop reads each fused load's memory (past the fused ops between): the read is
+  // pending until that op is emitted, not the next op (value-only ops may come between, is_quiet).
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    if (!fused[i] || r.ops[i].code != OpCode::Load) continue;
+    size_t u = single_user(r.ops[i].results[0]);
+    while (u != kNested && fused[u]) u = single_user(r.ops[u].results[0]);
+    fused_load_users_[&r.ops[i]] = u == kNested || absorbed_.count(&r.ops[u]) ? nullptr : &r.ops[u];
+  }
   // `dst[...] = acc[...]`, a whole gpu::kernel ACC matrix in registers stored right away to
   // other memory (unmasked): the registers go to dst.
   for (size_t l = 0; l < r.ops.size(); ++l) {
@@ -821,7 +829,8 @@ void Emitter::emit_fused(const ir::Op& op) {
     fused.ref = info(op.operands[0]).ref;
   } else if (op.code == OpCode::Load) {
     before_mem_read(op.operands[0]);  // what other threads wrote before is visible to the user's loop
-    fused_read_refs_.push_back(op.operands[0]);
+    const auto user = fused_load_users_.find(&op);
+    fused_read_refs_.push_back({op.operands[0], user == fused_load_users_.end() ? nullptr : user->second});
     fused.ref = view(op, info(op.operands[0]).ref, op.attrs.get_indexer(ir::AttrKey::Index));
   }
   values_[static_cast<size_t>(op.results[0])] = std::move(fused);
@@ -847,6 +856,7 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
   plan_fusion(r);
   compute_last_uses(r);
   std::vector<ValueId> yielded;
+  const size_t outer_reads = fused_read_refs_.size();  // (an enclosing region's, pending past this one)
   for (const ir::Op& op : r.ops) {
     if (op.code == OpCode::Yield) {
       yielded = op.operands;
@@ -875,12 +885,23 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
       for (ValueId v : op.results)
         if (fragment_mirrors_.count(v) && info(v).kind == ValueInfo::Kind::Fragment) emit_mirror(v);
       if (!op.regions.empty()) bulk_fenced_ = false;  // (a branch may not have run, or fenced)
-      // The loop that read a fused load's memory has run.
-      for (ValueId ref : fused_read_refs_) after_mem_read(ref);
-      fused_read_refs_.clear();
+      // The loop that read a fused load's memory has run (its user's; where that is unknown, the
+      // next op's).
+      for (size_t f = 0; f < fused_read_refs_.size();) {
+        const auto [ref, user] = fused_read_refs_[f];
+        if (user && user != &op) {
+          ++f;
+          continue;
+        }
+        after_mem_read(ref);
+        fused_read_refs_.erase(fused_read_refs_.begin() + static_cast<long>(f));
+      }
     }
     release_dead(op);
   }
+  // (A fused load whose user never came: read by now.)
+  for (size_t f = outer_reads; f < fused_read_refs_.size(); ++f) after_mem_read(fused_read_refs_[f].first);
+  fused_read_refs_.resize(outer_reads);
   // (What the region's ops accessed, as plain pending accesses for the code around it: a branch,
   // a loop's body.)
   fold_memory_groups();

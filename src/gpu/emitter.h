@@ -737,7 +737,10 @@ class Emitter {
   // The group fenced its accesses and synced for a bulk copy, and no op since has accessed
   // memory (emit_region): the next bulk copy needs neither again.
   bool bulk_fenced_ = false;
-  std::vector<ir::ValueId> fused_read_refs_;  // fused loads' memory, read by the next emitted loop
+  // Fused loads' memory and the op whose loop reads it (plan_fusion's fused_load_users_; null:
+  // the next op emitted), pending until that op is emitted.
+  std::vector<std::pair<ir::ValueId, const ir::Op*>> fused_read_refs_;
+  std::map<const ir::Op*, const ir::Op*> fused_load_users_;
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   std::set<int> groups_read_, groups_written_;  // memory groups accessed since the last barrier
   int conditional_depth_ = 0;

@@ -2155,6 +2155,64 @@ TEST(GpuCodegenOps, BlocksFixedAlongTheSequentialAxisAreCopiedOncePerRun) {
   }
 }
 
+// Two sequential axes (j, k) and the register accumulator's wgmma left running into the next
+// step: the last step of a run of k leaves one running, which reads its slots (x's resident slot;
+// or, with K = 4 over 3 ring slots, the slot the next run's first copy refills). The next run
+// waits for every warpgroup's wgmma before any copy (a helper review's repro: thousands of wrong
+// elements before). TMA and cp.async, against the interpreter.
+TEST(GpuCodegenOps, ARunOfTheRingAfterAnotherWaitsForTheLastWgmma) {
+  for (const bool resident : {true, false}) {
+    SCOPED_TRACE(resident ? "x resident" : "x moving, K = 4");
+    const int64_t K = resident ? 3 : 4;
+    auto body = [](const pl::Ref& x, const pl::Ref& w, const pl::Ref& o, const pl::Ref& acc) {
+      pl::when(pl::program_id(1) == 0, [&] { pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = 0.0f; }); });
+      acc[pl::all] = acc[pl::all] + pl::dot(x[pl::all], w[pl::all], {.preferred = DType::F32});
+      pl::when(pl::program_id(1) == 1,
+               [&] { pl::when(pl::program_id(2) == pl::num_programs(2) - 1, [&] { o[pl::all] = acc[pl::all]; }); });
+    };
+    const BlockSpec x_spec = resident ? BlockSpec({64, 64}, [](Value i, Value j, Value) { return Indices{i, j}; })
+                                      : BlockSpec({64, 64}, [](Value i, Value, Value k) { return Indices{i, k}; });
+    CallOptions o = opts({1, 2, K}, {x_spec, BlockSpec({64, 64}, [](Value, Value, Value k) { return Indices{k, 0}; })},
+                         {BlockSpec({64, 64}, [](Value i, Value, Value) { return Indices{i, 0}; })},
+                         {{{64, 64}, DType::F32, MemorySpace::Vmem}});
+    PallasCall call = pl::pallas_call(body, ShapeDtype({64, 64}, DType::F32), o);
+    const std::vector<Array> args = {Array::random_normal({64, resident ? 128 : 64 * K}, DType::BF16, 71),
+                                     Array::random_normal({64 * K, 64}, DType::BF16, 72)};
+    std::shared_ptr<const TracedCall> tc = call.trace({args[0].shape_dtype(), args[1].shape_dtype()});
+    for (const bool tma : {true, false}) {
+      SCOPED_TRACE(tma ? "TMA" : "cp.async");
+      gpu::CodegenOptions co;
+      co.tma = tma;
+      co.threads_per_cta = 128;
+      co.dimension_semantics = {"parallel", "arbitrary", "arbitrary"};
+      const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, co);
+      EXPECT_EQ(k.register_accumulator, 0);
+      EXPECT_EQ(k.resident_inputs, resident ? std::vector<int>{0} : std::vector<int>{});
+      EXPECT_CONTAINS(k.source, "pl_acc_drain(pl_acc); pl_cta_sync();");
+      expect_same(call, args, 2e-2, 2e-2, co, {1});
+    }
+  }
+}
+
+// A fused load read where its user's loop runs, past ops of values only between (a reduction
+// here): the read counts there, so the later store to the same scratch waits for it (a helper
+// review's repro: the store's loop wrote elements the add's loop had not read yet, at 3 and 256
+// threads without register tiles).
+TEST(GpuCodegenOps, FusedLoadsAreReadWhereTheirUserRuns) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o, const pl::Ref& s) {
+    s[pl::all] = x[pl::all] * 2.0f;
+    pl::Value a = s[pl::all];
+    pl::Value m = pl::sum(x[pl::all], {1}, true);
+    pl::Value t = a + m;
+    s(pl::all, pl::ds(0, 64)) = pl::zeros({64, 64}, DType::F32);
+    o[pl::all] = t + pl::sum(t, {1}, true);
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({64, 128}, DType::F32),
+                                    opts({}, {}, {}, {{{64, 128}, DType::F32, MemorySpace::Vmem}}));
+  const Array x = Array::random_normal({64, 128}, DType::F32, 5);
+  for (int rep = 0; rep < 3; ++rep) expect_same(call, {x}, 1e-5, 1e-4, {}, {3, 256});
+}
+
 // gpu::CompilerParams::max_concurrent_steps is the ring's depth for inputs without a Buffered(count)
 // of their own (Mosaic GPU's knob): 3 slots, or 1 (no ring); a BlockSpec's Buffered(4) still wins.
 // A cluster for a pallas_call, and a depth below 1, are errors.
