@@ -2149,7 +2149,9 @@ TEST(GpuCodegenOps, BlocksFixedAlongTheSequentialAxisAreCopiedOncePerRun) {
       gpu::HostEmulationStats stats;
       gpu::run_host_emulation(*tc, k, clone_all(args), tc->grid_mapping.grid, 4, &stats);
       // x's block every step, w's once a run of k: 2 points x 4 steps + 2 (i, k); 2 x 3 x (4 + 1).
-      if (tma) EXPECT_EQ(stats.tma_boxes, two_sequential ? 2 * 3 * (4 + 1) : 2 * (4 + 1));
+      if (tma) {
+        EXPECT_EQ(stats.tma_boxes, two_sequential ? 2 * 3 * (4 + 1) : 2 * (4 + 1));
+      }
       expect_same(call, args, 1e-6, 1e-6, co);
     }
   }
