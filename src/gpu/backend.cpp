@@ -112,12 +112,12 @@ int emulation_threads(const GeneratedKernel& k) {
   return fewest;
 }
 
-std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
-                           const std::vector<int64_t>& grid) {
-  std::shared_ptr<const LoadedKernel> loaded = loaded_kernel(c, tc, grid);
-  const GeneratedKernel& k = loaded->kernel;
+namespace {
+// Runs loaded kernel `function` of `k` on the device: uploads `args`, launches, waits, downloads
+// the outputs (aliased inputs updated in the caller's arrays, as the interpreters do).
+std::vector<Array> run_loaded(const TracedCall& tc, const GeneratedKernel& k, void* function,
+                              const std::vector<Array>& args, const std::vector<int64_t>& grid) {
   Device& device = Device::get();
-
   const GridMapping& gm = tc.grid_mapping;
   std::map<int, int> alias_of_output;
   for (auto [i, o] : tc.input_output_aliases) alias_of_output[o] = i;
@@ -140,7 +140,7 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
     outputs[static_cast<size_t>(o)] = DeviceBuffer(static_cast<size_t>(num_elements(s.shape) * itemsize(s.dtype)));
     ptrs.push_back(outputs[static_cast<size_t>(o)].ptr());
   }
-  launch_generated(tc, k, loaded->function, ptrs, grid, nullptr);
+  launch_generated(tc, k, function, ptrs, grid, nullptr);
   std::vector<Array> result;
   for (int o = 0; o < gm.num_outputs; ++o) {
     auto alias = alias_of_output.find(o);
@@ -158,6 +158,22 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
   }
   device.synchronize(nullptr);
   return result;
+}
+}  // namespace
+
+std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,
+                           const std::vector<int64_t>& grid) {
+  std::shared_ptr<const LoadedKernel> loaded = loaded_kernel(c, tc, grid);
+  return run_loaded(tc, loaded->kernel, loaded->function, args, grid);
+}
+
+std::vector<Array> run_generated_on_gpu(const TracedCall& tc, const GeneratedKernel& k, const std::vector<Array>& args,
+                                        const std::vector<int64_t>& grid) {
+  const std::string arch = Device::get().arch();
+  const Nvrtc& nvrtc = Nvrtc::get();
+  std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(
+      k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
+  return run_loaded(tc, k, load_function(image->image, k), args, grid);
 }
 
 std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,

@@ -27,4 +27,12 @@ std::shared_ptr<const GeneratedKernel> emulated_kernel(PallasCallImpl& c, const 
 // and a whole warp per group when the kernel has tensor-core dots.
 int emulation_threads(const GeneratedKernel& k);
 
+// Compiles unit `k` (generated with whatever options) for this process's GPU through the kernel
+// cache, runs it on `args` and returns its outputs, as run_gpu does for a call's own unit: for
+// tests that check a unit on a real GPU beside its host emulation (tests/gpu/emulation_check.h).
+// Without a GPU it raises the error saying what is missing. (Each distinct unit's module stays
+// loaded for the process.)
+std::vector<Array> run_generated_on_gpu(const TracedCall& tc, const GeneratedKernel& k, const std::vector<Array>& args,
+                                        const std::vector<int64_t>& grid);
+
 }  // namespace pallas::gpu

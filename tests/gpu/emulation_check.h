@@ -1,16 +1,22 @@
 // Runs a pallas_call's generated CUDA under host emulation and compares every output with the
 // reference interpreter's (the oracle, independent code). Shared by the op-family tests and the
-// random-kernel tests.
+// random-kernel tests. Where the process has a GPU (the driver loads and finds one), each unit also
+// runs compiled on it and is compared the same way: host emulation cannot show what only warp
+// scheduling, the memory model or the hardware's instructions do. PALLAS_TEST_NO_GPU=1 leaves the
+// GPU out.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/call.h"
+#include "gpu/backend.h"
 #include "gpu/codegen.h"
+#include "gpu/cuda_libs.h"
 #include "gpu/host_emulation.h"
 #include "pallas/pallas.h"
 
@@ -20,6 +26,15 @@ inline std::vector<pallas::Array> clone_all(const std::vector<pallas::Array>& a)
   std::vector<pallas::Array> out;
   for (const pallas::Array& x : a) out.push_back(x.clone());
   return out;
+}
+
+// Whether expect_same also runs each unit on this process's GPU.
+inline bool checks_on_gpu() {
+  static const bool on_gpu = [] {
+    const char* off = std::getenv("PALLAS_TEST_NO_GPU");
+    return !(off && std::string(off) == "1") && pallas::gpu::driver_unavailable_reason().empty();
+  }();
+  return on_gpu;
 }
 
 // One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
@@ -35,17 +50,24 @@ inline int expect_same(const pallas::PallasCall& call, const std::vector<pallas:
   std::shared_ptr<const TracedCall> tc = call.trace(sig);
   const std::vector<int64_t> grid = tc->grid_mapping.grid;
   std::vector<Array> want = interpret::run_reference(*tc, clone_all(args), grid, nullptr);
-  auto check = [&](const gpu::GeneratedKernel& k, int threads) {
-    std::vector<Array> got = gpu::run_host_emulation(*tc, k, clone_all(args), grid, threads);
+  auto compare = [&](const std::vector<Array>& got, const gpu::GeneratedKernel& k, const std::string& where) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
       AllCloseResult r = allclose(got[i], want[i], rtol, atol);
-      EXPECT_TRUE(r.ok) << context << threads << " threads, " << k.register_tiles << " register tiles, output " << i
-                        << ": " << r.message << "\n"
+      EXPECT_TRUE(r.ok) << context << where << ", " << k.register_tiles << " register tiles, output " << i << ": "
+                        << r.message << "\n"
                         << k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
     }
   };
+  auto check = [&](const gpu::GeneratedKernel& k, int threads) {
+    compare(gpu::run_host_emulation(*tc, k, clone_all(args), grid, threads), k,
+            std::to_string(threads) + " threads");
+  };
+  auto check_on_gpu = [&](const gpu::GeneratedKernel& k) {
+    if (checks_on_gpu()) compare(gpu::run_generated_on_gpu(*tc, k, clone_all(args), grid), k, "on the GPU");
+  };
   const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
+  check_on_gpu(k);
   if (k.register_tiles == 0) {
     for (int threads : thread_counts) check(k, threads);
     return 0;
@@ -54,6 +76,7 @@ inline int expect_same(const pallas::PallasCall& call, const std::vector<pallas:
   gpu::CodegenOptions in_the_arena = opts;
   in_the_arena.register_tiles = false;
   const gpu::GeneratedKernel a = gpu::generate_cuda(*tc, grid, in_the_arena);
+  check_on_gpu(a);
   for (int threads : thread_counts) check(a, threads);
   return k.register_tiles;
 }

@@ -296,7 +296,9 @@ TEST(Array, LargeRandomArraysAreTheSerialStream) {
     double s, c;
     detail::det_sincos_2pi(rng.next_double(), &s, &c);
     ASSERT_EQ(normal.at<float>({k}), static_cast<float>(1.0 + 2.0 * (radius * c))) << k;
-    if (k + 1 < n) ASSERT_EQ(normal.at<float>({k + 1}), static_cast<float>(1.0 + 2.0 * (radius * s)));
+    if (k + 1 < n) {
+      ASSERT_EQ(normal.at<float>({k + 1}), static_cast<float>(1.0 + 2.0 * (radius * s)));
+    }
   }
   Array uniform = Array::random_uniform({n}, f64, 43, -1.0, 1.0);
   rng = detail::Xoshiro256ss(43);
