@@ -4,7 +4,9 @@
 // checks the cases its author thought of. These kernels mix elementwise ops, row and column
 // reductions, broadcasts, totals, loops carrying tiles, scratch round trips, masks, transposes and
 // slices over blocks of many shapes, from a seed, and every output of the generated CUDA (run under
-// host emulation, with register tiles and without) must match the interpreter's.
+// host emulation, with register tiles and without) must match the interpreter's; each unit also
+// compiles with NVRTC for sm_90a and sm_80 (PALLAS_TEST_NVRTC=0 leaves that out), and where the
+// process has a GPU it runs there too (tests/gpu/emulation_check.h).
 //
 // PALLAS_FUZZ_SEEDS=N runs N more seeds per case (a longer search than CI's); a failure prints the
 // seed and the kernel's steps, and PALLAS_FUZZ_SEED=S (PALLAS_FUZZ_GRID_SEED=S for the products
@@ -27,6 +29,10 @@ namespace pallas {
 namespace {
 
 namespace pl = ::pallas;
+
+// Every unit (with register tiles and without) also compiles with NVRTC for both GPU paths:
+// host emulation does not build the device side of the runtime's `#if` branches, or run ptxas.
+const std::vector<std::string> kNvrtcArchs = {"sm_90a", "sm_80"};
 
 // Block shapes: every blocked-layout case (rows over warps, several rows of registers, a single
 // warp row, columns over several warps, several rows a warp) and shapes no layout takes (the
@@ -346,6 +352,7 @@ int run_seed(uint32_t seed) {
 // A quarter of the kernels at least must keep some values in registers: a planner that gave up on
 // them all would still compute right, and these tests would no longer check its layouts.
 void run_seeds(uint32_t first, uint32_t count) {
+  const test_util::NvrtcChecks nvrtc(kNvrtcArchs);
   if (const char* one = std::getenv("PALLAS_FUZZ_SEED")) {
     if (first == 0) run_seed(static_cast<uint32_t>(std::stoul(one)));
     return;
@@ -429,6 +436,7 @@ void run_grid_seed(uint32_t seed) {
 }
 
 void run_grid_seeds(uint32_t first, uint32_t count) {
+  const test_util::NvrtcChecks nvrtc(kNvrtcArchs);
   if (const char* one = std::getenv("PALLAS_FUZZ_GRID_SEED")) {
     if (first == 0) run_grid_seed(static_cast<uint32_t>(std::stoul(one)));
     return;
@@ -544,6 +552,7 @@ void run_attention_seed(uint32_t seed) {
 }
 
 void run_attention_seeds(uint32_t first, uint32_t count) {
+  const test_util::NvrtcChecks nvrtc(kNvrtcArchs);
   if (const char* one = std::getenv("PALLAS_FUZZ_ATTENTION_SEED")) {
     if (first == 0) run_attention_seed(static_cast<uint32_t>(std::stoul(one)));
     return;

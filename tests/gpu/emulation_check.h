@@ -37,6 +37,45 @@ inline bool checks_on_gpu() {
   return on_gpu;
 }
 
+// The archs expect_same also compiles each unit for with NVRTC, compile only: host emulation
+// builds the runtime's host side, not the device side of its `#if` branches, nor does it run
+// ptxas. PALLAS_TEST_NVRTC: 1 for sm_90a and sm_80, 0 for none, or a comma-separated list of
+// archs; unset, what the innermost NvrtcChecks in scope says (none outside one: NVRTC takes
+// 0.1-0.4 s a unit). Nothing where NVRTC is not there.
+inline std::vector<std::string>*& nvrtc_checks_in_scope() {
+  static std::vector<std::string>* archs = nullptr;
+  return archs;
+}
+struct NvrtcChecks {
+  explicit NvrtcChecks(std::vector<std::string> archs) : archs_(std::move(archs)), outer_(nvrtc_checks_in_scope()) {
+    nvrtc_checks_in_scope() = &archs_;
+  }
+  ~NvrtcChecks() { nvrtc_checks_in_scope() = outer_; }
+  NvrtcChecks(const NvrtcChecks&) = delete;
+  NvrtcChecks& operator=(const NvrtcChecks&) = delete;
+
+ private:
+  std::vector<std::string> archs_;
+  std::vector<std::string>* outer_;
+};
+inline std::vector<std::string> nvrtc_check_archs() {
+  static const bool nvrtc_there = pallas::gpu::Nvrtc::unavailable_reason().empty();
+  if (!nvrtc_there) return {};
+  const char* v = std::getenv("PALLAS_TEST_NVRTC");
+  if (!v || std::string(v).empty()) return nvrtc_checks_in_scope() ? *nvrtc_checks_in_scope() : std::vector<std::string>{};
+  const std::string list = v;
+  if (list == "0") return {};
+  if (list == "1") return {"sm_90a", "sm_80"};
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    if (comma > at) out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
 // One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
 // A kernel with register tiles runs with the CTA's threads (their layout's), and also generated
 // without them with the thread counts given. `context` goes into every failure message. Returns
@@ -64,6 +103,13 @@ inline int expect_same(const pallas::PallasCall& call, const std::vector<pallas:
             std::to_string(threads) + " threads");
   };
   auto check_on_gpu = [&](const gpu::GeneratedKernel& k) {
+    for (const std::string& arch : nvrtc_check_archs()) {
+      try {
+        EXPECT_TRUE(gpu::Nvrtc::get().compile(k.source, k.entry, arch).is_cubin) << context << arch;
+      } catch (const Error& e) {
+        ADD_FAILURE() << context << "NVRTC " << arch << ", " << k.register_tiles << " register tiles: " << e.what();
+      }
+    }
     if (checks_on_gpu()) compare(gpu::run_generated_on_gpu(*tc, k, clone_all(args), grid), k, "on the GPU");
   };
   const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, grid, opts);
