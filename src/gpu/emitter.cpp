@@ -137,6 +137,12 @@ std::string offset_of(const Shape& shape, const std::vector<int64_t>& strides, c
 
 int64_t Arena::alloc(int64_t bytes, int64_t align) {
   bytes = std::max<int64_t>(16, (bytes + 15) / 16 * 16);
+  const int64_t off = take(bytes, align);
+  for (std::vector<Range>& log : logs_) log.push_back({off, bytes});
+  return off;
+}
+
+int64_t Arena::take(int64_t bytes, int64_t align) {
   for (size_t i = 0; i < free_.size(); ++i) {
     // The first aligned place in the range (its head below stays free: an aligned array need not
     // pass over a range whose start a small tile took).
@@ -171,6 +177,62 @@ void Arena::on_barrier() {
 void Arena::release_synced(int64_t offset, int64_t bytes) {
   free_.push_back({offset, std::max<int64_t>(16, (bytes + 15) / 16 * 16)});
   merge_free();
+}
+
+void Arena::settle_pending_since(size_t mark) {
+  if (mark >= pending_.size()) return;
+  free_.insert(free_.end(), pending_.begin() + static_cast<long>(mark), pending_.end());
+  pending_.resize(mark);
+  merge_free();
+}
+
+Arena::Alternatives Arena::begin_alternatives() {
+  logs_.emplace_back();
+  return {free_, pending_, top_, logs_.size() - 1};
+}
+
+bool Arena::given_back(const Range& r) const {
+  std::vector<Range> out = free_;
+  out.insert(out.end(), pending_.begin(), pending_.end());
+  std::sort(out.begin(), out.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  int64_t at = r.offset;  // (the first byte of r not yet seen given back)
+  const int64_t end = r.offset + r.bytes;
+  for (const Range& o : out)
+    if (o.offset <= at && o.offset + o.bytes > at) at = o.offset + o.bytes;
+  return at >= end || at >= top_;
+}
+
+void Arena::next_alternative(const Alternatives& a) {
+  for (const Range& r : logs_[a.log])
+    if (!given_back(r)) return;  // (the next branch goes on from here)
+  free_ = a.free, pending_ = a.pending, top_ = a.top;
+}
+
+void Arena::end_alternatives(const Alternatives& a) {
+  std::vector<Range> taken = std::move(logs_[a.log]);
+  logs_.pop_back();
+  for (const Range& r : taken) {
+    const int64_t end = r.offset + r.bytes;
+    if (end > top_) {  // (taken by a branch before the arena was rewound)
+      free_.push_back({top_, end - top_});
+      top_ = end;
+      peak_ = std::max(peak_, top_);
+    }
+    // r's free parts become pending; held parts stay held.
+    std::vector<Range> kept;
+    for (const Range& f : free_) {
+      const int64_t lo = std::max(f.offset, r.offset), hi = std::min(f.offset + f.bytes, end);
+      if (lo >= hi) {
+        kept.push_back(f);
+        continue;
+      }
+      if (f.offset < lo) kept.push_back({f.offset, lo - f.offset});
+      if (f.offset + f.bytes > hi) kept.push_back({hi, f.offset + f.bytes - hi});
+      pending_.push_back({lo, hi - lo});
+    }
+    free_ = std::move(kept);
+  }
+  merge_free();  // (an enclosing begin_alternatives' log has these too: alloc wrote every log)
 }
 
 void Arena::merge_free() {
@@ -443,20 +505,29 @@ void Emitter::compute_last_uses(const ir::Region& r) {
   for (const auto& [v, op] : last) dies_after_[op].push_back(v);
 }
 
+void Emitter::release_value(ValueId v) {
+  ValueInfo& i = values_[static_cast<size_t>(v)];
+  if (i.kind == ValueInfo::Kind::Tile && i.owns_slot) {
+    ctx_.arena->release(i.offset, i.bytes);
+    i.owns_slot = false;
+  }
+  if (const auto m = mirrors_.find(v); m != mirrors_.end()) {  // (a register tile's arena copy)
+    ctx_.arena->release(m->second.offset, m->second.bytes);
+    mirrors_.erase(m);
+  }
+}
+
 void Emitter::release_dead(const ir::Op& op) {
   auto it = dies_after_.find(&op);
   if (it == dies_after_.end()) return;
-  for (ValueId v : it->second) {
-    ValueInfo& i = values_[static_cast<size_t>(v)];
-    if (i.kind == ValueInfo::Kind::Tile && i.owns_slot) {
-      ctx_.arena->release(i.offset, i.bytes);
-      i.owns_slot = false;
-    }
-    if (const auto m = mirrors_.find(v); m != mirrors_.end()) {  // (a register tile's arena copy)
-      ctx_.arena->release(m->second.offset, m->second.bytes);
-      mirrors_.erase(m);
-    }
-  }
+  for (ValueId v : it->second) release_value(v);
+}
+
+void Emitter::release_yielded(const ir::Region& r, const std::vector<ValueId>& ys) {
+  std::set<ValueId> made_here;  // (not the region's arguments or an enclosing region's values)
+  for (const ir::Op& op : r.ops) made_here.insert(op.results.begin(), op.results.end());
+  for (ValueId y : ys)
+    if (made_here.count(y)) release_value(y);
 }
 
 // ---- Fusion: an array value with one use, by an op of the same region that reads it element by
@@ -1435,7 +1506,8 @@ void Emitter::emit_control(const ir::Op& op) {
           op, 2, "for (pl_i64 " + it + " = " + info(op.operands[0]).name + "; " + it + " < " + info(op.operands[1]).name + "; ++" + it + ") {");
       bind_scalar(body.args[0], "(" + ctype(type(body.args[0]).dtype) + ")" + it);
       bind_carries(body, 1, op.results);
-      close_loop_body(op, holders, emit_region(body));
+      const size_t mark = ctx_.arena->pending_mark();
+      close_loop_body(op, body, mark, holders, emit_region(body));
       return;
     }
     case OpCode::While: {
@@ -1451,7 +1523,9 @@ void Emitter::emit_control(const ir::Op& op) {
       // goes round once more, to a barrier the others never reach).
       const bool cond_tile_written = tile_written_, cond_mem_written = mem_written_, cond_mem_read = mem_read_;
       bind_carries(body, 0, op.results);
-      close_loop_body(op, holders, emit_region(body));
+      // (Not the condition's tiles: the last condition runs after the body's last barrier.)
+      const size_t mark = ctx_.arena->pending_mark();
+      close_loop_body(op, body, mark, holders, emit_region(body));
       tile_written_ |= cond_tile_written, mem_written_ |= cond_mem_written, mem_read_ |= cond_mem_read;
       return;
     }
@@ -1470,7 +1544,9 @@ void Emitter::emit_control(const ir::Op& op) {
       const bool tw = tile_written_, mw = mem_written_, mr = mem_read_;
       bool otw = tw, omw = mw, omr = mr;
       ++conditional_depth_;
+      const Arena::Alternatives branches = ctx_.arena->begin_alternatives();
       for (int b = 0; b < nreg; ++b) {
+        if (b > 0) ctx_.arena->next_alternative(branches);
         // Cond: region 0 runs when the predicate holds.
         std::string test = op.code == OpCode::Cond ? (b == 0 ? info(op.operands[0]).name : "")
                                                    : sel + " == " + std::to_string(b);
@@ -1479,10 +1555,12 @@ void Emitter::emit_control(const ir::Op& op) {
         tile_written_ = tw, mem_written_ = mw, mem_read_ = mr;
         std::vector<ValueId> ys = emit_region(op.regions[static_cast<size_t>(b)]);
         for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
+        release_yielded(op.regions[static_cast<size_t>(b)], ys);
         otw |= tile_written_, omw |= mem_written_, omr |= mem_read_;
         --indent_;
       }
       line("}");
+      ctx_.arena->end_alternatives(branches);
       --conditional_depth_;
       tile_written_ = otw, mem_written_ = omw, mem_read_ = omr;
       return;
@@ -1621,6 +1699,7 @@ void Emitter::emit_scope_body(const ir::Op& op, const std::vector<std::string>& 
   ++indent_;
   std::vector<ValueId> ys = emit_region(op.regions[0]);
   for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
+  release_yielded(op.regions[0], ys);  // (reusable after the scope's last sync)
   --indent_;
   line("}");
 }
@@ -1641,10 +1720,14 @@ std::vector<std::string> Emitter::open_loop(const ir::Op& op, size_t first_carry
 }
 
 // The yields become the next carries; a barrier ends every iteration.
-void Emitter::close_loop_body(const ir::Op& op, const std::vector<std::string>& holders,
-                              const std::vector<ValueId>& ys) {
+void Emitter::close_loop_body(const ir::Op& op, const ir::Region& body, size_t arena_mark,
+                              const std::vector<std::string>& holders, const std::vector<ValueId>& ys) {
   assign_carries(op.results, holders, ys);
+  release_yielded(body, ys);
   barrier();
+  // What the body released is free past the loop: every access to it was before an iteration's
+  // last barrier (a barrier inside the loop frees nothing: conditional_depth_).
+  ctx_.arena->settle_pending_since(arena_mark);
   --conditional_depth_;
   --indent_;
   line("}");  // after a loop of zero iterations no barrier ran: line() clears just_synced_

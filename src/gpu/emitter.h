@@ -126,13 +126,37 @@ class Arena {
   // nothing) allocated and has synced after its last access — on the other paths it was never
   // touched.
   void release_synced(int64_t offset, int64_t bytes);
+  // Ranges released (pending) since pending_mark() returned `mark` become reusable at once: a loop
+  // body's, at the end of the loop — each iteration ends at a barrier after its last access, and
+  // a loop of no iterations never touched them (Emitter::close_loop_body).
+  size_t pending_mark() const { return pending_.size(); }
+  void settle_pending_since(size_t mark);
   int64_t peak() const { return peak_; }
+
+  struct Range { int64_t offset, bytes; };
+  // A Cond's or Switch's branches: one of them runs, so each may take the ranges the ones before
+  // it took. begin_alternatives before the first branch, next_alternative before each other one,
+  // end_alternatives after the last. A branch that releases all it took lets the next start from
+  // the arena as it was before the first (else the next goes on from where it is); past the
+  // branches, every range one of them took and gave back is pending (reusable after a barrier:
+  // whichever branch ran may have touched it since the last one).
+  struct Alternatives {
+    std::vector<Range> free, pending;
+    int64_t top = 0;
+    size_t log = 0;  // (its index in logs_: what the branches allocated)
+  };
+  Alternatives begin_alternatives();
+  void next_alternative(const Alternatives& a);
+  void end_alternatives(const Alternatives& a);
 
  private:
   void merge_free();  // (sorted, neighbours joined, the top given back)
-  struct Range { int64_t offset, bytes; };
+  int64_t take(int64_t bytes, int64_t align);  // (alloc without the log)
+  // Whether every byte of r is free or pending (not held by a tile).
+  bool given_back(const Range& r) const;
   std::vector<Range> free_, pending_;
   int64_t top_ = 0, peak_ = 0;
+  std::vector<std::vector<Range>> logs_;  // what was allocated in each open begin_alternatives
 };
 
 // A Ref as the emitter knows it: a pointer variable and a static layout.
@@ -674,6 +698,11 @@ class Emitter {
   RefInfo view(const ir::Op& op, const RefInfo& base, const ir::Indexer& idx);
   void copy_into(ir::ValueId dst_slot_owner, const std::string& dst, ir::ValueId src);
   void release_dead(const ir::Op& op);
+  // v's arena slot, when it owns one, and its arena copy, when it has one (pending until a barrier).
+  void release_value(ir::ValueId v);
+  // What region r yields and made itself, once the parent has copied it into its holders:
+  // liveness (compute_last_uses) keeps yields alive to the region's end and no further.
+  void release_yielded(const ir::Region& r, const std::vector<ir::ValueId>& ys);
   void compute_last_uses(const ir::Region& r);
   // Chooses the ops of `r` whose results are fused into their user (fused_producers_).
   void plan_fusion(const ir::Region& r);
@@ -690,7 +719,9 @@ class Emitter {
   void emit_fused(const ir::Op& op);
   std::string declare_result_holder(ir::ValueId v);
   std::vector<std::string> open_loop(const ir::Op& op, size_t first_carry, const std::string& header);
-  void close_loop_body(const ir::Op& op, const std::vector<std::string>& holders, const std::vector<ir::ValueId>& ys);
+  // (arena_mark: Arena::pending_mark() before the body was emitted.)
+  void close_loop_body(const ir::Op& op, const ir::Region& body, size_t arena_mark,
+                       const std::vector<std::string>& holders, const std::vector<ir::ValueId>& ys);
   void bind_carries(const ir::Region& r, size_t first, const std::vector<ir::ValueId>& holders);
   void assign_carries(const std::vector<ir::ValueId>& results, const std::vector<std::string>& holders,
                       const std::vector<ir::ValueId>& ys);

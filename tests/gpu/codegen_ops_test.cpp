@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <unistd.h>
 
 #include "core/call.h"
@@ -1279,6 +1280,78 @@ TEST(GpuCodegenOps, TileCarriesAreReplacedAfterEveryThreadHasReadThem) {
                  })[0];
   };
   EXPECT_EQ(staging_tiles(pl::pallas_call(direct_only, ShapeDtype({4, 32}, DType::I32), opts({}, {}, {}))), 0);
+}
+
+// What a loop's body, a branch or a run_scoped yields is its own tile until the parent has copied
+// it into the op's result: then its arena bytes are free for what comes after (they were held to
+// the kernel's end), as are the tiles the body made (free past a loop's last barrier). Branches of
+// a cond take the same bytes (one of them runs). Each kernel below makes (64, 64) f32 tiles of
+// 16 KiB (reversals: they read other threads' elements, so they are tiles, not fused) and yields
+// one, and then needs two more at once while the result is still read. Counted by hand, the most
+// live at once is four: the input, the result's holder, and two of the region's (or of the code
+// after it); a kept yield or branches side by side made six (nested, below: six, had been ten). Register tiles off, so every tile is
+// the arena's; the outputs against the interpreter at 1, 3 and 64 threads (a reuse without its
+// barrier would race).
+TEST(GpuCodegenOps, WhatARegionYieldsIsFreedOnceItsParentCopiedIt) {
+  constexpr int64_t kTile = 64 * 64 * 4;
+  auto after = [](pl::Value r) {
+    pl::Value a = pl::rev(r, {1}) * 2.0f;  // (a tile: rev reads across threads)
+    pl::Value b = pl::rev(a, {0}) + 1.0f;
+    return r + a + b;  // (r, a and b live at once)
+  };
+  struct Case {
+    std::string name;
+    std::function<void(const pl::Ref&, const pl::Ref&)> kernel;
+    int64_t most_tiles;
+  };
+  const std::vector<Case> kernels = {
+      {"fori_loop", [&](const pl::Ref& x, const pl::Ref& o) {
+         pl::Value r = pl::fori_loop(0, 3, {x[pl::all]}, [](pl::Value, std::vector<pl::Value> c) {
+                         return std::vector<pl::Value>{c[0] * 0.5f + pl::rev(c[0], {1})};
+                       })[0];
+         o[pl::all] = after(r);
+       }, 4},
+      {"cond", [&](const pl::Ref& x, const pl::Ref& o) {
+         pl::Value v = x[pl::all];
+         pl::Value r = pl::cond(pl::program_id(0) == 0, [&] { return pl::rev(v, {1}) * 3.0f; }, [&] { return pl::rev(v, {0}) - 1.0f; });
+         o[pl::all] = after(r);
+       }, 4},
+      // (Six: the input, the result's holder, the loop's carry, the inner cond's result and two of
+      // its branch's tiles; each branch takes the bytes of the one before it.)
+      {"a cond in a loop in a cond", [&](const pl::Ref& x, const pl::Ref& o) {
+         pl::Value v = x[pl::all];
+         pl::Value r = pl::cond(
+             pl::program_id(0) == 1,
+             [&] {
+               return pl::fori_loop(0, pl::program_id(0) + 1, {v}, [](pl::Value i, std::vector<pl::Value> c) {
+                        return std::vector<pl::Value>{pl::cond(i == 0, [&] { return pl::rev(c[0], {0}) + 2.0f; },
+                                                               [&] { return pl::rev(c[0], {1}) * 0.5f; })};
+                      })[0];
+             },
+             [&] { return pl::rev(v, {0}) - 1.0f; });
+         o[pl::all] = after(r);
+       }, 6},
+      {"run_scoped", [&](const pl::Ref& x, const pl::Ref& o) {
+         std::vector<pl::Value> r = pl::run_scoped({ScopedAlloc{{8, 64}, DType::F32, MemorySpace::Vmem}}, [&](std::vector<pl::Ref> tmp) {
+           tmp[0][pl::all] = x.at(pl::ds(0, 8), pl::all)[pl::all];
+           return std::vector<pl::Value>{pl::rev(x[pl::all], {1}) + tmp[0].at(pl::ds(0, 1), pl::all)[pl::all]};
+         });
+         o[pl::all] = after(r[0]);
+       }, 4}};
+  for (const auto& [name, kernel, most_tiles] : kernels) {
+    SCOPED_TRACE(name);
+    auto row = [](Value i) { return Indices{i, 0}; };
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({128, 64}, DType::F32),
+                                      opts({2}, {BlockSpec({64, 64}, row)}, {BlockSpec({64, 64}, row)}));
+    const Array x = Array::random_normal({128, 64}, DType::F32, 17);
+    gpu::CodegenOptions arena_only;
+    arena_only.register_tiles = false;
+    expect_same(call, {x}, 1e-5, 1e-5, arena_only, {1, 3, 64});
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, arena_only);
+    EXPECT_TRUE(k.arena_in_shared);
+    EXPECT_LE(k.arena_bytes, most_tiles * kTile + 4096);  // (+ the scoped (8, 64) scratch)
+  }
 }
 
 // A while_loop whose condition reads a ref leaves through its break after the body's last
