@@ -46,6 +46,13 @@ bool row_reduction(OpCode c) {
          c == OpCode::Argmax || c == OpCode::Argmin;
 }
 bool arg_reduction(OpCode c) { return c == OpCode::Argmax || c == OpCode::Argmin; }
+// A scan a blocked tile takes in registers where its rows lie in one warp (Emitter::blocked_row_scan).
+bool forward_row_scan(const ir::Op& op) {
+  const bool scan = op.code == OpCode::Cumsum || op.code == OpCode::Cumprod || op.code == OpCode::Cummax ||
+                    op.code == OpCode::Cummin;
+  return scan && op.operands.size() == 1 && op.attrs.get_int(ir::AttrKey::Axis) == 1 &&
+         op.attrs.get_int_or(ir::AttrKey::Reverse, 0) == 0;
+}
 }  // namespace
 
 std::optional<FragmentLayout> rows_of(const FragmentLayout& t) {
@@ -260,13 +267,15 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     }
     return l;
   };
-  // The values of r a register reduction takes, directly or through elementwise ops: a blocked
-  // tile may start at an elementwise op reading arena tiles where it leads to one (the barrier
-  // before its loop is paid back by the reduction's own, in the arena's code, and its traffic).
+  // The values of r a register reduction or forward row scan takes, directly or through
+  // elementwise ops: a blocked tile may start at an elementwise op reading arena tiles where it
+  // leads to one (the barrier before its loop is paid back by the reduction's or scan's own, in
+  // the arena's code, and its traffic).
   std::set<ValueId> reduced;
   for (size_t i = r.ops.size(); i-- > 0;) {
     const ir::Op& op = r.ops[i];
     if (row_reduction(op.code) && op.operands.size() == 1) reduced.insert(op.operands[0]);
+    if (forward_row_scan(op)) reduced.insert(op.operands[0]);
     if (op.results.size() == 1 && is_elementwise(op) && reduced.count(op.results[0]) && !escapes.count(op.results[0]))
       reduced.insert(op.operands.begin(), op.operands.end());
   }
@@ -1108,10 +1117,7 @@ void Emitter::emit_blocked_column_reduction(const ir::Op& op, const std::string&
 }
 
 bool Emitter::blocked_row_scan(const ir::Op& op, const FragmentLayout& l) {
-  const bool scan = op.code == OpCode::Cumsum || op.code == OpCode::Cumprod || op.code == OpCode::Cummax ||
-                    op.code == OpCode::Cummin;
-  return scan && op.operands.size() == 1 && l.blocked() && !l.rows && !l.cols && l.warps_per_row == 1 &&
-         op.attrs.get_int(ir::AttrKey::Axis) == 1 && op.attrs.get_int_or(ir::AttrKey::Reverse, 0) == 0;
+  return forward_row_scan(op) && l.blocked() && !l.rows && !l.cols && l.warps_per_row == 1;
 }
 
 void Emitter::emit_blocked_row_scan(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers) {

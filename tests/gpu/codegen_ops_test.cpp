@@ -761,6 +761,32 @@ TEST(GpuCodegenOps, PallasCallScansOfRegisterTiles) {
   }
 }
 
+// An elementwise op reading an arena tile (here a reversal's) starts a register tile when a
+// forward row scan takes its result, as when a reduction does: the scan runs on the registers
+// (shuffles) instead of writing the op's tile to the arena and scanning it there. Against plain C++.
+TEST(GpuCodegenOps, PallasCallScansStartRegisterTilesAtArenaReads) {
+  const int64_t m = 16, n = 64;
+  auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
+    pl::Value t = pl::rev(x[pl::all], {1});  // (an arena tile)
+    o[pl::all] = pl::cumsum(t * 2.0f + 1.0f, 1);
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({m, n}, DType::F32), opts({}, {}, {}));
+  const Array x = test_util::random_f32({m, n}, 29);
+  expect_same(call, {x}, 1e-5, 1e-5);
+  std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+  const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+  EXPECT_EQ(count_of(k.source, "pl_carry = pl_comb(pl_carry, pl_total)"), 1);  // (the register scan's)
+  const Array got = gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid, k.threads_per_cta).at(0);
+  const float* xs = x.data<float>();
+  for (int64_t r = 0; r < m; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < n; ++c) {
+      s += xs[r * n + (n - 1 - c)] * 2.0 + 1.0;
+      ASSERT_NEAR(got.data<float>()[r * n + c], s, 1e-4) << r << ", " << c;
+    }
+  }
+}
+
 // Attention over one block: p = exp(s - max s) is read by its row sums (in registers) and by the
 // product p v (as a tile). p keeps its registers and gets a copy in the arena for the product
 // (Triton's convert_layout) instead of going to the arena wholly. Against plain C++.
