@@ -1699,7 +1699,7 @@ void Emitter::emit_scope_body(const ir::Op& op, const std::vector<std::string>& 
   ++indent_;
   std::vector<ValueId> ys = emit_region(op.regions[0]);
   for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
-  release_yielded(op.regions[0], ys);  // (reusable after the scope's last sync)
+  release_yielded(op.regions[0], ys);  // (pending: reusable after the next barrier)
   --indent_;
   line("}");
 }

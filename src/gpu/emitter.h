@@ -116,7 +116,10 @@ struct MmaProduct {
 };
 
 // Per-CTA memory for tiles and scratch: first-fit over freed ranges. A freed range becomes
-// reusable only after the next barrier, so no thread overwrites a tile another is still reading.
+// reusable only after a barrier every thread has passed since its last access, so no thread
+// overwrites a tile another is still reading: the next barrier outside control flow
+// (on_barrier), or where that is known otherwise, sooner (release_synced, settle_pending_since,
+// and the branches of begin_alternatives, one of which runs).
 class Arena {
  public:
   int64_t alloc(int64_t bytes, int64_t align = 16);  // align: a power of 2, at least 16
@@ -136,8 +139,8 @@ class Arena {
   struct Range { int64_t offset, bytes; };
   // A Cond's or Switch's branches: one of them runs, so each may take the ranges the ones before
   // it took. begin_alternatives before the first branch, next_alternative before each other one,
-  // end_alternatives after the last. A branch that releases all it took lets the next start from
-  // the arena as it was before the first (else the next goes on from where it is); past the
+  // end_alternatives after the last. Where the branches so far gave back all they took, the next
+  // starts from the arena as it was before the first (else it goes on from where it is); past the
   // branches, every range one of them took and gave back is pending (reusable after a barrier:
   // whichever branch ran may have touched it since the last one).
   struct Alternatives {
