@@ -10,13 +10,14 @@
 //
 // PALLAS_FUZZ_SEEDS=N runs N more seeds per case (a longer search than CI's); a failure prints the
 // seed and the kernel's steps, and PALLAS_FUZZ_SEED=S (PALLAS_FUZZ_GRID_SEED=S for the products
-// over grids) runs that one alone.
+// over grids, PALLAS_FUZZ_ATTENTION_SEED, PALLAS_FUZZ_CONTROL_FLOW_SEED) runs that one alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -561,6 +562,231 @@ void run_attention_seeds(uint32_t first, uint32_t count) {
   for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_attention_seed(s);
 }
 
+// Random nests of control flow (stop 51: the arena releases what a region yields, frees a loop
+// body's tiles past the loop, and lets a cond's branches share bytes, where a reuse without its
+// barrier would race): fori_loops (trip counts 0-2, from program_id or an enclosing loop's index;
+// carries swapped, yielded twice, or unchanged), while_loops (their conditions may compute and
+// reduce tiles), conds and 3-way switches yielding 0-2 values (outer values or their own), run_scoped
+// scratch, `when` writing a scratch, all around ops that read other threads' elements (reversals,
+// row max, cumsum, slices and concatenates). Tiles of (16, 32) f32 over a grid of 2, every value
+// kept live to the output; with register tiles and without, at 1, 3 and 64 threads.
+struct ControlFlowKernel {
+  uint32_t seed;
+  int64_t m = 16, n = 32;
+  std::shared_ptr<std::string> steps = std::make_shared<std::string>();
+
+  struct Gen {
+    std::mt19937 rng;
+    int64_t m, n;
+    std::string& log;
+    const Ref& scratch;
+    std::vector<Value> loop_index;  // (the enclosing loops' indices, innermost last)
+
+    int pick(int k) { return std::uniform_int_distribution<int>(0, k - 1)(rng); }
+    Value any(const std::vector<Value>& pool) { return pool[static_cast<size_t>(pick(static_cast<int>(pool.size())))]; }
+    Value trip() {
+      if (!loop_index.empty() && pick(3) == 0) return pick(2) ? loop_index.back() : 2 - loop_index.back();
+      switch (pick(6)) {
+        case 0: return pl::scalar(0, DType::I32);
+        case 1: return pl::scalar(1, DType::I32);
+        case 2: return pl::scalar(2, DType::I32);
+        case 3: return pl::program_id(0);
+        case 4: return pl::program_id(0) + 1;
+        default: return 1 - pl::program_id(0);
+      }
+    }
+    Value predicate() {
+      if (!loop_index.empty() && pick(2)) return loop_index.back() % 2 == 0;
+      switch (pick(3)) {
+        case 0: return pl::program_id(0) == 0;
+        case 1: return pl::program_id(0) == 1;
+        default: return pl::program_id(0) < 5;
+      }
+    }
+    Value across(Value a) {  // (reads other threads' elements)
+      switch (pick(5)) {
+        case 0: return pl::rev(a, {0});
+        case 1: return pl::rev(a, {1});
+        case 2: return a - pl::broadcast_to(pl::max(a, {1}, true), {m, n});
+        case 3: return pl::tanh(pl::cumsum(a, 1));
+        default: return pl::concatenate({pl::slice(a, {m / 2, 0}, {m, n}), pl::slice(a, {0, 0}, {m / 2, n})}, 0);
+      }
+    }
+    void region(std::vector<Value>& pool, int depth, int count) {
+      for (int s = 0; s < count; ++s) step(pool, depth);
+    }
+    // `count` values a region yields: mostly ones it made, some from outside it.
+    std::vector<Value> yields(const std::vector<Value>& pool, const std::vector<Value>& made, int count) {
+      std::vector<Value> out;
+      for (int i = 0; i < count; ++i) out.push_back(made.empty() || pick(3) == 0 ? any(pool) : any(made));
+      return out;
+    }
+    void step(std::vector<Value>& pool, int depth) {
+      const int choice = pick(depth > 0 ? 12 : 5);
+      switch (choice) {
+        case 0:
+        case 1: log += "across; "; pool.push_back(across(any(pool))); return;
+        case 2: log += "elementwise; "; pool.push_back(pl::tanh(any(pool) * 0.5f + any(pool))); return;
+        case 3: {
+          log += "row sum; ";
+          Value a = any(pool);
+          pool.push_back(pl::tanh(a + pl::broadcast_to(pl::sum(a, {1}, true), {m, n}) * 0.1f));
+          return;
+        }
+        case 4: log += "scratch; "; scratch[pl::all] = any(pool); pool.push_back(pl::rev(scratch[pl::all], {0}) * 0.5f); return;
+        case 5:
+        case 6: {
+          const int carries = 1 + pick(2);
+          std::vector<Value> init;
+          for (int i = 0; i < carries; ++i) init.push_back(any(pool));
+          log += "fori_loop(" + std::to_string(carries) + ") { ";
+          const std::vector<Value> outer = pool;
+          Value hi = trip();
+          std::vector<Value> r = pl::fori_loop(pl::scalar(0, DType::I32), hi, init, [&](Value i, std::vector<Value> c) {
+            loop_index.push_back(i);
+            std::vector<Value> p = outer;
+            p.insert(p.end(), c.begin(), c.end());
+            const size_t before = p.size();
+            region(p, depth - 1, 1 + pick(3));
+            const std::vector<Value> made(p.begin() + static_cast<long>(before), p.end());
+            std::vector<Value> ys;
+            const int how = pick(4);
+            for (int k = 0; k < carries; ++k) {
+              if (how == 0) ys.push_back(c[static_cast<size_t>((k + 1) % carries)]);  // swapped, or unchanged
+              else if (how == 1 && !made.empty()) ys.push_back(made.back());        // one value twice
+              else ys.push_back(made.empty() || pick(4) == 0 ? any(p) : any(made));
+            }
+            loop_index.pop_back();
+            return ys;
+          });
+          log += "} ";
+          pool.insert(pool.end(), r.begin(), r.end());
+          return;
+        }
+        case 7: {
+          const bool tile_condition = pick(2);
+          log += std::string("while_loop") + (tile_condition ? " (a tile in its condition)" : "") + " { ";
+          const std::vector<Value> outer = pool;
+          Value init = any(pool), limit = trip();
+          std::vector<Value> r = pl::while_loop(
+              {init, pl::scalar(0, DType::I32)},
+              [&](std::vector<Value> c) {
+                if (!tile_condition) return c[1] < limit;
+                std::vector<Value> p = outer;
+                p.push_back(c[0]);
+                const size_t before = p.size();
+                region(p, 0, 1 + pick(2));
+                Value t = p.size() > before ? p.back() : across(c[0]);
+                return pl::convert(pl::sum(t) * 0.0f, DType::I32) + c[1] < limit;
+              },
+              [&](std::vector<Value> c) {
+                loop_index.push_back(c[1]);
+                std::vector<Value> p = outer;
+                p.push_back(c[0]);
+                const size_t before = p.size();
+                region(p, depth - 1, 1 + pick(3));
+                const std::vector<Value> made(p.begin() + static_cast<long>(before), p.end());
+                Value y = made.empty() || pick(4) == 0 ? any(p) : any(made);
+                loop_index.pop_back();
+                return std::vector<Value>{y, c[1] + 1};
+              });
+          log += "} ";
+          pool.push_back(r[0]);
+          return;
+        }
+        case 8:
+        case 9: {
+          const int branches = choice == 8 ? 2 : 3, results = pick(3);
+          log += (branches == 2 ? "cond(" : "switch(") + std::to_string(results) + ") { ";
+          const std::vector<Value> outer = pool;
+          std::vector<std::function<std::vector<Value>()>> fs;
+          for (int b = 0; b < branches; ++b)
+            fs.push_back([&] {
+              std::vector<Value> p = outer;
+              const size_t before = p.size();
+              if (pick(4)) region(p, depth - 1, 1 + pick(3));
+              const std::vector<Value> made(p.begin() + static_cast<long>(before), p.end());
+              log += "| ";
+              return yields(p, made, results);
+            });
+          std::vector<Value> r = branches == 2 ? pl::cond(predicate(), fs[0], fs[1])
+                                               : pl::switch_case(pick(2) ? pl::program_id(0) : pl::program_id(0) + 1, fs);
+          log += "} ";
+          pool.insert(pool.end(), r.begin(), r.end());
+          return;
+        }
+        case 10: {
+          log += "run_scoped { ";
+          const std::vector<Value> outer = pool;
+          const int results = 1 + pick(2);
+          std::vector<Value> r = pl::run_scoped({ScopedAlloc{{m, n}, DType::F32, MemorySpace::Vmem}}, [&](std::vector<Ref> tmp) {
+            std::vector<Value> p = outer;
+            tmp[0][pl::all] = any(p);
+            p.push_back(pl::rev(tmp[0][pl::all], {1}));
+            const size_t before = p.size() - 1;
+            region(p, depth - 1, pick(3));
+            const std::vector<Value> made(p.begin() + static_cast<long>(before), p.end());
+            return yields(p, made, results);
+          });
+          log += "} ";
+          pool.insert(pool.end(), r.begin(), r.end());
+          return;
+        }
+        default: {
+          log += "when { ";
+          const std::vector<Value> outer = pool;
+          pl::when(predicate(), [&] {
+            std::vector<Value> p = outer;
+            region(p, depth - 1, 1 + pick(2));
+            scratch[pl::all] = p.back();
+          });
+          log += "} ";
+          pool.push_back(scratch[pl::all] * 0.5f);
+          return;
+        }
+      }
+    }
+  };
+
+  void operator()(std::vector<Ref>& refs) const {
+    const Ref &x = refs[0], &o = refs[1], &scratch = refs[2];
+    steps->clear();
+    Gen g{std::mt19937(seed * 2654435761u + 7), m, n, *steps, scratch, {}};
+    std::vector<Value> pool{x[pl::all]};
+    pool.push_back(pl::rev(pool[0], {0}));
+    g.region(pool, 3, 3 + g.pick(5));
+    Value out = pool.back();
+    for (size_t i = 0; i + 1 < pool.size(); i += 3) out = out + pool[i] * 0.25f;
+    o[pl::all] = out;
+  }
+};
+
+void run_control_flow_seed(uint32_t seed) {
+  ControlFlowKernel kernel{seed};
+  CallOptions o;
+  o.grid = {2};
+  o.in_specs = {BlockSpec({kernel.m, kernel.n}, [](Value i) { return Indices{i, 0}; })};
+  o.out_specs = {BlockSpec({kernel.m, kernel.n}, [](Value i) { return Indices{i, 0}; })};
+  o.scratch_shapes = {ScratchShape{{kernel.m, kernel.n}, DType::F32, MemorySpace::Vmem}};
+  o.interpret = true;
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({2 * kernel.m, kernel.n}, DType::F32), o);
+  const Array x = Array::random_normal({2 * kernel.m, kernel.n}, DType::F32, seed + 1);
+  call.trace({x.shape_dtype()});  // (fills steps for the message)
+  const std::string context = "control-flow seed " + std::to_string(seed) + ": " + *kernel.steps + "\n";
+  SCOPED_TRACE(context);
+  test_util::expect_same(call, {x}, 2e-3, 2e-3, {}, {1, 3, 64}, context);
+}
+
+void run_control_flow_seeds(uint32_t first, uint32_t count) {
+  const test_util::NvrtcChecks nvrtc(kNvrtcArchs);
+  if (const char* one = std::getenv("PALLAS_FUZZ_CONTROL_FLOW_SEED")) {
+    if (first == 0) run_control_flow_seed(static_cast<uint32_t>(std::stoul(one)));
+    return;
+  }
+  count += extra_seeds();
+  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_control_flow_seed(s);
+}
+
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterA) { run_seeds(0, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterB) { run_seeds(1000, 6); }
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterC) { run_seeds(2000, 6); }
@@ -569,6 +795,7 @@ TEST(GpuCodegenFuzz, RandomProductsOverGridsMatchTheInterpreterA) { run_grid_see
 TEST(GpuCodegenFuzz, RandomProductsOverGridsMatchTheInterpreterB) { run_grid_seeds(1000, 5); }
 TEST(GpuCodegenFuzz, RandomAttentionMatchesTheInterpreterA) { run_attention_seeds(0, 4); }
 TEST(GpuCodegenFuzz, RandomAttentionMatchesTheInterpreterB) { run_attention_seeds(1000, 4); }
+TEST(GpuCodegenFuzz, RandomControlFlowMatchesTheInterpreter) { run_control_flow_seeds(0, 8); }
 
 }  // namespace
 }  // namespace pallas
