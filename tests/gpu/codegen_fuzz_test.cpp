@@ -436,15 +436,19 @@ void run_grid_seed(uint32_t seed) {
   test_util::expect_same(call, args, 1e-4, 1e-3, options, {threads}, context);
 }
 
-void run_grid_seeds(uint32_t first, uint32_t count) {
+// Seeds [first, first + count) of `run_one`, plus PALLAS_FUZZ_SEEDS more; or the seed in the
+// environment variable `one_seed` alone (the first case of a kind runs it).
+void run_seed_range(const char* one_seed, uint32_t first, uint32_t count, void (*run_one)(uint32_t)) {
   const test_util::NvrtcChecks nvrtc(kNvrtcArchs);
-  if (const char* one = std::getenv("PALLAS_FUZZ_GRID_SEED")) {
-    if (first == 0) run_grid_seed(static_cast<uint32_t>(std::stoul(one)));
+  if (const char* one = std::getenv(one_seed)) {
+    if (first == 0) run_one(static_cast<uint32_t>(std::stoul(one)));
     return;
   }
   count += extra_seeds();
-  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_grid_seed(s);
+  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_one(s);
 }
+
+void run_grid_seeds(uint32_t first, uint32_t count) { run_seed_range("PALLAS_FUZZ_GRID_SEED", first, count, run_grid_seed); }
 
 // Random attention kernels written as pallas_calls (products whose results stay in registers,
 // plan_fragments' wgmma-layout tiles): q blocks of 64 or 128 rows over a parallel axis, k and v
@@ -553,13 +557,7 @@ void run_attention_seed(uint32_t seed) {
 }
 
 void run_attention_seeds(uint32_t first, uint32_t count) {
-  const test_util::NvrtcChecks nvrtc(kNvrtcArchs);
-  if (const char* one = std::getenv("PALLAS_FUZZ_ATTENTION_SEED")) {
-    if (first == 0) run_attention_seed(static_cast<uint32_t>(std::stoul(one)));
-    return;
-  }
-  count += extra_seeds();
-  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_attention_seed(s);
+  run_seed_range("PALLAS_FUZZ_ATTENTION_SEED", first, count, run_attention_seed);
 }
 
 // Random nests of control flow (stop 51: the arena releases what a region yields, frees a loop
@@ -778,13 +776,7 @@ void run_control_flow_seed(uint32_t seed) {
 }
 
 void run_control_flow_seeds(uint32_t first, uint32_t count) {
-  const test_util::NvrtcChecks nvrtc(kNvrtcArchs);
-  if (const char* one = std::getenv("PALLAS_FUZZ_CONTROL_FLOW_SEED")) {
-    if (first == 0) run_control_flow_seed(static_cast<uint32_t>(std::stoul(one)));
-    return;
-  }
-  count += extra_seeds();
-  for (uint32_t s = first; s < first + count && !testing::Test::HasFailure(); ++s) run_control_flow_seed(s);
+  run_seed_range("PALLAS_FUZZ_CONTROL_FLOW_SEED", first, count, run_control_flow_seed);
 }
 
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterA) { run_seeds(0, 6); }
