@@ -47,6 +47,17 @@ void check_compilable_kernel(const TracedCall& tc, const SourceLoc& loc) {
                 loc);
 }
 
+namespace {
+// Unit k compiled for this process's GPU (through the kernel cache) and loaded: its entry.
+void* function_for_this_gpu(const GeneratedKernel& k) {
+  const Nvrtc& nvrtc = Nvrtc::get();
+  const std::string arch = Device::get().arch();
+  std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(
+      k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
+  return load_function(image->image, k);
+}
+}  // namespace
+
 std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const TracedCall& tc,
                                                   const std::vector<int64_t>& grid) {
   return kept_by_call<LoadedKernel>(c, tc, grid, [&] {
@@ -69,11 +80,7 @@ std::shared_ptr<const LoadedKernel> loaded_kernel(PallasCallImpl& c, const Trace
                       "one is " + std::to_string(device.compute_capability() / 10) + "." +
                       std::to_string(device.compute_capability() % 10),
                   tc.kernel.loc);
-    const Nvrtc& nvrtc = Nvrtc::get();
-    const std::string arch = device.arch();
-    std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(
-        k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
-    fresh->function = load_function(image->image, k);
+    fresh->function = function_for_this_gpu(k);
     return fresh;
   });
 }
@@ -169,11 +176,7 @@ std::vector<Array> run_gpu(PallasCallImpl& c, const TracedCall& tc, const std::v
 
 std::vector<Array> run_generated_on_gpu(const TracedCall& tc, const GeneratedKernel& k, const std::vector<Array>& args,
                                         const std::vector<int64_t>& grid) {
-  const std::string arch = Device::get().arch();
-  const Nvrtc& nvrtc = Nvrtc::get();
-  std::shared_ptr<const CompiledKernel> image = KernelCache::global().get_or_compile(
-      k.source, arch, {}, nvrtc.version(), [&] { return nvrtc.compile(k.source, k.entry, arch); });
-  return run_loaded(tc, k, load_function(image->image, k), args, grid);
+  return run_loaded(tc, k, function_for_this_gpu(k), args, grid);
 }
 
 std::vector<Array> run_gpu_emulated(PallasCallImpl& c, const TracedCall& tc, const std::vector<Array>& args,

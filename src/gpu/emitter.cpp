@@ -191,20 +191,21 @@ Arena::Alternatives Arena::begin_alternatives() {
   return {free_, pending_, top_, logs_.size() - 1};
 }
 
-bool Arena::given_back(const Range& r) const {
-  std::vector<Range> out = free_;
-  out.insert(out.end(), pending_.begin(), pending_.end());
-  std::sort(out.begin(), out.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
-  int64_t at = r.offset;  // (the first byte of r not yet seen given back)
-  const int64_t end = r.offset + r.bytes;
-  for (const Range& o : out)
-    if (o.offset <= at && o.offset + o.bytes > at) at = o.offset + o.bytes;
-  return at >= end || at >= top_;
+bool Arena::all_given_back(const std::vector<Range>& ranges) const {
+  std::vector<Range> back = free_;
+  back.insert(back.end(), pending_.begin(), pending_.end());
+  std::sort(back.begin(), back.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  for (const Range& r : ranges) {
+    int64_t at = r.offset;  // (the first byte of r not yet seen given back)
+    for (const Range& o : back)
+      if (o.offset <= at && o.offset + o.bytes > at) at = o.offset + o.bytes;
+    if (at < r.offset + r.bytes && at < top_) return false;
+  }
+  return true;
 }
 
 void Arena::next_alternative(const Alternatives& a) {
-  for (const Range& r : logs_[a.log])
-    if (!given_back(r)) return;  // (the next branch goes on from here)
+  if (!all_given_back(logs_[a.log])) return;  // (the next branch goes on from here)
   free_ = a.free, pending_ = a.pending, top_ = a.top;
 }
 
@@ -1553,9 +1554,7 @@ void Emitter::emit_control(const ir::Op& op) {
         line(b == 0 ? "if (" + test + ") {" : (test.empty() ? "} else {" : "} else if (" + test + ") {"));
         ++indent_;
         tile_written_ = tw, mem_written_ = mw, mem_read_ = mr;
-        std::vector<ValueId> ys = emit_region(op.regions[static_cast<size_t>(b)]);
-        for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
-        release_yielded(op.regions[static_cast<size_t>(b)], ys);
+        emit_region_into(op.regions[static_cast<size_t>(b)], op, holders);
         otw |= tile_written_, omw |= mem_written_, omr |= mem_read_;
         --indent_;
       }
@@ -1693,13 +1692,17 @@ void Emitter::emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedL
   for (auto [off, bytes] : own) ctx_.arena->release(off, bytes);
 }
 
+void Emitter::emit_region_into(const ir::Region& r, const ir::Op& op, const std::vector<std::string>& holders) {
+  const std::vector<ValueId> ys = emit_region(r);
+  for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
+  release_yielded(r, ys);  // (pending: reusable after a barrier)
+}
+
 // A run_scoped's body in a block of its own; what it yields goes into the op's result holders.
 void Emitter::emit_scope_body(const ir::Op& op, const std::vector<std::string>& holders) {
   line("{");
   ++indent_;
-  std::vector<ValueId> ys = emit_region(op.regions[0]);
-  for (size_t i = 0; i < ys.size(); ++i) copy_into(op.results[i], holders[i], ys[i]);
-  release_yielded(op.regions[0], ys);  // (pending: reusable after the next barrier)
+  emit_region_into(op.regions[0], op, holders);
   --indent_;
   line("}");
 }

@@ -155,8 +155,8 @@ class Arena {
  private:
   void merge_free();  // (sorted, neighbours joined, the top given back)
   int64_t take(int64_t bytes, int64_t align);  // (alloc without the log)
-  // Whether every byte of r is free or pending (not held by a tile).
-  bool given_back(const Range& r) const;
+  // Whether every byte of the ranges is free or pending (none held by a tile).
+  bool all_given_back(const std::vector<Range>& ranges) const;
   std::vector<Range> free_, pending_;
   int64_t top_ = 0, peak_ = 0;
   std::vector<std::vector<Range>> logs_;  // what was allocated in each open begin_alternatives
@@ -550,6 +550,9 @@ class Emitter {
   void emit_scope_with_barriers_or_shared(const ir::Op& op, const ScopedLayout& layout,
                                           const std::vector<std::string>& holders);
   void emit_scope_body(const ir::Op& op, const std::vector<std::string>& holders);
+  // Region r of op (a branch, a run_scoped body), what it yields copied into op's result
+  // holders and then released.
+  void emit_region_into(const ir::Region& r, const ir::Op& op, const std::vector<std::string>& holders);
   // A whole load of a gpu::kernel ACC in registers into a value, a whole store of a value into one.
   void emit_load_from_registers(const ir::Op& load, const AccumulatorRegisters& a);
   void emit_store_into_registers(const ir::Op& store, const AccumulatorRegisters& a);
