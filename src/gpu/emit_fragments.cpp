@@ -760,7 +760,7 @@ std::string first_of_row(const FragmentLayout& l, bool first_warp) {
 }
 }  // namespace
 
-void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
+void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs, IdleWarpgroup idle) {
   if (l.blocked()) {
     PALLAS_INTERNAL_CHECK(!pairs, "gpu emitter: pairs of a blocked register tile");
     // pl_q: the thread's row band (its row pl_q B + warp row L + lane row); pl_i: its register of
@@ -782,10 +782,14 @@ void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
   line("for (int pl_q = 0; pl_q < " + std::to_string(l.rounds) + "; ++pl_q) {");
   ++indent_;
   line("const int pl_blk = " + fragment_block(l) + ";");
+  // (A rows layout's pl_blk is the row band; the thread's rows in it are 16 w + l / 4 and + 8.)
+  const int64_t count = l.rows ? l.m / 64 : l.blocks();
+  if (l.rounds * l.warpgroups > count) {
+    const std::string past = "pl_blk >= " + std::to_string(count);
+    if (idle == IdleWarpgroup::Skip) line("if (" + past + ") continue;");
+    else line("const bool pl_idle = " + past + ";"), fragment_loop_has_idle_ = true;
+  }
   if (l.rows) {
-    // pl_blk is the row band; the thread's rows in it are 16 w + l / 4 and + 8.
-    const int64_t bands = l.m / 64;
-    if (l.rounds * l.warpgroups > bands) line("if (pl_blk >= " + std::to_string(bands) + ") continue;");
     line("#pragma unroll");
     line("for (int pl_i = 0; pl_i < 2; ++pl_i) {");
     ++indent_;
@@ -795,7 +799,6 @@ void Emitter::open_fragment_loop(const FragmentLayout& l, bool pairs) {
     return;
   }
   const std::string half = std::to_string(l.nc / 2);
-  if (l.rounds * l.warpgroups > l.blocks()) line("if (pl_blk >= " + std::to_string(l.blocks()) + ") continue;");
   const std::string bn = std::to_string(l.blocks_n());
   line("const pl_i64 pl_base = pl_wgmma_acc_base(pl_blk / " + bn + " * 64, pl_blk % " + bn + " * " + std::to_string(l.nc) +
        ", " + std::to_string(l.n) + ");");
@@ -826,8 +829,14 @@ std::string Emitter::replica_guard(const FragmentLayout& l) {
   return first_of_row(l, true);  // (a row's T lanes of each of its P warps hold it)
 }
 
+std::string Emitter::fragment_value(DType dt, const std::string& value) const {
+  // (The conditional reads nothing for an idle warpgroup: no memory, no other register's value.)
+  return fragment_loop_has_idle_ ? "pl_idle ? " + ctype(dt) + "{} : (" + value + ")" : value;
+}
+
 void Emitter::close_fragment_loop() {
   fragment_loop_.reset();
+  fragment_loop_has_idle_ = false;
   --indent_;
   line("}");
   --indent_;
@@ -870,8 +879,8 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
   emit_other_path("if (!pl_acc_to_fragment(" + a.var + ", " + regs + "))",
                   [&] {
                     before_mem_read();
-                    open_fragment_loop(l);
-                    line(regs + "[pl_k] = " + info(load.operands[0]).ref.elem("e") + ";");
+                    open_fragment_loop(l, false, IdleWarpgroup::Zeros);
+                    line(regs + "[pl_k] = " + fragment_value(type(load.results[0]).dtype, info(load.operands[0]).ref.elem("e")) + ";");
                     close_fragment_loop();
                   });
   after_mem_read();
@@ -916,11 +925,11 @@ void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& 
   const ValueId res = op.results[0];
   const bool in_registers = fragments_.count(res) > 0;
   const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
-  open_fragment_loop(l);
+  open_fragment_loop(l, false, in_registers ? IdleWarpgroup::Zeros : IdleWarpgroup::Skip);
   // (A rows layout's value is each quad's four lanes', in the blocked layout the T lanes' of each
   // of its P warps: one of them writes the tile.)
-  line((in_registers ? std::string() : replica_guard(l)) + out + (in_registers ? "[pl_k]" : "[e]") +
-       " = " + elementwise_expr(op, "e") + ";");
+  if (in_registers) line(out + "[pl_k] = " + fragment_value(type(res).dtype, elementwise_expr(op, "e")) + ";");
+  else line(replica_guard(l) + out + "[e] = " + elementwise_expr(op, "e") + ";");
   close_fragment_loop();
   if (in_registers) return;
   // The tile's elements were written by the threads holding them in registers, not by those the
@@ -1246,8 +1255,8 @@ void Emitter::emit_dot_into_registers(const ir::Op& dot, const FragmentLayout& l
     in_memory(RefInfo{tile.name, t.dtype, t.shape, contiguous_strides(t.shape)}, a_tile ? a_tile->name : a, !other_path);
     after_tile_write();
     barrier();  // (written in the product's layout, read in the registers')
-    open_fragment_loop(l);
-    line(regs + "[pl_k] = " + tile.name + "[e];");
+    open_fragment_loop(l, false, IdleWarpgroup::Zeros);
+    line(regs + "[pl_k] = " + fragment_value(t.dtype, tile.name + "[e]") + ";");
     close_fragment_loop();
     if (other_path) barrier();  // (the tiles' last reads, before the code after reuses their room)
     auto release = [&](const ValueInfo& x) {

@@ -607,7 +607,17 @@ class Emitter {
   // registers); at() reads a register tile as its register pl_k. `pairs`: for each even register
   // pl_k0 and its element pl_e0, whose neighbours pl_k0 + 1 and pl_e0 + 1 are the next column (the
   // caller defines pl_k and e for each).
-  void open_fragment_loop(const FragmentLayout& l, bool pairs = false);
+  // Where the group's warpgroups outnumber a round's blocks (a wgmma-layout tile), a warpgroup
+  // without a block either skips the round (`Skip`: a loop that writes memory or counts into a
+  // total) or runs it with `pl_idle` set (`Zeros`: a loop that writes a register tile, each
+  // register through fragment_value, which gives such a warpgroup zeros without computing or
+  // reading anything). A skip per op leaves each register tile defined on one side of a branch,
+  // which ptxas pays for in registers (stop 51: 171 in the one-block attention probe at 256
+  // threads; 82 with the zeros). The warpgroup cannot just leave: it meets the CTA's barriers.
+  enum class IdleWarpgroup { Skip, Zeros };
+  void open_fragment_loop(const FragmentLayout& l, bool pairs = false, IdleWarpgroup idle = IdleWarpgroup::Skip);
+  // A register's value `value` (of dtype dt) in a loop opened with IdleWarpgroup::Zeros.
+  std::string fragment_value(DType dt, const std::string& value) const;
   void close_fragment_loop();
   void emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a);
   // The blocked layout an (m, n) array of type t may take in a pallas_call (ctx_.blocked_tiles):
@@ -679,6 +689,7 @@ class Emitter {
   std::set<ir::ValueId> fragment_mirrors_;
   std::map<ir::ValueId, ValueInfo> mirrors_;
   std::optional<FragmentLayout> fragment_loop_;      // the layout of the loop being emitted
+  bool fragment_loop_has_idle_ = false;             // it defines pl_idle (IdleWarpgroup::Zeros)
   // Declares v's registers (a register tile of layout l); returns their name.
   std::string define_fragment(ir::ValueId v, const FragmentLayout& l);
   // Opens `if (!pl_mma_dot(...)) {` around the CUDA-core loop that follows, when tensor cores can
