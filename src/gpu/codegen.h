@@ -199,6 +199,9 @@ struct GeneratedKernel {
   // dot results made in registers (a register tile of wgmma's accumulator layout, plan_fragments;
   // pl_tc_dot_fragment where wgmma runs).
   int register_dots = 0;
+  // Results of control flow held in registers: a fori_loop's or while_loop's carries, a cond's,
+  // switch's or run_scoped's results (plan_loop_carries).
+  int register_carries = 0;
   // The gpu::kernel's set_max_registers are setmaxnreg (register_reallocation in emitter.h), and
   // the kernel is declared with __launch_bounds__(threads_per_cta, 1).
   bool reallocates_registers = false;

@@ -24,6 +24,8 @@
 // gamma). The planning is the same; the loops, reductions and guards have a blocked branch.
 #include "gpu/emitter.h"
 
+#include <algorithm>
+
 namespace pallas::gpu::detail {
 
 using ir::OpCode;
@@ -35,10 +37,28 @@ bool whole_value_store(const ir::Op& op) {
   return op.code == OpCode::Store && op.operands.size() == 2 && op.attrs.get_int_or(ir::AttrKey::Masked, 0) == 0;
 }
 bool reshapes(OpCode c) { return c == OpCode::Reshape || c == OpCode::Squeeze || c == OpCode::ExpandDims; }
-// An op whose results are what its (first) region yields, which may be register tiles: a loop's
-// carries, a run_scoped's results (its body runs once, in line).
+// An op whose results are what a region of it yields, which may be register tiles: a loop's
+// carries (a fori_loop's, a while_loop's), a run_scoped's results (its body runs once, in line),
+// a cond's or switch's (what the branch taken yields).
 bool carries_region_values(const ir::Op& op) {
-  return (op.code == OpCode::For || op.code == OpCode::RunScoped) && op.regions.size() == 1 && !op.results.empty();
+  if (op.results.empty()) return false;
+  if (op.code == OpCode::While) return op.regions.size() == 2;
+  if (op.code == OpCode::Cond || op.code == OpCode::Switch) return !op.regions.empty();
+  return (op.code == OpCode::For || op.code == OpCode::RunScoped) && op.regions.size() == 1;
+}
+// Those regions: a while_loop's body (its second, after the condition), each branch.
+std::vector<const ir::Region*> yielding_regions(const ir::Op& op) {
+  if (op.code == OpCode::While) return {&op.regions[1]};
+  std::vector<const ir::Region*> out;
+  for (const ir::Region& r : op.regions) out.push_back(&r);
+  return out;
+}
+// The regions whose args from `first` on are a loop's carries: a fori_loop's body (after the
+// index), a while_loop's condition and body (a run_scoped's body takes none).
+std::vector<std::pair<const ir::Region*, size_t>> carry_takers(const ir::Op& loop) {
+  if (loop.code == OpCode::For) return {{&loop.regions[0], 1}};
+  if (loop.code == OpCode::While) return {{&loop.regions[0], 0}, {&loop.regions[1], 0}};
+  return {};
 }
 // The reductions a register tile takes (fragment_reduction_kind says along which axes).
 bool row_reduction(OpCode c) {
@@ -46,12 +66,12 @@ bool row_reduction(OpCode c) {
          c == OpCode::Argmax || c == OpCode::Argmin;
 }
 bool arg_reduction(OpCode c) { return c == OpCode::Argmax || c == OpCode::Argmin; }
-// A scan a blocked tile takes in registers where its rows lie in one warp (Emitter::blocked_row_scan).
-bool forward_row_scan(const ir::Op& op) {
+// A scan a blocked tile takes in registers where its rows lie in one warp (Emitter::blocked_row_scan):
+// along the rows, forward or reverse.
+bool row_scan(const ir::Op& op) {
   const bool scan = op.code == OpCode::Cumsum || op.code == OpCode::Cumprod || op.code == OpCode::Cummax ||
                     op.code == OpCode::Cummin;
-  return scan && op.operands.size() == 1 && op.attrs.get_int(ir::AttrKey::Axis) == 1 &&
-         op.attrs.get_int_or(ir::AttrKey::Reverse, 0) == 0;
+  return scan && op.operands.size() == 1 && op.attrs.get_int(ir::AttrKey::Axis) == 1;
 }
 }  // namespace
 
@@ -267,7 +287,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     }
     return l;
   };
-  // The values of r a register reduction or forward row scan takes, directly or through
+  // The values of r a register reduction or row scan takes, directly or through
   // elementwise ops: a blocked tile may start at an elementwise op reading arena tiles where it
   // leads to one (the barrier before its loop is paid back by the reduction's or scan's own, in
   // the arena's code, and its traffic).
@@ -275,7 +295,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   for (size_t i = r.ops.size(); i-- > 0;) {
     const ir::Op& op = r.ops[i];
     if (row_reduction(op.code) && op.operands.size() == 1) reduced.insert(op.operands[0]);
-    if (forward_row_scan(op)) reduced.insert(op.operands[0]);
+    if (row_scan(op)) reduced.insert(op.operands[0]);
     if (op.results.size() == 1 && is_elementwise(op) && reduced.count(op.results[0]) && !escapes.count(op.results[0]))
       reduced.insert(op.operands.begin(), op.operands.end());
   }
@@ -321,7 +341,10 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     return false;
   };
   for (const ir::Op& op : r.ops) {
-    if (!carries_region_values(op) || !(loads_acc(op.regions[0]) || carries_blocked(op))) continue;
+    if (!carries_region_values(op)) continue;
+    const std::vector<const ir::Region*> yielding = yielding_regions(op);
+    if (!carries_blocked(op) && std::none_of(yielding.begin(), yielding.end(), [&](const ir::Region* y) { return loads_acc(*y); }))
+      continue;
     std::vector<std::optional<FragmentLayout>>& c = carries[&op];
     c = discover_loop_carries(op);
     while (plan_loop_carries(op, c)) {
@@ -376,10 +399,12 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       }
       return true;
     }
-    if (op->code == OpCode::For && carries.count(op)) {  // an initial carry: copied in its layout
+    if ((op->code == OpCode::For || op->code == OpCode::While) && carries.count(op)) {
+      // An initial carry (a fori_loop's after its bounds): copied in its layout.
       const std::vector<std::optional<FragmentLayout>>& c = carries[op];
-      for (size_t i = 2; i < op->operands.size(); ++i)
-        if (op->operands[i] == v && !(c[i - 2] && *c[i - 2] == l)) return false;
+      const size_t first = op->code == OpCode::For ? 2 : 0;
+      for (size_t i = first; i < op->operands.size(); ++i)
+        if (op->operands[i] == v && !(c[i - first] && *c[i - first] == l)) return false;
       return true;
     }
     // wgmma's a, into an ACC in registers of the same rows (one warpgroup): from the registers.
@@ -677,50 +702,66 @@ bool Emitter::emit_register_reduction(const ir::Op& op, FragmentReduction kind, 
 }
 
 void Emitter::set_carried_args(const ir::Op& loop, const std::vector<std::optional<FragmentLayout>>& carries) {
-  if (loop.code != OpCode::For) return;  // (a run_scoped's body only yields its results)
-  const ir::Region& body = loop.regions[0];
-  for (size_t i = 0; i < carries.size(); ++i) {
-    const ValueId arg = body.args[1 + i];
-    if (carries[i]) fragment_args_[arg] = *carries[i];
-    else fragment_args_.erase(arg);
-  }
+  for (const auto& [region, first] : carry_takers(loop))
+    for (size_t i = 0; i < carries.size(); ++i) {
+      const ValueId arg = region->args[first + i];
+      if (carries[i]) fragment_args_[arg] = *carries[i];
+      else fragment_args_.erase(arg);
+    }
 }
 
 std::vector<std::optional<FragmentLayout>> Emitter::discover_loop_carries(const ir::Op& loop) {
-  const ir::Region& body = loop.regions[0];
+  const std::vector<const ir::Region*> yielding = yielding_regions(loop);
   std::vector<std::optional<FragmentLayout>> carries(loop.results.size());
+  const bool all_yield = std::all_of(yielding.begin(), yielding.end(),
+                                     [](const ir::Region* r) { return !r->ops.empty() && r->ops.back().code == OpCode::Yield; });
   // Free to yield anything, with the args found so far in registers, until no new one is (a
-  // yield of another carry's arg is found once that carry is).
-  const ir::Op& yield = body.ops.back();
-  fragment_discovery_.insert(&body);
-  fragment_yields_.erase(&body);
-  for (bool found = true; found && yield.code == OpCode::Yield;) {
+  // yield of another carry's arg is found once that carry is). A result is a candidate where
+  // every region (each branch of a cond) yields it in one layout.
+  for (const ir::Region* r : yielding) fragment_discovery_.insert(r), fragment_yields_.erase(r);
+  for (bool found = all_yield; found;) {
     set_carried_args(loop, carries);
-    plan_fusion(body);
+    std::vector<std::optional<FragmentLayout>> yielded(carries.size());
+    std::vector<size_t> agreeing(carries.size(), 0);
+    for (const ir::Region* r : yielding) {
+      plan_fusion(*r);
+      for (size_t i = 0; i < carries.size(); ++i) {
+        const auto it = fragments_.find(r->ops.back().operands[i]);
+        if (it == fragments_.end()) continue;
+        if (!yielded[i]) yielded[i] = it->second;
+        if (*yielded[i] == it->second) ++agreeing[i];
+      }
+    }
     found = false;
     for (size_t i = 0; i < carries.size(); ++i)
-      if (const auto it = fragments_.find(yield.operands[i]); !carries[i] && it != fragments_.end())
-        carries[i] = it->second, found = true;
+      if (!carries[i] && agreeing[i] == yielding.size()) carries[i] = yielded[i], found = true;
   }
-  fragment_discovery_.erase(&body);
+  for (const ir::Region* r : yielding) fragment_discovery_.erase(r);
   return carries;
 }
 
 bool Emitter::plan_loop_carries(const ir::Op& loop, std::vector<std::optional<FragmentLayout>>& carries) {
-  const ir::Region& body = loop.regions[0];
+  const std::vector<const ir::Region*> yielding = yielding_regions(loop);
   set_carried_args(loop, carries);
-  fragment_yields_[&body] = carries;
-  plan_fusion(body);
-  const ir::Op& yield = body.ops.back();
+  std::vector<bool> kept(carries.size(), true);
+  for (const ir::Region* r : yielding) {
+    fragment_yields_[r] = carries;
+    plan_fusion(*r);
+    const ir::Op& yield = r->ops.back();
+    for (size_t i = 0; i < carries.size(); ++i) {
+      const auto y = yield.code == OpCode::Yield ? fragments_.find(yield.operands[i]) : fragments_.end();
+      if (carries[i] && (y == fragments_.end() || !(y->second == *carries[i]))) kept[i] = false;
+    }
+  }
+  if (loop.code == OpCode::While) plan_fusion(loop.regions[0]);  // (the condition reads the carries too)
   bool dropped = false;
   for (size_t i = 0; i < carries.size(); ++i) {
     if (!carries[i]) continue;
-    const auto y = yield.code == OpCode::Yield ? fragments_.find(yield.operands[i]) : fragments_.end();
-    // (an arg no use keeps in registers is dropped by its plan when it has a use)
-    const bool arg_kept = loop.code != OpCode::For || fragments_.count(body.args[1 + i]);
-    if (y == fragments_.end() || !(y->second == *carries[i]) || !arg_kept) carries[i].reset(), dropped = true;
+    // (an arg no use keeps in registers is dropped by its region's plan when it has a use)
+    for (const auto& [region, first] : carry_takers(loop)) kept[i] = kept[i] && fragments_.count(region->args[first + i]);
+    if (!kept[i]) carries[i].reset(), dropped = true;
   }
-  return dropped;  // (the caller plans again with the rest: the body's plan is then theirs)
+  return dropped;  // (the caller plans again with the rest: the regions' plans are then theirs)
 }
 
 namespace {
@@ -1126,13 +1167,17 @@ void Emitter::emit_blocked_column_reduction(const ir::Op& op, const std::string&
 }
 
 bool Emitter::blocked_row_scan(const ir::Op& op, const FragmentLayout& l) {
-  return forward_row_scan(op) && l.blocked() && !l.rows && !l.cols && l.warps_per_row == 1;
+  return row_scan(op) && l.blocked() && !l.rows && !l.cols && l.warps_per_row == 1;
 }
 
 void Emitter::emit_blocked_row_scan(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers) {
   const ValueInfo& x = info(op.operands[0]);
   const FragmentLayout& l = x.frag;
-  const std::string A = t.acc_type, per_row = std::to_string(l.registers_per_row());
+  const int64_t registers = l.registers_per_row();
+  const std::string A = t.acc_type, per_row = std::to_string(registers);
+  // A reverse scan runs from the row's last column: the registers from the last, and in each
+  // the higher lanes come first.
+  const bool reverse = op.attrs.get_int_or(ir::AttrKey::Reverse, 0) != 0;
   line("{");
   ++indent_;
   line("auto pl_comb = [](" + A + " a, " + A + " b) { return " + t.combine + "; };");
@@ -1143,14 +1188,22 @@ void Emitter::emit_blocked_row_scan(const ir::Op& op, const std::string& out, co
   // exclusive scan and total (every lane shuffles alike), after the earlier registers' carry.
   line(A + " pl_carry = " + t.identity + ";");
   line("#pragma unroll");
-  line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
-  ++indent_;
+  if (reverse) {
+    line("for (int pl_j = 0; pl_j < " + per_row + "; ++pl_j) {");
+    ++indent_;
+    line("const int pl_i = " + std::to_string(registers - 1) + " - pl_j;");
+  } else {
+    line("for (int pl_i = 0; pl_i < " + per_row + "; ++pl_i) {");
+    ++indent_;
+  }
   line("const int pl_k = pl_q * " + per_row + " + pl_i;");
   line("const " + A + " pl_v = " + t.element(x.name + "[pl_k]", "") + ";");
   line(A + " pl_total = pl_v, pl_before = " + t.identity + ";");
   line("for (int pl_m = 1; pl_m < " + std::to_string(l.lanes_per_row) + "; pl_m <<= 1) {");
   line("  const " + A + " pl_o = pl_shfl_xor(pl_total, pl_m);");
-  line("  if (pl_tid() & pl_m) pl_before = pl_comb(pl_o, pl_before), pl_total = pl_comb(pl_o, pl_total);");
+  // (The partner's half comes before this lane's where it is the lower one, or in reverse the higher.)
+  line(std::string("  if (") + (reverse ? "!(pl_tid() & pl_m)" : "pl_tid() & pl_m") +
+       ") pl_before = pl_comb(pl_o, pl_before), pl_total = pl_comb(pl_o, pl_total);");
   line("  else pl_total = pl_comb(pl_total, pl_o);");
   line("}");
   const std::string value = t.result("pl_comb(pl_carry, pl_comb(pl_before, pl_v))");

@@ -1472,7 +1472,10 @@ std::string Emitter::declare_result_holder(ValueId v) {
     i.name = name;
     return name;
   }
-  if (const auto it = fragments_.find(v); it != fragments_.end()) return define_fragment(v, it->second);  // a loop's carry
+  if (const auto it = fragments_.find(v); it != fragments_.end()) {  // a loop's carry, a branch's result
+    if (ctx_.register_carries) ++*ctx_.register_carries;
+    return define_fragment(v, it->second);
+  }
   return define_tile(v);
 }
 

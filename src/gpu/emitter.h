@@ -340,6 +340,7 @@ struct EmitContext {
   int* register_tile_count = nullptr;
   int* register_a_products = nullptr;  // wgmma taking a from registers (GeneratedKernel::register_a_products)
   int* register_dots = nullptr;  // dot results made in registers (GeneratedKernel::register_dots)
+  int* register_carries = nullptr;  // control-flow results in registers (GeneratedKernel::register_carries)
 };
 
 class Emitter {
@@ -646,8 +647,8 @@ class Emitter {
   // every warp's lanes then hold their columns
   // (into_registers: the columns layout), or the first warp row writes them to out.
   void emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
-  // Whether op is a forward scan (cumsum, cumprod, cummax, cummin) along the rows of a blocked
-  // tile of layout l whose rows lie each in one warp (P 1): it then runs in registers.
+  // Whether op is a scan (cumsum, cumprod, cummax, cummin; forward or reverse) along the rows of a
+  // blocked tile of layout l whose rows lie each in one warp (P 1): it then runs in registers.
   static bool blocked_row_scan(const ir::Op& op, const FragmentLayout& l);
   // Whether op (a reduction or scan of its one operand, a register tile of layout l) reads it in
   // its registers.

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
@@ -38,6 +39,12 @@ std::vector<bool> fused_loads(const std::string& src) {
   for (size_t at = src.find("// load  "); at != std::string::npos; at = src.find("// load  ", at + 1))
     fused.push_back(src.substr(at, src.find('\n', at) - at).find("fused") != std::string::npos);
   return fused;
+}
+
+// The text of a generated unit's grid-point function (pl_grid_point, to its closing brace).
+std::string grid_point_function(const std::string& src) {
+  const std::string from = src.substr(src.find("PL_DEV bool pl_grid_point"));
+  return from.substr(0, from.find("\n}\n"));
 }
 
 int count_of(const std::string& text, const std::string& what) {
@@ -437,8 +444,7 @@ TEST(GpuCodegenOps, PallasCallBlocksStayInRegisters) {
     // v (or its convert), the max, m, e, s, the min, the square: no tile in the arena (the total's
     // warps meet in a word each), and no barrier from the load to the first store.
     EXPECT_EQ(k.register_tiles, 7);
-    const std::string body = k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
-    const std::string point = body.substr(0, body.find("\n}\n"));
+    const std::string point = grid_point_function(k.source);
     EXPECT_EQ(count_of(point, "float* v"), 0) << point;
     const size_t load = point.find("// load"), store = point.find("// store");
     EXPECT_EQ(count_of(point.substr(load, store - load), "pl_sync();"), 0) << point;
@@ -535,8 +541,7 @@ TEST(GpuCodegenOps, PallasCallLoopsCarryBlocksInRegisters) {
   expect_same(call, {x, y}, 1e-6, 1e-6);
   std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
   const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
-  const std::string body = k.source.substr(k.source.find("PL_DEV bool pl_grid_point"));
-  const std::string point = body.substr(0, body.find("\n}\n"));
+  const std::string point = grid_point_function(k.source);
   EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // no arena tile: the carry's holder is registers
   const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
   const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles(), os = got[0].to_doubles();
@@ -547,6 +552,111 @@ TEST(GpuCodegenOps, PallasCallLoopsCarryBlocksInRegisters) {
     const double mx = *std::max_element(c.begin(), c.end());
     for (int64_t j = 0; j < 64; ++j) EXPECT_NEAR(os[r * 64 + j], c[j] - mx, 1e-5) << r << ", " << j;
   }
+}
+
+// A while_loop carries blocks in registers as a fori_loop does, its condition reading them there
+// too: halve an (8, 64) block (plus y) until its largest magnitude drops under a bound, counting
+// the rounds in a scalar carry; and a loop whose condition reads only the count. Against plain
+// C++; the grid point's unit has no arena tile (the carries' holders are registers).
+TEST(GpuCodegenOps, PallasCallWhileLoopsCarryBlocksInRegisters) {
+  for (const bool cond_reads_block : {true, false}) {
+    SCOPED_TRACE(cond_reads_block ? "the condition reads the block" : "the condition reads the count");
+    auto kernel = [cond_reads_block](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& n) {
+      pl::Value v = x[pl::all];  // (8, 64)
+      std::vector<pl::Value> c = pl::while_loop(
+          {v, pl::scalar(0, DType::I32)},
+          [&](const std::vector<pl::Value>& c) {
+            return cond_reads_block ? pl::max(pl::abs(c[0])) > 0.25f : c[1] < 5;
+          },
+          [&](const std::vector<pl::Value>& c) {
+            return std::vector<pl::Value>{c[0] * 0.5f + y[pl::all] * 0.01f, c[1] + 1};
+          });
+      o[pl::all] = c[0] - pl::broadcast_to(pl::expand_dims(pl::max(c[0], {1}), {1}), {8, 64});
+      n[0] = c[1];
+    };
+    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({8, 64}, DType::F32), ShapeDtype({1}, DType::I32)},
+                                      opts({}, {}, {}));
+    const Array x = Array::random_normal({8, 64}, DType::F32, 14), y = Array::random_normal({8, 64}, DType::F32, 15);
+    expect_same(call, {x, y}, 1e-6, 1e-6);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    const std::string point = grid_point_function(k.source);
+    EXPECT_CONTAINS(point, "while (true) {");
+    EXPECT_EQ(k.register_carries, 1);  // (the block; the count is a scalar)
+    EXPECT_EQ(count_of(point, "float* v"), 0) << point;
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+    const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles(), os = got[0].to_doubles();
+    std::vector<double> c = xs;
+    int rounds = 0;
+    auto largest = [&] {
+      double m = 0;
+      for (double e : c) m = std::max(m, std::abs(e));
+      return m;
+    };
+    while (cond_reads_block ? largest() > 0.25 : rounds < 5) {
+      for (size_t e = 0; e < c.size(); ++e) c[e] = c[e] * 0.5 + ys[e] * 0.01;
+      ++rounds;
+    }
+    ASSERT_GT(rounds, 1);
+    EXPECT_EQ(got[1].get_flat(0), rounds);
+    for (int64_t r = 0; r < 8; ++r) {
+      const double mx = *std::max_element(c.begin() + r * 64, c.begin() + r * 64 + 64);
+      for (int64_t j = 0; j < 64; ++j) EXPECT_NEAR(os[r * 64 + j], c[r * 64 + j] - mx, 1e-5) << r << ", " << j;
+    }
+  }
+}
+
+// A cond's or switch's results are register tiles where every branch yields them in one layout:
+// each branch computes its block in registers and copies it into the result's registers, no arena
+// tile. Three (8, 64) blocks: the cond's predicate is the sign of a block's total (both ways are
+// taken over the seeds), the switch's index the program id (each branch once). Against plain C++.
+TEST(GpuCodegenOps, PallasCallBranchResultsStayInRegisters) {
+  std::set<int> cond_taken;
+  for (const int branches : {2, 3}) {
+    for (const uint64_t seed : {21, 22}) {
+      SCOPED_TRACE(std::to_string(branches) + " branches, seed " + std::to_string(seed));
+      auto kernel = [branches](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+        const pl::Value b =
+            branches == 2
+                ? pl::cond(pl::sum(x[pl::all]) > 0.0f, [&] { return x[pl::all] * 2.0f + y[pl::all]; },
+                           [&] { return x[pl::all] - y[pl::all]; })
+                : pl::switch_case(pl::program_id(0), {[&] { return std::vector<pl::Value>{x[pl::all] * 2.0f}; },
+                                                      [&] { return std::vector<pl::Value>{x[pl::all] + y[pl::all]}; },
+                                                      [&] { return std::vector<pl::Value>{pl::exp(x[pl::all] * 0.1f)}; }})
+                      .at(0);
+        o[pl::all] = b - pl::broadcast_to(pl::expand_dims(pl::max(b, {1}), {1}), {8, 64});
+      };
+      const BlockSpec block({8, 64}, [](Value i) { return Indices{i, 0}; });
+      PallasCall call = pl::pallas_call(kernel, ShapeDtype({24, 64}, DType::F32), opts({3}, {block, block}, {block}));
+      const Array x = Array::random_normal({24, 64}, DType::F32, seed), y = Array::random_normal({24, 64}, DType::F32, seed + 10);
+      expect_same(call, {x, y}, 1e-5, 1e-5);
+      std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+      const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+      const std::string point = grid_point_function(k.source);
+      EXPECT_EQ(k.register_carries, 1);
+      EXPECT_EQ(count_of(point, "float* v"), 0) << point;
+      const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+      const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles(), os = got[0].to_doubles();
+      for (int64_t blk = 0; blk < 3; ++blk) {
+        const size_t first = static_cast<size_t>(blk) * 512;
+        double total = 0;
+        for (size_t e = first; e < first + 512; ++e) total += xs[e];
+        const int taken = branches == 2 ? (total > 0 ? 0 : 1) : static_cast<int>(blk);
+        if (branches == 2) cond_taken.insert(taken);
+        std::vector<double> b(512);
+        for (size_t e = 0; e < 512; ++e) {
+          const double xv = xs[first + e], yv = ys[first + e];
+          b[e] = branches == 2 ? (taken == 0 ? xv * 2 + yv : xv - yv) : (taken == 0 ? xv * 2 : taken == 1 ? xv + yv : std::exp(xv * 0.1));
+        }
+        for (size_t r = 0; r < 8; ++r) {
+          const double mx = *std::max_element(b.begin() + static_cast<long>(r * 64), b.begin() + static_cast<long>(r * 64 + 64));
+          for (size_t j = 0; j < 64; ++j)
+            EXPECT_NEAR(os[first + r * 64 + j], b[r * 64 + j] - mx, 1e-4) << blk << ": " << r << ", " << j;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cond_taken, (std::set<int>{0, 1}));  // (the seeds take both ways)
 }
 
 // Register tiles beside tensor-core products (a helper review's two findings): a block that a
@@ -745,32 +855,36 @@ TEST(GpuCodegenOps, PallasCallProductsStayInRegisters) {
   }
 }
 
-// Forward scans along a blocked tile's rows in registers: each register's T lanes by a butterfly,
-// the earlier registers' carry added. cumsum, cummax and cumprod (of values near 1) over blocks of
-// one row a warp, two ((64, 16)), three registers a row ((16, 48)); a reverse scan and a (2, 256)
-// block (a row over four warps) take the arena's code. Against plain C++.
+// Scans along a blocked tile's rows in registers: each register's T lanes by a butterfly, the
+// earlier registers' carry added (a reverse scan from the last register, its higher lanes first).
+// cumsum, cummax and cumprod (of values near 1), and a reverse cumsum and cummin, over blocks of
+// one row a warp, two ((64, 16)), three registers a row ((16, 48)); a (2, 256) block (a row over
+// four warps) takes the arena's code. Against plain C++.
 TEST(GpuCodegenOps, PallasCallScansOfRegisterTiles) {
   for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {64, 16}, {16, 48}, {2, 256}}) {
     SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
-    auto kernel = [](const pl::Ref& x, const pl::Ref& sum, const pl::Ref& mx, const pl::Ref& prod, const pl::Ref& rev) {
+    auto kernel = [](const pl::Ref& x, const pl::Ref& sum, const pl::Ref& mx, const pl::Ref& prod, const pl::Ref& rev,
+                     const pl::Ref& rev_min) {
       pl::Value v = x[pl::all];
       sum[pl::all] = pl::cumsum(v, 1) * 0.5f;
       mx[pl::all] = pl::cummax(v, 1);
       prod[pl::all] = pl::cumprod(v * 0.01f + 1.0f, 1);
-      rev[pl::all] = pl::cumsum(x[pl::all], 1, /*reverse=*/true);  // (a load of its own: v's uses all fit)
+      rev[pl::all] = pl::cumsum(v, 1, /*reverse=*/true);
+      rev_min[pl::all] = pl::cummin(v, 1, /*reverse=*/true);
     };
     const ShapeDtype t({m, n}, DType::F32);
-    PallasCall call = pl::pallas_call(kernel, {t, t, t, t}, opts({}, {}, {}));
+    PallasCall call = pl::pallas_call(kernel, {t, t, t, t, t}, opts({}, {}, {}));
     const Array x = test_util::random_f32({m, n}, static_cast<uint32_t>(m * n));
     expect_same(call, {x}, 1e-5, 1e-5);
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
     const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
-    EXPECT_EQ(count_of(k.source, "pl_carry = pl_comb(pl_carry, pl_total)"), m == 2 ? 0 : 3);
+    EXPECT_EQ(count_of(k.source, "pl_carry = pl_comb(pl_carry, pl_total)"), m == 2 ? 0 : 5);
+    EXPECT_EQ(count_of(k.source, "if (!(pl_tid() & pl_m)) pl_before"), m == 2 ? 0 : 2);  // (the reverse scans')
     const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid,
                                                            k.register_tiles ? k.threads_per_cta : 3);
     const float* xs = x.data<float>();
     for (int64_t r = 0; r < m; ++r) {
-      double s = 0, p = 1, mxv = -INFINITY, rs = 0;
+      double s = 0, p = 1, mxv = -INFINITY, rs = 0, rmin = INFINITY;
       for (int64_t c = 0; c < n; ++c) {
         const int64_t e = r * n + c;
         s += xs[e], p *= xs[e] * 0.01 + 1, mxv = std::max<double>(mxv, xs[e]);
@@ -779,8 +893,9 @@ TEST(GpuCodegenOps, PallasCallScansOfRegisterTiles) {
         ASSERT_NEAR(got[2].data<float>()[e], p, 1e-4) << r << ", " << c;
       }
       for (int64_t c = n; c-- > 0;) {
-        rs += xs[r * n + c];
+        rs += xs[r * n + c], rmin = std::min<double>(rmin, xs[r * n + c]);
         ASSERT_NEAR(got[3].data<float>()[r * n + c], rs, 1e-4) << r << ", " << c;
+        ASSERT_EQ(got[4].data<float>()[r * n + c], static_cast<float>(rmin)) << r << ", " << c;
       }
     }
   }
