@@ -340,8 +340,10 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       if (blocked_layout(type(v))) return true;
     return false;
   };
+  const auto depth = region_depth_.find(&r);
+  const bool plans_carries = depth == region_depth_.end() || depth->second < kCarryPlanningDepth;
   for (const ir::Op& op : r.ops) {
-    if (!carries_region_values(op)) continue;
+    if (!plans_carries || !carries_region_values(op)) continue;
     const std::vector<const ir::Region*> yielding = yielding_regions(op);
     if (!carries_blocked(op) && std::none_of(yielding.begin(), yielding.end(), [&](const ir::Region* y) { return loads_acc(*y); }))
       continue;
@@ -515,7 +517,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           }
           if (fused(op) || op.code == OpCode::Constant) continue;
           if (const FragmentLayout* x = op.operands.size() == 1 ? layout_of(op.operands[0]) : nullptr;
-              x && blocked_row_scan(op, *x)) {
+              x && (blocked_row_scan(op, *x) || blocked_column_rev(op, *x))) {
             chosen[res] = *x;
             continue;
           }
@@ -614,7 +616,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
 }
 
 bool Emitter::reads_in_registers(const ir::Op& op, const FragmentLayout& l) const {
-  if (blocked_row_scan(op, l)) return true;
+  if (blocked_row_scan(op, l) || blocked_column_rev(op, l)) return true;
   return row_reduction(op.code) && fragment_reduction_kind(op, l) != FragmentReduction::None;
 }
 
@@ -1164,6 +1166,38 @@ void Emitter::emit_blocked_column_reduction(const ir::Op& op, const std::string&
   --indent_;
   line("}");
   ctx_.arena->release(offset, bytes);
+}
+
+bool Emitter::blocked_column_rev(const ir::Op& op, const FragmentLayout& l) {
+  if (op.code != OpCode::Rev || op.operands.size() != 1 || !l.blocked() || l.rows || l.warps_per_row != 1) return false;
+  return op.attrs.get_ints(ir::AttrKey::Dims) == ir::Ints{l.cols ? 0 : 1};
+}
+
+void Emitter::emit_blocked_column_rev(const ir::Op& op) {
+  const FragmentLayout l = info(op.operands[0]).frag;
+  const std::string x = info(op.operands[0]).name;
+  const ValueId res = op.results[0];
+  const bool in_registers = fragments_.count(res) > 0;
+  const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
+  const std::string per_row = std::to_string(l.registers_per_row()), last = std::to_string(l.n - 1);
+  open_fragment_loop(l);
+  if (in_registers) {
+    // Column c = i T + t (register i, lane t of the row's T) of the result is column n - 1 - c =
+    // (R - 1 - i) T + (T - 1 - t) of x: its register R - 1 - i in lane t ^ (T - 1). Every lane
+    // shuffles alike.
+    const std::string from = x + "[pl_q * " + per_row + " + " + per_row + " - 1 - pl_i]";
+    line(out + "[pl_k] = " + (l.lanes_per_row == 1 ? from : "pl_shfl_xor(" + from + ", " + std::to_string(l.lanes_per_row - 1) + ")") + ";");
+  } else {
+    // (Each thread writes its elements where they go: the row's, the column reversed.)
+    const std::string column = blocked_column(l);
+    const std::string at = l.cols ? last + " - (" + column + ")"
+                                  : blocked_row(l) + " * " + std::to_string(l.n) + " + " + last + " - (" + column + ")";
+    line(replica_guard(l) + out + "[" + at + "] = " + x + "[pl_k];");
+  }
+  close_fragment_loop();
+  if (in_registers) return;
+  after_tile_write();
+  barrier();  // (the threads holding the elements wrote them, not the arena's loops)
 }
 
 bool Emitter::blocked_row_scan(const ir::Op& op, const FragmentLayout& l) {

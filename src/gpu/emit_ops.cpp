@@ -356,6 +356,8 @@ void Emitter::emit_pure(const ir::Op& op) {
     case OpCode::ExpandDims: case OpCode::Transpose: case OpCode::Slice: case OpCode::DynamicSlice:
     case OpCode::Rev: case OpCode::Concatenate: {
       const ValueId x = op.operands[0];
+      if (info(x).kind == ValueInfo::Kind::Fragment && blocked_column_rev(op, info(x).frag))
+        return emit_blocked_column_rev(op);  // (plan_fragments': a reversal of columns in their registers)
       const ir::Type& xt = type(x);
       const std::vector<int64_t> xs = contiguous_strides(xt.shape);
       std::vector<std::string> dyn_start;

@@ -256,7 +256,14 @@ void Arena::merge_free() {
 // ---- Emitter ------------------------------------------------------------------------------------
 
 Emitter::Emitter(const ir::Kernel& k, EmitContext ctx, int indent)
-    : k_(k), ctx_(std::move(ctx)), indent_(indent), values_(k.values.size()) {}
+    : k_(k), ctx_(std::move(ctx)), indent_(indent), values_(k.values.size()) {
+  std::function<void(const ir::Region&, int)> nest = [&](const ir::Region& r, int depth) {
+    region_depth_[&r] = depth;
+    for (const ir::Op& op : r.ops)
+      for (const ir::Region& sub : op.regions) nest(sub, depth + 1);
+  };
+  nest(k.body, 0);
+}
 
 void Emitter::line(const std::string& s) {
   if (s.rfind("//", 0) != 0) just_synced_ = false;  // a comment after a barrier: still synced
@@ -1487,6 +1494,9 @@ void Emitter::copy_into(ValueId dst, const std::string& dst_name, ValueId src) {
     return;
   }
   if (s.name == dst_name) return;
+  // (The plan gives a holder in registers what is yielded in registers: plan_loop_carries.)
+  PALLAS_INTERNAL_CHECK(s.kind != ValueInfo::Kind::Fragment || info(dst).kind == ValueInfo::Kind::Fragment,
+                        "gpu emitter: a register tile copied into an arena holder");
   if (info(dst).kind == ValueInfo::Kind::Fragment) {  // registers: each thread its own elements
     if (s.kind != ValueInfo::Kind::Fragment) before_cross_read();
     open_fragment_loop(info(dst).frag, false, IdleWarpgroup::Zeros);
@@ -1551,9 +1561,11 @@ void Emitter::emit_control(const ir::Op& op) {
       const Arena::Alternatives branches = ctx_.arena->begin_alternatives();
       for (int b = 0; b < nreg; ++b) {
         if (b > 0) ctx_.arena->next_alternative(branches);
-        // Cond: region 0 runs when the predicate holds.
+        // Cond: region 0 runs when the predicate holds. A switch's last branch is its `else` (the
+        // index is clamped: every path defines the results' holders, registers included).
         std::string test = op.code == OpCode::Cond ? (b == 0 ? info(op.operands[0]).name : "")
-                                                   : sel + " == " + std::to_string(b);
+                           : b > 0 && b == nreg - 1 ? ""
+                                                    : sel + " == " + std::to_string(b);
         line(b == 0 ? "if (" + test + ") {" : (test.empty() ? "} else {" : "} else if (" + test + ") {"));
         ++indent_;
         tile_written_ = tw, mem_written_ = mw, mem_read_ = mr;

@@ -603,6 +603,13 @@ class Emitter {
   std::map<ir::ValueId, FragmentLayout> fragment_args_;
   std::map<const ir::Region*, std::vector<std::optional<FragmentLayout>>> fragment_yields_;
   std::set<const ir::Region*> fragment_discovery_;
+  // Each region's control-flow nesting in the kernel (the body 0). Planning an op's carries plans
+  // its regions two or three times over, and theirs inside each: ops in regions nested deeper than
+  // kCarryPlanningDepth keep their carries and results in the arena, so that a deep nest costs the
+  // planner some 3^6 region plans at most, not 3^depth (12 nested conds took 11 s). By the kernel's
+  // structure, so that a region plans alike whoever plans it.
+  static constexpr int kCarryPlanningDepth = 6;
+  std::map<const ir::Region*, int> region_depth_;
   // `for` this thread's elements of a register tile's layout: pl_k its register, e the element's
   // row-major index (each with its own #pragma unroll, so pl_k is a constant and the registers stay
   // registers); at() reads a register tile as its register pl_k. `pairs`: for each even register
@@ -647,6 +654,12 @@ class Emitter {
   // every warp's lanes then hold their columns
   // (into_registers: the columns layout), or the first warp row writes them to out.
   void emit_blocked_column_reduction(const ir::Op& op, const std::string& out, const TeamReduction& t, bool into_registers);
+  // Whether op reverses the columns of a blocked tile of layout l (or a columns value) whose rows
+  // lie each in one warp (P 1): it then reads the registers (a shuffle within each row's T lanes).
+  static bool blocked_column_rev(const ir::Op& op, const FragmentLayout& l);
+  // That reversal, into a register tile of l where the plan keeps the result in registers, else
+  // into its arena tile (each thread writes its elements where they go).
+  void emit_blocked_column_rev(const ir::Op& op);
   // Whether op is a scan (cumsum, cumprod, cummax, cummin; forward or reverse) along the rows of a
   // blocked tile of layout l whose rows lie each in one warp (P 1): it then runs in registers.
   static bool blocked_row_scan(const ir::Op& op, const FragmentLayout& l);

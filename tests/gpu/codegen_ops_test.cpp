@@ -561,7 +561,8 @@ TEST(GpuCodegenOps, PallasCallLoopsCarryBlocksInRegisters) {
 TEST(GpuCodegenOps, PallasCallWhileLoopsCarryBlocksInRegisters) {
   for (const bool cond_reads_block : {true, false}) {
     SCOPED_TRACE(cond_reads_block ? "the condition reads the block" : "the condition reads the count");
-    auto kernel = [cond_reads_block](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& n) {
+    auto kernel = [cond_reads_block](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& n,
+                                     const pl::Ref& raw) {
       pl::Value v = x[pl::all];  // (8, 64)
       std::vector<pl::Value> c = pl::while_loop(
           {v, pl::scalar(0, DType::I32)},
@@ -573,9 +574,10 @@ TEST(GpuCodegenOps, PallasCallWhileLoopsCarryBlocksInRegisters) {
           });
       o[pl::all] = c[0] - pl::broadcast_to(pl::expand_dims(pl::max(c[0], {1}), {1}), {8, 64});
       n[0] = c[1];
+      raw[pl::all] = c[0];
     };
-    PallasCall call = pl::pallas_call(kernel, {ShapeDtype({8, 64}, DType::F32), ShapeDtype({1}, DType::I32)},
-                                      opts({}, {}, {}));
+    PallasCall call = pl::pallas_call(
+        kernel, {ShapeDtype({8, 64}, DType::F32), ShapeDtype({1}, DType::I32), ShapeDtype({8, 64}, DType::F32)}, opts({}, {}, {}));
     const Array x = Array::random_normal({8, 64}, DType::F32, 14), y = Array::random_normal({8, 64}, DType::F32, 15);
     expect_same(call, {x, y}, 1e-6, 1e-6);
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
@@ -601,7 +603,10 @@ TEST(GpuCodegenOps, PallasCallWhileLoopsCarryBlocksInRegisters) {
     EXPECT_EQ(got[1].get_flat(0), rounds);
     for (int64_t r = 0; r < 8; ++r) {
       const double mx = *std::max_element(c.begin() + r * 64, c.begin() + r * 64 + 64);
-      for (int64_t j = 0; j < 64; ++j) EXPECT_NEAR(os[r * 64 + j], c[r * 64 + j] - mx, 1e-5) << r << ", " << j;
+      for (int64_t j = 0; j < 64; ++j) {
+        EXPECT_NEAR(os[r * 64 + j], c[r * 64 + j] - mx, 1e-5) << r << ", " << j;
+        EXPECT_NEAR(got[2].get_flat(r * 64 + j), c[r * 64 + j], 1e-5) << r << ", " << j;
+      }
     }
   }
 }
@@ -615,7 +620,7 @@ TEST(GpuCodegenOps, PallasCallBranchResultsStayInRegisters) {
   for (const int branches : {2, 3}) {
     for (const uint64_t seed : {21, 22}) {
       SCOPED_TRACE(std::to_string(branches) + " branches, seed " + std::to_string(seed));
-      auto kernel = [branches](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+      auto kernel = [branches](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& raw) {
         const pl::Value b =
             branches == 2
                 ? pl::cond(pl::sum(x[pl::all]) > 0.0f, [&] { return x[pl::all] * 2.0f + y[pl::all]; },
@@ -625,9 +630,11 @@ TEST(GpuCodegenOps, PallasCallBranchResultsStayInRegisters) {
                                                       [&] { return std::vector<pl::Value>{pl::exp(x[pl::all] * 0.1f)}; }})
                       .at(0);
         o[pl::all] = b - pl::broadcast_to(pl::expand_dims(pl::max(b, {1}), {1}), {8, 64});
+        raw[pl::all] = b;
       };
       const BlockSpec block({8, 64}, [](Value i) { return Indices{i, 0}; });
-      PallasCall call = pl::pallas_call(kernel, ShapeDtype({24, 64}, DType::F32), opts({3}, {block, block}, {block}));
+      PallasCall call = pl::pallas_call(kernel, {ShapeDtype({24, 64}, DType::F32), ShapeDtype({24, 64}, DType::F32)},
+                                        opts({3}, {block, block}, {block, block}));
       const Array x = Array::random_normal({24, 64}, DType::F32, seed), y = Array::random_normal({24, 64}, DType::F32, seed + 10);
       expect_same(call, {x, y}, 1e-5, 1e-5);
       std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
@@ -650,13 +657,49 @@ TEST(GpuCodegenOps, PallasCallBranchResultsStayInRegisters) {
         }
         for (size_t r = 0; r < 8; ++r) {
           const double mx = *std::max_element(b.begin() + static_cast<long>(r * 64), b.begin() + static_cast<long>(r * 64 + 64));
-          for (size_t j = 0; j < 64; ++j)
+          for (size_t j = 0; j < 64; ++j) {
             EXPECT_NEAR(os[first + r * 64 + j], b[r * 64 + j] - mx, 1e-4) << blk << ": " << r << ", " << j;
+            EXPECT_NEAR(got[1].get_flat(static_cast<int64_t>(first + r * 64 + j)), b[r * 64 + j], 1e-4) << blk << ": " << r << ", " << j;
+          }
         }
       }
     }
   }
   EXPECT_EQ(cond_taken, (std::set<int>{0, 1}));  // (the seeds take both ways)
+}
+
+// Control flow nested deeper than the planner follows carries (Emitter::kCarryPlanningDepth):
+// planning an op's carries plans its regions two or three times over and theirs inside each, so
+// 12 conds nested in each other's branches took 11 s to generate, about three times more per
+// level; past depth 6 the results stay in the arena and 16 generate quickly (an unbounded plan
+// would pass the test's time limit). Against the interpreter; the whiles' outer six levels still
+// carry registers.
+TEST(GpuCodegenOps, DeeplyNestedControlFlowPlansInBoundedTime) {
+  for (const bool use_while : {false, true}) {
+    SCOPED_TRACE(use_while ? "while_loops" : "conds");
+    auto kernel = [use_while](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+      std::function<pl::Value(int)> nest = [&](int d) -> pl::Value {
+        if (d == 0) return x[pl::all] * 2.0f;
+        if (use_while)
+          return pl::while_loop(
+                     {x[pl::all] + static_cast<float>(d), pl::scalar(0, DType::I32)},
+                     [&](const std::vector<pl::Value>& c) { return c[1] < 2; },
+                     [&](const std::vector<pl::Value>& c) { return std::vector<pl::Value>{nest(d - 1) + c[0] * 0.5f, c[1] + 1}; })
+              .at(0);
+        return pl::cond(pl::sum(y[pl::all]) > static_cast<float>(d), [&] { return nest(d - 1) + 1.0f; },
+                        [&] { return x[pl::all] - static_cast<float>(d); });
+      };
+      o[pl::all] = nest(16);
+    };
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 64}, DType::F32), opts({}, {}, {}));
+    const Array x = Array::random_normal({16, 64}, DType::F32, 61), y = Array::random_normal({16, 64}, DType::F32, 62, 1.0, 0.1);  // (sum 1024: every level nests)
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    // (The outer six levels of whiles carry registers; the conds' results all go to the arena: a
+    // branch's yield reads the arena result of the level inside it.)
+    EXPECT_EQ(k.register_carries, use_while ? 6 : 0);
+    if (!use_while) expect_same(call, {x, y}, 1e-4, 1e-4);  // (the whiles run 2^16 bodies: generation only)
+  }
 }
 
 // Register tiles beside tensor-core products (a helper review's two findings): a block that a
@@ -901,13 +944,51 @@ TEST(GpuCodegenOps, PallasCallScansOfRegisterTiles) {
   }
 }
 
+// A reversal of a blocked tile's columns reads its registers where each row lies in one warp: a
+// shuffle within the row's T lanes (lane t ^ (T - 1)), the registers in reverse order. Blocks of
+// one row a warp ((8, 64): T 32, two registers a row), two ((64, 16)), three registers a row
+// ((16, 48)), an (n) value broadcast along the block's rows (the columns layout, every warp
+// alike); a (2, 256) block (a row over four warps) reverses in the arena. Against plain C++.
+TEST(GpuCodegenOps, PallasCallColumnReversalsStayInRegisters) {
+  for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {64, 16}, {16, 48}, {2, 256}}) {
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+    auto kernel = [m, n](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o, const pl::Ref& r, const pl::Ref& z) {
+      pl::Value v = x[pl::all];
+      pl::Value flipped = pl::rev(v, {1});
+      o[pl::all] = flipped * 2.0f + v;  // (in registers)
+      r[pl::all] = pl::rev(v * 0.5f, {1});  // (stored from registers)
+      z[pl::all] = v * pl::broadcast_to(pl::rev(y[pl::all], {0}), {m, n});
+    };
+    PallasCall call = pl::pallas_call(
+        kernel, {ShapeDtype({m, n}, DType::F32), ShapeDtype({m, n}, DType::F32), ShapeDtype({m, n}, DType::F32)},
+        opts({}, {}, {}));
+    const Array x = Array::random_normal({m, n}, DType::F32, 51), y = Array::random_normal({n}, DType::F32, 52);
+    expect_same(call, {x, y}, 1e-6, 1e-6);
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
+    const std::string point = grid_point_function(k.source);
+    if (m != 2) EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // no arena tile
+    EXPECT_EQ(count_of(point, "] = pl_shfl_xor("), m == 2 ? 0 : 3) << point;
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+    const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles();
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const double flipped = xs[static_cast<size_t>(i * n + n - 1 - j)];
+        ASSERT_NEAR(got[0].get_flat(i * n + j), flipped * 2 + xs[static_cast<size_t>(i * n + j)], 1e-5) << i << ", " << j;
+        ASSERT_EQ(got[1].get_flat(i * n + j), flipped * 0.5) << i << ", " << j;
+        ASSERT_NEAR(got[2].get_flat(i * n + j), xs[static_cast<size_t>(i * n + j)] * ys[static_cast<size_t>(n - 1 - j)], 1e-6)
+            << i << ", " << j;
+      }
+  }
+}
+
 // An elementwise op reading an arena tile (here a reversal's) starts a register tile when a
 // forward row scan takes its result, as when a reduction does: the scan runs on the registers
 // (shuffles) instead of writing the op's tile to the arena and scanning it there. Against plain C++.
 TEST(GpuCodegenOps, PallasCallScansStartRegisterTilesAtArenaReads) {
   const int64_t m = 16, n = 64;
   auto kernel = [](const pl::Ref& x, const pl::Ref& o) {
-    pl::Value t = pl::rev(x[pl::all], {1});  // (an arena tile)
+    pl::Value t = pl::rev(x[pl::all], {0});  // (an arena tile: rows of other warps)
     o[pl::all] = pl::cumsum(t * 2.0f + 1.0f, 1);
   };
   PallasCall call = pl::pallas_call(kernel, ShapeDtype({m, n}, DType::F32), opts({}, {}, {}));
@@ -921,7 +1002,7 @@ TEST(GpuCodegenOps, PallasCallScansStartRegisterTilesAtArenaReads) {
   for (int64_t r = 0; r < m; ++r) {
     double s = 0;
     for (int64_t c = 0; c < n; ++c) {
-      s += xs[r * n + (n - 1 - c)] * 2.0 + 1.0;
+      s += xs[(m - 1 - r) * n + c] * 2.0 + 1.0;
       ASSERT_NEAR(got.data<float>()[r * n + c], s, 1e-4) << r << ", " << c;
     }
   }
