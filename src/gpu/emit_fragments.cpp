@@ -873,8 +873,10 @@ std::string Emitter::replica_guard(const FragmentLayout& l) {
 }
 
 std::string Emitter::fragment_value(DType dt, const std::string& value) const {
-  // (The conditional reads nothing for an idle warpgroup: no memory, no other register's value.)
-  return fragment_loop_has_idle_ ? "pl_idle ? " + ctype(dt) + "{} : (" + value + ")" : value;
+  // (The conditional reads nothing for an idle warpgroup: no memory, no other register's value.
+  // Both sides of type T: a value computed in f32 for a bf16 register would make `?:` ambiguous.)
+  const std::string T = ctype(dt);
+  return fragment_loop_has_idle_ ? "pl_idle ? " + T + "{} : (" + T + ")(" + value + ")" : value;
 }
 
 void Emitter::close_fragment_loop() {
