@@ -872,11 +872,11 @@ std::string Emitter::replica_guard(const FragmentLayout& l) {
   return first_of_row(l, true);  // (a row's T lanes of each of its P warps hold it)
 }
 
-std::string Emitter::fragment_value(DType dt, const std::string& value) const {
+void Emitter::assign_register(const std::string& regs, DType dt, const std::string& value) {
   // (The conditional reads nothing for an idle warpgroup: no memory, no other register's value.
   // Both sides of type T: a value computed in f32 for a bf16 register would make `?:` ambiguous.)
   const std::string T = ctype(dt);
-  return fragment_loop_has_idle_ ? "pl_idle ? " + T + "{} : (" + T + ")(" + value + ")" : value;
+  line(regs + "[pl_k] = " + (fragment_loop_has_idle_ ? "pl_idle ? " + T + "{} : (" + T + ")(" + value + ")" : value) + ";");
 }
 
 void Emitter::close_fragment_loop() {
@@ -925,7 +925,7 @@ void Emitter::emit_fragment_load(const ir::Op& load, const AccumulatorRegisters&
                   [&] {
                     before_mem_read();
                     open_fragment_loop(l, false, IdleWarpgroup::Zeros);
-                    line(regs + "[pl_k] = " + fragment_value(type(load.results[0]).dtype, info(load.operands[0]).ref.elem("e")) + ";");
+                    assign_register(regs, type(load.results[0]).dtype, info(load.operands[0]).ref.elem("e"));
                     close_fragment_loop();
                   });
   after_mem_read();
@@ -973,7 +973,7 @@ void Emitter::emit_fragment_elementwise(const ir::Op& op, const FragmentLayout& 
   open_fragment_loop(l, false, in_registers ? IdleWarpgroup::Zeros : IdleWarpgroup::Skip);
   // (A rows layout's value is each quad's four lanes', in the blocked layout the T lanes' of each
   // of its P warps: one of them writes the tile.)
-  if (in_registers) line(out + "[pl_k] = " + fragment_value(type(res).dtype, elementwise_expr(op, "e")) + ";");
+  if (in_registers) assign_register(out, type(res).dtype, elementwise_expr(op, "e"));
   else line(replica_guard(l) + out + "[e] = " + elementwise_expr(op, "e") + ";");
   close_fragment_loop();
   if (in_registers) return;
@@ -1345,7 +1345,7 @@ void Emitter::emit_dot_into_registers(const ir::Op& dot, const FragmentLayout& l
     after_tile_write();
     barrier();  // (written in the product's layout, read in the registers')
     open_fragment_loop(l, false, IdleWarpgroup::Zeros);
-    line(regs + "[pl_k] = " + fragment_value(t.dtype, tile.name + "[e]") + ";");
+    assign_register(regs, t.dtype, tile.name + "[e]");
     close_fragment_loop();
     if (other_path) barrier();  // (the tiles' last reads, before the code after reuses their room)
     auto release = [&](const ValueInfo& x) {

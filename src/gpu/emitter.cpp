@@ -1500,7 +1500,7 @@ void Emitter::copy_into(ValueId dst, const std::string& dst_name, ValueId src) {
   if (info(dst).kind == ValueInfo::Kind::Fragment) {  // registers: each thread its own elements
     if (s.kind != ValueInfo::Kind::Fragment) before_cross_read();
     open_fragment_loop(info(dst).frag, false, IdleWarpgroup::Zeros);
-    line(dst_name + "[pl_k] = " + fragment_value(type(dst).dtype, at(src, "e")) + ";");
+    assign_register(dst_name, type(dst).dtype, at(src, "e"));
     close_fragment_loop();
     return;
   }

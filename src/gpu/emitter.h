@@ -618,14 +618,15 @@ class Emitter {
   // Where the group's warpgroups outnumber a round's blocks (a wgmma-layout tile), a warpgroup
   // without a block either skips the round (`Skip`: a loop that writes memory or counts into a
   // total) or runs it with `pl_idle` set (`Zeros`: a loop that writes a register tile, each
-  // register through fragment_value, which gives such a warpgroup zeros without computing or
+  // register through assign_register, which gives such a warpgroup zeros without computing or
   // reading anything). A skip per op leaves each register tile defined on one side of a branch,
   // which ptxas pays for in registers (stop 51: 171 in the one-block attention probe at 256
   // threads; 82 with the zeros). The warpgroup cannot just leave: it meets the CTA's barriers.
   enum class IdleWarpgroup { Skip, Zeros };
   void open_fragment_loop(const FragmentLayout& l, bool pairs = false, IdleWarpgroup idle = IdleWarpgroup::Skip);
-  // A register's value `value` (of dtype dt) in a loop opened with IdleWarpgroup::Zeros.
-  std::string fragment_value(DType dt, const std::string& value) const;
+  // `regs[pl_k] = value` (a register tile of dtype dt) in a register tile's loop; in one opened with
+  // IdleWarpgroup::Zeros, an idle warpgroup's register gets zero.
+  void assign_register(const std::string& regs, DType dt, const std::string& value);
   void close_fragment_loop();
   void emit_fragment_load(const ir::Op& load, const AccumulatorRegisters& a);
   // The blocked layout an (m, n) array of type t may take in a pallas_call (ctx_.blocked_tiles):

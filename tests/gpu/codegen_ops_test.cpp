@@ -579,9 +579,8 @@ TEST(GpuCodegenOps, PallasCallWhileLoopsCarryBlocksInRegisters) {
     PallasCall call = pl::pallas_call(
         kernel, {ShapeDtype({8, 64}, DType::F32), ShapeDtype({1}, DType::I32), ShapeDtype({8, 64}, DType::F32)}, opts({}, {}, {}));
     const Array x = Array::random_normal({8, 64}, DType::F32, 14), y = Array::random_normal({8, 64}, DType::F32, 15);
-    expect_same(call, {x, y}, 1e-6, 1e-6);
+    const gpu::GeneratedKernel k = expect_same(call, {x, y}, 1e-6, 1e-6);
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
-    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
     const std::string point = grid_point_function(k.source);
     EXPECT_CONTAINS(point, "while (true) {");
     EXPECT_EQ(k.register_carries, 1);  // (the block; the count is a scalar)
@@ -636,9 +635,8 @@ TEST(GpuCodegenOps, PallasCallBranchResultsStayInRegisters) {
       PallasCall call = pl::pallas_call(kernel, {ShapeDtype({24, 64}, DType::F32), ShapeDtype({24, 64}, DType::F32)},
                                         opts({3}, {block, block}, {block, block}));
       const Array x = Array::random_normal({24, 64}, DType::F32, seed), y = Array::random_normal({24, 64}, DType::F32, seed + 10);
-      expect_same(call, {x, y}, 1e-5, 1e-5);
+      const gpu::GeneratedKernel k = expect_same(call, {x, y}, 1e-5, 1e-5);
       std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
-      const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
       const std::string point = grid_point_function(k.source);
       EXPECT_EQ(k.register_carries, 1);
       EXPECT_EQ(count_of(point, "float* v"), 0) << point;
@@ -963,9 +961,8 @@ TEST(GpuCodegenOps, PallasCallColumnReversalsStayInRegisters) {
         kernel, {ShapeDtype({m, n}, DType::F32), ShapeDtype({m, n}, DType::F32), ShapeDtype({m, n}, DType::F32)},
         opts({}, {}, {}));
     const Array x = Array::random_normal({m, n}, DType::F32, 51), y = Array::random_normal({n}, DType::F32, 52);
-    expect_same(call, {x, y}, 1e-6, 1e-6);
+    const gpu::GeneratedKernel k = expect_same(call, {x, y}, 1e-6, 1e-6);
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
-    const gpu::GeneratedKernel k = gpu::generate_cuda(*tc, tc->grid_mapping.grid, {});
     const std::string point = grid_point_function(k.source);
     if (m != 2) EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // no arena tile
     EXPECT_EQ(count_of(point, "] = pl_shfl_xor("), m == 2 ? 0 : 3) << point;

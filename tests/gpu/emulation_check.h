@@ -79,8 +79,8 @@ inline std::vector<std::string> nvrtc_check_archs() {
 // One thread per CTA checks the rules; three (an uneven split of every loop) check the barriers.
 // A kernel with register tiles runs with the CTA's threads (their layout's), and also generated
 // without them with the thread counts given. `context` goes into every failure message. Returns
-// the generated kernel's count of register tiles.
-inline int expect_same(const pallas::PallasCall& call, const std::vector<pallas::Array>& args, double rtol = 0,
+// the kernel generated with `opts` (its counts of register tiles, carries, products...).
+inline pallas::gpu::GeneratedKernel expect_same(const pallas::PallasCall& call, const std::vector<pallas::Array>& args, double rtol = 0,
                         double atol = 0, const pallas::gpu::CodegenOptions& opts = {},
                         const std::vector<int>& thread_counts = {1, 3}, const std::string& context = "") {
   using namespace pallas;
@@ -124,7 +124,7 @@ inline int expect_same(const pallas::PallasCall& call, const std::vector<pallas:
   check_on_gpu(k);
   if (k.register_tiles == 0) {
     for (int threads : thread_counts) check(k, threads);
-    return 0;
+    return k;
   }
   check(k, k.threads_per_cta);
   gpu::CodegenOptions in_the_arena = opts;
@@ -132,7 +132,7 @@ inline int expect_same(const pallas::PallasCall& call, const std::vector<pallas:
   const gpu::GeneratedKernel a = gpu::generate_cuda(*tc, grid, in_the_arena);
   check_on_gpu(a);
   for (int threads : thread_counts) check(a, threads);
-  return k.register_tiles;
+  return k;
 }
 
 }  // namespace test_util
