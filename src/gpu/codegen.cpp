@@ -828,6 +828,7 @@ GeneratedKernel generate_cuda(const TracedCall& call, const std::vector<int64_t>
   ctx.register_tile_count = &out.register_tiles;
   ctx.register_dots = &out.register_dots;
   ctx.register_carries = &out.register_carries;
+  ctx.register_captures = &out.register_captures;
   ctx.register_a_products = &out.register_a_products;
   if (gpu_kernel) {
     ctx.registers = detail::register_reallocation(k, thread_axis_name, out.num_groups);

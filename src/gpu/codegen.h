@@ -202,6 +202,9 @@ struct GeneratedKernel {
   // Results of control flow held in registers: a fori_loop's or while_loop's carries, a cond's,
   // switch's or run_scoped's results (plan_loop_carries).
   int register_carries = 0;
+  // Register tiles made outside a loop's body, a condition or a branch and read inside it in their
+  // registers (captured_offers_ in emitter.h).
+  int register_captures = 0;
   // The gpu::kernel's set_max_registers are setmaxnreg (register_reallocation in emitter.h), and
   // the kernel is declared with __launch_bounds__(threads_per_cta, 1).
   bool reallocates_registers = false;

@@ -223,26 +223,39 @@ std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& 
 void Emitter::plan_fragments(const ir::Region& r, const std::function<const AccumulatorRegisters*(ValueId)>& acc_of) {
   // Forget an earlier plan of r (a loop's body is planned again for each try of its carries).
   for (ValueId a : r.args) fragments_.erase(a);
-  for (const ir::Op& op : r.ops)
+  for (const ir::Op& op : r.ops) {
     for (ValueId v : op.results) fragments_.erase(v), fragment_mirrors_.erase(v);
+    for (const ir::Region& s : op.regions) captured_offers_.erase(&s);  // (offered again below)
+  }
+  captures_kept_.erase(&r);
   if (!ctx_.register_tiles || ctx_.group_threads <= 0 || ctx_.group_threads % (ctx_.blocked_tiles ? 32 : 128) != 0) return;
   const int warpgroups = ctx_.group_threads / 128;
-  // The ops of r using each value, and making each; values used in a nested region escape r.
-  std::map<ValueId, std::vector<size_t>> users;
+  // Control ops more than kCarryPlanningDepth levels deep keep their carries and results in the
+  // arena, and read what they capture there.
+  const auto depth = region_depth_.find(&r);
+  const bool plans_carries = depth == region_depth_.end() || depth->second < kCarryPlanningDepth;
+  // The ops of r using each value, and making each; the ops of r whose regions read a value made
+  // outside them (captured_by: offered to those regions in its layout, below) — past the depth
+  // cap, such a value escapes r (it is in the arena).
+  std::map<ValueId, std::vector<size_t>> users, captured_by;
   std::map<ValueId, size_t> made_by;
   std::set<ValueId> escapes;
-  std::function<void(const ir::Region&)> nested = [&](const ir::Region& sub) {
-    for (const ir::Op& o : sub.ops) {
-      escapes.insert(o.operands.begin(), o.operands.end());
-      for (const ir::Region& s : o.regions) nested(s);
-    }
-  };
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
     for (ValueId v : op.operands) users[v].push_back(i);
     for (ValueId v : op.results) made_by[v] = i;
-    for (const ir::Region& s : op.regions) nested(s);
+    for (const ir::Region& s : op.regions)
+      for (ValueId v : outer_reads(s)) {
+        if (!plans_carries) escapes.insert(v);
+        else if (std::vector<size_t>& by = captured_by[v]; by.empty() || by.back() != i) by.push_back(i);
+      }
   }
+  // The register tiles of enclosing regions that r reads, offered in their layouts (roots of this
+  // plan, as carried args are): r keeps those every use here reads so (captures_kept_).
+  const std::map<ValueId, FragmentLayout> captured = [&] {
+    const auto it = captured_offers_.find(&r);
+    return it == captured_offers_.end() ? std::map<ValueId, FragmentLayout>{} : it->second;
+  }();
   const auto yields_it = fragment_yields_.find(&r);
   const bool discovery = fragment_discovery_.count(&r) > 0;
   auto fused = [&](const ir::Op& op) { return op.results.size() == 1 && fused_producers_.count(op.results[0]); };
@@ -340,18 +353,18 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
       if (blocked_layout(type(v))) return true;
     return false;
   };
-  const auto depth = region_depth_.find(&r);
-  const bool plans_carries = depth == region_depth_.end() || depth->second < kCarryPlanningDepth;
-  for (const ir::Op& op : r.ops) {
-    if (!plans_carries || !carries_region_values(op)) continue;
-    const std::vector<const ir::Region*> yielding = yielding_regions(op);
-    if (!carries_blocked(op) && std::none_of(yielding.begin(), yielding.end(), [&](const ir::Region* y) { return loads_acc(*y); }))
-      continue;
-    std::vector<std::optional<FragmentLayout>>& c = carries[&op];
-    c = discover_loop_carries(op);
-    while (plan_loop_carries(op, c)) {
+  auto plan_carries = [&] {
+    for (const ir::Op& op : r.ops) {
+      if (!plans_carries || !carries_region_values(op)) continue;
+      const std::vector<const ir::Region*> yielding = yielding_regions(op);
+      if (!carries_blocked(op) && std::none_of(yielding.begin(), yielding.end(), [&](const ir::Region* y) { return loads_acc(*y); }))
+        continue;
+      std::vector<std::optional<FragmentLayout>>& c = carries[&op];
+      c = discover_loop_carries(op);
+      while (plan_loop_carries(op, c)) {
+      }
     }
-  }
+  };
   std::set<ValueId> banned;
   std::map<ValueId, FragmentLayout> chosen;
   auto layout_of = [&](ValueId v) -> const FragmentLayout* {
@@ -393,6 +406,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     }
     if (op->code == OpCode::Store || (is_elementwise(*op) && op->code != OpCode::Constant)) return loop_fits(*op);
     if (op->code == OpCode::Yield) {  // r's loop carries it: in this layout
+      if (captured.count(v)) return false;  // (an enclosing region's: never yielded in registers)
       for (size_t i = 0; i < op->operands.size(); ++i) {
         if (op->operands[i] != v) continue;
         const bool carried = yields_it != fragment_yields_.end() && i < yields_it->second.size() &&
@@ -445,7 +459,9 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   auto mirrorable = [&](ValueId v, const FragmentLayout& l) {
     // (Only on the way to a reduction: there the registers save its barriers and traffic; a
     // tile only read elementwise besides gains nothing worth the copy's barrier.)
-    if (escapes.count(v) || !reduced.count(v) || !l.blocked() || l.rows || l.cols || fragment_args_.count(v)) return false;
+    if (escapes.count(v) || captured_by.count(v) || !reduced.count(v) || !l.blocked() || l.rows || l.cols ||
+        fragment_args_.count(v))
+      return false;
     const auto maker = made_by.find(v);
     if (maker == made_by.end() || !r.ops[maker->second].regions.empty()) return false;  // (a loop's: its carries')
     for (size_t u : users[v]) {
@@ -461,6 +477,8 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // would compute all of it: the arena's loops share the work instead.
   auto drop_unanchored_columns = [&] {
     std::set<ValueId> anchored;
+    // (One that a region of r reads: anchored or not there, by that region's plan.)
+    for (const auto& [v, by] : captured_by) anchored.insert(v);
     // The columns values an element of v reads (through fused ops).
     std::function<void(ValueId, std::set<ValueId>&)> cols_read = [&](ValueId v, std::set<ValueId>& out) {
       if (const FragmentLayout* l = layout_of(v); l && l->cols) out.insert(v);
@@ -502,6 +520,8 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
         chosen.clear();
         for (ValueId a : r.args)
           if (const auto it = roots.find(a); it != roots.end() && !banned.count(a)) chosen[a] = it->second;
+        for (const auto& [v, l] : captured)
+          if (!banned.count(v)) chosen[v] = l;
         for (const ir::Op& op : r.ops) {
           if (carries.count(&op)) {
             const std::vector<std::optional<FragmentLayout>>& c = carries[&op];
@@ -571,9 +591,46 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
         for (size_t i = 0; i < c.size(); ++i)
           if (!c[i] && chosen.count(loop->results[i])) banned.insert(loop->results[i]), dropped = true;
       }
+      // The register tiles that the regions of r's control ops read: offered to each region (it
+      // plans again where its offer changed, its op's carries too); one a region does not keep
+      // goes to the arena, and the plan settles again.
+      for (const ir::Op& op : r.ops) {
+        if (op.regions.empty() || !plans_carries) continue;
+        bool offered_anew = false;
+        for (const ir::Region& s : op.regions) {
+          std::map<ValueId, FragmentLayout> offer;
+          for (ValueId v : outer_reads(s))
+            if (const FragmentLayout* l = layout_of(v)) offer.emplace(v, *l);
+          std::map<ValueId, FragmentLayout>& current = captured_offers_[&s];
+          if (offer != current) current = std::move(offer), offered_anew = true;
+        }
+        if (offered_anew) {
+          std::vector<std::optional<FragmentLayout>> none(op.results.size());
+          std::vector<std::optional<FragmentLayout>>& c = carries.count(&op) ? carries[&op] : none;
+          const std::vector<std::optional<FragmentLayout>> before = c;
+          while (plan_loop_carries(op, c)) {
+          }
+          if (c != before) dropped = true;  // (its results' plan changed: grow again)
+        }
+        for (const ir::Region& s : op.regions)
+          for (const auto& [v, l] : captured_offers_[&s])
+            if (!captures_kept_[&s].count(v)) banned.insert(v), dropped = true;
+      }
       if (!dropped) break;
     }
   };
+  // Where r's control ops read register tiles made outside them, the plan settles first without
+  // carries, so that their regions find their carries with those tiles offered (a branch's
+  // `x + 1` of a captured x is a register tile to yield only with x in registers); then afresh.
+  const bool offers = std::any_of(captured_by.begin(), captured_by.end(), [&](const auto& by) {
+    const ValueId v = by.first;
+    return made_by.count(v) || captured.count(v) || std::find(r.args.begin(), r.args.end(), v) != r.args.end();
+  });
+  if (offers) {
+    settle();
+    banned.clear();
+  }
+  plan_carries();
   settle();
   // The register budget, a heuristic: the 32-bit registers of the register tiles live at once in
   // r, from the op making each to its last use in r. Past it, the largest tile live at the peak
@@ -581,17 +638,21 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
   // ACC's registers (a load of one is a copy the compiler renames away where the ACC is not read
   // again — attention's scores; an ACC kept across is the minority), the tiles of enclosing
   // regions live across r (a loop's carries: counted at the loop's op in its parent), a column
-  // reduction's partials, and a fused use's own loop (the span ends at its user's op). Measured
-  // with ptxas in PERFORMANCE.md, stop 47.
+  // reduction's partials, and a fused use's own loop (the span ends at its user's op). A tile that
+  // r's control ops read inside lives to the last of them; one r reads of an enclosing region is
+  // that region's (not counted here, as carries are not). Measured with ptxas in PERFORMANCE.md,
+  // stop 47.
   std::map<ValueId, size_t> defined = made_by;
   for (ValueId a : r.args) defined[a] = 0;
   for (;;) {
     std::vector<int64_t> live(r.ops.size() + 1, 0);
     std::map<ValueId, std::pair<size_t, size_t>> span;
     for (const auto& [v, l] : chosen) {
+      if (captured.count(v)) continue;
       const size_t from = defined.at(v);
       size_t to = from;
       for (size_t u : users[v]) to = std::max(to, u);
+      for (size_t u : captured_by[v]) to = std::max(to, u);
       span[v] = {from, to};
       const int64_t words = (l.registers() * itemsize(type(v).dtype) + 3) / 4;
       for (size_t i = from; i <= to; ++i) live[i] += words;
@@ -601,6 +662,7 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     ValueId victim = -1;
     std::pair<int64_t, size_t> worst{-1, 0};
     for (const auto& [v, l] : chosen) {
+      if (captured.count(v)) continue;
       const auto [from, to] = span[v];
       if (from > peak || to < peak) continue;
       const std::pair<int64_t, size_t> size{l.registers() * itemsize(type(v).dtype), to - from};
@@ -610,7 +672,10 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
     banned.insert(victim);
     settle();
   }
-  for (const auto& [v, l] : chosen) fragments_[v] = l;
+  for (const auto& [v, l] : chosen) {
+    if (captured.count(v)) captures_kept_[&r].insert(v);
+    else fragments_[v] = l;
+  }
   for (ValueId v : mirrored)
     if (chosen.count(v)) fragment_mirrors_.insert(v);
 }
@@ -728,7 +793,8 @@ std::vector<std::optional<FragmentLayout>> Emitter::discover_loop_carries(const 
     for (const ir::Region* r : yielding) {
       plan_fusion(*r);
       for (size_t i = 0; i < carries.size(); ++i) {
-        const auto it = fragments_.find(r->ops.back().operands[i]);
+        const ValueId y = r->ops.back().operands[i];
+        const auto it = outer_reads(*r).count(y) ? fragments_.end() : fragments_.find(y);  // (r's own)
         if (it == fragments_.end()) continue;
         if (!yielded[i]) yielded[i] = it->second;
         if (*yielded[i] == it->second) ++agreeing[i];
@@ -749,9 +815,11 @@ bool Emitter::plan_loop_carries(const ir::Op& loop, std::vector<std::optional<Fr
   for (const ir::Region* r : yielding) {
     fragment_yields_[r] = carries;
     plan_fusion(*r);
+    if (r->ops.empty()) continue;  // (a branch of a cond without results may be empty)
     const ir::Op& yield = r->ops.back();
     for (size_t i = 0; i < carries.size(); ++i) {
-      const auto y = yield.code == OpCode::Yield ? fragments_.find(yield.operands[i]) : fragments_.end();
+      const bool own = yield.code == OpCode::Yield && !outer_reads(*r).count(yield.operands[i]);
+      const auto y = own ? fragments_.find(yield.operands[i]) : fragments_.end();
       if (carries[i] && (y == fragments_.end() || !(y->second == *carries[i]))) kept[i] = false;
     }
   }

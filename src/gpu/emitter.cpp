@@ -265,6 +265,22 @@ Emitter::Emitter(const ir::Kernel& k, EmitContext ctx, int indent)
   nest(k.body, 0);
 }
 
+const std::set<ValueId>& Emitter::outer_reads(const ir::Region& r) {
+  if (const auto it = outer_reads_.find(&r); it != outer_reads_.end()) return it->second;
+  std::set<ValueId> reads;
+  for (const ir::Op& op : r.ops) {
+    reads.insert(op.operands.begin(), op.operands.end());
+    for (const ir::Region& sub : op.regions) {
+      const std::set<ValueId>& inner = outer_reads(sub);
+      reads.insert(inner.begin(), inner.end());
+    }
+  }
+  for (ValueId a : r.args) reads.erase(a);
+  for (const ir::Op& op : r.ops)
+    for (ValueId v : op.results) reads.erase(v);
+  return outer_reads_[&r] = std::move(reads);
+}
+
 void Emitter::line(const std::string& s) {
   if (s.rfind("//", 0) != 0) just_synced_ = false;  // a comment after a barrier: still synced
   *ctx_.out << std::string(static_cast<size_t>(indent_) * 2, ' ') << s << "\n";
@@ -420,7 +436,7 @@ std::string Emitter::scalar_slot_begin(ValueId v) {
 }
 
 void Emitter::scalar_slot_end(ValueId v, const std::string& slot) {
-  tile_written_ = true;
+  after_tile_write();
   barrier();
   int64_t off = values_[static_cast<size_t>(v)].offset;
   bind_scalar(v, slot + "[0]");
@@ -470,7 +486,7 @@ void Emitter::after_mem_read(ValueId ref) {
   else after_mem_read();
 }
 void Emitter::after_mem_write(ValueId ref) {
-  if (const int* g = memory_group_of(ref)) groups_written_.insert(*g);
+  if (const int* g = memory_group_of(ref)) groups_written_.insert(*g), ++writes_;
   else after_mem_write();
 }
 
@@ -933,9 +949,11 @@ bool Emitter::is_bulk_copy(const ir::Op& op) {
 std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
   bulk_fenced_ = false;  // (a Cond's other branch, the body emitted again: not after this one's copies)
   plan_fusion(r);
+  if (const auto kept = captures_kept_.find(&r); kept != captures_kept_.end() && ctx_.register_captures)
+    for (ValueId v : kept->second) *ctx_.register_captures += counted_captures_.insert(v).second;
   compute_last_uses(r);
   std::vector<ValueId> yielded;
-  const size_t outer_reads = fused_read_refs_.size();  // (an enclosing region's, pending past this one)
+  const size_t enclosing_reads = fused_read_refs_.size();  // (an enclosing region's, pending past this one)
   for (const ir::Op& op : r.ops) {
     if (op.code == OpCode::Yield) {
       yielded = op.operands;
@@ -979,8 +997,8 @@ std::vector<ValueId> Emitter::emit_region(const ir::Region& r) {
     release_dead(op);
   }
   // (A fused load whose user never came: read by now.)
-  for (size_t f = outer_reads; f < fused_read_refs_.size(); ++f) after_mem_read(fused_read_refs_[f].first);
-  fused_read_refs_.resize(outer_reads);
+  for (size_t f = enclosing_reads; f < fused_read_refs_.size(); ++f) after_mem_read(fused_read_refs_[f].first);
+  fused_read_refs_.resize(enclosing_reads);
   // (What the region's ops accessed, as plain pending accesses for the code around it: a branch,
   // a loop's body.)
   fold_memory_groups();
@@ -1516,18 +1534,18 @@ void Emitter::emit_control(const ir::Op& op) {
     case OpCode::For: {
       const ir::Region& body = op.regions[0];
       std::string it = fresh("it");
-      std::vector<std::string> holders = open_loop(
+      const OpenLoop loop = open_loop(
           op, 2, "for (pl_i64 " + it + " = " + info(op.operands[0]).name + "; " + it + " < " + info(op.operands[1]).name + "; ++" + it + ") {");
       bind_scalar(body.args[0], "(" + ctype(type(body.args[0]).dtype) + ")" + it);
       bind_carries(body, 1, op.results);
       const size_t mark = ctx_.arena->pending_mark();
-      close_loop_body(op, body, mark, holders, emit_region(body));
+      close_loop_body(op, body, mark, loop, emit_region(body));
       return;
     }
     case OpCode::While: {
       const ir::Region& cond = op.regions[0];
       const ir::Region& body = op.regions[1];
-      std::vector<std::string> holders = open_loop(op, 0, "while (true) {");
+      const OpenLoop loop = open_loop(op, 0, "while (true) {");
       bind_carries(cond, 0, op.results);
       std::vector<ValueId> pred = emit_region(cond);
       line("if (!" + info(pred.at(0)).name + ") break;");
@@ -1539,7 +1557,7 @@ void Emitter::emit_control(const ir::Op& op) {
       bind_carries(body, 0, op.results);
       // (Not the condition's tiles: the last condition runs after the body's last barrier.)
       const size_t mark = ctx_.arena->pending_mark();
-      close_loop_body(op, body, mark, holders, emit_region(body));
+      close_loop_body(op, body, mark, loop, emit_region(body));
       tile_written_ |= cond_tile_written, mem_written_ |= cond_mem_written, mem_read_ |= cond_mem_read;
       return;
     }
@@ -1722,27 +1740,57 @@ void Emitter::emit_scope_body(const ir::Op& op, const std::vector<std::string>& 
   line("}");
 }
 
-// A loop's carries live in holders (its results), initialised from the operands from
-// `first_carry` on; the loop starts after a barrier, so every iteration starts clean.
-std::vector<std::string> Emitter::open_loop(const ir::Op& op, size_t first_carry, const std::string& header) {
-  std::vector<std::string> holders;
-  for (size_t c = 0; c < op.results.size(); ++c) {
-    holders.push_back(declare_result_holder(op.results[c]));
-    copy_into(op.results[c], holders.back(), op.operands[first_carry + c]);
+namespace {
+// Whether ops of r (and of its loops and branches) are all ones that cannot write memory or
+// tiles by their kind: values, loads, views, control flow — not stores, atomics, products, sorts,
+// scopes or GPU primitives (their barriers and async state are their own protocol).
+bool writes_nothing(const ir::Region& r) {
+  for (const ir::Op& op : r.ops) {
+    if (op.code == OpCode::Yield) continue;
+    const bool control = op.code == OpCode::For || op.code == OpCode::While || op.code == OpCode::Cond || op.code == OpCode::Switch;
+    if (control) {
+      if (!std::all_of(op.regions.begin(), op.regions.end(), writes_nothing)) return false;
+      continue;
+    }
+    if (!op.regions.empty() || op.info().is(ir::kSideEffect) || op.info().is(ir::kMemWrite) ||
+        op.code == OpCode::DotGeneral || op.code == OpCode::Sort)
+      return false;
   }
-  if (tile_written_ || mem_written_ || mem_read_) barrier();
+  return true;
+}
+}  // namespace
+
+// A loop's carries live in holders (its results), initialised from the operands from
+// `first_carry` on; the loop starts after a barrier, so every iteration starts clean — but for a
+// loop whose regions write nothing (register tiles, loads, scalars): only writes pending before it
+// need one (its reads of what they wrote), reads pending do not.
+Emitter::OpenLoop Emitter::open_loop(const ir::Op& op, size_t first_carry, const std::string& header) {
+  OpenLoop loop;
+  for (size_t c = 0; c < op.results.size(); ++c) {
+    loop.holders.push_back(declare_result_holder(op.results[c]));
+    copy_into(op.results[c], loop.holders.back(), op.operands[first_carry + c]);
+  }
+  loop.writes_nothing = std::all_of(op.regions.begin(), op.regions.end(), writes_nothing);
+  if (loop.writes_nothing) fold_memory_groups();
+  if (tile_written_ || mem_written_ || (mem_read_ && !loop.writes_nothing)) barrier();
+  loop.writes = writes_;
+  loop.pending = ctx_.arena->pending_mark();
   line(header);
   ++indent_;
   ++conditional_depth_;
-  return holders;
+  return loop;
 }
 
-// The yields become the next carries; a barrier ends every iteration.
-void Emitter::close_loop_body(const ir::Op& op, const ir::Region& body, size_t arena_mark,
-                              const std::vector<std::string>& holders, const std::vector<ValueId>& ys) {
-  assign_carries(op.results, holders, ys);
+// The yields become the next carries; a barrier ends every iteration — but one of a loop whose
+// regions wrote nothing and released no arena range (only registers, scalars and reads: the next
+// iteration has no write to order after this one's reads, and the state it starts from is the
+// one the body was emitted for, reads pending at most).
+void Emitter::close_loop_body(const ir::Op& op, const ir::Region& body, size_t arena_mark, const OpenLoop& loop,
+                              const std::vector<ValueId>& ys) {
+  assign_carries(op.results, loop.holders, ys);
   release_yielded(body, ys);
-  barrier();
+  const bool wrote = !loop.writes_nothing || writes_ != loop.writes || ctx_.arena->pending_mark() != loop.pending;
+  if (wrote) barrier();
   // What the body released is free past the loop: every access to it was before an iteration's
   // last barrier (a barrier inside the loop frees nothing: conditional_depth_).
   ctx_.arena->settle_pending_since(arena_mark);
@@ -1849,7 +1897,7 @@ void Emitter::fill_uninitialized(const std::string& ptr, DType t, int64_t n) {
   line(ptr + "[e] = " + uninitialized_literal(t) + ";");
   close_loop();
   after_tile_write();
-  mem_written_ = true;
+  after_mem_write();
 }
 
 std::string atomic_new_value(DType t, const std::string& kind) {

@@ -341,6 +341,7 @@ struct EmitContext {
   int* register_a_products = nullptr;  // wgmma taking a from registers (GeneratedKernel::register_a_products)
   int* register_dots = nullptr;  // dot results made in registers (GeneratedKernel::register_dots)
   int* register_carries = nullptr;  // control-flow results in registers (GeneratedKernel::register_carries)
+  int* register_captures = nullptr;  // register tiles read inside control flow (GeneratedKernel::register_captures)
 };
 
 class Emitter {
@@ -482,8 +483,8 @@ class Emitter {
   // sync only its path: the arena frees nothing at them, and what was pending before it still is
   // after it.
   void emit_other_path(const std::string& header, const std::function<void()>& body);
-  void after_tile_write() { tile_written_ = true; }
-  void after_mem_write() { mem_written_ = true; }
+  void after_tile_write() { tile_written_ = true, ++writes_; }
+  void after_mem_write() { mem_written_ = true, ++writes_; }
   void after_mem_read() { mem_read_ = true; }
   int indent() const { return indent_; }
 
@@ -610,6 +611,18 @@ class Emitter {
   // structure, so that a region plans alike whoever plans it.
   static constexpr int kCarryPlanningDepth = 6;
   std::map<const ir::Region*, int> region_depth_;
+  // Captured register tiles: a value of an enclosing region that a loop's body, a condition or a
+  // branch reads (a load made before the loop, read in each iteration) stays in its registers
+  // where every read inside keeps it so. Per region of a control op: the values it reads that
+  // are made outside it (outer_reads, by the kernel's structure), the register tiles its
+  // enclosing region offers it in their layouts (captured_offers_: the roots of its plan, as its
+  // loop's carried args are), and those its last plan kept (captures_kept_; the enclosing plan
+  // sends the others to the arena and plans again). A captured tile is never yielded in registers.
+  const std::set<ir::ValueId>& outer_reads(const ir::Region& r);  // (memoized in outer_reads_)
+  std::map<const ir::Region*, std::set<ir::ValueId>> outer_reads_;
+  std::map<const ir::Region*, std::map<ir::ValueId, FragmentLayout>> captured_offers_;
+  std::map<const ir::Region*, std::set<ir::ValueId>> captures_kept_;
+  std::set<ir::ValueId> counted_captures_;  // (GeneratedKernel::register_captures, once each)
   // `for` this thread's elements of a register tile's layout: pl_k its register, e the element's
   // row-major index (each with its own #pragma unroll, so pl_k is a constant and the registers stay
   // registers); at() reads a register tile as its register pl_k. `pairs`: for each even register
@@ -750,10 +763,18 @@ class Emitter {
   // Binds a fused op's result (no code but a comment, and a load's barrier and view pointer).
   void emit_fused(const ir::Op& op);
   std::string declare_result_holder(ir::ValueId v);
-  std::vector<std::string> open_loop(const ir::Op& op, size_t first_carry, const std::string& header);
+  // A loop being emitted: its carries' holders, and whether its regions write nothing (writes_
+  // when they began; writes_nothing): then no barrier ends an iteration that wrote nothing.
+  struct OpenLoop {
+    std::vector<std::string> holders;
+    bool writes_nothing = false;
+    int64_t writes = 0;
+    size_t pending = 0;  // (Arena::pending_mark() then)
+  };
+  OpenLoop open_loop(const ir::Op& op, size_t first_carry, const std::string& header);
   // (arena_mark: Arena::pending_mark() before the body was emitted.)
-  void close_loop_body(const ir::Op& op, const ir::Region& body, size_t arena_mark,
-                       const std::vector<std::string>& holders, const std::vector<ir::ValueId>& ys);
+  void close_loop_body(const ir::Op& op, const ir::Region& body, size_t arena_mark, const OpenLoop& loop,
+                       const std::vector<ir::ValueId>& ys);
   void bind_carries(const ir::Region& r, size_t first, const std::vector<ir::ValueId>& holders);
   void assign_carries(const std::vector<ir::ValueId>& results, const std::vector<std::string>& holders,
                       const std::vector<ir::ValueId>& ys);
@@ -806,6 +827,7 @@ class Emitter {
   std::map<const ir::Op*, const ir::Op*> fused_load_users_;
   bool tile_written_ = false, mem_written_ = false, mem_read_ = false;
   std::set<int> groups_read_, groups_written_;  // memory groups accessed since the last barrier
+  int64_t writes_ = 0;  // tile and memory writes emitted so far (a loop whose body added none: OpenLoop)
   int conditional_depth_ = 0;
   bool just_synced_ = false;  // the last line emitted is a barrier  // inside a loop body or a branch that may not run
 };

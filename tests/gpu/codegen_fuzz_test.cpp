@@ -770,6 +770,7 @@ struct ControlFlowKernel {
 };
 
 uint32_t control_flow_kernels_carrying_registers = 0;  // (of a run of seeds: GeneratedKernel::register_carries > 0)
+uint32_t control_flow_kernels_capturing_registers = 0;  // (GeneratedKernel::register_captures > 0)
 
 void run_control_flow_seed(uint32_t seed) {
   ControlFlowKernel kernel{seed};
@@ -784,20 +785,27 @@ void run_control_flow_seed(uint32_t seed) {
   call.trace({x.shape_dtype()});  // (fills steps for the message)
   const std::string context = "control-flow seed " + std::to_string(seed) + ": " + *kernel.steps + "\n";
   SCOPED_TRACE(context);
-  const int carries = test_util::expect_same(call, {x}, 2e-3, 2e-3, {}, {1, 3, 64}, context).register_carries;
-  control_flow_kernels_carrying_registers += carries > 0 ? 1 : 0;
-  if (std::getenv("PALLAS_FUZZ_VERBOSE")) std::printf("%d control-flow results in registers: %s", carries, context.c_str());
+  const gpu::GeneratedKernel k = test_util::expect_same(call, {x}, 2e-3, 2e-3, {}, {1, 3, 64}, context);
+  control_flow_kernels_carrying_registers += k.register_carries > 0 ? 1 : 0;
+  control_flow_kernels_capturing_registers += k.register_captures > 0 ? 1 : 0;
+  if (std::getenv("PALLAS_FUZZ_VERBOSE"))
+    std::printf("%d control-flow results and %d captured tiles in registers: %s", k.register_carries, k.register_captures,
+                context.c_str());
 }
 
 void run_control_flow_seeds(uint32_t first, uint32_t count) {
-  control_flow_kernels_carrying_registers = 0;
+  control_flow_kernels_carrying_registers = control_flow_kernels_capturing_registers = 0;
   const uint32_t ran = run_seed_range("PALLAS_FUZZ_CONTROL_FLOW_SEED", first, count, run_control_flow_seed);
-  std::printf("%u of %u control-flow kernels hold loop carries or branch results in registers\n",
-              control_flow_kernels_carrying_registers, ran);
-  // (Else the plan of loop carries and branch results in registers would go unchecked: 4 of the
-  // first 8 seeds hold some, 41 of the first 68.)
-  if (ran > 1 && !testing::Test::HasFailure())
+  std::printf("%u of %u control-flow kernels hold loop carries or branch results in registers, %u read captured "
+              "register tiles\n",
+              control_flow_kernels_carrying_registers, ran, control_flow_kernels_capturing_registers);
+  // (Else the plans of loop carries and branch results in registers, and of tiles read inside
+  // control flow, would go unchecked: of the first 8 seeds 5 hold carries and 5 capture tiles, of
+  // the first 108, 68 and 41.)
+  if (ran > 1 && !testing::Test::HasFailure()) {
     EXPECT_GE(control_flow_kernels_carrying_registers * 4, ran) << "too few kernels hold control-flow results in registers";
+    EXPECT_GE(control_flow_kernels_capturing_registers * 4, ran) << "too few kernels read captured register tiles";
+  }
 }
 
 TEST(GpuCodegenFuzz, RandomKernelsMatchTheInterpreterA) { run_seeds(0, 6); }

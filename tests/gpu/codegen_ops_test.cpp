@@ -666,6 +666,85 @@ TEST(GpuCodegenOps, PallasCallBranchResultsStayInRegisters) {
   EXPECT_EQ(cond_taken, (std::set<int>{0, 1}));  // (the seeds take both ways)
 }
 
+// A register tile made before a loop or a branch and read inside it stays in its registers (a
+// captured tile, Emitter::captured_offers_): x * 2 read by a fori_loop's body, by both branches of
+// a cond (whose results then stay in registers too), by a `when` without results, and by a cond
+// inside a loop (two levels); such loops, writing nothing, run without barriers. Where a read
+// inside cannot take registers — a reversal of rows, or the body yielding the tile itself — it is
+// an arena tile as before. Against plain C++.
+TEST(GpuCodegenOps, PallasCallCapturedTilesStayInRegisters) {
+  enum Case { kLoop, kBranches, kWhen, kNested, kRowReversal, kYielded };
+  for (const Case c : {kLoop, kBranches, kWhen, kNested, kRowReversal, kYielded}) {
+    SCOPED_TRACE("case " + std::to_string(static_cast<int>(c)));
+    auto kernel = [c](const pl::Ref& x, const pl::Ref& y, const pl::Ref& o) {
+      const pl::Value xv = x[pl::all] * 2.0f;  // (16, 64): made outside, read inside
+      const pl::Value yv = y[pl::all];
+      pl::Value r;
+      switch (c) {
+        case kLoop: r = pl::fori_loop(0, 3, yv, [&](pl::Value, pl::Value acc) { return acc * 0.5f + xv; }); break;
+        case kBranches:
+          r = pl::cond(pl::sum(yv) > 0.0f, [&] { return xv + 1.0f; }, [&] { return xv * y[pl::all]; });
+          break;
+        case kWhen:
+          pl::when(pl::sum(yv) > 0.0f, [&] { o[pl::all] = pl::exp(xv * 0.25f); });
+          pl::when(pl::sum(yv) <= 0.0f, [&] { o[pl::all] = xv - 1.0f; });
+          return;
+        case kNested:
+          r = pl::fori_loop(0, 3, yv, [&](pl::Value i, pl::Value acc) {
+            return pl::cond(i % 2 == 0, [&] { return acc + xv; }, [&] { return acc - xv * 0.5f; });
+          });
+          break;
+        case kRowReversal: r = pl::fori_loop(0, 2, yv, [&](pl::Value, pl::Value acc) { return acc + pl::rev(xv, {0}); }); break;
+        case kYielded: r = pl::fori_loop(0, 2, yv, [&](pl::Value, pl::Value) { return xv; }); break;
+      }
+      o[pl::all] = r - pl::broadcast_to(pl::expand_dims(pl::max(r, {1}), {1}), {16, 64});
+    };
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 64}, DType::F32), opts({}, {}, {}));
+    for (const double y_mean : {0.5, -0.5}) {  // (the branches' predicate both ways)
+      const Array x = Array::random_normal({16, 64}, DType::F32, 71), y = Array::random_normal({16, 64}, DType::F32, 72, y_mean);
+      const gpu::GeneratedKernel k = expect_same(call, {x, y}, 1e-5, 1e-5);
+      const bool in_registers = c != kRowReversal && c != kYielded;
+      EXPECT_EQ(k.register_captures, !in_registers ? 0 : c == kNested ? 2 : 1);  // (nested: x * 2, and acc in the cond)
+      const std::string point = grid_point_function(k.source);
+      if (in_registers) {
+        EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // no arena tile
+      }
+      if (c == kLoop || c == kNested) {
+        // A loop of registers and reads only needs no barrier at its start or in its iterations.
+        const size_t from = point.find("// for "), to = point.find("// reduce_max");
+        ASSERT_NE(from, std::string::npos);
+        EXPECT_EQ(count_of(point.substr(from, to - from), "pl_sync()"), 0) << point;
+      }
+      std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
+      const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+      const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles(), os = got[0].to_doubles();
+      double total = 0;
+      for (double e : ys) total += e;
+      std::vector<double> want(1024);
+      for (size_t e = 0; e < 1024; ++e) {
+        const double xv = 2 * xs[e], xr = 2 * xs[(15 - e / 64) * 64 + e % 64];
+        double acc = ys[e];
+        switch (c) {
+          case kLoop: for (int i = 0; i < 3; ++i) acc = acc * 0.5 + xv; break;
+          case kBranches: acc = total > 0 ? xv + 1 : xv * ys[e]; break;
+          case kWhen: acc = total > 0 ? std::exp(xv * 0.25) : xv - 1; break;
+          case kNested: for (int i = 0; i < 3; ++i) acc = i % 2 == 0 ? acc + xv : acc - xv * 0.5; break;
+          case kRowReversal: acc += 2 * xr; break;
+          case kYielded: acc = xv; break;
+        }
+        want[e] = acc;
+      }
+      for (size_t row = 0; row < 16; ++row) {
+        const double mx = *std::max_element(want.begin() + static_cast<long>(row * 64), want.begin() + static_cast<long>(row * 64 + 64));
+        for (size_t j = 0; j < 64; ++j) {
+          const double w = c == kWhen ? want[row * 64 + j] : want[row * 64 + j] - mx;
+          EXPECT_NEAR(os[row * 64 + j], w, 1e-4 * (1 + std::abs(w))) << y_mean << ": " << row << ", " << j;
+        }
+      }
+    }
+  }
+}
+
 // Control flow nested deeper than the planner follows carries (Emitter::kCarryPlanningDepth):
 // planning an op's carries plans its regions two or three times over and theirs inside each, so
 // 12 conds nested in each other's branches took 11 s to generate, about three times more per
