@@ -231,7 +231,9 @@ void Emitter::with_team_scratch(bool wide, const std::string& A, int64_t acc_byt
   if (!wide) return use("(" + A + "*)0");
   const int64_t bytes = 32 * acc_bytes, offset = ctx_.arena->alloc(bytes);
   use("(" + A + "*)(" + ctx_.arena_base + " + " + std::to_string(offset) + ")");
-  ctx_.arena->release(offset, bytes);
+  // (Free at once: the team's runtime functions sync after their last read of it — a loop of
+  // register tiles reducing them is still a loop that writes nothing, close_loop_body.)
+  ctx_.arena->release_synced(offset, bytes);
 }
 
 bool Emitter::emit_team_reduction(ValueId x, const std::vector<size_t>& reduced, const std::string& out,

@@ -535,7 +535,9 @@ class Emitter {
   // syncs are the group's). Opens `{` and the loop; the caller closes both.
   void open_team_loop(int64_t results, int64_t count, bool team);
   // Emits what `use(scratch)` gives, scratch being 32 accumulators of type A in the arena when a
-  // team may be wider than a warp (`wide`), else a null pointer.
+  // team may be wider than a warp (`wide`), else a null pointer; `use` calls a runtime function
+  // that syncs the group after its last access of the scratch (pl_team_combine,
+  // pl_team_exclusive_scan), so the range is free again right after.
   void with_team_scratch(bool wide, const std::string& A, int64_t acc_bytes,
                          const std::function<void(const std::string& scratch)>& use);
   void emit_gpu_op(const ir::Op& op);  // emit_gpu_ops.cpp: gpu::kernel's primitives
