@@ -1763,7 +1763,8 @@ bool writes_nothing(const ir::Region& r) {
 // A loop's carries live in holders (its results), initialised from the operands from
 // `first_carry` on; the loop starts after a barrier, so every iteration starts clean — but for a
 // loop whose regions write nothing (register tiles, loads, scalars): only writes pending before it
-// need one (its reads of what they wrote), reads pending do not.
+// need one (its reads of what they wrote), reads pending do not (they are pending after the loop
+// too, close_loop_body: its body's barriers may never run).
 Emitter::OpenLoop Emitter::open_loop(const ir::Op& op, size_t first_carry, const std::string& header) {
   OpenLoop loop;
   for (size_t c = 0; c < op.results.size(); ++c) {
@@ -1773,6 +1774,7 @@ Emitter::OpenLoop Emitter::open_loop(const ir::Op& op, size_t first_carry, const
   loop.writes_nothing = std::all_of(op.regions.begin(), op.regions.end(), writes_nothing);
   if (loop.writes_nothing) fold_memory_groups();
   if (tile_written_ || mem_written_ || (mem_read_ && !loop.writes_nothing)) barrier();
+  loop.at_entry = pending_syncs();
   loop.writes = writes_;
   loop.pending = ctx_.arena->pending_mark();
   line(header);
@@ -1797,6 +1799,7 @@ void Emitter::close_loop_body(const ir::Op& op, const ir::Region& body, size_t a
   --conditional_depth_;
   --indent_;
   line("}");  // after a loop of zero iterations no barrier ran: line() clears just_synced_
+  restore_pending(loop.at_entry);
 }
 
 // Region args of a loop: scalar carries are copies of the holders, tile carries share them.

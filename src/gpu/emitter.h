@@ -772,6 +772,10 @@ class Emitter {
     bool writes_nothing = false;
     int64_t writes = 0;
     size_t pending = 0;  // (Arena::pending_mark() then)
+    // What was pending at the loop's entry, past its entry barrier (the reads a loop that writes
+    // nothing starts without syncing): still pending after a loop of no iterations, whatever
+    // barriers its body has.
+    PendingSyncs at_entry;
   };
   OpenLoop open_loop(const ir::Op& op, size_t first_carry, const std::string& header);
   // (arena_mark: Arena::pending_mark() before the body was emitted.)

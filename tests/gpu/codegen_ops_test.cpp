@@ -745,6 +745,54 @@ TEST(GpuCodegenOps, PallasCallCapturedTilesStayInRegisters) {
   }
 }
 
+// A loop whose body writes nothing by kind starts without a barrier while reads are pending (its
+// body only reads); when its emitted body writes anyway (the arena tile of a row reversal) its
+// iterations end with one — but a loop of no iterations runs none, so those reads are still
+// pending after it: a write after the loop must sync first. Thread 255 reads s[15, 63] into its
+// registers before the loop, thread 0 writes it after (a race ThreadSanitizer reports in host
+// emulation, and a wrong r when thread 0 is first). Against the interpreter and plain C++.
+TEST(GpuCodegenOps, ALoopOfNoIterationsLeavesTheReadsBeforeItPending) {
+  auto kernel = [](const pl::Ref& x, const pl::Ref& n, const pl::Ref& o, const pl::Ref& s) {
+    s[pl::all] = x[pl::all] * 2.0f;
+    const pl::Value count = n[0];
+    const pl::Value v = s[pl::all];  // (a register tile: each thread reads its own elements)
+    const pl::Value r = pl::fori_loop(0, count, v, [&](pl::Value, pl::Value acc) { return acc * 0.5f + pl::rev(acc * 0.25f, {0}); });
+    s(15, 63) = pl::scalar(7.0, DType::F32);
+    o[pl::all] = s[pl::all] + r;
+  };
+  PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 64}, DType::F32),
+                                    opts({}, {BlockSpec(), BlockSpec(MemorySpace::Smem)}, {}, {{{16, 64}, DType::F32, MemorySpace::Vmem}}));
+  const Array x = Array::random_normal({16, 64}, DType::F32, 81);
+  for (const int32_t count : {0, 2}) {
+    SCOPED_TRACE(count);
+    Array n = Array::full({1}, DType::I32, count);
+    const gpu::GeneratedKernel k = expect_same(call, {x, n}, 1e-6, 1e-6);
+    // The loop's carry is a register tile; after the loop, a barrier before the scalar store.
+    const std::string point = grid_point_function(k.source);
+    const size_t loop = point.find("for (pl_i64 it"), store = point.find("if (pl_tid() == 0)", loop);
+    ASSERT_NE(store, std::string::npos) << point;
+    const size_t loop_end = point.rfind("\n  }\n", store);
+    ASSERT_GT(loop_end, loop) << point;
+    EXPECT_EQ(count_of(point.substr(loop_end, store - loop_end), "pl_sync()"), 1) << point;
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), n.shape_dtype()});
+    for (int round = 0; round < 3; ++round) {  // (the race, were it there, goes either way)
+      const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), n.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+      const std::vector<double> xs = x.to_doubles(), os = got[0].to_doubles();
+      std::vector<double> r(1024);
+      for (size_t e = 0; e < 1024; ++e) r[e] = 2 * xs[e];
+      for (int i = 0; i < count; ++i) {
+        std::vector<double> next(1024);
+        for (size_t e = 0; e < 1024; ++e) next[e] = r[e] * 0.5 + r[(15 - e / 64) * 64 + e % 64] * 0.25;
+        r = next;
+      }
+      for (size_t e = 0; e < 1024; ++e) {
+        const double want = (e == 15 * 64 + 63 ? 7.0 : 2 * xs[e]) + r[e];
+        EXPECT_NEAR(os[e], want, 1e-5 * (1 + std::abs(want))) << e;
+      }
+    }
+  }
+}
+
 // Control flow nested deeper than the planner follows carries (Emitter::kCarryPlanningDepth):
 // planning an op's carries plans its regions two or three times over and theirs inside each, so
 // 12 conds nested in each other's branches took 11 s to generate, about three times more per
@@ -953,7 +1001,9 @@ TEST(GpuCodegenOps, PallasCallProductsStayInRegisters) {
     // (A skip per op leaves each register tile defined on one side of a branch: ptxas took 171
     // registers for the (64, 64) case at 256 threads so, 82 without.)
     EXPECT_EQ(register_writes_a_warpgroup_skips(g.source), std::vector<std::string>{});
-    if (c.m == 64 && c.threads == 256) EXPECT_CONTAINS(g.source, "if (pl_blk >= 1) continue;");  // (o's, lse's stores)
+    if (c.m == 64 && c.threads == 256) {
+      EXPECT_CONTAINS(g.source, "if (pl_blk >= 1) continue;");  // (o's, lse's stores)
+    }
     const std::vector<Array> got = gpu::run_host_emulation(*tc, g, {q.clone(), k.clone(), v.clone()}, tc->grid_mapping.grid,
                                                            g.threads_per_cta);
     const std::vector<double> qs = q.to_doubles(), ks = k.to_doubles(), vs = v.to_doubles();
@@ -1043,7 +1093,9 @@ TEST(GpuCodegenOps, PallasCallColumnReversalsStayInRegisters) {
     const gpu::GeneratedKernel k = expect_same(call, {x, y}, 1e-6, 1e-6);
     std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype(), y.shape_dtype()});
     const std::string point = grid_point_function(k.source);
-    if (m != 2) EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // no arena tile
+    if (m != 2) {
+      EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // no arena tile
+    }
     EXPECT_EQ(count_of(point, "] = pl_shfl_xor("), m == 2 ? 0 : 3) << point;
     const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone(), y.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
     const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles();
