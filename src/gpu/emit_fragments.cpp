@@ -201,10 +201,7 @@ Emitter::FragmentReads Emitter::fragment_reads(const ir::Op& op, size_t first,
 }
 
 std::optional<FragmentLayout> Emitter::fragment_loop_of(const ir::Op& op, bool& across, const FragmentLayout* loop) const {
-  auto layout_of = [this](ValueId v) -> const FragmentLayout* {
-    const ValueInfo& i = info(v);
-    return i.kind == ValueInfo::Kind::Fragment ? &i.frag : nullptr;
-  };
+  auto layout_of = [this](ValueId v) { return register_layout(v); };
   const bool store = op.code == OpCode::Store;
   if (store && !whole_value_store(op)) return std::nullopt;
   const FragmentReads reads = fragment_reads(op, store ? 1 : 0, layout_of, loop);
@@ -442,6 +439,9 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
              (warpgroups == 1 || (l.blocks_n() == 1 && d->blocks_n() == 1 && l.rounds == d->rounds)) &&
              (t == DType::BF16 || t == DType::F16) && l.n % 16 == 0 && l.n <= 256 && l.nc % 16 == 0;
     }
+    // A slice or concatenate moving whole registers (each of its operands a register tile).
+    if (op->code == OpCode::Slice || op->code == OpCode::Concatenate)
+      return register_piece_layout(*op, type(op->results[0]), layout_of).has_value();
     return op->operands.size() == 1 && op->operands[0] == v && reads_in_registers(*op, l);
   };
   // Whether every use of v reads it in its layout l.
@@ -539,6 +539,10 @@ void Emitter::plan_fragments(const ir::Region& r, const std::function<const Accu
           if (const FragmentLayout* x = op.operands.size() == 1 ? layout_of(op.operands[0]) : nullptr;
               x && (blocked_row_scan(op, *x) || blocked_column_rev(op, *x))) {
             chosen[res] = *x;
+            continue;
+          }
+          if (const std::optional<FragmentLayout> piece = register_piece_layout(op, type(res), layout_of)) {
+            chosen[res] = *piece;
             continue;
           }
           if (row_reduction(op.code) && op.operands.size() == 1) {
@@ -687,6 +691,8 @@ bool Emitter::reads_in_registers(const ir::Op& op, const FragmentLayout& l) cons
 
 bool Emitter::arena_reader_of_register_tile(const ir::Op& op, const FragmentLayout& l) const {
   if (!op.regions.empty() || op.code == OpCode::Yield || op.code == OpCode::GpuWgmma || is_elementwise(op)) return false;
+  // (While planning no operand is a register tile yet: a piece that did not fit reads the arena.)
+  if (op.code == OpCode::Slice || op.code == OpCode::Concatenate) return !register_piece_layout(op);
   if (op.code == OpCode::Store) return !whole_value_store(op);
   return !reads_in_registers(op, l);
 }
@@ -1265,6 +1271,87 @@ void Emitter::emit_blocked_column_rev(const ir::Op& op) {
     line(replica_guard(l) + out + "[" + at + "] = " + x + "[pl_k];");
   }
   close_fragment_loop();
+  if (in_registers) return;
+  after_tile_write();
+  barrier();  // (the threads holding the elements wrote them, not the arena's loops)
+}
+
+std::optional<FragmentLayout> Emitter::register_piece_layout(const ir::Op& op, const ir::Type& result,
+                                                             const std::function<const FragmentLayout*(ValueId)>& layout_of) {
+  if ((op.code != OpCode::Slice && op.code != OpCode::Concatenate) || op.operands.empty() || result.shape.size() != 2)
+    return std::nullopt;
+  const FragmentLayout* first = layout_of(op.operands[0]);
+  if (!first || !first->blocked() || first->rows || first->cols) return std::nullopt;
+  const int64_t band = first->band_rows(), run = int64_t{first->warps_per_row} * first->lanes_per_row;
+  FragmentLayout l = *first;
+  l.m = result.shape[0], l.n = result.shape[1];
+  if (l.m % band != 0 || l.n % run != 0) return std::nullopt;
+  if (op.code == OpCode::Slice) {
+    const ir::Ints& start = op.attrs.get_ints(ir::AttrKey::Start);
+    if (op.attrs.has(ir::AttrKey::Strides))
+      for (int64_t step : op.attrs.get_ints(ir::AttrKey::Strides))
+        if (step != 1) return std::nullopt;
+    if (start.size() != 2 || start[0] % band != 0 || start[1] % run != 0) return std::nullopt;
+  } else {
+    const int64_t axis = op.attrs.get_int(ir::AttrKey::Axis);
+    for (ValueId x : op.operands) {
+      const FragmentLayout* o = layout_of(x);
+      if (!o) return std::nullopt;
+      FragmentLayout same = *o;
+      (axis == 0 ? same.m : same.n) = axis == 0 ? l.m : l.n;
+      if (!(same == l)) return std::nullopt;  // (the same warps, P and T, the other extent alike)
+    }
+  }
+  // (At most 128 words a thread, as blocked_layout's.)
+  if (l.registers() <= 0 || l.registers() * itemsize(result.dtype) > 4 * 128) return std::nullopt;
+  return l;
+}
+
+std::optional<FragmentLayout> Emitter::register_piece_layout(const ir::Op& op) const {
+  if (op.results.size() != 1) return std::nullopt;
+  return register_piece_layout(op, type(op.results[0]), [this](ValueId v) { return register_layout(v); });
+}
+
+void Emitter::emit_register_piece(const ir::Op& op) {
+  const ValueId res = op.results[0];
+  const FragmentLayout l = *register_piece_layout(op);
+  const bool in_registers = fragments_.count(res) > 0;
+  PALLAS_INTERNAL_CHECK(!in_registers || fragments_.at(res) == l, "gpu emitter: a register slice or concatenate in another layout");
+  const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
+  const int64_t band = l.band_rows(), run = int64_t{l.warps_per_row} * l.lanes_per_row;
+  // Element (row, column) of a blocked tile of n columns is in its register (row / B) (n / (P T))
+  // + column / (P T) of the thread holding it: a piece B-aligned in rows and P T-aligned in
+  // columns is in the same thread, `rows` bands and `columns` registers further on.
+  auto shifted = [](const std::string& regs, const FragmentLayout& from, int64_t bands, int64_t registers) {
+    return regs + "[(pl_q + " + std::to_string(bands) + ") * " + std::to_string(from.registers_per_row()) + " + pl_i + " +
+           std::to_string(registers) + "]";
+  };
+  if (op.code == OpCode::Slice) {
+    const ir::Ints& start = op.attrs.get_ints(ir::AttrKey::Start);
+    const ValueInfo& x = info(op.operands[0]);
+    open_fragment_loop(l);  // (the result's registers and elements e)
+    line(out + (in_registers ? "[pl_k]" : "[e]") + " = " + shifted(x.name, x.frag, start[0] / band, start[1] / run) + ";");
+    close_fragment_loop();
+  } else {
+    const bool rows = op.attrs.get_int(ir::AttrKey::Axis) == 0;
+    int64_t at = 0;  // (the operand's first row or column in the result)
+    for (ValueId xv : op.operands) {
+      const ValueInfo& x = info(xv);
+      open_fragment_loop(x.frag);  // (the operand's registers)
+      if (in_registers) {
+        const std::string k = "(pl_q + " + std::to_string(rows ? at / band : 0) + ") * " + std::to_string(l.registers_per_row()) +
+                              " + pl_i + " + std::to_string(rows ? 0 : at / run);
+        line(out + "[" + k + "] = " + x.name + "[pl_k];");
+      } else {
+        const std::string row = blocked_row(x.frag), column = blocked_column(x.frag);
+        const std::string e = rows ? "(" + row + " + " + std::to_string(at) + ") * " + std::to_string(l.n) + " + " + column
+                                   : row + " * " + std::to_string(l.n) + " + " + std::to_string(at) + " + " + column;
+        line(out + "[" + e + "] = " + x.name + "[pl_k];");
+      }
+      close_fragment_loop();
+      at += type(xv).shape[rows ? 0 : 1];
+    }
+  }
   if (in_registers) return;
   after_tile_write();
   barrier();  // (the threads holding the elements wrote them, not the arena's loops)

@@ -676,6 +676,22 @@ class Emitter {
   // That reversal, into a register tile of l where the plan keeps the result in registers, else
   // into its arena tile (each thread writes its elements where they go).
   void emit_blocked_column_rev(const ir::Op& op);
+  // Whether op (a slice, or a concatenate) of blocked register tiles (their layouts: layout_of)
+  // moves whole registers — rows in whole row bands (B rows), columns in whole runs of the P x T
+  // lanes of a row — so each thread keeps the elements it holds: then the result's layout (its
+  // operands' with its shape), else nullopt. A 2-D tile, not a rows or columns value.
+  static std::optional<FragmentLayout> register_piece_layout(const ir::Op& op, const ir::Type& result,
+                                                             const std::function<const FragmentLayout*(ir::ValueId)>& layout_of);
+  // Its result's layout where op's operands are register tiles now (their ValueInfo).
+  std::optional<FragmentLayout> register_piece_layout(const ir::Op& op) const;
+  // v's layout where it is a register tile now, else null.
+  const FragmentLayout* register_layout(ir::ValueId v) const {
+    const ValueInfo& i = info(v);
+    return i.kind == ValueInfo::Kind::Fragment ? &i.frag : nullptr;
+  }
+  // That slice or concatenate: register moves into a register tile where the plan keeps the
+  // result in registers, else each thread writes its elements into the result's arena tile.
+  void emit_register_piece(const ir::Op& op);
   // Whether op is a scan (cumsum, cumprod, cummax, cummin; forward or reverse) along the rows of a
   // blocked tile of layout l whose rows lie each in one warp (P 1): it then runs in registers.
   static bool blocked_row_scan(const ir::Op& op, const FragmentLayout& l);

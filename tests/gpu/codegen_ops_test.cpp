@@ -745,6 +745,85 @@ TEST(GpuCodegenOps, PallasCallCapturedTilesStayInRegisters) {
   }
 }
 
+// Slices and concatenates of blocked register tiles that move whole registers stay in registers:
+// rows in whole bands of the layout (8 rows of a (16, 64) f32 block at 256 threads), columns in
+// whole runs of a row's lanes (32). Each thread keeps its elements: register moves, no barrier.
+// Pieces that cut a band or a run, and a concatenate of a register tile with an arena tile, go
+// through the arena; a register piece whose result a transpose reads is written to the arena by
+// the threads holding it. Against the interpreter and plain C++.
+TEST(GpuCodegenOps, PallasCallSlicesAndConcatenatesOfWholeRegisters) {
+  enum Case { kRowHalvesSwapped, kColumnHalvesSwapped, kRowsAndColumns, kCutsABand, kCutsARun, kWithAnArenaTile, kIntoTheArena };
+  for (const Case c : {kRowHalvesSwapped, kColumnHalvesSwapped, kRowsAndColumns, kCutsABand, kCutsARun, kWithAnArenaTile, kIntoTheArena}) {
+    SCOPED_TRACE("case " + std::to_string(static_cast<int>(c)));
+    auto kernel = [c](const pl::Ref& x, const pl::Ref& o) {
+      const pl::Value a = x[pl::all] * 2.0f;  // (16, 64), a register tile
+      pl::Value r;
+      switch (c) {
+        case kRowHalvesSwapped: r = pl::concatenate({pl::slice(a, {8, 0}, {16, 64}), pl::slice(a, {0, 0}, {8, 64})}, 0); break;
+        case kColumnHalvesSwapped: r = pl::concatenate({pl::slice(a, {0, 32}, {16, 64}), pl::slice(a, {0, 0}, {16, 32})}, 1); break;
+        case kRowsAndColumns: {  // (a corner, and the tile with its rows in another order)
+          const pl::Value corner = pl::slice(a, {8, 32}, {16, 64});  // (8, 32)
+          const pl::Value top = pl::concatenate({corner, pl::slice(a, {0, 0}, {8, 32})}, 1);  // (8, 64)
+          r = pl::concatenate({top, pl::slice(a, {0, 0}, {8, 64})}, 0);
+          break;
+        }
+        case kCutsABand: r = pl::concatenate({pl::slice(a, {4, 0}, {16, 64}), pl::slice(a, {0, 0}, {4, 64})}, 0); break;
+        case kCutsARun: r = pl::concatenate({pl::slice(a, {0, 16}, {16, 64}), pl::slice(a, {0, 0}, {16, 16})}, 1); break;
+        case kWithAnArenaTile: r = pl::concatenate({pl::slice(a, {0, 0}, {8, 64}), pl::rev(x(pl::ds(0, 8), pl::all), {0})}, 0); break;
+        case kIntoTheArena: r = pl::transpose(pl::reshape(pl::slice(a, {8, 0}, {16, 64}), {64, 8}), {1, 0}); break;
+      }
+      if (c == kIntoTheArena) {
+        o(pl::ds(0, 8), pl::all) = r;
+        o(pl::ds(8, 8), pl::all) = pl::slice(a, {8, 0}, {16, 64});
+        return;
+      }
+      o[pl::all] = r - pl::broadcast_to(pl::expand_dims(pl::max(r, {1}), {1}), {16, 64});
+    };
+    PallasCall call = pl::pallas_call(kernel, ShapeDtype({16, 64}, DType::F32), opts({}, {}, {}));
+    const Array x = Array::random_normal({16, 64}, DType::F32, 91);
+    const gpu::GeneratedKernel k = expect_same(call, {x}, 1e-6, 1e-6);
+    const std::string point = grid_point_function(k.source);
+    if (c == kRowHalvesSwapped || c == kColumnHalvesSwapped || c == kRowsAndColumns) {
+      EXPECT_EQ(count_of(point, "float* v"), 0) << point;  // (no arena tile)
+      EXPECT_EQ(count_of(point.substr(point.find("// slice")), "pl_sync()"), 1) << point;  // (the point's last)
+    } else if (c == kIntoTheArena) {
+      EXPECT_CONTAINS(point, "float v4[4];  // a register tile");  // (a: the slice reads its registers)
+    } else {
+      EXPECT_GT(count_of(point, "float* v"), 0) << point;
+    }
+    std::shared_ptr<const TracedCall> tc = call.trace({x.shape_dtype()});
+    const std::vector<Array> got = gpu::run_host_emulation(*tc, k, {x.clone()}, tc->grid_mapping.grid, k.threads_per_cta);
+    const std::vector<double> xs = x.to_doubles(), os = got[0].to_doubles();
+    auto a = [&](int64_t i, int64_t j) { return 2 * xs[static_cast<size_t>(i * 64 + j)]; };
+    std::vector<double> want(1024);
+    for (int64_t i = 0; i < 16; ++i)
+      for (int64_t j = 0; j < 64; ++j) {
+        double w = 0;
+        switch (c) {
+          case kRowHalvesSwapped: w = a((i + 8) % 16, j); break;
+          case kColumnHalvesSwapped: w = a(i, (j + 32) % 64); break;
+          case kRowsAndColumns: w = i < 8 ? (j < 32 ? a(i + 8, j + 32) : a(i, j - 32)) : a(i - 8, j); break;
+          case kCutsABand: w = a((i + 4) % 16, j); break;
+          case kCutsARun: w = a(i, (j + 16) % 64); break;
+          case kWithAnArenaTile: w = i < 8 ? a(i, j) : xs[static_cast<size_t>((15 - i) * 64 + j)]; break;
+          case kIntoTheArena: {  // (rows 8-15 of a, read as (64, 8) and transposed; then those rows)
+            const int64_t flat = j * 8 + i;  // (element (j, i) of the (64, 8) reshape)
+            w = i < 8 ? a(8 + flat / 64, flat % 64) : a(i, j);
+            break;
+          }
+        }
+        want[static_cast<size_t>(i * 64 + j)] = w;
+      }
+    for (int64_t i = 0; i < 16; ++i) {
+      const double mx = *std::max_element(want.begin() + i * 64, want.begin() + i * 64 + 64);
+      for (int64_t j = 0; j < 64; ++j) {
+        const double w = c == kIntoTheArena ? want[static_cast<size_t>(i * 64 + j)] : want[static_cast<size_t>(i * 64 + j)] - mx;
+        EXPECT_NEAR(os[static_cast<size_t>(i * 64 + j)], w, 1e-5 * (1 + std::abs(w))) << i << ", " << j;
+      }
+    }
+  }
+}
+
 // A loop whose body writes nothing by kind starts without a barrier while reads are pending (its
 // body only reads); when its emitted body writes anyway (the arena tile of a row reversal) its
 // iterations end with one — but a loop of no iterations runs none, so those reads are still
