@@ -1312,18 +1312,18 @@ std::optional<FragmentLayout> Emitter::register_piece_layout(const ir::Op& op) c
   return register_piece_layout(op, type(op.results[0]), [this](ValueId v) { return register_layout(v); });
 }
 
-void Emitter::emit_register_piece(const ir::Op& op) {
+void Emitter::emit_register_piece(const ir::Op& op, const FragmentLayout& l) {
   const ValueId res = op.results[0];
-  const FragmentLayout l = *register_piece_layout(op);
   const bool in_registers = fragments_.count(res) > 0;
   PALLAS_INTERNAL_CHECK(!in_registers || fragments_.at(res) == l, "gpu emitter: a register slice or concatenate in another layout");
   const std::string out = in_registers ? define_fragment(res, l) : define_tile(res);
   const int64_t band = l.band_rows(), run = int64_t{l.warps_per_row} * l.lanes_per_row;
   // Element (row, column) of a blocked tile of n columns is in its register (row / B) (n / (P T))
   // + column / (P T) of the thread holding it: a piece B-aligned in rows and P T-aligned in
-  // columns is in the same thread, `rows` bands and `columns` registers further on.
-  auto shifted = [](const std::string& regs, const FragmentLayout& from, int64_t bands, int64_t registers) {
-    return regs + "[(pl_q + " + std::to_string(bands) + ") * " + std::to_string(from.registers_per_row()) + " + pl_i + " +
+  // columns is in the same thread, `bands` bands and `registers` registers further on from the
+  // loop's register (pl_q, pl_i) in a tile of layout `in`.
+  auto shifted = [](const std::string& regs, const FragmentLayout& in, int64_t bands, int64_t registers) {
+    return regs + "[(pl_q + " + std::to_string(bands) + ") * " + std::to_string(in.registers_per_row()) + " + pl_i + " +
            std::to_string(registers) + "]";
   };
   if (op.code == OpCode::Slice) {
@@ -1339,9 +1339,7 @@ void Emitter::emit_register_piece(const ir::Op& op) {
       const ValueInfo& x = info(xv);
       open_fragment_loop(x.frag);  // (the operand's registers)
       if (in_registers) {
-        const std::string k = "(pl_q + " + std::to_string(rows ? at / band : 0) + ") * " + std::to_string(l.registers_per_row()) +
-                              " + pl_i + " + std::to_string(rows ? 0 : at / run);
-        line(out + "[" + k + "] = " + x.name + "[pl_k];");
+        line(shifted(out, l, rows ? at / band : 0, rows ? 0 : at / run) + " = " + x.name + "[pl_k];");
       } else {
         const std::string row = blocked_row(x.frag), column = blocked_column(x.frag);
         const std::string e = rows ? "(" + row + " + " + std::to_string(at) + ") * " + std::to_string(l.n) + " + " + column

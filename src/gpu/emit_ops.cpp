@@ -360,7 +360,7 @@ void Emitter::emit_pure(const ir::Op& op) {
       const ValueId x = op.operands[0];
       if (info(x).kind == ValueInfo::Kind::Fragment && blocked_column_rev(op, info(x).frag))
         return emit_blocked_column_rev(op);  // (plan_fragments': a reversal of columns in their registers)
-      if (register_piece_layout(op)) return emit_register_piece(op);  // (plan_fragments': a slice or concatenate of whole registers)
+      if (const std::optional<FragmentLayout> piece = register_piece_layout(op)) return emit_register_piece(op, *piece);  // (plan_fragments': a slice or concatenate of whole registers)
       const ir::Type& xt = type(x);
       const std::vector<int64_t> xs = contiguous_strides(xt.shape);
       std::vector<std::string> dyn_start;

@@ -689,9 +689,10 @@ class Emitter {
     const ValueInfo& i = info(v);
     return i.kind == ValueInfo::Kind::Fragment ? &i.frag : nullptr;
   }
-  // That slice or concatenate: register moves into a register tile where the plan keeps the
-  // result in registers, else each thread writes its elements into the result's arena tile.
-  void emit_register_piece(const ir::Op& op);
+  // That slice or concatenate (its result's layout l): register moves into a register tile where
+  // the plan keeps the result in registers, else each thread writes its elements into the
+  // result's arena tile.
+  void emit_register_piece(const ir::Op& op, const FragmentLayout& l);
   // Whether op is a scan (cumsum, cumprod, cummax, cummin; forward or reverse) along the rows of a
   // blocked tile of layout l whose rows lie each in one warp (P 1): it then runs in registers.
   static bool blocked_row_scan(const ir::Op& op, const FragmentLayout& l);
